@@ -1,0 +1,187 @@
+//! Types shared by the kernel program (`profiler-ebpf`) and userspace (`profiler-user`).
+//!
+//! Everything here is `#[repr(C)]` plain data: the same bytes are written by one side and
+//! read by the other, through a BPF map (`ProcessInfo`) or the ring buffer (`SampleHeader`
+//! followed by `FrameEntry` values). Per-version interpreter layouts are *numbers* carried in
+//! `ProcessInfo`; the kernel program has no knowledge of Python versions.
+#![no_std]
+
+/// Frames a sample carries in full (code, instruction offset, owner). Frames below these are
+/// only counted and hashed by the kernel; userspace completes them (see `tail_hash`).
+pub const MAX_FULL_FRAMES: usize = 64;
+/// Frames the kernel walks below the full ones, hashing each. A walk longer than
+/// `MAX_FULL_FRAMES + MAX_HASHED_FRAMES` ends with `SampleStatus::Truncated`.
+pub const MAX_HASHED_FRAMES: usize = 2048;
+/// Thread states examined when matching a thread by id (the fallback lookup).
+pub const MAX_THREAD_SCAN: usize = 64;
+/// Upper bound on bytes read per frame (`FrameLayout::read_size`).
+pub const FRAME_READ_MAX: usize = 128;
+/// Marks an absent field in a layout.
+pub const NO_FIELD: u32 = u32::MAX;
+
+/// How the kernel finds a thread's `PyThreadState`.
+pub mod tstate_lookup {
+    /// Only by scanning the interpreter's thread list for the current thread's id.
+    pub const LIST: u32 = 0;
+    /// glibc pthread TSD slot of `autoTSSkey` (3.8-3.14), then the list as fallback.
+    pub const PTHREAD_KEY: u32 = 1;
+    /// A thread-local word at `fsbase - tls_offset` (3.15 `_Py_tss_gilstate`), then the list.
+    pub const TLS: u32 = 2;
+}
+
+/// How `FrameLayout::instr` encodes the position in the bytecode.
+pub mod instr_kind {
+    /// `int f_lasti` in bytes (3.8, 3.9).
+    pub const LASTI_BYTES: u32 = 0;
+    /// `int f_lasti` in 2-byte code units (3.10).
+    pub const LASTI_UNITS: u32 = 1;
+    /// A pointer into the code object's `co_code_adaptive` (3.11+).
+    pub const POINTER: u32 = 2;
+}
+
+/// Where the fields of one interpreter frame are. All offsets are from the frame address.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FrameLayout {
+    /// Bytes read per frame; covers every offset below. At most `FRAME_READ_MAX`.
+    pub read_size: u32,
+    /// Pointer to the calling frame (`f_back` / `previous`).
+    pub previous: u32,
+    /// Pointer to the code object (`f_code` / `f_executable`), masked by `code_mask`.
+    pub code: u32,
+    /// The instruction position, encoded as `instr_kind`.
+    pub instr: u32,
+    /// One of `instr_kind`.
+    pub instr_kind: u32,
+    /// `u8` owner of the frame (3.11+), or `NO_FIELD`.
+    pub owner: u32,
+    /// Offset of `co_code_adaptive` in a code object (for `instr_kind::POINTER`).
+    pub code_adaptive: u32,
+    pub _pad: u32,
+    /// Applied to the code pointer: clears the `_PyStackRef` tag bits in 3.14+.
+    pub code_mask: u64,
+}
+
+/// Where the fields of a `PyThreadState` (and what leads to it) are.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadLayout {
+    /// Offset of the current frame pointer (or of the `cframe` pointer, see below).
+    pub frame: u32,
+    /// When not `NO_FIELD`, `frame` points to a `_PyCFrame` and this is the frame pointer's
+    /// offset in it (3.11, 3.12).
+    pub cframe_frame: u32,
+    /// `native_thread_id` (3.11+), compared with the kernel tid; or `NO_FIELD`.
+    pub native_thread_id: u32,
+    /// `thread_id` (`pthread_self()`, equal to fsbase on x86_64 glibc).
+    pub thread_id: u32,
+    /// `next` in the interpreter's thread list.
+    pub next: u32,
+    /// Offset of `threads.head` in `PyInterpreterState`.
+    pub interp_threads_head: u32,
+}
+
+/// One registered process: the kernel map `PROCESSES` holds one per tgid.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcessInfo {
+    /// One of `tstate_lookup`.
+    pub tstate_lookup: u32,
+    /// The `autoTSSkey` pthread key value (for `tstate_lookup::PTHREAD_KEY`).
+    pub pthread_key: u32,
+    /// For `tstate_lookup::TLS`: the tstate pointer is at `fsbase - tls_offset`.
+    pub tls_offset: u64,
+    /// glibc: offset of `specific_1stblock[0].data` in `struct pthread` (fsbase).
+    pub tsd_first_block: u32,
+    /// glibc: offset of the second-level `specific[]` pointer array in `struct pthread`.
+    pub tsd_second_level: u32,
+    /// Address of `_PyRuntime.interpreters.head` in the target.
+    pub interpreters_head_addr: u64,
+    pub thread: ThreadLayout,
+    pub frame: FrameLayout,
+}
+
+/// Outcome of one kernel walk.
+pub mod sample_status {
+    /// The walk reached the bottom frame (`previous == NULL`).
+    pub const COMPLETE: u32 = 0;
+    /// No `PyThreadState` was found for the thread (not a Python thread, or not yet).
+    pub const NO_THREAD_STATE: u32 = 1;
+    /// The thread state has no current frame (a thread not running Python code).
+    pub const NO_FRAME: u32 = 2;
+    /// The chain was longer than the kernel walks.
+    pub const TRUNCATED: u32 = 3;
+    /// Reading a frame failed (page not present, or a torn chain).
+    pub const READ_FAULT: u32 = 4;
+}
+
+/// Start of every ring-buffer record; `n_full` `FrameEntry` values follow, leaf first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleHeader {
+    pub time_ns: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    pub cpu: u32,
+    /// One of `sample_status`.
+    pub status: u32,
+    /// Frames that follow this header in full.
+    pub n_full: u32,
+    /// Frames walked below the full ones, folded into `tail_hash`.
+    pub n_hashed: u32,
+    pub thread_state: u64,
+    /// Address of the first hashed frame (the caller of the last full frame), or 0.
+    pub tail_first: u64,
+    /// `frame_hash` folded over the hashed frames, starting from `HASH_SEED`.
+    pub tail_hash: u64,
+}
+
+/// One frame as the kernel read it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FrameEntry {
+    /// Frame address.
+    pub frame: u64,
+    /// Code object address (tag bits cleared). May be a non-code object for shims.
+    pub code: u64,
+    /// Byte offset of the instruction in the code (meaning depends on the version; see the
+    /// userspace layout). `i32::MIN` when it could not be computed.
+    pub instr_offset: i32,
+    /// Frame owner (3.11+), or `u8::MAX` when the version has no owner field.
+    pub owner: u8,
+    pub _pad: [u8; 3],
+}
+
+pub const SAMPLE_HEADER_SIZE: usize = core::mem::size_of::<SampleHeader>();
+pub const FRAME_ENTRY_SIZE: usize = core::mem::size_of::<FrameEntry>();
+/// The largest record the kernel writes.
+pub const MAX_RECORD_SIZE: usize = SAMPLE_HEADER_SIZE + MAX_FULL_FRAMES * FRAME_ENTRY_SIZE;
+
+pub const HASH_SEED: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// Folds one frame into a running tail hash. Kernel and userspace call this same function,
+/// so a tail that userspace re-reads from the target hashes equal only if every frame
+/// (address, code, position, owner) is unchanged.
+#[inline(always)]
+pub fn frame_hash(h: u64, e: &FrameEntry) -> u64 {
+    let mut h = h;
+    h = mix(h ^ e.frame);
+    h = mix(h ^ e.code);
+    mix(h ^ ((e.instr_offset as u32 as u64) | ((e.owner as u64) << 32)))
+}
+
+#[inline(always)]
+fn mix(mut x: u64) -> u64 {
+    // A multiply-xorshift step (as in splitmix64); cheap in BPF, no rotates.
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^ (x >> 31)
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all of these are `#[repr(C)]`, contain only integers and have no padding that
+    // is left uninitialised (explicit `_pad` fields), so any bit pattern is valid.
+    unsafe impl aya::Pod for super::ProcessInfo {}
+    unsafe impl aya::Pod for super::SampleHeader {}
+    unsafe impl aya::Pod for super::FrameEntry {}
+}

@@ -1,0 +1,333 @@
+//! pyperch's kernel program.
+//!
+//! Runs on every CPU-clock perf event. For a thread of a registered process it finds the
+//! thread's `PyThreadState`, walks the interpreter frames from the current one towards the
+//! bottom, and writes one record to the `SAMPLES` ring buffer: a `SampleHeader`, then the
+//! leading frames in full; the frames below are counted and folded into a hash so userspace
+//! can complete the stack and prove the completion matches what the kernel saw.
+//!
+//! While this program runs, the sampled thread is stopped on this CPU, so the chain it reads
+//! is a consistent snapshot of that thread's frames.
+#![no_std]
+#![no_main]
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_smp_processor_id,
+        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user, generated,
+    },
+    macros::{map, perf_event},
+    maps::{HashMap, PerCpuArray, RingBuf},
+    programs::PerfEventContext,
+};
+use profiler_common::{
+    FRAME_READ_MAX, FrameEntry, FrameLayout, HASH_SEED, MAX_FULL_FRAMES, MAX_HASHED_FRAMES,
+    MAX_THREAD_SCAN, NO_FIELD, ProcessInfo, SampleHeader, frame_hash, instr_kind,
+    sample_status, tstate_lookup,
+};
+
+/// Offset of `thread.fsbase` in `struct task_struct`, read from the kernel's BTF by
+/// userspace and frozen at load time.
+#[unsafe(no_mangle)]
+static TASK_FSBASE_OFFSET: u64 = 0;
+
+/// Registered processes, by tgid.
+#[map]
+static PROCESSES: HashMap<u32, ProcessInfo> = HashMap::with_max_entries(16384, 0);
+
+#[map]
+static SAMPLES: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
+
+/// Kernel-side counters, per CPU: see `counter`.
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(4, 0);
+
+mod counter {
+    /// Samples of registered processes (records attempted).
+    pub const SAMPLED: u32 = 0;
+    /// Records that did not fit in the ring buffer.
+    pub const RINGBUF_FULL: u32 = 1;
+}
+
+#[repr(C)]
+struct Record {
+    header: SampleHeader,
+    frames: [FrameEntry; MAX_FULL_FRAMES],
+}
+
+/// Per-CPU scratch space: the record being built and the bytes of the frame being read.
+#[repr(C)]
+struct Scratch {
+    record: Record,
+    layout: FrameLayout,
+    walk: WalkState,
+    frame: [u8; FRAME_READ_MAX + 8],
+}
+
+#[map]
+static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
+
+#[perf_event]
+pub fn pyperch_sample(_ctx: PerfEventContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    // SAFETY: the map value is only read, and the kernel keeps it alive for this run.
+    let Some(info) = (unsafe { PROCESSES.get(&tgid) }) else {
+        return 0;
+    };
+    bump(counter::SAMPLED);
+    let Some(scratch) = scratch_mut() else {
+        return 0;
+    };
+    sample(info, tgid, pid_tgid as u32, scratch);
+    0
+}
+
+fn bump(index: u32) {
+    if let Some(count) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: per-CPU value, no concurrent writer on this CPU.
+        unsafe { *count += 1 };
+    }
+}
+
+fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch) {
+    let header = &mut scratch.record.header;
+    header.time_ns = unsafe { bpf_ktime_get_ns() };
+    header.tgid = tgid;
+    header.tid = tid;
+    header.cpu = unsafe { bpf_get_smp_processor_id() };
+    header.n_full = 0;
+    header.n_hashed = 0;
+    header.tail_first = 0;
+    header.tail_hash = 0;
+    header.thread_state = 0;
+
+    let fsbase = current_fsbase();
+    let tstate = find_thread_state(info, tid, fsbase);
+    if tstate == 0 {
+        header.status = sample_status::NO_THREAD_STATE;
+        emit(scratch, 0);
+        return;
+    }
+    header.thread_state = tstate;
+    let mut frame = read_u64(tstate + info.thread.frame as u64);
+    if frame != 0 && info.thread.cframe_frame != NO_FIELD {
+        frame = read_u64(frame + info.thread.cframe_frame as u64);
+    }
+    if frame == 0 {
+        header.status = sample_status::NO_FRAME;
+        emit(scratch, 0);
+        return;
+    }
+
+    scratch.layout = info.frame;
+    scratch.walk = WalkState { frame, hash: HASH_SEED, n_full: 0, n_hashed: 0, status: sample_status::TRUNCATED };
+    // SAFETY: bpf_loop calls the callbacks with our (unused) context; they find the walk state
+    // in this CPU's scratch value.
+    unsafe {
+        generated::bpf_loop(MAX_FULL_FRAMES as u32, full_frame_step as *mut c_void, core::ptr::null_mut(), 0);
+    }
+    let Some(scratch) = scratch_mut() else { return };
+    if scratch.walk.status == sample_status::TRUNCATED && scratch.walk.frame != 0 {
+        scratch.record.header.tail_first = scratch.walk.frame;
+        // SAFETY: as above.
+        unsafe {
+            generated::bpf_loop(MAX_HASHED_FRAMES as u32, hashed_frame_step as *mut c_void, core::ptr::null_mut(), 0);
+        }
+    }
+    let Some(scratch) = scratch_mut() else { return };
+    let walk = scratch.walk;
+    let header = &mut scratch.record.header;
+    header.status = if walk.status == sample_status::TRUNCATED && walk.frame == 0 {
+        sample_status::COMPLETE
+    } else {
+        walk.status
+    };
+    header.n_full = walk.n_full;
+    header.n_hashed = walk.n_hashed;
+    header.tail_hash = walk.hash;
+    emit(scratch, walk.n_full as usize);
+}
+
+/// State of one walk, kept in the per-CPU scratch between loop callbacks.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct WalkState {
+    /// The next frame to read (0: the bottom was reached).
+    frame: u64,
+    hash: u64,
+    n_full: u32,
+    n_hashed: u32,
+    status: u32,
+}
+
+fn scratch_mut() -> Option<&'static mut Scratch> {
+    // SAFETY: a per-CPU array value; this program does not run reentrantly on one CPU.
+    SCRATCH.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+}
+
+/// bpf_loop callback: reads frame `index` into the record. Returns 1 to stop.
+extern "C" fn full_frame_step(index: u64, _ctx: *mut c_void) -> i64 {
+    let Some(s) = scratch_mut() else { return 1 };
+    if s.walk.frame == 0 {
+        s.walk.status = sample_status::COMPLETE;
+        return 1;
+    }
+    let i = index as usize;
+    if i >= MAX_FULL_FRAMES {
+        return 1;
+    }
+    let Some(previous) = read_frame(&s.layout, s.walk.frame, &mut s.frame, &mut s.record.frames[i]) else {
+        s.walk.status = sample_status::READ_FAULT;
+        return 1;
+    };
+    s.walk.n_full = i as u32 + 1;
+    s.walk.frame = previous;
+    0
+}
+
+/// bpf_loop callback: reads one frame below the full ones and folds it into the tail hash.
+extern "C" fn hashed_frame_step(_index: u64, _ctx: *mut c_void) -> i64 {
+    let Some(s) = scratch_mut() else { return 1 };
+    if s.walk.frame == 0 {
+        s.walk.status = sample_status::COMPLETE;
+        return 1;
+    }
+    let mut entry = FrameEntry::default();
+    let Some(previous) = read_frame(&s.layout, s.walk.frame, &mut s.frame, &mut entry) else {
+        s.walk.status = sample_status::READ_FAULT;
+        return 1;
+    };
+    s.walk.hash = frame_hash(s.walk.hash, &entry);
+    s.walk.n_hashed += 1;
+    s.walk.frame = previous;
+    0
+}
+
+/// Sends the header and the first `n_full` frames.
+fn emit(scratch: &Scratch, n_full: usize) {
+    let n = if n_full > MAX_FULL_FRAMES { MAX_FULL_FRAMES } else { n_full };
+    let len = core::mem::size_of::<SampleHeader>() + n * core::mem::size_of::<FrameEntry>();
+    let len = if len > core::mem::size_of::<Record>() { core::mem::size_of::<Record>() } else { len };
+    let base = &scratch.record as *const Record as *mut core::ffi::c_void;
+    // SAFETY: `len` is at most the size of `Record`, which `base` points to.
+    let ret = unsafe {
+        generated::bpf_ringbuf_output(&SAMPLES as *const RingBuf as *mut _, base, len as u64, 0)
+    };
+    if ret < 0 {
+        bump(counter::RINGBUF_FULL);
+    }
+}
+
+/// Reads one frame into `entry`; returns the address of the previous (calling) frame.
+#[inline(always)]
+fn read_frame(layout: &FrameLayout, frame: u64, buf: &mut [u8; FRAME_READ_MAX + 8], entry: &mut FrameEntry) -> Option<u64> {
+    let size = layout.read_size & (FRAME_READ_MAX as u32 - 1);
+    if size == 0 {
+        return None;
+    }
+    // SAFETY: the helper writes at most `size` < FRAME_READ_MAX bytes into `buf`.
+    let ret = unsafe {
+        generated::bpf_probe_read_user(buf.as_mut_ptr() as *mut _, size, frame as *const _)
+    };
+    if ret != 0 {
+        return None;
+    }
+    let code = field_u64(buf, layout.code) & layout.code_mask;
+    let instr_offset = match layout.instr_kind {
+        instr_kind::LASTI_BYTES => field_u64(buf, layout.instr) as u32 as i32,
+        instr_kind::LASTI_UNITS => (field_u64(buf, layout.instr) as u32 as i32).wrapping_mul(2),
+        _ => {
+            let pointer = field_u64(buf, layout.instr);
+            pointer.wrapping_sub(code).wrapping_sub(layout.code_adaptive as u64) as i64 as i32
+        }
+    };
+    entry.frame = frame;
+    entry.code = code;
+    entry.instr_offset = instr_offset;
+    entry.owner = if layout.owner == NO_FIELD { u8::MAX } else { field_u64(buf, layout.owner) as u8 };
+    Some(field_u64(buf, layout.previous))
+}
+
+/// The little-endian u64 at `offset` in the frame bytes (offsets are masked into the buffer).
+#[inline(always)]
+fn field_u64(buf: &[u8; FRAME_READ_MAX + 8], offset: u32) -> u64 {
+    let offset = (offset as usize) & (FRAME_READ_MAX - 1);
+    // SAFETY: offset < FRAME_READ_MAX and the buffer has 8 bytes more than that.
+    unsafe { core::ptr::read_unaligned(buf.as_ptr().add(offset) as *const u64) }
+}
+
+fn read_u64(address: u64) -> u64 {
+    // SAFETY: bpf_probe_read_user tolerates any address; failure reads as 0.
+    unsafe { bpf_probe_read_user(address as *const u64) }.unwrap_or(0)
+}
+
+fn current_fsbase() -> u64 {
+    // SAFETY: `bpf_get_current_task` returns the running task; the offset comes from BTF.
+    unsafe {
+        let task = bpf_get_current_task() as *const u8;
+        let offset = core::ptr::read_volatile(&TASK_FSBASE_OFFSET) as usize;
+        bpf_probe_read_kernel(task.add(offset) as *const u64).unwrap_or(0)
+    }
+}
+
+/// Whether `tstate` belongs to the running thread.
+#[inline(always)]
+fn is_current_thread(info: &ProcessInfo, tstate: u64, tid: u32, fsbase: u64) -> bool {
+    if info.thread.native_thread_id != NO_FIELD {
+        read_u64(tstate + info.thread.native_thread_id as u64) == tid as u64
+    } else {
+        fsbase != 0 && read_u64(tstate + info.thread.thread_id as u64) == fsbase
+    }
+}
+
+fn find_thread_state(info: &ProcessInfo, tid: u32, fsbase: u64) -> u64 {
+    let candidate = match info.tstate_lookup {
+        tstate_lookup::PTHREAD_KEY if fsbase != 0 => pthread_getspecific(info, fsbase, info.pthread_key),
+        tstate_lookup::TLS if fsbase != 0 => read_u64(fsbase.wrapping_sub(info.tls_offset)),
+        _ => 0,
+    };
+    if candidate != 0 && is_current_thread(info, candidate, tid, fsbase) {
+        return candidate;
+    }
+    // Fallback: the interpreter's list of thread states.
+    let interp = read_u64(info.interpreters_head_addr);
+    if interp == 0 {
+        return 0;
+    }
+    let mut tstate = read_u64(interp + info.thread.interp_threads_head as u64);
+    for _ in 0..MAX_THREAD_SCAN {
+        if tstate == 0 {
+            return 0;
+        }
+        if is_current_thread(info, tstate, tid, fsbase) {
+            return tstate;
+        }
+        tstate = read_u64(tstate + info.thread.next as u64);
+    }
+    0
+}
+
+/// glibc's `pthread_getspecific` for another thread, from its thread pointer.
+fn pthread_getspecific(info: &ProcessInfo, fsbase: u64, key: u32) -> u64 {
+    if key < 32 {
+        read_u64(fsbase + info.tsd_first_block as u64 + 16 * key as u64)
+    } else if key < 1024 {
+        let block = read_u64(fsbase + info.tsd_second_level as u64 + 8 * (key as u64 >> 5));
+        if block == 0 {
+            return 0;
+        }
+        read_u64(block + 16 * (key as u64 & 31) + 8)
+    } else {
+        0
+    }
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // SAFETY: the verifier rejects any program with a reachable panic path.
+    unsafe { core::hint::unreachable_unchecked() }
+}
