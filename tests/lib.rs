@@ -1,1 +1,1028 @@
-//! Shared helpers for the end-to-end tests.
+//! Shared helpers for pyperch's end-to-end tests.
+//!
+//! The binary under test is `$PYPERCH_BIN` (`cargo xtask test` sets it). The tests run real
+//! CPython interpreters, found through a configurable list (see [`configured_pythons`]):
+//!
+//! - `PYPERCH_TEST_PYTHONS="LABEL=PATH,LABEL=chroot:ROOTFS:PATH,..."` replaces the whole
+//!   default list, e.g. `3.8=/opt/py38/bin/python3.8,sid-3.14=chroot:/srv/sid:/usr/bin/python3.14`.
+//!   A label ends in the `MAJOR.MINOR` version it runs.
+//! - Otherwise: pyenv's newest `3.X.*` for X = 6…13 under `$PYENV_ROOT`, `$(pyenv root)`,
+//!   `$HOME/.pyenv` or `/root/.pyenv` (labels `3.6` … `3.13`), plus Debian sid's
+//!   `/usr/bin/python3.13`, `3.14`, `3.15` inside `$PYPERCH_SID_ROOTFS` (default
+//!   `$HOME/.cache/pyperch/sid-rootfs`), run as `chroot ROOTFS /usr/bin/python3.X` (labels
+//!   `sid-3.13`, `sid-3.14`, `sid-3.15`).
+//!
+//! A missing interpreter makes its test print `SKIP ...` on stderr and pass; it never fails.
+//! Workloads (`tests/workloads/*.py`) are copied into a scratch directory that the interpreter
+//! can see (under the rootfs's `/tmp/pyperch-tests/` for chroot ones).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    env,
+    ffi::OsString,
+    fmt::Write as _,
+    fs,
+    io::{BufRead, BufReader, Read, Write},
+    os::unix::{fs::PermissionsExt, process::ExitStatusExt},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        mpsc,
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, anyhow, bail};
+
+// ---------------------------------------------------------------------------------------
+// Messages
+// ---------------------------------------------------------------------------------------
+
+fn test_name() -> String {
+    thread::current().name().unwrap_or("?").to_string()
+}
+
+/// Prints a note straight to the process's stderr, bypassing libtest's capture, so that
+/// skips are visible in a normal `cargo test` run.
+pub fn note(msg: impl std::fmt::Display) {
+    let _ = writeln!(std::io::stderr(), "[{}] {msg}", test_name());
+}
+
+/// Prints `SKIP <test>: <reason>` (visible even when output is captured).
+pub fn skip(reason: impl std::fmt::Display) {
+    let _ = writeln!(std::io::stderr(), "SKIP {}: {reason}", test_name());
+}
+
+// ---------------------------------------------------------------------------------------
+// The binary under test
+// ---------------------------------------------------------------------------------------
+
+/// `$PYPERCH_BIN`; panics with an explanation when it is not set or does not exist.
+pub fn pyperch_bin() -> PathBuf {
+    let bin = env::var_os("PYPERCH_BIN").filter(|b| !b.is_empty()).unwrap_or_else(|| {
+        panic!(
+            "PYPERCH_BIN is not set: run the end-to-end tests with `cargo xtask test`, or set \
+             PYPERCH_BIN to the absolute path of target/release/pyperch"
+        )
+    });
+    let bin = PathBuf::from(bin);
+    assert!(bin.is_file(), "PYPERCH_BIN={} does not exist (build it with `cargo xtask build`)", bin.display());
+    bin
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+// ---------------------------------------------------------------------------------------
+// Pythons
+// ---------------------------------------------------------------------------------------
+
+/// One configured interpreter (it may be missing on this machine).
+#[derive(Clone, Debug)]
+pub struct PythonSpec {
+    /// `3.8`, `sid-3.14`, ...
+    pub label: String,
+    /// The executable: a host path, or a path inside `rootfs`.
+    pub exe: PathBuf,
+    /// Run as `chroot ROOTFS EXE` when set.
+    pub rootfs: Option<PathBuf>,
+}
+
+/// An interpreter that exists here.
+#[derive(Clone, Debug)]
+pub struct Python {
+    pub label: String,
+    pub major: u32,
+    pub minor: u32,
+    pub exe: PathBuf,
+    pub rootfs: Option<PathBuf>,
+}
+
+/// The labels every per-version test covers, in order.
+pub const SUPPORTED_LABELS: [&str; 9] =
+    ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "sid-3.13", "sid-3.14", "sid-3.15"];
+
+fn version_of_label(label: &str) -> Option<(u32, u32)> {
+    let tail = label.rsplit(|c: char| !(c.is_ascii_digit() || c == '.')).next()?;
+    let mut it = tail.split('.');
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+fn pyenv_root() -> Option<PathBuf> {
+    if let Some(r) = env::var_os("PYENV_ROOT").filter(|r| !r.is_empty()) {
+        return Some(PathBuf::from(r));
+    }
+    if let Ok(out) = Command::new("pyenv").arg("root").stderr(Stdio::null()).output() {
+        let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if out.status.success() && !s.is_empty() {
+            return Some(PathBuf::from(s));
+        }
+    }
+    let home = env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv"));
+    home.into_iter().chain([PathBuf::from("/root/.pyenv")]).find(|p| p.join("versions").is_dir())
+}
+
+/// The root filesystem holding Debian sid's python3.13/3.14/3.15.
+pub fn sid_rootfs() -> PathBuf {
+    match env::var_os("PYPERCH_SID_ROOTFS").filter(|p| !p.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache/pyperch/sid-rootfs"),
+    }
+}
+
+/// The newest `versions/3.MINOR.PATCH` of a pyenv root.
+fn pyenv_version_dir(root: &Path, minor: u32) -> Option<PathBuf> {
+    let prefix = format!("3.{minor}.");
+    fs::read_dir(root.join("versions"))
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let patch: u32 = name.strip_prefix(&prefix)?.parse().ok()?;
+            Some((patch, e.path()))
+        })
+        .max_by_key(|(patch, _)| *patch)
+        .map(|(_, p)| p)
+}
+
+/// The configured interpreters, available or not (see the module documentation).
+pub fn configured_pythons() -> Vec<PythonSpec> {
+    if let Some(list) = env::var_os("PYPERCH_TEST_PYTHONS").filter(|l| !l.is_empty()) {
+        return list
+            .to_string_lossy()
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .filter_map(|entry| {
+                let Some((label, value)) = entry.split_once('=') else {
+                    note(format!("PYPERCH_TEST_PYTHONS: ignoring `{entry}` (expected LABEL=PATH)"));
+                    return None;
+                };
+                let (exe, rootfs) = match value.strip_prefix("chroot:").and_then(|v| v.split_once(':')) {
+                    Some((rootfs, exe)) => (PathBuf::from(exe), Some(PathBuf::from(rootfs))),
+                    None => (PathBuf::from(value), None),
+                };
+                Some(PythonSpec { label: label.trim().to_string(), exe, rootfs })
+            })
+            .collect();
+    }
+    let mut specs = Vec::new();
+    let root = pyenv_root();
+    for minor in 6..=13u32 {
+        let exe = match root.as_deref().and_then(|r| pyenv_version_dir(r, minor)) {
+            Some(dir) => dir.join(format!("bin/python3.{minor}")),
+            None => root
+                .as_deref()
+                .unwrap_or(Path::new("/root/.pyenv"))
+                .join(format!("versions/3.{minor}.*/bin/python3.{minor}")),
+        };
+        specs.push(PythonSpec { label: format!("3.{minor}"), exe, rootfs: None });
+    }
+    let rootfs = sid_rootfs();
+    for minor in 13..=15u32 {
+        specs.push(PythonSpec {
+            label: format!("sid-3.{minor}"),
+            exe: PathBuf::from(format!("/usr/bin/python3.{minor}")),
+            rootfs: Some(rootfs.clone()),
+        });
+    }
+    specs
+}
+
+impl PythonSpec {
+    /// `Ok` when the interpreter can be run here, else why not.
+    pub fn resolve(&self) -> Result<Python, String> {
+        let (major, minor) = version_of_label(&self.label)
+            .ok_or_else(|| format!("label `{}` does not end in a MAJOR.MINOR version", self.label))?;
+        match &self.rootfs {
+            None => {
+                if !self.exe.is_file() {
+                    return Err(format!("{} does not exist", self.exe.display()));
+                }
+            }
+            Some(rootfs) => {
+                let inside = rootfs.join(self.exe.strip_prefix("/").unwrap_or(&self.exe));
+                if !rootfs.is_dir() {
+                    return Err(format!(
+                        "the rootfs {} does not exist (`cargo xtask test` builds it)",
+                        rootfs.display()
+                    ));
+                }
+                if !inside.exists() {
+                    return Err(format!("{} does not exist", inside.display()));
+                }
+                if !is_root() {
+                    return Err("running it under chroot needs root".into());
+                }
+            }
+        }
+        Ok(Python { label: self.label.clone(), major, minor, exe: self.exe.clone(), rootfs: self.rootfs.clone() })
+    }
+}
+
+/// The interpreter with this label, or `None` after printing a SKIP message.
+pub fn python(label: &str) -> Option<Python> {
+    let specs = configured_pythons();
+    let Some(spec) = specs.iter().find(|s| s.label == label) else {
+        skip(format!("python {label} is not in the configured list (PYPERCH_TEST_PYTHONS)"));
+        return None;
+    };
+    match spec.resolve() {
+        Ok(py) => Some(py),
+        Err(why) => {
+            skip(format!("python {label} is not available: {why}"));
+            None
+        }
+    }
+}
+
+/// The interpreter with this label if it exists, silently.
+pub fn python_quiet(label: &str) -> Option<Python> {
+    configured_pythons().into_iter().find(|s| s.label == label)?.resolve().ok()
+}
+
+/// The first available of `labels` (in order), or `None` after printing a SKIP message.
+pub fn first_python(labels: &[&str]) -> Option<Python> {
+    let found = labels.iter().find_map(|l| python_quiet(l));
+    if found.is_none() {
+        skip(format!("none of the pythons {labels:?} is available"));
+    }
+    found
+}
+
+/// Every configured interpreter that is available.
+pub fn available_pythons() -> Vec<Python> {
+    configured_pythons().iter().filter_map(|s| s.resolve().ok()).collect()
+}
+
+impl Python {
+    pub fn version(&self) -> (u32, u32) {
+        (self.major, self.minor)
+    }
+
+    pub fn is_chroot(&self) -> bool {
+        self.rootfs.is_some()
+    }
+
+    /// The argv prefix that runs this interpreter: `[EXE]` or `[chroot, ROOTFS, EXE]`.
+    /// `chroot` execs the interpreter, so the process it starts *is* the interpreter.
+    pub fn argv(&self) -> Vec<OsString> {
+        match &self.rootfs {
+            None => vec![self.exe.clone().into()],
+            Some(r) => vec!["chroot".into(), r.clone().into(), self.exe.clone().into()],
+        }
+    }
+
+    pub fn command(&self) -> Command {
+        let argv = self.argv();
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
+        cmd.env_remove("PYTHONPATH").env_remove("PYTHONHOME").env("PYTHONDONTWRITEBYTECODE", "1");
+        cmd
+    }
+
+    pub fn describe(&self) -> String {
+        match &self.rootfs {
+            None => format!("python {} ({})", self.label, self.exe.display()),
+            Some(r) => format!("python {} (chroot {} {})", self.label, r.display(), self.exe.display()),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Scratch directories and workloads
+// ---------------------------------------------------------------------------------------
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn unique(tag: &str) -> String {
+    format!("{tag}-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The source of a workload script.
+pub fn workload_source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads").join(name)
+}
+
+/// A scratch directory the interpreter can see: `host` is its path for us, `guest` the path
+/// the interpreter uses (they differ under chroot). Holds a copy of every workload script.
+/// Removed on drop.
+#[derive(Debug)]
+pub struct WorkDir {
+    pub host: PathBuf,
+    pub guest: PathBuf,
+}
+
+impl WorkDir {
+    pub fn new(py: &Python, tag: &str) -> Result<Self> {
+        let name = unique(tag);
+        let (host, guest) = match &py.rootfs {
+            None => {
+                let host = env::temp_dir().join("pyperch-tests").join(&name);
+                (host.clone(), host)
+            }
+            Some(r) => {
+                let guest = PathBuf::from("/tmp/pyperch-tests").join(&name);
+                (r.join(guest.strip_prefix("/").unwrap()), guest)
+            }
+        };
+        fs::create_dir_all(&host).with_context(|| format!("cannot create {}", host.display()))?;
+        let src = workload_source("");
+        for entry in fs::read_dir(&src).with_context(|| format!("cannot read {}", src.display()))? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "py") {
+                fs::copy(&path, host.join(path.file_name().unwrap()))
+                    .with_context(|| format!("cannot copy {}", path.display()))?;
+            }
+        }
+        Ok(Self { host, guest })
+    }
+
+    pub fn host_path(&self, rel: &str) -> PathBuf {
+        self.host.join(rel)
+    }
+
+    pub fn guest_path(&self, rel: &str) -> String {
+        self.guest.join(rel).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        // Kept after a failure, for a look at what the workload wrote.
+        if !thread::panicking() {
+            let _ = fs::remove_dir_all(&self.host);
+        }
+    }
+}
+
+/// A running workload; killed on drop.
+pub struct Workload {
+    pub pid: u32,
+    pub python: Python,
+    pub dir: WorkDir,
+    pub script: String,
+    /// The `ready ...` line it printed.
+    pub ready: String,
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Workload {
+    /// Starts `python SCRIPT ARGS...` and waits (up to 60 s) for its `ready` line. In `args`,
+    /// `{dir}` stands for the scratch directory as the interpreter sees it.
+    pub fn spawn(py: &Python, script: &str, args: &[&str]) -> Result<Self> {
+        let dir = WorkDir::new(py, script.trim_end_matches(".py"))?;
+        let mut cmd = py.command();
+        cmd.arg(dir.guest_path(script))
+            .args(args.iter().map(|a| a.replace("{dir}", &dir.guest.to_string_lossy())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().with_context(|| format!("cannot start {} {script}", py.describe()))?;
+        let pid = child.id();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut w = Workload { pid, python: py.clone(), dir, script: script.to_string(), ready: String::new(), child, lines };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match w.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with("ready") => {
+                    w.ready = line;
+                    return Ok(w);
+                }
+                Ok(_) => continue,
+                Err(_) => {
+                    let status = w.child.try_wait().ok().flatten();
+                    bail!(
+                        "{} {script} did not print its ready line ({})",
+                        py.describe(),
+                        match status {
+                            Some(s) => format!("it exited: {}", describe_status(s)),
+                            None => "still running after 60 s".into(),
+                        }
+                    );
+                }
+            }
+        }
+    }
+
+    /// Further stdout lines, without waiting.
+    pub fn stdout_lines(&self) -> Vec<String> {
+        self.lines.try_iter().collect()
+    }
+
+    /// `name=value` pairs of the ready line (e.g. thread ids).
+    pub fn ready_fields(&self) -> BTreeMap<String, String> {
+        self.ready
+            .split_whitespace()
+            .filter_map(|f| f.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+            .collect()
+    }
+
+    /// SIGTERM, then waits up to 30 s (SIGKILL after that).
+    pub fn terminate(&mut self) -> Option<ExitStatus> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return Some(status);
+        }
+        // SAFETY: plain kill(2) on our own child.
+        unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGTERM) };
+        self.wait_exit(Duration::from_secs(30)).or_else(|| {
+            let _ = self.child.kill();
+            self.child.wait().ok()
+        })
+    }
+
+    /// Waits for the exit, up to `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Reads a JSON file the workload wrote into its scratch directory.
+    pub fn read_json(&self, rel: &str) -> Result<serde_json::Value> {
+        let path = self.dir.host_path(rel);
+        let text = fs::read_to_string(&path).with_context(|| {
+            format!("{} {} did not write {}", self.python.describe(), self.script, path.display())
+        })?;
+        serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain child process (e.g. `sleep 30`), killed on drop.
+pub struct KillOnDrop(pub Child);
+
+impl KillOnDrop {
+    pub fn spawn(program: &str, args: &[&str]) -> Result<Self> {
+        let child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .with_context(|| format!("cannot start {program}"))?;
+        Ok(Self(child))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The inclusive line range of `def NAME(` in a workload script (up to the next top-level
+/// statement).
+pub fn function_lines(script: &str, name: &str) -> Option<(u32, u32)> {
+    let text = fs::read_to_string(workload_source(script)).ok()?;
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.iter().position(|l| l.starts_with(&format!("def {name}(")))?;
+    let mut end = start;
+    for (i, l) in lines.iter().enumerate().skip(start + 1) {
+        if !l.is_empty() && !l.starts_with(' ') && !l.starts_with('#') {
+            break;
+        }
+        if !l.trim().is_empty() {
+            end = i;
+        }
+    }
+    Some((start as u32 + 1, end as u32 + 1))
+}
+
+// ---------------------------------------------------------------------------------------
+// Running pyperch
+// ---------------------------------------------------------------------------------------
+
+pub fn describe_status(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit status {c}"),
+        (None, Some(s)) => format!("killed by signal {s}"),
+        _ => status.to_string(),
+    }
+}
+
+/// A finished command.
+#[derive(Debug)]
+pub struct Run {
+    pub argv: Vec<String>,
+    /// `None` when it had to be killed after the timeout.
+    pub status: Option<ExitStatus>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Run {
+    pub fn timed_out(&self) -> bool {
+        self.status.is_none()
+    }
+
+    pub fn success(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+
+    pub fn code(&self) -> Option<i32> {
+        self.status.and_then(|s| s.code())
+    }
+
+    /// Non-empty stderr lines.
+    pub fn stderr_lines(&self) -> Vec<&str> {
+        self.stderr.lines().filter(|l| !l.trim().is_empty()).collect()
+    }
+
+    /// Command line, status, time, stdout and stderr, for failure messages.
+    pub fn diag(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "\n--- command: {}", self.argv.join(" "));
+        let _ = writeln!(
+            s,
+            "--- result: {} after {:.1} s",
+            match self.status {
+                Some(st) => describe_status(st),
+                None => "TIMED OUT (killed)".into(),
+            },
+            self.elapsed.as_secs_f64()
+        );
+        let _ = writeln!(s, "--- stderr ({} lines, last 40):", self.stderr.lines().count());
+        tail_into(&mut s, &self.stderr, 40);
+        if !self.stdout.trim().is_empty() {
+            let _ = writeln!(s, "--- stdout (last 20 lines):");
+            tail_into(&mut s, &self.stdout, 20);
+        }
+        s
+    }
+
+    /// Asserts the "clear error" contract: failed (not killed, not timed out), exactly one
+    /// stderr line starting with `error: `, no panic or backtrace.
+    pub fn assert_clear_error(&self) {
+        let d = self.diag();
+        assert!(!self.timed_out(), "pyperch did not return{d}");
+        let status = self.status.unwrap();
+        assert!(status.code().is_some(), "pyperch died from a signal instead of exiting with an error{d}");
+        assert!(!status.success(), "pyperch exited 0 where an error was expected{d}");
+        let lower = self.stderr.to_lowercase();
+        assert!(!lower.contains("panicked"), "pyperch panicked{d}");
+        assert!(!lower.contains("backtrace"), "pyperch printed a backtrace{d}");
+        let errors: Vec<&str> = self.stderr.lines().filter(|l| l.starts_with("error: ")).collect();
+        assert_eq!(errors.len(), 1, "expected exactly one stderr line starting with `error: `{d}");
+    }
+
+    /// The single `error: ` line (after [`Run::assert_clear_error`]).
+    pub fn error_line(&self) -> String {
+        self.stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or("").to_string()
+    }
+}
+
+fn tail_into(s: &mut String, text: &str, n: usize) {
+    let lines: Vec<&str> = text.lines().collect();
+    for l in &lines[lines.len().saturating_sub(n)..] {
+        let _ = writeln!(s, "    {l}");
+    }
+}
+
+/// A started command whose output is being collected.
+pub struct Running {
+    pub argv: Vec<String>,
+    child: Child,
+    start: Instant,
+    out: thread::JoinHandle<String>,
+    err: thread::JoinHandle<String>,
+}
+
+fn collect(mut r: impl Read + Send + 'static) -> thread::JoinHandle<String> {
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    })
+}
+
+impl Running {
+    pub fn start(mut cmd: Command) -> Result<Self> {
+        let argv: Vec<String> = std::iter::once(cmd.get_program())
+            .chain(cmd.get_args())
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let start = Instant::now();
+        let mut child = cmd.spawn().with_context(|| format!("cannot start {}", argv[0]))?;
+        let out = collect(child.stdout.take().unwrap());
+        let err = collect(child.stderr.take().unwrap());
+        Ok(Self { argv, child, start, out, err })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits up to `timeout`; after that sends SIGINT, then SIGKILL 5 s later.
+    pub fn finish(mut self, timeout: Duration) -> Run {
+        let deadline = self.start + timeout;
+        let mut status = None;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                status = Some(s);
+                break;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        let elapsed = self.start.elapsed();
+        if status.is_none() {
+            // SAFETY: plain kill(2) on our own child.
+            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
+            let grace = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < grace {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let stdout = self.out.join().unwrap_or_default();
+        let stderr = self.err.join().unwrap_or_default();
+        Run { argv: self.argv, status, stdout, stderr, elapsed }
+    }
+}
+
+/// `pyperch ARGS` with a timeout.
+pub fn pyperch(args: &[&str], timeout: Duration) -> Run {
+    let mut cmd = Command::new(pyperch_bin());
+    cmd.args(args);
+    Running::start(cmd).expect("cannot start pyperch").finish(timeout)
+}
+
+/// A `pyperch record` run with collapsed output.
+pub struct Recording {
+    pub run: Run,
+    /// The collapsed file's text (empty when it was not written).
+    pub collapsed: String,
+    pub profile: Profile,
+    pub output: PathBuf,
+}
+
+/// A `pyperch record` in progress.
+pub struct RecordRun {
+    running: Running,
+    output: PathBuf,
+    timeout: Duration,
+}
+
+fn scratch_file(name: &str) -> PathBuf {
+    let dir = env::temp_dir().join("pyperch-tests").join(unique("record"));
+    fs::create_dir_all(&dir).expect("cannot create a scratch directory");
+    dir.join(name)
+}
+
+/// `--duration SECS` in `args`, if any.
+fn duration_arg(args: &[&str]) -> Option<f64> {
+    let end = args.iter().position(|a| *a == "--").unwrap_or(args.len());
+    let args = &args[..end];
+    args.iter().position(|a| *a == "--duration").and_then(|i| args.get(i + 1)?.parse().ok()).or_else(|| {
+        args.iter().find_map(|a| a.strip_prefix("--duration=")?.parse().ok())
+    })
+}
+
+impl RecordRun {
+    /// Starts `pyperch record --format collapsed --output TMP ARGS...`. The timeout is the
+    /// `--duration` plus 60 s (120 s without one).
+    pub fn start(args: &[&str]) -> Self {
+        let output = scratch_file("profile.collapsed");
+        let timeout = Duration::from_secs_f64(duration_arg(args).map_or(120.0, |d| d + 60.0));
+        let mut cmd = Command::new(pyperch_bin());
+        cmd.args(["record", "--format", "collapsed", "--output"]).arg(&output).args(args);
+        let running = Running::start(cmd).expect("cannot start pyperch");
+        Self { running, output, timeout }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.running.pid()
+    }
+
+    /// Waits (up to 15 s) until pyperch has perf events open, i.e. sampling has begun.
+    /// Returns whether that was seen.
+    pub fn wait_until_sampling(&self) -> bool {
+        let fd_dir = PathBuf::from(format!("/proc/{}/fd", self.pid()));
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            let Ok(entries) = fs::read_dir(&fd_dir) else { return false };
+            let open = entries.filter_map(|e| e.ok()).any(|e| {
+                fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().contains("perf_event"))
+            });
+            if open {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    pub fn finish(self) -> Recording {
+        let run = self.running.finish(self.timeout);
+        let collapsed = fs::read_to_string(&self.output).unwrap_or_default();
+        let profile = Profile::parse(&collapsed);
+        Recording { run, collapsed, profile, output: self.output }
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        // Kept after a failure (its path is in the diagnostics).
+        if let (false, Some(dir)) = (thread::panicking(), self.output.parent()) {
+            let _ = fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// `pyperch record --format collapsed --output TMP ARGS...`, to completion.
+pub fn record(args: &[&str]) -> Recording {
+    RecordRun::start(args).finish()
+}
+
+impl Recording {
+    /// Everything useful when a test fails: the command, status, stderr, and the head of
+    /// the collapsed output (heaviest stacks first).
+    pub fn diag(&self) -> String {
+        let mut s = self.run.diag();
+        let _ = writeln!(
+            s,
+            "--- collapsed output {}: {} lines, {} samples{}; heaviest 30:",
+            self.output.display(),
+            self.profile.stacks.len(),
+            self.profile.total(),
+            if self.profile.malformed.is_empty() {
+                String::new()
+            } else {
+                format!(", {} MALFORMED (first: {:?})", self.profile.malformed.len(), self.profile.malformed[0])
+            }
+        );
+        s.push_str(&self.profile.head(30));
+        s
+    }
+
+    /// `diag` plus the heaviest stacks of one process.
+    pub fn diag_pid(&self, pid: u32) -> String {
+        let mut s = self.diag();
+        let p = self.profile.for_pid(pid);
+        let _ = writeln!(s, "--- pid {pid}: {} samples; heaviest 15:", p.total());
+        s.push_str(&p.head(15));
+        s
+    }
+
+    /// Asserts a clean finish: exit 0 within the timeout, no panic, a well-formed profile.
+    pub fn assert_ok(&self) {
+        let d = self.diag();
+        assert!(!self.run.timed_out(), "pyperch record did not return{d}");
+        assert!(self.run.success(), "pyperch record failed{d}");
+        assert!(!self.run.stderr.contains("panicked"), "pyperch panicked{d}");
+        assert!(self.output.is_file(), "pyperch record did not write {}{d}", self.output.display());
+        assert!(self.profile.malformed.is_empty(), "malformed collapsed lines{d}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Collapsed stacks
+// ---------------------------------------------------------------------------------------
+
+/// One Python frame, `<qualname> (<file>:<line>)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PyFrame {
+    pub name: String,
+    pub file: String,
+    pub line: Option<u32>,
+}
+
+impl PyFrame {
+    /// Parses `<qualname> (<file>:<line>)`; a frame without that suffix is all name.
+    pub fn parse(s: &str) -> PyFrame {
+        if let Some((inner, open)) = s.strip_suffix(')').and_then(|i| Some((i, i.rfind(" (")?))) {
+            let name = &inner[..open];
+            let loc = &inner[open + 2..];
+            let (file, line) = match loc.rsplit_once(':') {
+                Some((f, l)) => (f, l.parse().ok()),
+                None => (loc, None),
+            };
+            return PyFrame { name: name.to_string(), file: file.to_string(), line };
+        }
+        PyFrame { name: s.to_string(), file: String::new(), line: None }
+    }
+
+    /// The function name matches `func` (the qualname is `func` or ends in `.func`).
+    pub fn is(&self, func: &str) -> bool {
+        name_matches(&self.name, func)
+    }
+}
+
+pub fn name_matches(qualname: &str, func: &str) -> bool {
+    qualname == func || qualname.strip_suffix(func).is_some_and(|p| p.ends_with('.'))
+}
+
+/// One collapsed line.
+#[derive(Clone, Debug)]
+pub struct Stack {
+    pub frames: Vec<String>,
+    pub count: u64,
+}
+
+impl Stack {
+    /// From the root frame `<comm> (pid <pid>)`.
+    pub fn pid(&self) -> Option<u32> {
+        let root = self.frames.first()?;
+        let inner = root.strip_suffix(')')?;
+        let at = inner.rfind("(pid ")?;
+        inner[at + 5..].trim().parse().ok()
+    }
+
+    pub fn comm(&self) -> Option<&str> {
+        let root = self.frames.first()?;
+        Some(root[..root.rfind(" (pid ")?].trim())
+    }
+
+    /// From the `thread <tid>` frame (with `--threads`).
+    pub fn tid(&self) -> Option<u32> {
+        self.frames.get(1)?.strip_prefix("thread ")?.trim().parse().ok()
+    }
+
+    /// The frames after the root (and the thread frame, if any): the Python stack, root first.
+    pub fn python_frames(&self) -> Vec<PyFrame> {
+        let skip = if self.tid().is_some() { 2 } else { 1 };
+        self.frames.iter().skip(skip).map(|f| PyFrame::parse(f)).collect()
+    }
+
+    pub fn leaf(&self) -> Option<PyFrame> {
+        self.python_frames().pop()
+    }
+
+    pub fn leaf_is(&self, func: &str) -> bool {
+        self.leaf().is_some_and(|f| f.is(func))
+    }
+
+    pub fn has_function(&self, func: &str) -> bool {
+        self.python_frames().iter().any(|f| f.is(func))
+    }
+}
+
+/// A parsed collapsed file.
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    pub stacks: Vec<Stack>,
+    /// Lines that are not `frame;frame;... COUNT`.
+    pub malformed: Vec<String>,
+}
+
+impl Profile {
+    pub fn parse(text: &str) -> Profile {
+        let mut p = Profile::default();
+        for line in text.lines() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            match line.rsplit_once(' ').and_then(|(stack, n)| Some((stack, n.parse::<u64>().ok()?))) {
+                Some((stack, count)) if !stack.is_empty() => {
+                    p.stacks.push(Stack { frames: stack.split(';').map(str::to_string).collect(), count })
+                }
+                _ => p.malformed.push(line.to_string()),
+            }
+        }
+        p
+    }
+
+    pub fn total(&self) -> u64 {
+        self.stacks.iter().map(|s| s.count).sum()
+    }
+
+    /// Samples of the stacks matching `pred`.
+    pub fn count(&self, pred: impl Fn(&Stack) -> bool) -> u64 {
+        self.stacks.iter().filter(|s| pred(s)).map(|s| s.count).sum()
+    }
+
+    pub fn filter(&self, pred: impl Fn(&Stack) -> bool) -> Profile {
+        Profile { stacks: self.stacks.iter().filter(|s| pred(s)).cloned().collect(), malformed: Vec::new() }
+    }
+
+    pub fn for_pid(&self, pid: u32) -> Profile {
+        self.filter(|s| s.pid() == Some(pid))
+    }
+
+    pub fn pids(&self) -> BTreeSet<u32> {
+        self.stacks.iter().filter_map(Stack::pid).collect()
+    }
+
+    /// Samples with `func` anywhere in the Python stack.
+    pub fn with_function(&self, func: &str) -> u64 {
+        self.count(|s| s.has_function(func))
+    }
+
+    /// Samples whose leaf frame is `func`.
+    pub fn with_leaf(&self, func: &str) -> u64 {
+        self.count(|s| s.leaf_is(func))
+    }
+
+    /// Samples per leaf function name ("" for stacks without Python frames).
+    pub fn leaf_histogram(&self) -> BTreeMap<String, u64> {
+        let mut h = BTreeMap::new();
+        for s in &self.stacks {
+            *h.entry(s.leaf().map(|f| f.name).unwrap_or_default()).or_insert(0) += s.count;
+        }
+        h
+    }
+
+    /// Samples per thread id (with `--threads`) of the stacks holding `func`.
+    pub fn threads_of(&self, func: &str) -> BTreeMap<u32, u64> {
+        let mut h = BTreeMap::new();
+        for s in self.stacks.iter().filter(|s| s.has_function(func)) {
+            if let Some(tid) = s.tid() {
+                *h.entry(tid).or_insert(0) += s.count;
+            }
+        }
+        h
+    }
+
+    /// The heaviest `n` stacks, one per line.
+    pub fn head(&self, n: usize) -> String {
+        let mut sorted: Vec<&Stack> = self.stacks.iter().collect();
+        sorted.sort_by_key(|s| std::cmp::Reverse(s.count));
+        let mut s = String::new();
+        for st in sorted.iter().take(n) {
+            let _ = writeln!(s, "    {} {}", st.frames.join(";"), st.count);
+        }
+        if sorted.len() > n {
+            let _ = writeln!(s, "    ... {} more lines", sorted.len() - n);
+        }
+        s
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Misc
+// ---------------------------------------------------------------------------------------
+
+/// A pid that is not in use (starting from `hint`, which should be near pid_max).
+pub fn unused_pid(hint: u32) -> u32 {
+    (0..1000).map(|i| hint - i).find(|p| !Path::new(&format!("/proc/{p}")).exists()).unwrap_or(hint)
+}
+
+/// Copies the binary under test to a world-readable scratch directory (so that an
+/// unprivileged user can run it even when the clone sits in a private home) and returns
+/// the copy's path.
+pub fn world_runnable_copy_of_pyperch() -> Result<PathBuf> {
+    let dir = env::temp_dir().join(unique("pyperch-nonroot"));
+    fs::create_dir_all(&dir)?;
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o1777))?;
+    let bin = dir.join("pyperch");
+    fs::copy(pyperch_bin(), &bin)?;
+    fs::set_permissions(&bin, fs::Permissions::from_mode(0o755))?;
+    Ok(bin)
+}
+
+/// Program `name` on PATH or in the sbin directories.
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    let path = env::var_os("PATH").unwrap_or_default();
+    env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// A number inside a workload's JSON result.
+pub fn json_f64(v: &serde_json::Value, path: &[&str]) -> Result<f64> {
+    let mut cur = v;
+    for p in path {
+        cur = cur.get(*p).ok_or_else(|| anyhow!("missing field {path:?} in {v}"))?;
+    }
+    cur.as_f64().ok_or_else(|| anyhow!("field {path:?} is not a number in {v}"))
+}

@@ -157,6 +157,39 @@ pub const FRAME_ENTRY_SIZE: usize = core::mem::size_of::<FrameEntry>();
 /// The largest record the kernel writes.
 pub const MAX_RECORD_SIZE: usize = SAMPLE_HEADER_SIZE + MAX_FULL_FRAMES * FRAME_ENTRY_SIZE;
 
+/// The bytes of one frame as read from the target (`FrameLayout::read_size` of them, the rest
+/// zero), with room for an 8-byte field at any masked offset.
+pub type FrameBytes = [u8; FRAME_READ_MAX + 8];
+
+/// Decodes one frame read at address `frame` into `entry`; returns the previous frame's
+/// address. Kernel and userspace share this, so both see a frame the same way.
+#[inline(always)]
+pub fn decode_frame(layout: &FrameLayout, frame: u64, buf: &FrameBytes, entry: &mut FrameEntry) -> u64 {
+    let code = field_u64(buf, layout.code) & layout.code_mask;
+    let instr_offset = match layout.instr_kind {
+        instr_kind::LASTI_BYTES => field_u64(buf, layout.instr) as u32 as i32,
+        instr_kind::LASTI_UNITS => (field_u64(buf, layout.instr) as u32 as i32).wrapping_mul(2),
+        _ => {
+            let pointer = field_u64(buf, layout.instr);
+            pointer.wrapping_sub(code).wrapping_sub(layout.code_adaptive as u64) as i64 as i32
+        }
+    };
+    entry.frame = frame;
+    entry.code = code;
+    entry.instr_offset = instr_offset;
+    entry.owner = if layout.owner == NO_FIELD { u8::MAX } else { field_u64(buf, layout.owner) as u8 };
+    field_u64(buf, layout.previous)
+}
+
+/// The little-endian u64 at `offset` in the frame bytes. Offsets are masked into the buffer,
+/// which keeps the BPF verifier satisfied and makes any offset safe.
+#[inline(always)]
+pub fn field_u64(buf: &FrameBytes, offset: u32) -> u64 {
+    let offset = (offset as usize) & (FRAME_READ_MAX - 1);
+    // SAFETY: offset < FRAME_READ_MAX and the buffer has 8 bytes more than that.
+    unsafe { core::ptr::read_unaligned(buf.as_ptr().add(offset) as *const u64) }
+}
+
 pub const HASH_SEED: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// Folds one frame into a running tail hash. Kernel and userspace call this same function,

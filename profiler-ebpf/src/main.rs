@@ -23,8 +23,8 @@ use aya_ebpf::{
     programs::PerfEventContext,
 };
 use profiler_common::{
-    FRAME_READ_MAX, FrameEntry, FrameLayout, HASH_SEED, MAX_FULL_FRAMES, MAX_HASHED_FRAMES,
-    MAX_THREAD_SCAN, NO_FIELD, ProcessInfo, SampleHeader, frame_hash, instr_kind,
+    FRAME_READ_MAX, FrameBytes, FrameEntry, FrameLayout, HASH_SEED, MAX_FULL_FRAMES, MAX_HASHED_FRAMES,
+    MAX_THREAD_SCAN, NO_FIELD, ProcessInfo, SampleHeader, decode_frame, frame_hash,
     sample_status, tstate_lookup,
 };
 
@@ -63,7 +63,7 @@ struct Scratch {
     record: Record,
     layout: FrameLayout,
     walk: WalkState,
-    frame: [u8; FRAME_READ_MAX + 8],
+    frame: FrameBytes,
 }
 
 #[map]
@@ -223,7 +223,7 @@ fn emit(scratch: &Scratch, n_full: usize) {
 
 /// Reads one frame into `entry`; returns the address of the previous (calling) frame.
 #[inline(always)]
-fn read_frame(layout: &FrameLayout, frame: u64, buf: &mut [u8; FRAME_READ_MAX + 8], entry: &mut FrameEntry) -> Option<u64> {
+fn read_frame(layout: &FrameLayout, frame: u64, buf: &mut FrameBytes, entry: &mut FrameEntry) -> Option<u64> {
     let size = layout.read_size & (FRAME_READ_MAX as u32 - 1);
     if size == 0 {
         return None;
@@ -235,28 +235,7 @@ fn read_frame(layout: &FrameLayout, frame: u64, buf: &mut [u8; FRAME_READ_MAX + 
     if ret != 0 {
         return None;
     }
-    let code = field_u64(buf, layout.code) & layout.code_mask;
-    let instr_offset = match layout.instr_kind {
-        instr_kind::LASTI_BYTES => field_u64(buf, layout.instr) as u32 as i32,
-        instr_kind::LASTI_UNITS => (field_u64(buf, layout.instr) as u32 as i32).wrapping_mul(2),
-        _ => {
-            let pointer = field_u64(buf, layout.instr);
-            pointer.wrapping_sub(code).wrapping_sub(layout.code_adaptive as u64) as i64 as i32
-        }
-    };
-    entry.frame = frame;
-    entry.code = code;
-    entry.instr_offset = instr_offset;
-    entry.owner = if layout.owner == NO_FIELD { u8::MAX } else { field_u64(buf, layout.owner) as u8 };
-    Some(field_u64(buf, layout.previous))
-}
-
-/// The little-endian u64 at `offset` in the frame bytes (offsets are masked into the buffer).
-#[inline(always)]
-fn field_u64(buf: &[u8; FRAME_READ_MAX + 8], offset: u32) -> u64 {
-    let offset = (offset as usize) & (FRAME_READ_MAX - 1);
-    // SAFETY: offset < FRAME_READ_MAX and the buffer has 8 bytes more than that.
-    unsafe { core::ptr::read_unaligned(buf.as_ptr().add(offset) as *const u64) }
+    Some(decode_frame(layout, frame, buf, entry))
 }
 
 fn read_u64(address: u64) -> u64 {

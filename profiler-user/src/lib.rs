@@ -1,0 +1,19 @@
+//! pyperch: a whole-host sampling profiler for CPython, built on eBPF.
+//!
+//! Data flows one way, and the modules follow it:
+//! `loader` (perf events → kernel walk → ring buffer) → `completion` (stacks deeper than the
+//! kernel went, through a validated frame cache) → `symbolize` (code objects → names and
+//! lines) → `aggregate` → `output`. `discovery` and `layout` find Python processes and tell
+//! the kernel how to walk them; `memory` reads targets; `stats` counts every outcome.
+
+pub mod aggregate;
+pub mod completion;
+pub mod discovery;
+pub mod layout;
+pub mod list;
+pub mod loader;
+pub mod memory;
+pub mod output;
+pub mod record;
+pub mod stats;
+pub mod symbolize;

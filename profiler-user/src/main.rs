@@ -1,8 +1,136 @@
-static PROG: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
-fn main() {
-    let mut ebpf = aya::Ebpf::load(PROG).unwrap();
-    for (n, _) in ebpf.programs() { println!("{n}"); }
-    let prog: &mut aya::programs::PerfEvent = ebpf.program_mut("pyperch_sample").unwrap().try_into().unwrap();
-    prog.load().unwrap();
-    println!("loaded");
+//! The `pyperch` command line. Errors end here as one sentence on stderr.
+
+use std::{ffi::OsString, path::PathBuf, process::ExitCode, time::Duration};
+
+use clap::{Parser, Subcommand};
+use pyperch::{
+    output::Format,
+    record::{self, RecordOptions},
+};
+
+/// A whole-host sampling profiler for CPython 3.8-3.15, built on eBPF.
+///
+/// pyperch samples every Python process on the machine (or the ones you choose) from the
+/// kernel, with exact stacks and line numbers, without pausing or ptracing the targets.
+/// It needs root (CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE) and a kernel with BTF (5.17+).
+#[derive(Parser, Debug)]
+#[command(name = "pyperch", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Commands,
+}
+
+#[derive(Subcommand, Debug)]
+enum Commands {
+    /// Sample Python stacks and write a profile.
+    ///
+    /// Examples:
+    ///   pyperch record --duration 10 --output profile.svg      (every Python on the host)
+    ///   pyperch record --pid 1234 --format speedscope -o p.json
+    ///   pyperch record --threads -o app.svg -- python app.py   (launch and profile)
+    #[command(verbatim_doc_comment)]
+    Record(RecordArgs),
+    /// List the Python processes pyperch sees: pid, executable, version, libpython linkage,
+    /// threads, and why any cannot be profiled.
+    List,
+}
+
+#[derive(clap::Args, Debug)]
+struct RecordArgs {
+    /// Profile only this process (repeatable). Default: every Python process on the host,
+    /// including those that start while recording.
+    #[arg(short, long = "pid", value_name = "PID")]
+    pids: Vec<u32>,
+    /// Stop after this many seconds (fractions allowed). Default: until Ctrl-C, or until the
+    /// launched command exits.
+    #[arg(short, long, value_name = "SECS")]
+    duration: Option<f64>,
+    /// Samples per second per CPU (1 to 100000).
+    #[arg(short, long, default_value_t = 99, value_name = "HZ")]
+    rate: u64,
+    /// Output format. Default: from the output file's extension (.svg flamegraph, .json
+    /// speedscope, .txt/.folded collapsed), else flamegraph (collapsed on standard output).
+    #[arg(short, long, value_enum)]
+    format: Option<Format>,
+    /// Where to write the profile. Default: pyperch.svg for a flamegraph, pyperch.json for
+    /// speedscope, standard output for collapsed stacks. Use - for standard output.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Keep threads apart: each stack starts with its process, then `thread <tid>`.
+    #[arg(short, long)]
+    threads: bool,
+    /// Print counts of every sample outcome, caches and target reads, for the run and per
+    /// process, on stderr at the end.
+    #[arg(long)]
+    stats: bool,
+    /// Launch this command and profile it and its Python children until it exits; pyperch
+    /// then exits with the command's status.
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {}", record::describe(e.as_ref()));
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    match cli.command {
+        Commands::List => {
+            if !pyperch::loader::has_capabilities() {
+                eprintln!("pyperch: warning: without root, processes of other users cannot be inspected");
+            }
+            let rows = pyperch::list::python_processes();
+            print!("{}", pyperch::list::render(&rows));
+            if rows.is_empty() {
+                eprintln!("pyperch: no Python process found");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Commands::Record(args) => {
+            let (format, output) = resolve_output(args.format, args.output);
+            let duration = match args.duration {
+                Some(d) if !(d > 0.0 && d.is_finite()) => {
+                    return Err(format!("--duration must be a positive number of seconds (got {d})").into());
+                }
+                Some(d) => Some(Duration::from_secs_f64(d)),
+                None => None,
+            };
+            let summary = record::record(RecordOptions {
+                pids: args.pids,
+                duration,
+                rate: args.rate,
+                threads: args.threads,
+                stats: args.stats,
+                command: args.command,
+                format,
+                output,
+            })?;
+            Ok(match summary.command_status {
+                Some(code) => ExitCode::from(code.clamp(0, 255) as u8),
+                None => ExitCode::SUCCESS,
+            })
+        }
+    }
+}
+
+/// The format and destination, filling in what the user left out.
+fn resolve_output(format: Option<Format>, output: Option<PathBuf>) -> (Format, Option<PathBuf>) {
+    let to_stdout = output.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    let output = if to_stdout { None } else { output };
+    let format = format
+        .or_else(|| output.as_deref().and_then(Format::from_path))
+        .unwrap_or(if output.is_some() { Format::Flamegraph } else { Format::Collapsed });
+    let output = match output {
+        Some(p) => Some(p),
+        None if to_stdout || format == Format::Collapsed => None,
+        None => Some(PathBuf::from(format!("pyperch.{}", format.extension()))),
+    };
+    (format, output)
 }

@@ -1,1 +1,507 @@
-fn main() {}
+//! `cargo xtask`: pyperch's developer front door.
+//!
+//! - `setup`  installs what a build needs (nightly `rust-src`, bpf-linker in the per-user
+//!   tool cache `$HOME/.cache/pyperch/tools`), skipping whatever is already there.
+//! - `build`  setup, then `cargo build --release -p profiler-user` (→ `target/release/pyperch`).
+//! - `run -- ARGS`  build, then run `target/release/pyperch ARGS` (its exit status is ours).
+//! - `test [-- FILTER...]`  setup, test fixtures (the Debian sid root filesystem with
+//!   python3.13/3.14/3.15), build, unit tests, then the end-to-end tests serially.
+//! - `bench`  not implemented yet.
+//!
+//! Everything cached lives outside the clone, under `$HOME/.cache/pyperch`, so that a CI run
+//! on a fresh clone of the same machine reuses it.
+
+use std::{
+    env,
+    ffi::OsString,
+    fs,
+    io::{self, Write},
+    os::unix::{fs::symlink, process::CommandExt},
+    path::{Path, PathBuf},
+    process::{Command, ExitStatus, Stdio},
+};
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "pyperch's developer tasks: setup, build, run, test, bench."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install what building pyperch needs (nightly rust-src, bpf-linker); idempotent.
+    Setup,
+    /// Setup, then build target/release/pyperch.
+    Build,
+    /// Build, then run target/release/pyperch with ARGS and exit with its status.
+    Run {
+        /// Arguments for pyperch (put them after `--`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+    /// Setup, test fixtures, build, unit tests, then the end-to-end tests (serially).
+    Test {
+        /// Test-name filters (and libtest flags) for the end-to-end tests, after `--`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        filters: Vec<OsString>,
+    },
+    /// Benchmarks (not implemented yet).
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Setup => Paths::new().and_then(|p| setup(&p)),
+        Cmd::Build => Paths::new().and_then(|p| build(&p).map(|_| ())),
+        Cmd::Run { args } => Paths::new().and_then(|p| run(&p, &args)),
+        Cmd::Test { filters } => Paths::new().and_then(|p| test(&p, &filters)),
+        Cmd::Bench { .. } => {
+            eprintln!("error: `cargo xtask bench` is not implemented yet.");
+            std::process::exit(1);
+        }
+    };
+    if let Err(err) = result {
+        // One readable sentence, with the causes chained after it.
+        eprintln!("error: {err:#}");
+        std::process::exit(1);
+    }
+}
+
+/// Where things are.
+struct Paths {
+    /// The workspace root (the directory of the top-level Cargo.toml).
+    root: PathBuf,
+    /// `$HOME/.cache/pyperch`.
+    cache: PathBuf,
+    /// The cargo target directory.
+    target: PathBuf,
+}
+
+impl Paths {
+    fn new() -> Result<Self> {
+        // `cargo run` sets CARGO_MANIFEST_DIR at run time too; fall back to the value baked in
+        // at compile time.
+        let manifest = env::var_os("CARGO_MANIFEST_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+        let root = manifest
+            .parent()
+            .ok_or_else(|| anyhow!("cannot find the workspace root above {}", manifest.display()))?
+            .to_path_buf();
+        let home = env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| anyhow!("HOME is not set, so the tool cache $HOME/.cache/pyperch has no place"))?;
+        let cache = PathBuf::from(home).join(".cache/pyperch");
+        let target = match env::var_os("CARGO_TARGET_DIR").filter(|t| !t.is_empty()) {
+            Some(t) => {
+                let t = PathBuf::from(t);
+                if t.is_absolute() { t } else { env::current_dir()?.join(t) }
+            }
+            None => root.join("target"),
+        };
+        Ok(Self { root, cache, target })
+    }
+
+    fn tools_bin(&self) -> PathBuf {
+        self.cache.join("tools/bin")
+    }
+
+    fn bpf_linker(&self) -> PathBuf {
+        self.tools_bin().join("bpf-linker")
+    }
+
+    fn pyperch(&self) -> PathBuf {
+        self.target.join("release/pyperch")
+    }
+
+    fn sid_rootfs(&self) -> PathBuf {
+        match env::var_os("PYPERCH_SID_ROOTFS").filter(|p| !p.is_empty()) {
+            Some(p) => PathBuf::from(p),
+            None => self.cache.join("sid-rootfs"),
+        }
+    }
+}
+
+fn step(msg: impl std::fmt::Display) {
+    println!("[xtask] {msg}");
+    let _ = io::stdout().flush();
+}
+
+fn warn(msg: impl std::fmt::Display) {
+    eprintln!("[xtask] warning: {msg}");
+}
+
+/// The `cargo` that runs us (cargo sets CARGO for `cargo run`), else the one on PATH.
+fn cargo() -> Command {
+    Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Runs a command to completion, turning "not found" and failures into one sentence.
+fn run_checked(cmd: &mut Command, what: &str) -> Result<()> {
+    let status = status_of(cmd, what)?;
+    if !status.success() {
+        bail!("{what} failed ({})", describe(status));
+    }
+    Ok(())
+}
+
+fn status_of(cmd: &mut Command, what: &str) -> Result<ExitStatus> {
+    cmd.status().map_err(|e| spawn_error(cmd, what, e))
+}
+
+fn spawn_error(cmd: &Command, what: &str, e: io::Error) -> anyhow::Error {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    if e.kind() == io::ErrorKind::NotFound {
+        anyhow!("{what} needs `{program}`, which is not installed or not on PATH")
+    } else {
+        anyhow!("{what}: could not start `{program}`: {e}")
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => status.to_string(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// setup
+// ---------------------------------------------------------------------------------------
+
+fn setup(p: &Paths) -> Result<()> {
+    // rustup drives both the nightly toolchain (for the eBPF crate) and rust-src.
+    match Command::new("rustup").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status() {
+        Ok(s) if s.success() => {}
+        Ok(s) => bail!("`rustup --version` failed ({}), and rustup is needed to build the eBPF part", describe(s)),
+        Err(_) => bail!("rustup is not installed or not on PATH; install it from https://rustup.rs (pyperch needs its nightly toolchain to build the eBPF part)"),
+    }
+    let sysroot = nightly_sysroot()?;
+    ensure_rust_src(&sysroot)?;
+    ensure_bpf_linker(p, &sysroot)?;
+    Ok(())
+}
+
+fn nightly_sysroot() -> Result<PathBuf> {
+    let out = Command::new("rustup")
+        .args(["run", "nightly", "rustc", "--print", "sysroot"])
+        .stderr(Stdio::piped())
+        .output()
+        .context("could not run `rustup run nightly rustc`")?;
+    if !out.status.success() {
+        bail!(
+            "the nightly Rust toolchain is not usable (`rustup run nightly rustc --print sysroot` failed); install it with `rustup toolchain install nightly`"
+        );
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+fn ensure_rust_src(sysroot: &Path) -> Result<()> {
+    if sysroot.join("lib/rustlib/src/rust").is_dir() {
+        step("rust-src (nightly): present");
+        return Ok(());
+    }
+    step("rust-src (nightly): missing, running `rustup component add rust-src --toolchain nightly`");
+    run_checked(
+        Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]),
+        "installing rust-src for the nightly toolchain",
+    )?;
+    if !sysroot.join("lib/rustlib/src/rust").is_dir() {
+        bail!("rust-src was installed but {} still does not exist", sysroot.join("lib/rustlib/src/rust").display());
+    }
+    Ok(())
+}
+
+/// `Some(version line)` when the cached bpf-linker exists and runs.
+fn bpf_linker_version(p: &Paths) -> Option<String> {
+    let linker = p.bpf_linker();
+    if !linker.is_file() {
+        return None;
+    }
+    let out = Command::new(&linker).arg("--version").stderr(Stdio::null()).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn ensure_bpf_linker(p: &Paths, nightly_sysroot: &Path) -> Result<()> {
+    if let Some(version) = bpf_linker_version(p) {
+        step(format!("bpf-linker: present ({version}, {})", p.bpf_linker().display()));
+        return Ok(());
+    }
+    if p.bpf_linker().exists() {
+        step(format!("bpf-linker: {} exists but does not run, rebuilding it", p.bpf_linker().display()));
+    } else {
+        step(format!("bpf-linker: missing, building it into {}", p.tools_bin().display()));
+    }
+
+    // bpf-linker must link against the same LLVM as the rustc that emits the bitcode: the
+    // libLLVM shipped inside the nightly toolchain.
+    let lib_dir = nightly_sysroot.join("lib");
+    let llvm_lib = fs::read_dir(&lib_dir)
+        .with_context(|| format!("cannot read the nightly toolchain's {}", lib_dir.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|name| name.starts_with("libLLVM.so.") && name.contains("-rust-"))
+        .ok_or_else(|| anyhow!("the nightly toolchain has no libLLVM.so.*-rust-* in {}, so bpf-linker cannot be built against it", lib_dir.display()))?;
+    // libLLVM.so.22.1-rust-1.97.0-nightly → 22
+    let major: u32 = llvm_lib["libLLVM.so.".len()..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|m| m.parse().ok())
+        .ok_or_else(|| anyhow!("cannot tell the LLVM major version from {llvm_lib}"))?;
+    let llvm_prefix = p.cache.join("llvm");
+    let prefix_lib = llvm_prefix.join("lib");
+    fs::create_dir_all(&prefix_lib).with_context(|| format!("cannot create {}", prefix_lib.display()))?;
+    for name in ["libLLVM.so", llvm_lib.as_str()] {
+        let link = prefix_lib.join(name);
+        if link.symlink_metadata().is_ok() {
+            fs::remove_file(&link).with_context(|| format!("cannot replace {}", link.display()))?;
+        }
+        symlink(lib_dir.join(&llvm_lib), &link).with_context(|| format!("cannot create the symlink {}", link.display()))?;
+    }
+    step(format!(
+        "bpf-linker: `cargo install bpf-linker --no-default-features --features llvm-{major}` against {} (takes a few minutes)",
+        lib_dir.join(&llvm_lib).display()
+    ));
+    fs::create_dir_all(&p.cache)?;
+    run_checked(
+        cargo()
+            .current_dir(&p.cache)
+            .env("LLVM_PREFIX", &llvm_prefix)
+            .arg("install")
+            .arg("--root")
+            .arg(p.cache.join("tools"))
+            .args(["bpf-linker", "--no-default-features", "--features"])
+            .arg(format!("llvm-{major}")),
+        "building bpf-linker",
+    )?;
+    match bpf_linker_version(p) {
+        Some(version) => {
+            step(format!("bpf-linker: built ({version})"));
+            Ok(())
+        }
+        None => bail!("bpf-linker was built but `{} --version` does not run", p.bpf_linker().display()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// test fixtures: the Debian sid root filesystem
+// ---------------------------------------------------------------------------------------
+
+const SID_PYTHONS: [&str; 3] = ["python3.13", "python3.14", "python3.15"];
+
+fn rootfs_missing_pythons(rootfs: &Path) -> Vec<&'static str> {
+    SID_PYTHONS
+        .iter()
+        .copied()
+        .filter(|py| !rootfs.join("usr/bin").join(py).exists())
+        .collect()
+}
+
+fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|euid| euid == "0"))
+        })
+        .unwrap_or(false)
+}
+
+fn find_program(name: &str) -> Option<PathBuf> {
+    let path = env::var_os("PATH").unwrap_or_default();
+    env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Makes sure the sid rootfs exists; returns its path when it is complete.
+fn setup_test_fixtures(p: &Paths) -> Option<PathBuf> {
+    let rootfs = p.sid_rootfs();
+    if rootfs.exists() {
+        let missing = rootfs_missing_pythons(&rootfs);
+        if missing.is_empty() {
+            step(format!("sid rootfs: present ({})", rootfs.display()));
+            return Some(rootfs);
+        }
+        // Not ours to repair: it may be someone else's, or still being created.
+        warn(format!(
+            "{} exists but has no {}; the tests that need Debian sid's pythons will skip (remove it to have it rebuilt)",
+            rootfs.display(),
+            missing.join("/")
+        ));
+        return None;
+    }
+    match build_sid_rootfs(&rootfs) {
+        Ok(()) => Some(rootfs),
+        Err(err) => {
+            warn(format!(
+                "could not build the Debian sid rootfs at {}: {err:#}; the tests that need python3.13/3.14/3.15 from sid will skip",
+                rootfs.display()
+            ));
+            None
+        }
+    }
+}
+
+fn build_sid_rootfs(rootfs: &Path) -> Result<()> {
+    if !is_root() {
+        bail!("debootstrap and chroot need root");
+    }
+    let debootstrap = match find_program("debootstrap") {
+        Some(d) => d,
+        None => {
+            step("sid rootfs: debootstrap missing, running `apt-get install -y debootstrap`");
+            let mut install = Command::new("apt-get");
+            install.args(["install", "-y", "debootstrap"]).env("DEBIAN_FRONTEND", "noninteractive");
+            if !status_of(&mut install, "installing debootstrap")?.success() {
+                step("sid rootfs: apt-get install failed, running `apt-get update` and retrying");
+                run_checked(Command::new("apt-get").arg("update"), "apt-get update")?;
+                run_checked(&mut install, "installing debootstrap")?;
+            }
+            find_program("debootstrap").ok_or_else(|| anyhow!("debootstrap is still not found after installing it"))?
+        }
+    };
+    let parent = rootfs.parent().ok_or_else(|| anyhow!("{} has no parent directory", rootfs.display()))?;
+    fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    let name = rootfs.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "sid-rootfs".into());
+    let tmp = parent.join(format!("{name}.partial-{}", std::process::id()));
+    let log_path = parent.join(format!("{name}-build.log"));
+    let log = fs::File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
+    step(format!(
+        "sid rootfs: missing, running debootstrap into {} (about a minute; log in {})",
+        tmp.display(),
+        log_path.display()
+    ));
+    let status = status_of(
+        Command::new(&debootstrap)
+            .arg("--variant=minbase")
+            .arg(format!("--include={}", SID_PYTHONS.join(",")))
+            .arg("sid")
+            .arg(&tmp)
+            .arg("http://deb.debian.org/debian")
+            .stdout(log.try_clone()?)
+            .stderr(log),
+        "building the sid rootfs",
+    )?;
+    let missing = rootfs_missing_pythons(&tmp);
+    if !status.success() || !missing.is_empty() {
+        remove_partial(&tmp);
+        if !status.success() {
+            bail!("debootstrap failed ({}); see {}", describe(status), log_path.display());
+        }
+        bail!("debootstrap finished but the rootfs has no {}; see {}", missing.join("/"), log_path.display());
+    }
+    if rootfs.exists() {
+        // Someone else finished first; keep theirs.
+        remove_partial(&tmp);
+        step(format!("sid rootfs: {} appeared meanwhile, keeping it", rootfs.display()));
+        return Ok(());
+    }
+    fs::rename(&tmp, rootfs).with_context(|| format!("cannot rename {} to {}", tmp.display(), rootfs.display()))?;
+    step(format!("sid rootfs: built ({})", rootfs.display()));
+    Ok(())
+}
+
+/// Removes our own half-built rootfs, unless something is still mounted inside it
+/// (removing a tree with /proc or /sys mounted inside would be dangerous).
+fn remove_partial(tmp: &Path) {
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let prefix = tmp.to_string_lossy().into_owned();
+    if mounts.lines().filter_map(|l| l.split_whitespace().nth(1)).any(|m| m.starts_with(&prefix)) {
+        warn(format!("left {} in place because something is still mounted inside it", tmp.display()));
+        return;
+    }
+    if let Err(err) = fs::remove_dir_all(tmp) {
+        warn(format!("could not remove {}: {err}", tmp.display()));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// build / run / test
+// ---------------------------------------------------------------------------------------
+
+fn build(p: &Paths) -> Result<PathBuf> {
+    setup(p)?;
+    build_only(p)
+}
+
+/// `cargo build --release -p profiler-user`, without the set-up steps.
+fn build_only(p: &Paths) -> Result<PathBuf> {
+    step("build: cargo build --release -p profiler-user");
+    run_checked(
+        cargo().current_dir(&p.root).args(["build", "--release", "-p", "profiler-user"]),
+        "building pyperch",
+    )?;
+    let bin = p.pyperch();
+    if !bin.is_file() {
+        bail!("the build succeeded but {} does not exist", bin.display());
+    }
+    step(format!("build: {}", bin.display()));
+    Ok(bin)
+}
+
+fn run(p: &Paths, args: &[OsString]) -> Result<()> {
+    let bin = build(p)?;
+    // Replace this process: pyperch gets the terminal's signals directly and its exit status
+    // becomes ours.
+    let err = Command::new(&bin).args(args).exec();
+    Err(anyhow!("could not run {}: {err}", bin.display()))
+}
+
+fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
+    setup(p)?;
+    let rootfs = setup_test_fixtures(p);
+    let bin = build_only(p)?;
+    let bin = fs::canonicalize(&bin).unwrap_or(bin);
+
+    step("test: unit tests (cargo test --release -p profiler-common -p profiler-user)");
+    let unit = status_of(
+        cargo().current_dir(&p.root).args(["test", "--release", "-p", "profiler-common", "-p", "profiler-user"]),
+        "running the unit tests",
+    )?;
+
+    step(format!(
+        "test: end-to-end tests (cargo test --release -p pyperch-tests -- --test-threads=1) with PYPERCH_BIN={}{}",
+        bin.display(),
+        match &rootfs {
+            Some(r) => format!(" PYPERCH_SID_ROOTFS={}", r.display()),
+            None => " (no sid rootfs: its tests skip)".to_string(),
+        }
+    ));
+    let mut e2e = cargo();
+    e2e.current_dir(&p.root)
+        .args(["test", "--release", "-p", "pyperch-tests", "--", "--test-threads=1"])
+        .args(filters)
+        .env("PYPERCH_BIN", &bin);
+    match &rootfs {
+        Some(r) => e2e.env("PYPERCH_SID_ROOTFS", r),
+        None => e2e.env_remove("PYPERCH_SID_ROOTFS"),
+    };
+    let e2e = status_of(&mut e2e, "running the end-to-end tests")?;
+
+    match (unit.success(), e2e.success()) {
+        (true, true) => {
+            step("test: all passed");
+            Ok(())
+        }
+        (false, true) => bail!("the unit tests failed ({})", describe(unit)),
+        (true, false) => bail!("the end-to-end tests failed ({})", describe(e2e)),
+        (false, false) => bail!("the unit tests and the end-to-end tests failed"),
+    }
+}

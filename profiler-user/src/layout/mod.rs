@@ -1,0 +1,115 @@
+//! Interpreter layouts: where CPython keeps what a stack walk needs, per version.
+//!
+//! The facts are data, kept apart from the walking logic (as py-spy does):
+//! - `tables` holds the layouts of 3.8-3.12 and the few fields 3.13+ does not publish;
+//! - `debug_offsets` decodes `_Py_DebugOffsets`, which 3.13+ embeds at the start of
+//!   `_PyRuntime`, and is the source of truth for those versions.
+//!
+//! A `PythonLayout` is complete: the kernel part (`ThreadLayout`, `FrameLayout`) goes into the
+//! BPF map as plain numbers; the rest is used by userspace to complete and symbolize stacks.
+
+pub mod debug_offsets;
+pub mod tables;
+
+use profiler_common::{FrameLayout, ThreadLayout};
+
+/// A CPython version, as `PY_VERSION_HEX` spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version {
+    pub major: u8,
+    pub minor: u8,
+    pub micro: u8,
+}
+
+impl Version {
+    pub const fn new(major: u8, minor: u8, micro: u8) -> Self {
+        Self { major, minor, micro }
+    }
+
+    /// From `PY_VERSION_HEX` (0xMMmmppRS).
+    pub fn from_hex(hex: u64) -> Self {
+        Self { major: (hex >> 24) as u8, minor: (hex >> 16) as u8, micro: (hex >> 8) as u8 }
+    }
+
+    /// (major, minor): layouts are keyed by minor version.
+    pub fn minor_key(&self) -> (u8, u8) {
+        (self.major, self.minor)
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.micro)
+    }
+}
+
+/// The three encodings of the instruction-to-line table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineTableFormat {
+    /// 3.8, 3.9: `co_lnotab`, pairs of (u8 byte step, i8 line step).
+    Lnotab,
+    /// 3.10: `co_linetable`, pairs of (u8 byte step, i8 line step, -128 = no line).
+    PairTable,
+    /// 3.11+: `co_linetable`, the location table (varint entries).
+    LocationTable,
+}
+
+/// Code object fields (offsets from the code object address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CodeLayout {
+    /// Size to read from a code object: covers every offset here (and `co_code_adaptive`).
+    pub size: u32,
+    pub filename: u32,
+    pub name: u32,
+    /// `co_qualname` (3.11+); older versions only have `co_name`.
+    pub qualname: Option<u32>,
+    /// `int co_firstlineno`.
+    pub firstlineno: u32,
+    /// `co_lnotab` (3.8, 3.9) or `co_linetable` (3.10+): a bytes object.
+    pub linetable: u32,
+    pub line_format: LineTableFormat,
+    /// `int _co_firsttraceable` (3.11+): frames before it are not yet visible to Python.
+    pub firsttraceable: Option<u32>,
+}
+
+/// Layout of the objects we decode: every object's type pointer, `str` and `bytes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectLayout {
+    pub ob_type: u32,
+    pub str_length: u32,
+    pub str_state: u32,
+    /// Where the characters of a compact ASCII string start.
+    pub str_ascii_data: u32,
+    /// Where the characters of a compact non-ASCII string start.
+    pub str_compact_data: u32,
+    pub bytes_size: u32,
+    pub bytes_data: u32,
+}
+
+/// What a frame's `owner` and instruction position mean in this version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameSemantics {
+    /// `FRAME_OWNED_BY_GENERATOR` (3.11+).
+    pub owner_generator: Option<u8>,
+    /// Frames with `owner >= shim_owner` are interpreter shims / C-stack entries / the 3.15
+    /// base sentinel, never shown (3.12+).
+    pub shim_owner: Option<u8>,
+    /// True when the position is the *last executed* instruction (3.11, 3.12 `prev_instr`),
+    /// false when it is the current one (3.13+ `instr_ptr`) or `f_lasti` (3.8-3.10).
+    pub position_is_previous: bool,
+}
+
+/// Everything needed to find, walk and symbolize the stacks of one interpreter version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PythonLayout {
+    pub version: Version,
+    /// Offset of `interpreters.head` in `_PyRuntime`.
+    pub interpreters_head: u32,
+    /// Offset in `_PyRuntime` of the `int` pthread key of `autoTSSkey` (3.8-3.14), if any.
+    pub pthread_key: Option<u32>,
+    pub thread: ThreadLayout,
+    pub frame: FrameLayout,
+    pub frame_semantics: FrameSemantics,
+    pub code: CodeLayout,
+    pub objects: ObjectLayout,
+}

@@ -1,0 +1,96 @@
+//! `pyperch list`: the Python processes pyperch sees, and why any cannot be profiled.
+
+use std::fmt::Write as _;
+
+use crate::discovery::{self, DiscoveryError, Linkage};
+
+/// One row of the listing.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub pid: u32,
+    pub executable: String,
+    pub version: String,
+    pub linkage: String,
+    pub threads: String,
+    /// "ok", or why the process cannot be profiled.
+    pub status: String,
+}
+
+/// Every Python process on the host (by content), supported or not.
+pub fn python_processes() -> Vec<Row> {
+    let own = std::process::id();
+    let mut rows = Vec::new();
+    for pid in discovery::python_pids_candidates() {
+        if pid == own {
+            continue;
+        }
+        match discovery::inspect(pid) {
+            Ok(p) => rows.push(Row {
+                pid,
+                executable: p.exe.display().to_string(),
+                version: p.version.to_string(),
+                linkage: match &p.linkage {
+                    Linkage::Static => "static".to_string(),
+                    Linkage::Shared { .. } => "shared".to_string(),
+                },
+                threads: p.thread_count().map(|n| n.to_string()).unwrap_or_else(|| "?".into()),
+                status: "ok".to_string(),
+            }),
+            Err(DiscoveryError::Unsupported { pid, reason, .. }) => rows.push(Row {
+                pid,
+                executable: std::fs::read_link(format!("/proc/{pid}/exe"))
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|_| "?".into()),
+                version: "?".into(),
+                linkage: "?".into(),
+                threads: "?".into(),
+                status: format!("unsupported: {reason}"),
+            }),
+            Err(DiscoveryError::NotReady { reason, .. }) => rows.push(Row {
+                pid,
+                executable: std::fs::read_link(format!("/proc/{pid}/exe"))
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|_| "?".into()),
+                version: "?".into(),
+                linkage: "?".into(),
+                threads: "?".into(),
+                status: format!("starting: {reason}"),
+            }),
+            Err(_) => {}
+        }
+    }
+    rows.sort_by_key(|r| r.pid);
+    rows
+}
+
+/// The rows as an aligned table.
+pub fn render(rows: &[Row]) -> String {
+    let headers = ["PID", "EXECUTABLE", "VERSION", "LIBPYTHON", "THREADS", "STATUS"];
+    let cells: Vec<[String; 6]> = rows
+        .iter()
+        .map(|r| [r.pid.to_string(), r.executable.clone(), r.version.clone(), r.linkage.clone(), r.threads.clone(), r.status.clone()])
+        .collect();
+    let mut widths = headers.map(|h| h.len());
+    for row in &cells {
+        for (i, c) in row.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, row: &[&str]| {
+        for (i, c) in row.iter().enumerate() {
+            if i + 1 == row.len() {
+                let _ = write!(out, "{c}");
+            } else {
+                let _ = write!(out, "{c:<w$}  ", w = widths[i]);
+            }
+        }
+        out.push('\n');
+    };
+    line(&mut out, &headers);
+    for row in &cells {
+        let refs: Vec<&str> = row.iter().map(String::as_str).collect();
+        line(&mut out, &refs);
+    }
+    out
+}

@@ -1,0 +1,252 @@
+//! Loading the kernel program: preflight checks, kernel structure offsets from BTF, the
+//! per-CPU perf events, and the maps userspace talks through.
+//!
+//! The kernel program is embedded in the binary at build time (see build.rs).
+
+use std::fs;
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    programs::{
+        PerfEvent,
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+    },
+};
+use profiler_common::ProcessInfo;
+
+/// The kernel program, built by build.rs for bpfel-unknown-none.
+static KERNEL_PROGRAM: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+
+const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+/// `bpf_loop` arrived in Linux 5.17.
+const MIN_KERNEL: (u32, u32) = (5, 17);
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(
+        "pyperch needs root (or the capabilities CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE) to load its eBPF program and read Python processes; run it with sudo"
+    )]
+    NotPrivileged,
+    #[error("this kernel has no BTF ({BTF_PATH} is missing); pyperch needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
+    NoBtf,
+    #[error("kernel {found} is too old; pyperch needs Linux {}.{} or newer (for bpf_loop)", MIN_KERNEL.0, MIN_KERNEL.1)]
+    KernelTooOld { found: String },
+    #[error("could not read the kernel's BTF ({BTF_PATH}): {0}")]
+    Btf(String),
+    #[error("the kernel's BTF has no {0}; pyperch cannot find thread registers on this kernel")]
+    BtfMissing(&'static str),
+    #[error("the kernel refused pyperch's eBPF program: {0}")]
+    Load(String),
+    #[error("could not attach to the CPU clock on CPU {cpu}: {message}")]
+    Attach { cpu: u32, message: String },
+    #[error("could not list the online CPUs: {0}")]
+    Cpus(String),
+    #[error("eBPF map {0} is missing from the kernel program")]
+    MissingMap(&'static str),
+    #[error("could not register process {pid} with the kernel program: {message}")]
+    Register { pid: u32, message: String },
+}
+
+/// Checks what a user can fix before anything is loaded: privileges, BTF, kernel version.
+pub fn preflight() -> Result<(), LoadError> {
+    if !has_capabilities() {
+        return Err(LoadError::NotPrivileged);
+    }
+    if fs::metadata(BTF_PATH).is_err() {
+        return Err(LoadError::NoBtf);
+    }
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
+    let major = parts.next().and_then(|p| p.parse::<u32>().ok()).unwrap_or(0);
+    let minor = parts.next().and_then(|p| p.parse::<u32>().ok()).unwrap_or(0);
+    if (major, minor) < MIN_KERNEL {
+        return Err(LoadError::KernelTooOld { found: release.trim().to_string() });
+    }
+    Ok(())
+}
+
+/// Whether this process may load BPF programs, open system-wide perf events and read other
+/// processes' memory: CAP_SYS_ADMIN, or CAP_BPF + CAP_PERFMON; plus CAP_SYS_PTRACE.
+pub fn has_capabilities() -> bool {
+    const CAP_SYS_PTRACE: u32 = 19;
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_PERFMON: u32 = 38;
+    const CAP_BPF: u32 = 39;
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let effective = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    let has = |cap: u32| effective & (1u64 << cap) != 0;
+    (has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))) && has(CAP_SYS_PTRACE)
+}
+
+/// Offset of `thread.fsbase` in `struct task_struct`, from the running kernel's BTF.
+pub fn task_fsbase_offset() -> Result<u64, LoadError> {
+    use btf_rs::{Btf, Type};
+    let btf = Btf::from_file(BTF_PATH).map_err(|e| LoadError::Btf(e.to_string()))?;
+    let member_offset = |struct_name: &'static str, member: &'static str| -> Result<(u64, Type), LoadError> {
+        let types = btf.resolve_types_by_name(struct_name).map_err(|_| LoadError::BtfMissing(struct_name))?;
+        for ty in types {
+            let Type::Struct(st) = ty else { continue };
+            for m in &st.members {
+                if btf.resolve_name(m).ok().as_deref() == Some(member) {
+                    let mut resolved = btf.resolve_chained_type(m).map_err(|e| LoadError::Btf(e.to_string()))?;
+                    // Skip typedefs/qualifiers down to the struct itself.
+                    for _ in 0..8 {
+                        match resolved {
+                            Type::Typedef(_) | Type::Const(_) | Type::Volatile(_) => {
+                                let next = match &resolved {
+                                    Type::Typedef(t) => btf.resolve_chained_type(t),
+                                    Type::Const(t) => btf.resolve_chained_type(t),
+                                    Type::Volatile(t) => btf.resolve_chained_type(t),
+                                    _ => unreachable!(),
+                                };
+                                resolved = next.map_err(|e| LoadError::Btf(e.to_string()))?;
+                            }
+                            _ => break,
+                        }
+                    }
+                    return Ok((m.bit_offset() as u64 / 8, resolved));
+                }
+            }
+        }
+        Err(LoadError::BtfMissing(member))
+    };
+    let (thread_offset, _) = member_offset("task_struct", "thread")?;
+    let (fsbase_offset, _) = member_offset("thread_struct", "fsbase")?;
+    Ok(thread_offset + fsbase_offset)
+}
+
+/// The loaded kernel program and its maps.
+pub struct KernelProgram {
+    ebpf: Ebpf,
+    processes: BpfHashMap<MapData, u32, ProcessInfo>,
+    counters: PerCpuArray<MapData, u64>,
+    attached_cpus: usize,
+}
+
+/// Kernel-side counters (summed over CPUs).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct KernelCounters {
+    /// Perf events that hit a registered process.
+    pub sampled: u64,
+    /// Records dropped because the ring buffer was full.
+    pub ringbuf_full: u64,
+}
+
+impl KernelProgram {
+    /// Loads and verifies the kernel program (not attached yet).
+    pub fn load() -> Result<Self, LoadError> {
+        let fsbase = task_fsbase_offset()?;
+        // Kernels >= 5.11 charge BPF memory to the memory cgroup; RLIMIT_MEMLOCK only matters
+        // on older ones, and raising it needs CAP_SYS_RESOURCE. Try, and go on either way.
+        raise_memlock_limit();
+        let mut ebpf = EbpfLoader::new()
+            .override_global("TASK_FSBASE_OFFSET", &fsbase, true)
+            .load(KERNEL_PROGRAM)
+            .map_err(|e| LoadError::Load(error_chain(&e)))?;
+        let program: &mut PerfEvent = ebpf
+            .program_mut("pyperch_sample")
+            .ok_or(LoadError::Load("program pyperch_sample not found".into()))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| LoadError::Load(error_chain(&e)))?;
+        program.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
+        let processes = BpfHashMap::try_from(ebpf.take_map("PROCESSES").ok_or(LoadError::MissingMap("PROCESSES"))?)
+            .map_err(|e| LoadError::Load(error_chain(&e)))?;
+        let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").ok_or(LoadError::MissingMap("COUNTERS"))?)
+            .map_err(|e| LoadError::Load(error_chain(&e)))?;
+        Ok(Self { ebpf, processes, counters, attached_cpus: 0 })
+    }
+
+    /// Attaches to the CPU clock of every online CPU, sampling at `hz`.
+    pub fn attach(&mut self, hz: u64) -> Result<(), LoadError> {
+        let cpus = aya::util::online_cpus().map_err(|(what, e)| LoadError::Cpus(format!("{what}: {e}")))?;
+        let program: &mut PerfEvent = self
+            .ebpf
+            .program_mut("pyperch_sample")
+            .ok_or(LoadError::Load("program pyperch_sample not found".into()))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| LoadError::Load(error_chain(&e)))?;
+        for cpu in cpus {
+            program
+                .attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Frequency(hz),
+                    false,
+                )
+                .map_err(|e| LoadError::Attach { cpu, message: error_chain(&e) })?;
+            self.attached_cpus += 1;
+        }
+        Ok(())
+    }
+
+    pub fn attached_cpus(&self) -> usize {
+        self.attached_cpus
+    }
+
+    /// Takes the ring buffer the kernel writes samples to.
+    pub fn take_ring_buffer(&mut self) -> Result<RingBuf<MapData>, LoadError> {
+        let map = self.ebpf.take_map("SAMPLES").ok_or(LoadError::MissingMap("SAMPLES"))?;
+        RingBuf::try_from(map).map_err(|e| LoadError::Load(error_chain(&e)))
+    }
+
+    /// Tells the kernel to sample `pid` with this layout.
+    pub fn register(&mut self, pid: u32, info: &ProcessInfo) -> Result<(), LoadError> {
+        self.processes
+            .insert(pid, *info, 0)
+            .map_err(|e| LoadError::Register { pid, message: error_chain(&e) })
+    }
+
+    /// Stops sampling `pid` (it exited, or its PID was reused). Absent pids are fine.
+    pub fn unregister(&mut self, pid: u32) {
+        let _ = self.processes.remove(&pid);
+    }
+
+    /// Detaches from every CPU: no sample is produced after this returns.
+    pub fn detach(&mut self) {
+        if let Some(program) = self.ebpf.program_mut("pyperch_sample") {
+            let program: Result<&mut PerfEvent, _> = program.try_into();
+            if let Ok(program) = program {
+                let _ = program.unload();
+            }
+        }
+        self.attached_cpus = 0;
+    }
+
+    pub fn counters(&self) -> KernelCounters {
+        let sum = |index: u32| -> u64 {
+            self.counters.get(&index, 0).map(|values| values.iter().copied().sum()).unwrap_or(0)
+        };
+        KernelCounters { sampled: sum(0), ringbuf_full: sum(1) }
+    }
+}
+
+fn raise_memlock_limit() {
+    let limit = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: setrlimit reads the struct we pass; failure is harmless (see caller).
+    let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &limit) };
+}
+
+/// An error and its causes on one line.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = s.source();
+    }
+    // The verifier log is long; keep the first and last lines only.
+    if message.lines().count() > 12 {
+        let lines: Vec<&str> = message.lines().collect();
+        message = format!("{} [...] {}", lines[..4].join(" "), lines[lines.len() - 6..].join(" "));
+    }
+    message
+}

@@ -1,0 +1,263 @@
+//! Writers that turn a finished [`Profile`] into files people can look at.
+//!
+//! Three formats, one module each:
+//! - [`collapsed`]: Brendan Gregg's folded stacks, one `frame;frame;frame count` line per stack;
+//! - [`speedscope`]: the JSON file format of <https://www.speedscope.app>;
+//! - [`flamegraph`]: an interactive SVG flame graph drawn by `inferno` from the folded stacks.
+//!
+//! Every writer is deterministic: the same profile always produces the same bytes (stacks are
+//! sorted, never emitted in hash-map order).
+
+pub mod collapsed;
+pub mod flamegraph;
+pub mod speedscope;
+
+use std::fmt;
+use std::io;
+use std::path::Path;
+
+use crate::aggregate::Profile;
+
+/// Placeholder process name for a pid that was sampled but never labelled (or whose `comm`
+/// is empty).
+pub const UNKNOWN_COMM: &str = "[unknown]";
+
+/// Leaf frame standing in for a stack with no Python frames (a thread sampled while not
+/// running Python code). Every format shows it, so the formats agree on what was sampled; in
+/// the folded format it also keeps a `thread <tid>` frame from ending a line, where readers
+/// (flamegraph.pl, inferno) would take the tid for a differential count column.
+pub const NO_PYTHON_FRAMES: &str = "[no Python frames]";
+
+/// An output file format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Folded stacks (`frame;frame;frame count`), as read by flamegraph.pl, inferno and
+    /// speedscope.
+    Collapsed,
+    /// speedscope's JSON file format; open it at <https://www.speedscope.app>.
+    Speedscope,
+    /// An interactive SVG flame graph; open it in a web browser.
+    Flamegraph,
+}
+
+impl Format {
+    /// Guesses the format from a file name's extension (case-insensitively):
+    /// `.svg` → [`Format::Flamegraph`], `.json` / `.speedscope` → [`Format::Speedscope`],
+    /// `.txt` / `.folded` / `.collapsed` → [`Format::Collapsed`]. Anything else is `None`.
+    pub fn from_path(path: &Path) -> Option<Format> {
+        let extension = path.extension()?.to_str()?;
+        let is = |candidate: &str| extension.eq_ignore_ascii_case(candidate);
+        if is("svg") {
+            Some(Format::Flamegraph)
+        } else if is("json") || is("speedscope") {
+            Some(Format::Speedscope)
+        } else if is("txt") || is("folded") || is("collapsed") {
+            Some(Format::Collapsed)
+        } else {
+            None
+        }
+    }
+
+    /// The conventional file extension, without the dot. [`Format::from_path`] maps it back
+    /// to `self`.
+    pub fn extension(&self) -> &'static str {
+        match self {
+            Format::Collapsed => "txt",
+            Format::Speedscope => "json",
+            Format::Flamegraph => "svg",
+        }
+    }
+
+    /// The name used on the command line (`--format <name>`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Format::Collapsed => "collapsed",
+            Format::Speedscope => "speedscope",
+            Format::Flamegraph => "flamegraph",
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a profile could not be written.
+#[derive(thiserror::Error, Debug)]
+pub enum OutputError {
+    /// The destination refused the bytes (disk full, closed pipe, ...).
+    #[error("could not write the {format} profile: {source}")]
+    Write {
+        /// The format being written.
+        format: Format,
+        /// What the destination reported.
+        source: io::Error,
+    },
+    /// serde_json failed for a reason other than I/O.
+    #[error("could not encode the speedscope profile as JSON: {0}")]
+    Json(serde_json::Error),
+    /// A flame graph of nothing cannot be drawn.
+    #[error(
+        "the profile has no samples, so there is no flame graph to draw; was a Python process running while pyperch recorded? (the collapsed and speedscope formats can still be written)"
+    )]
+    NoSamples,
+    /// inferno rejected the folded stacks or failed while drawing.
+    #[error("inferno could not draw the flame graph: {0}")]
+    Flamegraph(io::Error),
+}
+
+impl OutputError {
+    /// Wraps an I/O error from the destination of a `format` profile.
+    fn write(format: Format) -> impl FnOnce(io::Error) -> OutputError {
+        move |source| OutputError::Write { format, source }
+    }
+}
+
+/// Writes `profile` to `out` in `format`. `title` names the profile where the format has a
+/// place for it (the speedscope file name, the flame graph heading); the folded format has
+/// none and ignores it.
+///
+/// `out` is written through a buffer and flushed before returning `Ok`.
+pub fn write_profile(
+    profile: &Profile,
+    format: Format,
+    title: &str,
+    out: &mut dyn io::Write,
+) -> Result<(), OutputError> {
+    match format {
+        Format::Collapsed => collapsed::write(profile, out),
+        Format::Speedscope => speedscope::write(profile, title, out),
+        Format::Flamegraph => flamegraph::write(profile, title, out),
+    }
+}
+
+/// `<comm> (pid <pid>)`, unsanitized; [`UNKNOWN_COMM`] stands in for a missing or empty comm.
+pub(crate) fn process_name(profile: &Profile, pid: u32) -> String {
+    let comm = profile
+        .process(pid)
+        .map(|label| label.comm.as_str())
+        .filter(|comm| !comm.is_empty())
+        .unwrap_or(UNKNOWN_COMM);
+    format!("{comm} (pid {pid})")
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::aggregate::{FrameName, ProcessLabel};
+
+    /// Two processes; pid 200 sampled per thread; a frame name holding `;` and a newline;
+    /// an unknown line; a thread sampled outside Python; an unlabelled pid.
+    pub(crate) fn sample_profile() -> Profile {
+        let mut p = Profile::new();
+        let frame = |p: &mut Profile, function: &str, file: &str, line: u32| {
+            p.intern(FrameName {
+                function: Arc::from(function),
+                file: Arc::from(file),
+                line,
+            })
+        };
+        let module = frame(&mut p, "<module>", "/srv/app.py", 3);
+        let main = frame(&mut p, "main", "/srv/app.py", 10);
+        let work = frame(&mut p, "work", "/srv/lib.py", 0);
+        let odd = frame(&mut p, "odd;name\nx", "/srv/we;ird.py", 5);
+        let label = |comm: &str| ProcessLabel {
+            comm: comm.into(),
+            exe: "/usr/bin/python3.12".into(),
+            version: "3.12.4".into(),
+        };
+        p.set_process(100, label("python3"));
+        p.set_process(200, label("gunicorn"));
+
+        p.add(100, None, &[module, main], 3);
+        p.add(100, None, &[module, main, work], 2);
+        p.add(100, None, &[module, main, work], 1);
+        p.add(100, None, &[module, odd], 1);
+        p.add(200, Some(201), &[module, main], 4);
+        p.add(200, Some(202), &[module, main, work], 5);
+        p.add(200, Some(202), &[], 2);
+        p.add(300, None, &[main], 1);
+        p
+    }
+
+    #[test]
+    fn format_from_path() {
+        let f = |s: &str| Format::from_path(Path::new(s));
+        assert_eq!(f("out.svg"), Some(Format::Flamegraph));
+        assert_eq!(f("OUT.SVG"), Some(Format::Flamegraph));
+        assert_eq!(f("p.json"), Some(Format::Speedscope));
+        assert_eq!(f("p.speedscope.json"), Some(Format::Speedscope));
+        assert_eq!(f("p.speedscope"), Some(Format::Speedscope));
+        assert_eq!(f("p.txt"), Some(Format::Collapsed));
+        assert_eq!(f("p.folded"), Some(Format::Collapsed));
+        assert_eq!(f("dir/p.collapsed"), Some(Format::Collapsed));
+        assert_eq!(f("p.html"), None);
+        assert_eq!(f("profile"), None);
+        for format in [Format::Collapsed, Format::Speedscope, Format::Flamegraph] {
+            let path = format!("profile.{}", format.extension());
+            assert_eq!(Format::from_path(Path::new(&path)), Some(format));
+        }
+    }
+
+    #[test]
+    fn format_names_match_clap() {
+        use clap::ValueEnum;
+        for format in Format::value_variants() {
+            let value = format.to_possible_value();
+            assert_eq!(value.as_ref().map(|v| v.get_name()), Some(format.name()));
+        }
+    }
+
+    #[test]
+    fn write_profile_dispatches() {
+        let profile = sample_profile();
+        for format in [Format::Collapsed, Format::Speedscope, Format::Flamegraph] {
+            let mut out = Vec::new();
+            let result = write_profile(&profile, format, "t", &mut out);
+            assert!(result.is_ok(), "{format}: {result:?}");
+            assert!(!out.is_empty(), "{format} wrote nothing");
+        }
+    }
+
+    /// A destination that always fails, to check errors say what went wrong.
+    struct Broken;
+    impl io::Write for Broken {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::Error::new(io::ErrorKind::StorageFull, "disk full"))
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn write_errors_are_reported() {
+        let profile = sample_profile();
+        for format in [Format::Collapsed, Format::Speedscope, Format::Flamegraph] {
+            let result = write_profile(&profile, format, "t", &mut Broken);
+            match result {
+                Err(OutputError::Write { format: f, .. }) => assert_eq!(f, format),
+                other => panic!("{format}: expected a write error, got {other:?}"),
+            }
+        }
+        let message = write_profile(&profile, Format::Speedscope, "t", &mut Broken)
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            message.as_deref(),
+            Some("could not write the speedscope profile: disk full")
+        );
+    }
+
+    #[test]
+    fn unknown_comm() {
+        let profile = sample_profile();
+        assert_eq!(process_name(&profile, 100), "python3 (pid 100)");
+        assert_eq!(process_name(&profile, 300), "[unknown] (pid 300)");
+    }
+}

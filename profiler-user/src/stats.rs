@@ -1,0 +1,127 @@
+//! Counts of every outcome, for the summary and `--stats`.
+//!
+//! A sample is counted exactly once in `SampleOutcome`: it either becomes a stack in the
+//! profile (`Ok`) or is dropped for one named reason.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// What became of one sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SampleOutcome {
+    /// Complete, validated and symbolized.
+    Ok,
+    /// The kernel found no thread state for the thread (not a Python thread, or not yet).
+    NoThreadState,
+    /// The thread state had no current frame (a thread not running Python code).
+    Idle,
+    /// The stack was deeper than the kernel walks.
+    Truncated,
+    /// The kernel could not read a frame.
+    KernelReadFault,
+    /// The frames below the kernel's full ones changed before userspace could read them,
+    /// or could not be read: the completion did not hash like the kernel's walk.
+    StaleTail,
+    /// A frame's code object could not be read or was not a code object.
+    BadCodeObject,
+    /// The process was not (or no longer) known to userspace.
+    UnknownProcess,
+}
+
+impl SampleOutcome {
+    pub const ALL: [SampleOutcome; 8] = [
+        SampleOutcome::Ok,
+        SampleOutcome::NoThreadState,
+        SampleOutcome::Idle,
+        SampleOutcome::Truncated,
+        SampleOutcome::KernelReadFault,
+        SampleOutcome::StaleTail,
+        SampleOutcome::BadCodeObject,
+        SampleOutcome::UnknownProcess,
+    ];
+
+    pub fn label(&self) -> &'static str {
+        match self {
+            SampleOutcome::Ok => "ok",
+            SampleOutcome::NoThreadState => "no thread state",
+            SampleOutcome::Idle => "idle (no Python frame)",
+            SampleOutcome::Truncated => "truncated (too deep)",
+            SampleOutcome::KernelReadFault => "read fault (kernel)",
+            SampleOutcome::StaleTail => "stale tail (completion did not validate)",
+            SampleOutcome::BadCodeObject => "bad code object",
+            SampleOutcome::UnknownProcess => "unknown process",
+        }
+    }
+}
+
+/// Counters of one process (or of the whole run).
+#[derive(Clone, Debug, Default)]
+pub struct Counters {
+    pub outcomes: BTreeMap<SampleOutcome, u64>,
+    /// Tail completions served entirely from the frame cache.
+    pub frame_cache_hits: u64,
+    /// Tail completions read from target memory (and validated).
+    pub frame_cache_misses: u64,
+    /// Frames taken from the kernel record / the frame cache / target memory.
+    pub frames_from_kernel: u64,
+    pub frames_from_cache: u64,
+    pub frames_from_memory: u64,
+    /// Code-object lookups answered by the cache / needing a read.
+    pub code_cache_hits: u64,
+    pub code_cache_misses: u64,
+    /// Code objects whose cached symbol was found stale and re-read.
+    pub stale_invalidations: u64,
+}
+
+impl Counters {
+    pub fn count(&mut self, outcome: SampleOutcome) {
+        *self.outcomes.entry(outcome).or_default() += 1;
+    }
+
+    pub fn samples(&self) -> u64 {
+        self.outcomes.values().sum()
+    }
+
+    pub fn ok(&self) -> u64 {
+        self.outcomes.get(&SampleOutcome::Ok).copied().unwrap_or(0)
+    }
+
+    pub fn add(&mut self, other: &Counters) {
+        for (k, v) in &other.outcomes {
+            *self.outcomes.entry(*k).or_default() += v;
+        }
+        self.frame_cache_hits += other.frame_cache_hits;
+        self.frame_cache_misses += other.frame_cache_misses;
+        self.frames_from_kernel += other.frames_from_kernel;
+        self.frames_from_cache += other.frames_from_cache;
+        self.frames_from_memory += other.frames_from_memory;
+        self.code_cache_hits += other.code_cache_hits;
+        self.code_cache_misses += other.code_cache_misses;
+        self.stale_invalidations += other.stale_invalidations;
+    }
+
+    /// A multi-line report, indented by `indent`.
+    pub fn report(&self, indent: &str) -> String {
+        let mut s = String::new();
+        let total = self.samples();
+        let _ = writeln!(s, "{indent}samples: {total}");
+        for outcome in SampleOutcome::ALL {
+            let n = self.outcomes.get(&outcome).copied().unwrap_or(0);
+            if n > 0 || outcome == SampleOutcome::Ok {
+                let pct = if total > 0 { 100.0 * n as f64 / total as f64 } else { 0.0 };
+                let _ = writeln!(s, "{indent}  {:<42} {n:>10} ({pct:5.1}%)", outcome.label());
+            }
+        }
+        let _ = writeln!(
+            s,
+            "{indent}frame cache: {} full hits, {} misses; frames from kernel {}, from cache {}, from memory {}",
+            self.frame_cache_hits, self.frame_cache_misses, self.frames_from_kernel, self.frames_from_cache, self.frames_from_memory
+        );
+        let _ = writeln!(
+            s,
+            "{indent}code-object cache: {} hits, {} misses, {} stale invalidations",
+            self.code_cache_hits, self.code_cache_misses, self.stale_invalidations
+        );
+        s
+    }
+}

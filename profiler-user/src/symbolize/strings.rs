@@ -1,0 +1,202 @@
+//! Reading `str` and `bytes` objects out of a target (notes §3, §4).
+//!
+//! Invariants: at most two reads per object (header, then data; a third for the data
+//! pointer of a non-compact `str`); no read is larger than the caller's bound and
+//! `memory::MAX_READ`; the object's type is not checked (callers reach these objects through
+//! a validated code object), but every header field is: length sign and bound, `kind`,
+//! the compact/ASCII bits, and ASCII-ness of ASCII data.
+
+use super::SymbolError;
+use crate::layout::ObjectLayout;
+use crate::memory::{MAX_READ, ProcessMemory, field_u32, field_u64};
+
+/// Bits of `PyASCIIObject.state` in default (GIL) builds of 3.8-3.15: `interned` in bits
+/// 0-1, `kind` in bits 2-4 (bytes per character: 1, 2 or 4; 0 is the pre-3.12 "not ready"
+/// wchar kind), `compact` bit 5, `ascii` bit 6 (bit 7 is `ready` up to 3.11 and
+/// `statically_allocated` from 3.12; neither matters here).
+///
+/// Free-threaded 3.14t shifts these (kind bits 8-10, compact 11, ascii 12); `ObjectLayout`
+/// does not say which build it describes, so only default builds are decoded correctly.
+#[derive(Clone, Copy, Debug)]
+struct StateBits {
+    kind_shift: u32,
+    kind_mask: u32,
+    compact: u32,
+    ascii: u32,
+}
+
+const STATE_BITS: StateBits = StateBits { kind_shift: 2, kind_mask: 0b111, compact: 1 << 5, ascii: 1 << 6 };
+
+/// A `str` header, decoded and checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StrHeader {
+    /// Characters (not bytes).
+    length: usize,
+    /// Bytes per character: 1, 2 or 4.
+    kind: usize,
+    compact: bool,
+    ascii: bool,
+}
+
+/// Decodes the `length` and `state` fields of a `str` header held in `buf`.
+fn parse_str_header(
+    buf: &[u8],
+    objects: &ObjectLayout,
+    address: u64,
+    max_chars: usize,
+) -> Result<StrHeader, SymbolError> {
+    let bad = |reason| SymbolError::BadString { address, reason };
+    let raw_len = field_u64(buf, objects.str_length as usize).ok_or(bad("length outside the header"))?;
+    let state = field_u32(buf, objects.str_state as usize).ok_or(bad("state outside the header"))?;
+    if (raw_len as i64) < 0 {
+        return Err(bad("negative length"));
+    }
+    let length = usize::try_from(raw_len).map_err(|_| bad("length overflows"))?;
+    let bits = STATE_BITS;
+    let kind = ((state >> bits.kind_shift) & bits.kind_mask) as usize;
+    let compact = state & bits.compact != 0;
+    let ascii = state & bits.ascii != 0;
+    if !matches!(kind, 1 | 2 | 4) {
+        return Err(bad("kind is not 1, 2 or 4 (not a ready str)"));
+    }
+    if ascii && kind != 1 {
+        return Err(bad("ASCII with more than one byte per character"));
+    }
+    let limit = max_chars.min(MAX_READ / kind);
+    if length > limit {
+        return Err(SymbolError::TooLong { address, len: raw_len, max: limit });
+    }
+    Ok(StrHeader { length, kind, compact, ascii })
+}
+
+/// Decodes `header.length` characters of `header.kind` bytes each.
+///
+/// Lone surrogates (legal in a Python `str`, e.g. a `surrogateescape`d file name) become
+/// U+FFFD; a code point above U+10FFFF or a non-ASCII byte in an ASCII string is an error.
+fn decode_chars(data: &[u8], header: StrHeader, address: u64) -> Result<String, SymbolError> {
+    let bad = |reason| SymbolError::BadString { address, reason };
+    let mut out = String::with_capacity(data.len());
+    match header.kind {
+        1 if header.ascii => {
+            if !data.is_ascii() {
+                return Err(bad("non-ASCII byte in an ASCII str"));
+            }
+            out.extend(data.iter().map(|&b| char::from(b)));
+        }
+        1 => out.extend(data.iter().map(|&b| char::from(b))),
+        2 => {
+            for c in data.chunks_exact(2) {
+                let unit = u32::from(u16::from_le_bytes([c[0], c[1]]));
+                out.push(char::from_u32(unit).unwrap_or(char::REPLACEMENT_CHARACTER));
+            }
+        }
+        4 => {
+            for c in data.chunks_exact(4) {
+                let point = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                if point > 0x10_ffff {
+                    return Err(bad("code point above U+10FFFF"));
+                }
+                out.push(char::from_u32(point).unwrap_or(char::REPLACEMENT_CHARACTER));
+            }
+        }
+        _ => return Err(bad("kind is not 1, 2 or 4 (not a ready str)")),
+    }
+    Ok(out)
+}
+
+/// Reads the `str` object at `address`: compact ASCII, compact latin-1 / UCS-2 / UCS-4, or
+/// a ready non-compact (legacy) string through its data pointer. At most `max_chars`
+/// characters (else `TooLong`).
+pub fn read_str(
+    mem: &ProcessMemory,
+    objects: &ObjectLayout,
+    address: u64,
+    max_chars: usize,
+) -> Result<String, SymbolError> {
+    let header_len = (objects.str_length as usize + 8).max(objects.str_state as usize + 4);
+    let buf = mem.read_vec(address, header_len)?;
+    let header = parse_str_header(&buf, objects, address, max_chars)?;
+    let data_address = if !header.compact {
+        // PyUnicodeObject.data.any follows the compact header.
+        let pointer = mem.read_u64(address.wrapping_add(u64::from(objects.str_compact_data)))?;
+        if pointer == 0 {
+            return Err(SymbolError::BadString { address, reason: "non-compact str without data" });
+        }
+        pointer
+    } else if header.ascii {
+        address.wrapping_add(u64::from(objects.str_ascii_data))
+    } else {
+        address.wrapping_add(u64::from(objects.str_compact_data))
+    };
+    // Bounded by `parse_str_header`: length * kind <= MAX_READ.
+    let data = mem.read_vec(data_address, header.length * header.kind)?;
+    decode_chars(&data, header, address)
+}
+
+/// Reads the contents of the `bytes` object at `address`: at most `max_len` bytes (else
+/// `TooLong`).
+pub fn read_bytes(
+    mem: &ProcessMemory,
+    objects: &ObjectLayout,
+    address: u64,
+    max_len: usize,
+) -> Result<Vec<u8>, SymbolError> {
+    let header = mem.read_vec(address, objects.bytes_size as usize + 8)?;
+    let bad = |reason| SymbolError::BadBytes { address, reason };
+    let raw_len = field_u64(&header, objects.bytes_size as usize).ok_or(bad("size outside the header"))?;
+    if (raw_len as i64) < 0 {
+        return Err(bad("negative size"));
+    }
+    let limit = max_len.min(MAX_READ);
+    let len = usize::try_from(raw_len).ok().filter(|&n| n <= limit);
+    let len = len.ok_or(SymbolError::TooLong { address, len: raw_len, max: limit })?;
+    Ok(mem.read_vec(address.wrapping_add(u64::from(objects.bytes_data)), len)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OBJECTS_312: ObjectLayout = ObjectLayout {
+        ob_type: 8,
+        str_length: 0x10,
+        str_state: 0x20,
+        str_ascii_data: 0x28,
+        str_compact_data: 0x38,
+        bytes_size: 0x10,
+        bytes_data: 0x20,
+    };
+
+    fn header(len: u64, state: u32) -> Vec<u8> {
+        let mut b = vec![0u8; 0x28];
+        b[0x10..0x18].copy_from_slice(&len.to_le_bytes());
+        b[0x20..0x24].copy_from_slice(&state.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn headers() {
+        let p = |len, state, max| parse_str_header(&header(len, state), &OBJECTS_312, 1, max);
+        let compact_ascii = 1 << 2 | 1 << 5 | 1 << 6;
+        assert_eq!(p(3, compact_ascii, 10).unwrap(), StrHeader { length: 3, kind: 1, compact: true, ascii: true });
+        assert_eq!(p(3, 4 << 2 | 1 << 5, 10).unwrap(), StrHeader { length: 3, kind: 4, compact: true, ascii: false });
+        assert!(matches!(p(11, compact_ascii, 10), Err(SymbolError::TooLong { len: 11, max: 10, .. })));
+        assert!(matches!(p(u64::MAX, compact_ascii, 10), Err(SymbolError::BadString { .. })));
+        assert!(matches!(p(1, 3 << 2 | 1 << 5, 10), Err(SymbolError::BadString { .. })));
+        assert!(matches!(p(1, 0, 10), Err(SymbolError::BadString { .. })), "wchar kind");
+        assert!(matches!(p(1, 2 << 2 | 1 << 6, 10), Err(SymbolError::BadString { .. })));
+        assert!(matches!(p(MAX_READ as u64, 4 << 2 | 1 << 5, usize::MAX), Err(SymbolError::TooLong { .. })));
+        assert!(parse_str_header(&[0; 8], &OBJECTS_312, 1, 10).is_err(), "short buffer");
+    }
+
+    #[test]
+    fn chars() {
+        let h = |kind, ascii| StrHeader { length: 0, kind, compact: true, ascii };
+        assert_eq!(decode_chars(b"abc", h(1, true), 0).unwrap(), "abc");
+        assert!(decode_chars(b"\xfc", h(1, true), 0).is_err());
+        assert_eq!(decode_chars(b"f\xfcnf", h(1, false), 0).unwrap(), "fünf");
+        assert_eq!(decode_chars(&[0x0d, 0x54, 0x00, 0xd8], h(2, false), 0).unwrap(), "名\u{fffd}");
+        assert_eq!(decode_chars(&[0x23, 0xd5, 0x01, 0x00], h(4, false), 0).unwrap(), "𝔣");
+        assert!(decode_chars(&[0, 0, 0x11, 0], h(4, false), 0).is_err());
+    }
+}

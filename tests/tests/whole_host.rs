@@ -1,0 +1,85 @@
+//! Without --pid, pyperch samples every Python process on the host: three interpreters of
+//! different versions (one of them inside the sid chroot when available) that run before the
+//! recording starts, and a fourth one started about 1 s after sampling began.
+
+use std::{thread, time::Duration};
+
+use pyperch_tests::*;
+
+/// Preferred order: pyenv 3.9, pyenv 3.12, sid 3.14 (chroot), then the others.
+const PREFERENCE: [&str; 9] = ["3.9", "3.12", "sid-3.14", "3.11", "3.10", "3.8", "sid-3.15", "3.13", "sid-3.13"];
+const LEAVES: [&str; 3] = ["leaf_red", "leaf_green", "leaf_blue"];
+const ALL_LEAVES: [&str; 4] = ["leaf_red", "leaf_green", "leaf_blue", "leaf_late"];
+
+#[test]
+fn three_versions_and_a_late_starter() {
+    // Three interpreters of distinct versions, then one more (preferably yet another one).
+    let available: Vec<Python> = PREFERENCE.iter().filter_map(|l| python_quiet(l)).collect();
+    let mut chosen: Vec<Python> = Vec::new();
+    for py in &available {
+        if chosen.len() < 3 && !chosen.iter().any(|c| c.version() == py.version()) {
+            chosen.push(py.clone());
+        }
+    }
+    if chosen.is_empty() {
+        skip("no supported python is available");
+        return;
+    }
+    if chosen.len() < 3 {
+        note(format!("only {} distinct python versions are available; running with those", chosen.len()));
+    }
+    let late_py = available
+        .iter()
+        .find(|p| !chosen.iter().any(|c| c.label == p.label))
+        .unwrap_or(&chosen[0])
+        .clone();
+
+    let mut early: Vec<(Workload, &str)> = chosen
+        .iter()
+        .zip(LEAVES)
+        .map(|(py, leaf)| {
+            let w = Workload::spawn(py, "spin.py", &[leaf, "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+            (w, leaf)
+        })
+        .collect();
+
+    let run = RecordRun::start(&["--duration", "6"]);
+    if !run.wait_until_sampling() {
+        note("could not see pyperch open its perf events within 15 s; starting the late process anyway");
+    }
+    thread::sleep(Duration::from_secs(1));
+    let mut late = Workload::spawn(&late_py, "spin.py", &["leaf_late", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let rec = run.finish();
+    late.terminate();
+    for (w, _) in early.iter_mut() {
+        w.terminate();
+    }
+    rec.assert_ok();
+
+    let mut everyone: Vec<(&Workload, &str)> = early.iter().map(|(w, l)| (w, *l)).collect();
+    everyone.push((&late, "leaf_late"));
+    let summary: String = everyone
+        .iter()
+        .map(|(w, leaf)| format!("\n    pid {} = {} running {leaf}", w.pid, w.python.describe()))
+        .collect();
+    for (w, leaf) in &everyone {
+        let d = format!("{}\n--- processes:{summary}", rec.diag_pid(w.pid));
+        let mine = rec.profile.for_pid(w.pid);
+        let total = mine.total();
+        assert!(total > 0, "no samples of pid {} ({} running {leaf}){d}", w.pid, w.python.describe());
+        let hits = mine.with_leaf(leaf);
+        // The late one is sampled from its start-up on; the others spin throughout.
+        let want = if *leaf == "leaf_late" { 0.5 } else { 0.8 };
+        assert!(
+            hits as f64 >= want * total as f64,
+            "pid {} ({}): {hits} of {total} samples end in {leaf} (want >= {:.0} %){d}",
+            w.pid,
+            w.python.describe(),
+            want * 100.0
+        );
+        for other in ALL_LEAVES.iter().filter(|o| *o != leaf) {
+            let wrong = mine.with_function(other);
+            assert_eq!(wrong, 0, "pid {} ({}) has {wrong} samples in {other}, which another process runs{d}", w.pid, w.python.describe());
+        }
+    }
+}
