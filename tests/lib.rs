@@ -733,11 +733,11 @@ impl RecordRun {
         self.running.pid()
     }
 
-    /// Waits (up to 15 s) until pyperch has perf events open, i.e. sampling has begun.
+    /// Waits (up to `timeout`) until pyperch has perf events open, i.e. sampling has begun.
     /// Returns whether that was seen.
-    pub fn wait_until_sampling(&self) -> bool {
+    pub fn wait_until_sampling(&self, timeout: Duration) -> bool {
         let fd_dir = PathBuf::from(format!("/proc/{}/fd", self.pid()));
-        let deadline = Instant::now() + Duration::from_secs(15);
+        let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             let Ok(entries) = fs::read_dir(&fd_dir) else { return false };
             let open = entries.filter_map(|e| e.ok()).any(|e| {
@@ -996,17 +996,29 @@ pub fn unused_pid(hint: u32) -> u32 {
     (0..1000).map(|i| hint - i).find(|p| !Path::new(&format!("/proc/{p}")).exists()).unwrap_or(hint)
 }
 
-/// Copies the binary under test to a world-readable scratch directory (so that an
-/// unprivileged user can run it even when the clone sits in a private home) and returns
-/// the copy's path.
-pub fn world_runnable_copy_of_pyperch() -> Result<PathBuf> {
-    let dir = env::temp_dir().join(unique("pyperch-nonroot"));
-    fs::create_dir_all(&dir)?;
-    fs::set_permissions(&dir, fs::Permissions::from_mode(0o1777))?;
-    let bin = dir.join("pyperch");
-    fs::copy(pyperch_bin(), &bin)?;
-    fs::set_permissions(&bin, fs::Permissions::from_mode(0o755))?;
-    Ok(bin)
+/// A copy of the binary under test in a world-writable scratch directory, so that an
+/// unprivileged user can run it even when the clone sits in a private home. Removed on drop.
+pub struct WorldRunnableCopy {
+    pub bin: PathBuf,
+    pub dir: PathBuf,
+}
+
+impl WorldRunnableCopy {
+    pub fn new() -> Result<Self> {
+        let dir = env::temp_dir().join(unique("pyperch-nonroot"));
+        fs::create_dir_all(&dir)?;
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o1777))?;
+        let bin = dir.join("pyperch");
+        fs::copy(pyperch_bin(), &bin)?;
+        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755))?;
+        Ok(Self { bin, dir })
+    }
+}
+
+impl Drop for WorldRunnableCopy {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// Program `name` on PATH or in the sbin directories.

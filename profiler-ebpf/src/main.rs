@@ -40,6 +40,12 @@ static PROCESSES: HashMap<u32, ProcessInfo> = HashMap::with_max_entries(16384, 0
 #[map]
 static SAMPLES: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
 
+/// Unread bytes in `SAMPLES` above which a record wakes the reader.
+const WAKEUP_BYTES: u64 = 256 << 10;
+const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
+const BPF_RB_AVAIL_DATA: u64 = 0;
+
 /// Kernel-side counters, per CPU: see `counter`.
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(4, 0);
@@ -212,10 +218,14 @@ fn emit(scratch: &Scratch, n_full: usize) {
     let len = core::mem::size_of::<SampleHeader>() + n * core::mem::size_of::<FrameEntry>();
     let len = if len > core::mem::size_of::<Record>() { core::mem::size_of::<Record>() } else { len };
     let base = &scratch.record as *const Record as *mut core::ffi::c_void;
+    let ring = &SAMPLES as *const RingBuf as *mut c_void;
+    // Waking the reader for every record costs more than the walk itself; wake it only once
+    // a batch has accumulated (userspace also drains on a short timer).
+    // SAFETY: `ring` is the ring-buffer map.
+    let pending = unsafe { generated::bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) };
+    let flags = if pending >= WAKEUP_BYTES { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP };
     // SAFETY: `len` is at most the size of `Record`, which `base` points to.
-    let ret = unsafe {
-        generated::bpf_ringbuf_output(&SAMPLES as *const RingBuf as *mut _, base, len as u64, 0)
-    };
+    let ret = unsafe { generated::bpf_ringbuf_output(ring, base, len as u64, flags) };
     if ret < 0 {
         bump(counter::RINGBUF_FULL);
     }

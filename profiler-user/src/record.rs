@@ -29,6 +29,9 @@ use crate::{
 
 /// How often /proc is scanned for new Python processes.
 const DISCOVERY_INTERVAL: Duration = Duration::from_millis(100);
+/// How often the ring buffer is drained when the kernel has not woken us (it wakes us only
+/// once a batch has accumulated).
+const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
 pub const MAX_RATE: u64 = 100_000;
 
 /// What to record and where to write it.
@@ -584,6 +587,7 @@ async fn run_loop(
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
         .map_err(|e| RecordError::Runtime(e.to_string()))?;
     let mut discovery_tick = tokio::time::interval(DISCOVERY_INTERVAL);
+    let mut drain_tick = tokio::time::interval(DRAIN_INTERVAL);
     let mut progress_tick = tokio::time::interval(Duration::from_secs(1));
     progress_tick.tick().await;
     let deadline = duration.map(|d| tokio::time::Instant::from_std(started + d));
@@ -608,6 +612,12 @@ async fn run_loop(
                     session.on_record(&item);
                 }
                 guard.clear_ready();
+            }
+            _ = drain_tick.tick() => {
+                let rb = ring.get_mut();
+                while let Some(item) = rb.next() {
+                    session.on_record(&item);
+                }
             }
             _ = discovery_tick.tick() => {
                 if let Some(c) = child.as_mut() {

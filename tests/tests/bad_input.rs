@@ -13,8 +13,9 @@ fn not_root_is_a_clear_error() {
         skip("this test drops root privileges, so it must start as root");
         return;
     }
-    let bin = world_runnable_copy_of_pyperch().unwrap_or_else(|e| panic!("{e:#}"));
-    let out = bin.with_file_name("profile.collapsed");
+    let copy = WorldRunnableCopy::new().unwrap_or_else(|e| panic!("{e:#}"));
+    let bin = &copy.bin;
+    let out = copy.dir.join("profile.collapsed");
     let mut cmd = if let Some(setpriv) = find_program("setpriv") {
         let mut c = Command::new(setpriv);
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]);
@@ -27,7 +28,7 @@ fn not_root_is_a_clear_error() {
         skip("neither setpriv nor runuser is installed");
         return;
     };
-    cmd.arg(&bin)
+    cmd.arg(bin)
         .args(["record", "--duration", "2", "--format", "collapsed", "--output"])
         .arg(&out)
         .current_dir("/");
