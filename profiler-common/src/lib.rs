@@ -57,6 +57,11 @@ pub struct FrameLayout {
     pub owner: u32,
     /// Offset of `co_code_adaptive` in a code object (for `instr_kind::POINTER`).
     pub code_adaptive: u32,
+    /// Offset of `co_name` in a code object, for the per-frame validation word; `NO_FIELD`
+    /// disables the word (it is then 0).
+    pub check_name: u32,
+    /// Offset of the cached hash in a `str` object (`co_name` is interned, so it is set).
+    pub check_hash: u32,
     pub _pad: u32,
     /// Applied to the code pointer: clears the `_PyStackRef` tag bits in 3.14+.
     pub code_mask: u64,
@@ -147,9 +152,13 @@ pub struct FrameEntry {
     /// Byte offset of the instruction in the code (meaning depends on the version; see the
     /// userspace layout). `i32::MIN` when it could not be computed.
     pub instr_offset: i32,
+    /// Validation word of the code object (full frames only; 0 in hashed frames): the low
+    /// 16 bits of the hash of its `co_name`. A code object freed and replaced by another at
+    /// the same address almost always changes it, so a cached symbol is never reused blindly.
+    pub check: u16,
     /// Frame owner (3.11+), or `u8::MAX` when the version has no owner field.
     pub owner: u8,
-    pub _pad: [u8; 3],
+    pub _pad: u8,
 }
 
 pub const SAMPLE_HEADER_SIZE: usize = core::mem::size_of::<SampleHeader>();
@@ -178,6 +187,7 @@ pub fn decode_frame(layout: &FrameLayout, frame: u64, buf: &FrameBytes, entry: &
     entry.code = code;
     entry.instr_offset = instr_offset;
     entry.owner = if layout.owner == NO_FIELD { u8::MAX } else { field_u64(buf, layout.owner) as u8 };
+    entry.check = 0;
     field_u64(buf, layout.previous)
 }
 

@@ -185,10 +185,12 @@ extern "C" fn full_frame_step(index: u64, _ctx: *mut c_void) -> i64 {
     if i >= MAX_FULL_FRAMES {
         return 1;
     }
-    let Some(previous) = read_frame(&s.layout, s.walk.frame, &mut s.frame, &mut s.record.frames[i]) else {
+    let entry = &mut s.record.frames[i];
+    let Some(previous) = read_frame(&s.layout, s.walk.frame, &mut s.frame, entry) else {
         s.walk.status = sample_status::READ_FAULT;
         return 1;
     };
+    entry.check = code_check(&s.layout, entry.code);
     s.walk.n_full = i as u32 + 1;
     s.walk.frame = previous;
     0
@@ -246,6 +248,19 @@ fn read_frame(layout: &FrameLayout, frame: u64, buf: &mut FrameBytes, entry: &mu
         return None;
     }
     Some(decode_frame(layout, frame, buf, entry))
+}
+
+/// The validation word of a code object: low bits of its name's cached hash (0 if unset).
+#[inline(always)]
+fn code_check(layout: &FrameLayout, code: u64) -> u16 {
+    if layout.check_name == NO_FIELD || code == 0 {
+        return 0;
+    }
+    let name = read_u64(code + layout.check_name as u64);
+    if name == 0 {
+        return 0;
+    }
+    read_u64(name + layout.check_hash as u64) as u16
 }
 
 fn read_u64(address: u64) -> u64 {

@@ -4,23 +4,27 @@
 //! only the address of the first one, their count and `frame_hash` folded over all of them
 //! (the "tail"). A tail is accepted only if it hashes exactly like the kernel's walk of the
 //! same thread at the instant of the sample:
-//! - on a cache hit, the tail cached under (first frame, count, hash) was itself validated
-//!   against that same hash when it was read, so it is the same sequence of frames;
-//! - on a miss, the tail is read from target memory, and kept only if its hash matches.
+//! - full hit: the tail cached under (first frame, count, hash) was itself validated against
+//!   that same hash when it was built, so it is the same sequence of frames;
+//! - partial hit: frames are read from target memory until one starts a cached suffix with
+//!   the right number of frames below it; the suffix is accepted only if the frames read so
+//!   far followed by it fold to the kernel's hash;
+//! - miss: the whole tail is read from memory and kept only if it hashes the same.
 //!
 //! Two call chains that reuse frame addresses therefore never splice: any difference in a
-//! frame's address, code object, instruction offset or owner changes the hash.
+//! frame's address, code object, instruction offset or owner changes the hash, and a tail
+//! that does not hash like the kernel's walk is dropped, never emitted.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{cell::OnceCell, collections::HashMap, sync::Arc};
 
-use profiler_common::{FrameBytes, FrameEntry, FrameLayout, HASH_SEED, decode_frame, frame_hash};
+use profiler_common::{FRAME_READ_MAX, FrameBytes, FrameEntry, FrameLayout, HASH_SEED, decode_frame, frame_hash};
 
-use crate::memory::ProcessMemory;
+use crate::{aggregate::FrameId, memory::ProcessMemory};
 
-/// Tails kept per process before the cache is emptied and refilled.
-const MAX_TAILS: usize = 4096;
-/// Frames kept per process (summed over the cached tails).
+/// Frames kept per process (summed over the cached tails) before the cache is emptied.
 const MAX_CACHED_FRAMES: usize = 1 << 20;
+/// Tails kept per process before the cache is emptied.
+const MAX_TAILS: usize = 8192;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CompletionError {
@@ -37,18 +41,42 @@ struct TailKey {
     hash: u64,
 }
 
+/// A validated tail, and its symbolized form once computed.
+#[derive(Debug)]
+pub struct CachedTail {
+    /// Frames below the kernel's full frames, leaf-most first.
+    pub frames: Box<[FrameEntry]>,
+    /// The frames as shown (root first, hidden frames left out), filled on first use.
+    pub symbols: OnceCell<Box<[FrameId]>>,
+}
+
+/// How a tail was completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TailSource {
+    /// Entirely from the cache.
+    Hit,
+    /// Some frames read from memory, the rest from a cached suffix.
+    Partial,
+    /// Entirely read from memory.
+    Miss,
+}
+
+/// A completed tail.
+pub struct Tail {
+    pub tail: Arc<CachedTail>,
+    pub source: TailSource,
+    /// Frames read from target memory for this completion.
+    pub frames_from_memory: usize,
+}
+
 /// Validated tails of one process.
 #[derive(Default)]
 pub struct TailCache {
-    tails: HashMap<TailKey, Arc<[FrameEntry]>>,
+    tails: HashMap<TailKey, Arc<CachedTail>>,
+    /// (frame address, frames from it to the bottom) → a cached tail holding that suffix and
+    /// the suffix's index in it.
+    suffixes: HashMap<(u64, u32), (Arc<CachedTail>, u32)>,
     cached_frames: usize,
-}
-
-/// A completed tail and where it came from.
-pub struct Tail {
-    /// Frames below the kernel's full frames, leaf-most first.
-    pub frames: Arc<[FrameEntry]>,
-    pub from_cache: bool,
 }
 
 impl TailCache {
@@ -62,47 +90,59 @@ impl TailCache {
         hash: u64,
     ) -> Result<Tail, CompletionError> {
         let key = TailKey { first, count, hash };
-        if let Some(frames) = self.tails.get(&key) {
-            return Ok(Tail { frames: frames.clone(), from_cache: true });
+        if let Some(tail) = self.tails.get(&key) {
+            return Ok(Tail { tail: tail.clone(), source: TailSource::Hit, frames_from_memory: 0 });
         }
-        let frames: Arc<[FrameEntry]> = read_tail(mem, layout, first, count, hash)?.into();
-        if self.tails.len() >= MAX_TAILS || self.cached_frames + frames.len() > MAX_CACHED_FRAMES {
-            self.tails.clear();
-            self.cached_frames = 0;
+        let mut frames: Vec<FrameEntry> = Vec::with_capacity(count as usize);
+        let mut running = HASH_SEED;
+        let mut address = first;
+        let mut source = TailSource::Miss;
+        let mut read = 0usize;
+        let size = (layout.read_size as usize).min(FRAME_READ_MAX);
+        while frames.len() < count as usize {
+            if address == 0 {
+                return Err(CompletionError::Mismatch);
+            }
+            let remaining = count - frames.len() as u32;
+            if let Some((cached, start)) = self.suffixes.get(&(address, remaining)) {
+                let suffix = &cached.frames[*start as usize..];
+                let folded = suffix.iter().fold(running, frame_hash);
+                if suffix.len() == remaining as usize && folded == hash {
+                    frames.extend_from_slice(suffix);
+                    running = folded;
+                    address = 0;
+                    source = TailSource::Partial;
+                    break;
+                }
+            }
+            let mut buf: FrameBytes = [0; FRAME_READ_MAX + 8];
+            mem.read(address, &mut buf[..size]).map_err(|_| CompletionError::Unreadable)?;
+            read += 1;
+            let mut entry = FrameEntry::default();
+            let previous = decode_frame(layout, address, &buf, &mut entry);
+            running = frame_hash(running, &entry);
+            frames.push(entry);
+            address = previous;
         }
-        self.cached_frames += frames.len();
-        self.tails.insert(key, frames.clone());
-        Ok(Tail { frames, from_cache: false })
-    }
-}
-
-/// Reads `count` frames from `first` and checks them against the kernel's `hash`; the last
-/// one must be the bottom of the stack (no previous frame), as it was for the kernel.
-pub fn read_tail(
-    mem: &ProcessMemory,
-    layout: &FrameLayout,
-    first: u64,
-    count: u32,
-    hash: u64,
-) -> Result<Vec<FrameEntry>, CompletionError> {
-    let mut frames = Vec::with_capacity(count as usize);
-    let mut running = HASH_SEED;
-    let mut address = first;
-    let size = (layout.read_size as usize).min(profiler_common::FRAME_READ_MAX);
-    for _ in 0..count {
-        if address == 0 {
+        if address != 0 || running != hash {
             return Err(CompletionError::Mismatch);
         }
-        let mut buf: FrameBytes = [0; profiler_common::FRAME_READ_MAX + 8];
-        mem.read(address, &mut buf[..size]).map_err(|_| CompletionError::Unreadable)?;
-        let mut entry = FrameEntry::default();
-        let previous = decode_frame(layout, address, &buf, &mut entry);
-        running = frame_hash(running, &entry);
-        frames.push(entry);
-        address = previous;
+        let tail = Arc::new(CachedTail { frames: frames.into_boxed_slice(), symbols: OnceCell::new() });
+        self.insert(key, tail.clone());
+        Ok(Tail { tail, source, frames_from_memory: read })
     }
-    if address != 0 || running != hash {
-        return Err(CompletionError::Mismatch);
+
+    fn insert(&mut self, key: TailKey, tail: Arc<CachedTail>) {
+        let n = tail.frames.len();
+        if self.tails.len() >= MAX_TAILS || self.cached_frames + n > MAX_CACHED_FRAMES {
+            self.tails.clear();
+            self.suffixes.clear();
+            self.cached_frames = 0;
+        }
+        self.cached_frames += n;
+        for (i, frame) in tail.frames.iter().enumerate() {
+            self.suffixes.insert((frame.frame, (n - i) as u32), (tail.clone(), i as u32));
+        }
+        self.tails.insert(key, tail);
     }
-    Ok(frames)
 }

@@ -8,6 +8,7 @@
 
 pub mod aggregate;
 pub mod completion;
+pub mod containers;
 pub mod discovery;
 pub mod layout;
 pub mod list;

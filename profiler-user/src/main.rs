@@ -70,6 +70,10 @@ struct RecordArgs {
 }
 
 fn main() -> ExitCode {
+    // A bug must still read as one sentence, not a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("error: internal error in pyperch ({info}); please report it");
+    }));
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,

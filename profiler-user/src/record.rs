@@ -9,7 +9,7 @@ use std::{
     io::{IsTerminal, Write},
     path::PathBuf,
     process::{Child, Command},
-    sync::Arc,
+    sync::{Arc, atomic::Ordering::Relaxed},
     time::{Duration, Instant},
 };
 
@@ -18,8 +18,9 @@ use tokio::io::{Interest, unix::AsyncFd};
 
 use crate::{
     aggregate::{FrameId, FrameName, ProcessLabel, Profile},
-    completion::TailCache,
+    completion::{TailCache, TailSource},
     discovery::{self, DiscoveryError, PythonProcess},
+    layout::STR_HASH_OFFSET,
     loader::{KernelProgram, LoadError, error_chain},
     memory::{self, ProcessMemory},
     output::{self, Format},
@@ -33,6 +34,9 @@ const DISCOVERY_INTERVAL: Duration = Duration::from_millis(100);
 /// once a batch has accumulated).
 const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
 pub const MAX_RATE: u64 = 100_000;
+/// Bounds on the per-process symbol caches (emptied and refilled when reached).
+const MAX_CACHED_CODES: usize = 1 << 16;
+const MAX_CACHED_POSITIONS: usize = 1 << 20;
 
 /// What to record and where to write it.
 #[derive(Debug, Clone)]
@@ -118,11 +122,11 @@ impl Scope {
 struct Target {
     process: PythonProcess,
     mem: ProcessMemory,
-    /// Code objects by address.
-    codes: HashMap<u64, Arc<CodeInfo>>,
-    /// (code, instruction offset, owned by a generator) → the frame shown, or `None` for a
-    /// frame CPython itself hides (not yet started).
-    positions: HashMap<(u64, i32, bool), Option<FrameId>>,
+    /// Code objects by address, with their validation word.
+    codes: HashMap<u64, Arc<CodeEntry>>,
+    /// (code, validation word, instruction offset, owned by a generator) → the frame shown,
+    /// or `None` for a frame CPython itself hides (not started yet).
+    positions: HashMap<(u64, u16, i32, bool), Option<FrameId>>,
     tails: TailCache,
     counters: Counters,
     /// Still running and registered with the kernel.
@@ -131,9 +135,18 @@ struct Target {
     stack: Vec<FrameId>,
 }
 
+/// A symbolized code object and the validation word it had when read.
+struct CodeEntry {
+    info: CodeInfo,
+    check: u16,
+}
+
 /// Why a frame could not be turned into a name.
 enum FrameError {
+    /// Not readable, or not a code object.
     BadCode,
+    /// The code object at that address is not the one the kernel saw.
+    Changed,
 }
 
 impl Target {
@@ -164,43 +177,49 @@ impl Target {
             // SAFETY: i < n_full ≤ body.len() / FRAME_ENTRY_SIZE; FrameEntry is plain data.
             unsafe { std::ptr::read_unaligned(body.as_ptr().add(i * FRAME_ENTRY_SIZE) as *const FrameEntry) }
         };
-        let tail = if header.n_hashed > 0 {
-            match self.tails.complete(&self.mem, &self.process.layout.frame, header.tail_first, header.n_hashed, header.tail_hash) {
-                Ok(tail) => {
-                    if tail.from_cache {
-                        self.counters.frame_cache_hits += 1;
-                        self.counters.frames_from_cache += tail.frames.len() as u64;
-                    } else {
-                        self.counters.frame_cache_misses += 1;
-                        self.counters.frames_from_memory += tail.frames.len() as u64;
-                    }
-                    Some(tail.frames)
-                }
-                Err(_) => return SampleOutcome::StaleTail,
-            }
-        } else {
-            None
-        };
-        self.counters.frames_from_kernel += n_full as u64;
-
         let mut stack = std::mem::take(&mut self.stack);
         stack.clear();
         let mut result = Ok(());
-        if let Some(tail) = &tail {
-            for entry in tail.iter().rev() {
-                match self.frame_id(entry, profile) {
-                    Ok(Some(id)) => stack.push(id),
-                    Ok(None) => {}
-                    Err(e) => {
-                        result = Err(e);
-                        break;
+        if header.n_hashed > 0 {
+            let layout = self.process.layout.frame;
+            let tail = match self.tails.complete(&self.mem, &layout, header.tail_first, header.n_hashed, header.tail_hash) {
+                Ok(tail) => tail,
+                Err(_) => {
+                    self.stack = stack;
+                    return SampleOutcome::StaleTail;
+                }
+            };
+            match tail.source {
+                TailSource::Hit => self.counters.frame_cache_hits += 1,
+                TailSource::Partial => self.counters.frame_cache_partial_hits += 1,
+                TailSource::Miss => self.counters.frame_cache_misses += 1,
+            }
+            self.counters.frames_from_memory += tail.frames_from_memory as u64;
+            self.counters.frames_from_cache += (tail.tail.frames.len() - tail.frames_from_memory) as u64;
+            match tail.tail.symbols.get() {
+                Some(ids) => stack.extend_from_slice(ids),
+                None => {
+                    for entry in tail.tail.frames.iter().rev() {
+                        match self.frame_id(entry, None, profile) {
+                            Ok(Some(id)) => stack.push(id),
+                            Ok(None) => {}
+                            Err(e) => {
+                                result = Err(e);
+                                break;
+                            }
+                        }
+                    }
+                    if result.is_ok() {
+                        let _ = tail.tail.symbols.set(stack.as_slice().into());
                     }
                 }
             }
         }
+        self.counters.frames_from_kernel += n_full as u64;
         if result.is_ok() {
             for i in (0..n_full).rev() {
-                match self.frame_id(&full(i), profile) {
+                let entry = full(i);
+                match self.frame_id(&entry, Some(entry.check), profile) {
                     Ok(Some(id)) => stack.push(id),
                     Ok(None) => {}
                     Err(e) => {
@@ -212,6 +231,7 @@ impl Target {
         }
         let outcome = match result {
             Err(FrameError::BadCode) => SampleOutcome::BadCodeObject,
+            Err(FrameError::Changed) => SampleOutcome::ChangedCodeObject,
             Ok(()) if stack.is_empty() => SampleOutcome::Idle,
             Ok(()) => {
                 profile.add(header.tgid, threads.then_some(header.tid), &stack, 1);
@@ -223,8 +243,9 @@ impl Target {
     }
 
     /// The frame shown for one interpreter frame; `None` for frames CPython hides (shims,
-    /// frames not started yet).
-    fn frame_id(&mut self, entry: &FrameEntry, profile: &mut Profile) -> Result<Option<FrameId>, FrameError> {
+    /// frames not started yet). `check` is the kernel's validation word for the frame's code
+    /// object (full frames), `None` for frames completed in userspace.
+    fn frame_id(&mut self, entry: &FrameEntry, check: Option<u16>, profile: &mut Profile) -> Result<Option<FrameId>, FrameError> {
         let semantics = self.process.layout.frame_semantics;
         if let Some(shim) = semantics.shim_owner {
             if entry.owner != u8::MAX && entry.owner >= shim {
@@ -232,36 +253,61 @@ impl Target {
             }
         }
         let generator = semantics.owner_generator.is_some_and(|g| g == entry.owner);
-        let key = (entry.code, entry.instr_offset, generator);
+        if let Some(check) = check {
+            if let Some(id) = self.positions.get(&(entry.code, check, entry.instr_offset, generator)) {
+                self.counters.code_cache_hits += 1;
+                return Ok(*id);
+            }
+        }
+        let code = self.code_entry(entry.code, check)?;
+        let key = (entry.code, code.check, entry.instr_offset, generator);
         if let Some(id) = self.positions.get(&key) {
-            self.counters.code_cache_hits += 1;
             return Ok(*id);
         }
-        let code = match self.codes.get(&entry.code) {
-            Some(code) => {
-                self.counters.code_cache_hits += 1;
-                code.clone()
-            }
-            None => {
-                self.counters.code_cache_misses += 1;
-                let code = symbolize::read_code(&self.mem, &self.process.layout, self.process.code_type_address, entry.code)
-                    .map_err(|_: SymbolError| FrameError::BadCode)?;
-                let code = Arc::new(code);
-                self.codes.insert(entry.code, code.clone());
-                code
-            }
-        };
+        let info = &code.info;
         let incomplete = !generator
             && self.process.layout.code.firsttraceable.is_some()
-            && (entry.instr_offset as i64) < 2 * code.firsttraceable as i64;
+            && (entry.instr_offset as i64) < 2 * info.firsttraceable as i64;
         let id = if incomplete {
             None
         } else {
-            let line = code.line(entry.instr_offset).unwrap_or(0);
-            Some(profile.intern(FrameName { function: code.qualname.clone(), file: code.filename.clone(), line }))
+            let line = info.line(entry.instr_offset).unwrap_or(0);
+            Some(profile.intern(FrameName { function: info.qualname.clone(), file: info.filename.clone(), line }))
         };
+        if self.positions.len() >= MAX_CACHED_POSITIONS {
+            self.positions.clear();
+        }
         self.positions.insert(key, id);
         Ok(id)
+    }
+
+    /// The code object at `address`, from the cache when its validation word matches
+    /// `expected` (or when no word is expected), else read again.
+    fn code_entry(&mut self, address: u64, expected: Option<u16>) -> Result<Arc<CodeEntry>, FrameError> {
+        if let Some(code) = self.codes.get(&address) {
+            if expected.is_none_or(|e| e == code.check) {
+                self.counters.code_cache_hits += 1;
+                return Ok(code.clone());
+            }
+            // Freed and replaced by another code object since we read it.
+            self.counters.stale_invalidations += 1;
+        }
+        self.counters.code_cache_misses += 1;
+        let layout = &self.process.layout;
+        let info = symbolize::read_code(&self.mem, layout, self.process.code_type_address, address)
+            .map_err(|_: SymbolError| FrameError::BadCode)?;
+        let name = self.mem.read_u64(address + layout.code.name as u64).map_err(|_| FrameError::BadCode)?;
+        let check = self.mem.read_u64(name + STR_HASH_OFFSET as u64).map_err(|_| FrameError::BadCode)? as u16;
+        let code = Arc::new(CodeEntry { info, check });
+        if self.codes.len() >= MAX_CACHED_CODES {
+            self.codes.clear();
+        }
+        self.codes.insert(address, code.clone());
+        if expected.is_some_and(|e| e != check) {
+            // It changed again after the sample: what we read is not what was sampled.
+            return Err(FrameError::Changed);
+        }
+        Ok(code)
     }
 }
 
@@ -289,7 +335,7 @@ impl Session {
         let pid = process.pid;
         let mem = ProcessMemory::new(pid);
         let info = match process.kernel_info(&mem) {
-            Ok(info) => info,
+            Ok(info) => profiler_common::ProcessInfo { frame: process.layout.kernel_frame_layout(), ..info },
             Err(DiscoveryError::NotReady { .. }) => return Ok(false),
             Err(e) => return Err(RecordError::Inspect { pid, message: e.to_string() }),
         };
@@ -384,8 +430,13 @@ impl Session {
             self.unknown_process_samples += 1;
             return;
         };
+        let (reads, read_bytes) = (memory::READS.load(Relaxed), memory::BYTES_READ.load(Relaxed));
         let outcome = target.process_sample(&header, &bytes[SAMPLE_HEADER_SIZE..], &mut self.profile, self.threads);
         target.counters.count(outcome);
+        target.counters.ring_bytes += bytes.len() as u64;
+        // Reads happen on this thread only, so the difference is this sample's.
+        target.counters.memory_reads += memory::READS.load(Relaxed) - reads;
+        target.counters.memory_bytes += memory::BYTES_READ.load(Relaxed) - read_bytes;
     }
 
     fn totals(&self) -> Counters {

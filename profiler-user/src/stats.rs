@@ -24,12 +24,14 @@ pub enum SampleOutcome {
     StaleTail,
     /// A frame's code object could not be read or was not a code object.
     BadCodeObject,
+    /// A frame's code object was freed and replaced between the sample and its reading.
+    ChangedCodeObject,
     /// The process was not (or no longer) known to userspace.
     UnknownProcess,
 }
 
 impl SampleOutcome {
-    pub const ALL: [SampleOutcome; 8] = [
+    pub const ALL: [SampleOutcome; 9] = [
         SampleOutcome::Ok,
         SampleOutcome::NoThreadState,
         SampleOutcome::Idle,
@@ -37,6 +39,7 @@ impl SampleOutcome {
         SampleOutcome::KernelReadFault,
         SampleOutcome::StaleTail,
         SampleOutcome::BadCodeObject,
+        SampleOutcome::ChangedCodeObject,
         SampleOutcome::UnknownProcess,
     ];
 
@@ -49,6 +52,7 @@ impl SampleOutcome {
             SampleOutcome::KernelReadFault => "read fault (kernel)",
             SampleOutcome::StaleTail => "stale tail (completion did not validate)",
             SampleOutcome::BadCodeObject => "bad code object",
+            SampleOutcome::ChangedCodeObject => "code object changed since the sample",
             SampleOutcome::UnknownProcess => "unknown process",
         }
     }
@@ -60,8 +64,15 @@ pub struct Counters {
     pub outcomes: BTreeMap<SampleOutcome, u64>,
     /// Tail completions served entirely from the frame cache.
     pub frame_cache_hits: u64,
+    /// Tail completions that read some frames and found the rest cached.
+    pub frame_cache_partial_hits: u64,
     /// Tail completions read from target memory (and validated).
     pub frame_cache_misses: u64,
+    /// Target memory reads and bytes made for this process.
+    pub memory_reads: u64,
+    pub memory_bytes: u64,
+    /// Ring-buffer bytes received for this process.
+    pub ring_bytes: u64,
     /// Frames taken from the kernel record / the frame cache / target memory.
     pub frames_from_kernel: u64,
     pub frames_from_cache: u64,
@@ -91,7 +102,11 @@ impl Counters {
             *self.outcomes.entry(*k).or_default() += v;
         }
         self.frame_cache_hits += other.frame_cache_hits;
+        self.frame_cache_partial_hits += other.frame_cache_partial_hits;
         self.frame_cache_misses += other.frame_cache_misses;
+        self.memory_reads += other.memory_reads;
+        self.memory_bytes += other.memory_bytes;
+        self.ring_bytes += other.ring_bytes;
         self.frames_from_kernel += other.frames_from_kernel;
         self.frames_from_cache += other.frames_from_cache;
         self.frames_from_memory += other.frames_from_memory;
@@ -114,13 +129,28 @@ impl Counters {
         }
         let _ = writeln!(
             s,
-            "{indent}frame cache: {} full hits, {} misses; frames from kernel {}, from cache {}, from memory {}",
-            self.frame_cache_hits, self.frame_cache_misses, self.frames_from_kernel, self.frames_from_cache, self.frames_from_memory
+            "{indent}frame cache: {} full hits, {} partial hits, {} misses; frames from kernel {}, from cache {}, from memory {}",
+            self.frame_cache_hits,
+            self.frame_cache_partial_hits,
+            self.frame_cache_misses,
+            self.frames_from_kernel,
+            self.frames_from_cache,
+            self.frames_from_memory
         );
         let _ = writeln!(
             s,
             "{indent}code-object cache: {} hits, {} misses, {} stale invalidations",
             self.code_cache_hits, self.code_cache_misses, self.stale_invalidations
+        );
+        let per_sample = |v: u64| if total > 0 { v as f64 / total as f64 } else { 0.0 };
+        let _ = writeln!(
+            s,
+            "{indent}target memory: {} reads, {} bytes ({:.2} reads per sample); ring buffer: {} bytes ({:.0} per sample)",
+            self.memory_reads,
+            self.memory_bytes,
+            per_sample(self.memory_reads),
+            self.ring_bytes,
+            per_sample(self.ring_bytes)
         );
         s
     }

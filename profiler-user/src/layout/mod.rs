@@ -113,3 +113,13 @@ pub struct PythonLayout {
     pub code: CodeLayout,
     pub objects: ObjectLayout,
 }
+
+/// Offset of the cached hash (`Py_hash_t`) in every `str` object, 3.8-3.15 default builds.
+pub const STR_HASH_OFFSET: u32 = 0x18;
+
+impl PythonLayout {
+    /// The frame layout the kernel uses: `frame` plus the validation word's offsets.
+    pub fn kernel_frame_layout(&self) -> FrameLayout {
+        FrameLayout { check_name: self.code.name, check_hash: STR_HASH_OFFSET, ..self.frame }
+    }
+}

@@ -88,6 +88,9 @@ pub const fn frame_layout(
         instr_kind: kind,
         owner,
         code_adaptive,
+        // Filled in by `PythonLayout::kernel_frame_layout`, which knows the code layout.
+        check_name: profiler_common::NO_FIELD,
+        check_hash: profiler_common::NO_FIELD,
         _pad: 0,
         code_mask,
     }
