@@ -61,14 +61,20 @@ pub fn skip(reason: impl std::fmt::Display) {
 
 /// `$PYPERCH_BIN`; panics with an explanation when it is not set or does not exist.
 pub fn pyperch_bin() -> PathBuf {
-    let bin = env::var_os("PYPERCH_BIN").filter(|b| !b.is_empty()).unwrap_or_else(|| {
-        panic!(
-            "PYPERCH_BIN is not set: run the end-to-end tests with `cargo xtask test`, or set \
+    let bin = env::var_os("PYPERCH_BIN")
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| {
+            panic!(
+                "PYPERCH_BIN is not set: run the end-to-end tests with `cargo xtask test`, or set \
              PYPERCH_BIN to the absolute path of target/release/pyperch"
-        )
-    });
+            )
+        });
     let bin = PathBuf::from(bin);
-    assert!(bin.is_file(), "PYPERCH_BIN={} does not exist (build it with `cargo xtask build`)", bin.display());
+    assert!(
+        bin.is_file(),
+        "PYPERCH_BIN={} does not exist (build it with `cargo xtask build`)",
+        bin.display()
+    );
     bin
 }
 
@@ -103,11 +109,14 @@ pub struct Python {
 }
 
 /// The labels every per-version test covers, in order.
-pub const SUPPORTED_LABELS: [&str; 9] =
-    ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "sid-3.13", "sid-3.14", "sid-3.15"];
+pub const SUPPORTED_LABELS: [&str; 9] = [
+    "3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "sid-3.13", "sid-3.14", "sid-3.15",
+];
 
 fn version_of_label(label: &str) -> Option<(u32, u32)> {
-    let tail = label.rsplit(|c: char| !(c.is_ascii_digit() || c == '.')).next()?;
+    let tail = label
+        .rsplit(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .next()?;
     let mut it = tail.split('.');
     let major = it.next()?.parse().ok()?;
     let minor = it.next()?.parse().ok()?;
@@ -118,21 +127,28 @@ fn pyenv_root() -> Option<PathBuf> {
     if let Some(r) = env::var_os("PYENV_ROOT").filter(|r| !r.is_empty()) {
         return Some(PathBuf::from(r));
     }
-    if let Ok(out) = Command::new("pyenv").arg("root").stderr(Stdio::null()).output() {
+    if let Ok(out) = Command::new("pyenv")
+        .arg("root")
+        .stderr(Stdio::null())
+        .output()
+    {
         let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
         if out.status.success() && !s.is_empty() {
             return Some(PathBuf::from(s));
         }
     }
     let home = env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv"));
-    home.into_iter().chain([PathBuf::from("/root/.pyenv")]).find(|p| p.join("versions").is_dir())
+    home.into_iter()
+        .chain([PathBuf::from("/root/.pyenv")])
+        .find(|p| p.join("versions").is_dir())
 }
 
 /// The root filesystem holding Debian sid's python3.13/3.14/3.15.
 pub fn sid_rootfs() -> PathBuf {
     match env::var_os("PYPERCH_SID_ROOTFS").filter(|p| !p.is_empty()) {
         Some(p) => PathBuf::from(p),
-        None => PathBuf::from(env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache/pyperch/sid-rootfs"),
+        None => PathBuf::from(env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+            .join(".cache/pyperch/sid-rootfs"),
     }
 }
 
@@ -161,14 +177,23 @@ pub fn configured_pythons() -> Vec<PythonSpec> {
             .filter(|e| !e.is_empty())
             .filter_map(|entry| {
                 let Some((label, value)) = entry.split_once('=') else {
-                    note(format!("PYPERCH_TEST_PYTHONS: ignoring `{entry}` (expected LABEL=PATH)"));
+                    note(format!(
+                        "PYPERCH_TEST_PYTHONS: ignoring `{entry}` (expected LABEL=PATH)"
+                    ));
                     return None;
                 };
-                let (exe, rootfs) = match value.strip_prefix("chroot:").and_then(|v| v.split_once(':')) {
+                let (exe, rootfs) = match value
+                    .strip_prefix("chroot:")
+                    .and_then(|v| v.split_once(':'))
+                {
                     Some((rootfs, exe)) => (PathBuf::from(exe), Some(PathBuf::from(rootfs))),
                     None => (PathBuf::from(value), None),
                 };
-                Some(PythonSpec { label: label.trim().to_string(), exe, rootfs })
+                Some(PythonSpec {
+                    label: label.trim().to_string(),
+                    exe,
+                    rootfs,
+                })
             })
             .collect();
     }
@@ -182,7 +207,11 @@ pub fn configured_pythons() -> Vec<PythonSpec> {
                 .unwrap_or(Path::new("/root/.pyenv"))
                 .join(format!("versions/3.{minor}.*/bin/python3.{minor}")),
         };
-        specs.push(PythonSpec { label: format!("3.{minor}"), exe, rootfs: None });
+        specs.push(PythonSpec {
+            label: format!("3.{minor}"),
+            exe,
+            rootfs: None,
+        });
     }
     let rootfs = sid_rootfs();
     for minor in 13..=15u32 {
@@ -198,8 +227,12 @@ pub fn configured_pythons() -> Vec<PythonSpec> {
 impl PythonSpec {
     /// `Ok` when the interpreter can be run here, else why not.
     pub fn resolve(&self) -> Result<Python, String> {
-        let (major, minor) = version_of_label(&self.label)
-            .ok_or_else(|| format!("label `{}` does not end in a MAJOR.MINOR version", self.label))?;
+        let (major, minor) = version_of_label(&self.label).ok_or_else(|| {
+            format!(
+                "label `{}` does not end in a MAJOR.MINOR version",
+                self.label
+            )
+        })?;
         match &self.rootfs {
             None => {
                 if !self.exe.is_file() {
@@ -222,7 +255,13 @@ impl PythonSpec {
                 }
             }
         }
-        Ok(Python { label: self.label.clone(), major, minor, exe: self.exe.clone(), rootfs: self.rootfs.clone() })
+        Ok(Python {
+            label: self.label.clone(),
+            major,
+            minor,
+            exe: self.exe.clone(),
+            rootfs: self.rootfs.clone(),
+        })
     }
 }
 
@@ -230,7 +269,9 @@ impl PythonSpec {
 pub fn python(label: &str) -> Option<Python> {
     let specs = configured_pythons();
     let Some(spec) = specs.iter().find(|s| s.label == label) else {
-        skip(format!("python {label} is not in the configured list (PYPERCH_TEST_PYTHONS)"));
+        skip(format!(
+            "python {label} is not in the configured list (PYPERCH_TEST_PYTHONS)"
+        ));
         return None;
     };
     match spec.resolve() {
@@ -244,7 +285,11 @@ pub fn python(label: &str) -> Option<Python> {
 
 /// The interpreter with this label if it exists, silently.
 pub fn python_quiet(label: &str) -> Option<Python> {
-    configured_pythons().into_iter().find(|s| s.label == label)?.resolve().ok()
+    configured_pythons()
+        .into_iter()
+        .find(|s| s.label == label)?
+        .resolve()
+        .ok()
 }
 
 /// The first available of `labels` (in order), or `None` after printing a SKIP message.
@@ -258,7 +303,10 @@ pub fn first_python(labels: &[&str]) -> Option<Python> {
 
 /// Every configured interpreter that is available.
 pub fn available_pythons() -> Vec<Python> {
-    configured_pythons().iter().filter_map(|s| s.resolve().ok()).collect()
+    configured_pythons()
+        .iter()
+        .filter_map(|s| s.resolve().ok())
+        .collect()
 }
 
 impl Python {
@@ -283,14 +331,21 @@ impl Python {
         let argv = self.argv();
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]);
-        cmd.env_remove("PYTHONPATH").env_remove("PYTHONHOME").env("PYTHONDONTWRITEBYTECODE", "1");
+        cmd.env_remove("PYTHONPATH")
+            .env_remove("PYTHONHOME")
+            .env("PYTHONDONTWRITEBYTECODE", "1");
         cmd
     }
 
     pub fn describe(&self) -> String {
         match &self.rootfs {
             None => format!("python {} ({})", self.label, self.exe.display()),
-            Some(r) => format!("python {} (chroot {} {})", self.label, r.display(), self.exe.display()),
+            Some(r) => format!(
+                "python {} (chroot {} {})",
+                self.label,
+                r.display(),
+                self.exe.display()
+            ),
         }
     }
 }
@@ -302,12 +357,18 @@ impl Python {
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 fn unique(tag: &str) -> String {
-    format!("{tag}-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{tag}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// The source of a workload script.
 pub fn workload_source(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("workloads")
+        .join(name)
 }
 
 /// A scratch directory the interpreter can see: `host` is its path for us, `guest` the path
@@ -381,11 +442,16 @@ impl Workload {
         let dir = WorkDir::new(py, script.trim_end_matches(".py"))?;
         let mut cmd = py.command();
         cmd.arg(dir.guest_path(script))
-            .args(args.iter().map(|a| a.replace("{dir}", &dir.guest.to_string_lossy())))
+            .args(
+                args.iter()
+                    .map(|a| a.replace("{dir}", &dir.guest.to_string_lossy())),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        let mut child = cmd.spawn().with_context(|| format!("cannot start {} {script}", py.describe()))?;
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start {} {script}", py.describe()))?;
         let pid = child.id();
         let stdout = child.stdout.take().unwrap();
         let (tx, lines) = mpsc::channel();
@@ -396,7 +462,15 @@ impl Workload {
                 }
             }
         });
-        let mut w = Workload { pid, python: py.clone(), dir, script: script.to_string(), ready: String::new(), child, lines };
+        let mut w = Workload {
+            pid,
+            python: py.clone(),
+            dir,
+            script: script.to_string(),
+            ready: String::new(),
+            child,
+            lines,
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -430,7 +504,10 @@ impl Workload {
     pub fn ready_fields(&self) -> BTreeMap<String, String> {
         self.ready
             .split_whitespace()
-            .filter_map(|f| f.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+            .filter_map(|f| {
+                f.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            })
             .collect()
     }
 
@@ -465,7 +542,12 @@ impl Workload {
     pub fn read_json(&self, rel: &str) -> Result<serde_json::Value> {
         let path = self.dir.host_path(rel);
         let text = fs::read_to_string(&path).with_context(|| {
-            format!("{} {} did not write {}", self.python.describe(), self.script, path.display())
+            format!(
+                "{} {} did not write {}",
+                self.python.describe(),
+                self.script,
+                path.display()
+            )
         })?;
         serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))
     }
@@ -509,7 +591,9 @@ impl Drop for KillOnDrop {
 pub fn function_lines(script: &str, name: &str) -> Option<(u32, u32)> {
     let text = fs::read_to_string(workload_source(script)).ok()?;
     let lines: Vec<&str> = text.lines().collect();
-    let start = lines.iter().position(|l| l.starts_with(&format!("def {name}(")))?;
+    let start = lines
+        .iter()
+        .position(|l| l.starts_with(&format!("def {name}(")))?;
     let mut end = start;
     for (i, l) in lines.iter().enumerate().skip(start + 1) {
         if !l.is_empty() && !l.starts_with(' ') && !l.starts_with('#') {
@@ -560,7 +644,10 @@ impl Run {
 
     /// Non-empty stderr lines.
     pub fn stderr_lines(&self) -> Vec<&str> {
-        self.stderr.lines().filter(|l| !l.trim().is_empty()).collect()
+        self.stderr
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect()
     }
 
     /// Command line, status, time, stdout and stderr, for failure messages.
@@ -576,7 +663,11 @@ impl Run {
             },
             self.elapsed.as_secs_f64()
         );
-        let _ = writeln!(s, "--- stderr ({} lines, last 40):", self.stderr.lines().count());
+        let _ = writeln!(
+            s,
+            "--- stderr ({} lines, last 40):",
+            self.stderr.lines().count()
+        );
         tail_into(&mut s, &self.stderr, 40);
         if !self.stdout.trim().is_empty() {
             let _ = writeln!(s, "--- stdout (last 20 lines):");
@@ -591,18 +682,39 @@ impl Run {
         let d = self.diag();
         assert!(!self.timed_out(), "pyperch did not return{d}");
         let status = self.status.unwrap();
-        assert!(status.code().is_some(), "pyperch died from a signal instead of exiting with an error{d}");
-        assert!(!status.success(), "pyperch exited 0 where an error was expected{d}");
+        assert!(
+            status.code().is_some(),
+            "pyperch died from a signal instead of exiting with an error{d}"
+        );
+        assert!(
+            !status.success(),
+            "pyperch exited 0 where an error was expected{d}"
+        );
         let lower = self.stderr.to_lowercase();
         assert!(!lower.contains("panicked"), "pyperch panicked{d}");
-        assert!(!lower.contains("backtrace"), "pyperch printed a backtrace{d}");
-        let errors: Vec<&str> = self.stderr.lines().filter(|l| l.starts_with("error: ")).collect();
-        assert_eq!(errors.len(), 1, "expected exactly one stderr line starting with `error: `{d}");
+        assert!(
+            !lower.contains("backtrace"),
+            "pyperch printed a backtrace{d}"
+        );
+        let errors: Vec<&str> = self
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("error: "))
+            .collect();
+        assert_eq!(
+            errors.len(),
+            1,
+            "expected exactly one stderr line starting with `error: `{d}"
+        );
     }
 
     /// The single `error: ` line (after [`Run::assert_clear_error`]).
     pub fn error_line(&self) -> String {
-        self.stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or("").to_string()
+        self.stderr
+            .lines()
+            .find(|l| l.starts_with("error: "))
+            .unwrap_or("")
+            .to_string()
     }
 }
 
@@ -636,12 +748,22 @@ impl Running {
             .chain(cmd.get_args())
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let start = Instant::now();
-        let mut child = cmd.spawn().with_context(|| format!("cannot start {}", argv[0]))?;
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start {}", argv[0]))?;
         let out = collect(child.stdout.take().unwrap());
         let err = collect(child.stderr.take().unwrap());
-        Ok(Self { argv, child, start, out, err })
+        Ok(Self {
+            argv,
+            child,
+            start,
+            out,
+            err,
+        })
     }
 
     pub fn pid(&self) -> u32 {
@@ -675,7 +797,13 @@ impl Running {
         }
         let stdout = self.out.join().unwrap_or_default();
         let stderr = self.err.join().unwrap_or_default();
-        Run { argv: self.argv, status, stdout, stderr, elapsed }
+        Run {
+            argv: self.argv,
+            status,
+            stdout,
+            stderr,
+            elapsed,
+        }
     }
 }
 
@@ -683,7 +811,9 @@ impl Running {
 pub fn pyperch(args: &[&str], timeout: Duration) -> Run {
     let mut cmd = Command::new(pyperch_bin());
     cmd.args(args);
-    Running::start(cmd).expect("cannot start pyperch").finish(timeout)
+    Running::start(cmd)
+        .expect("cannot start pyperch")
+        .finish(timeout)
 }
 
 /// A `pyperch record` run with collapsed output.
@@ -712,9 +842,13 @@ fn scratch_file(name: &str) -> PathBuf {
 fn duration_arg(args: &[&str]) -> Option<f64> {
     let end = args.iter().position(|a| *a == "--").unwrap_or(args.len());
     let args = &args[..end];
-    args.iter().position(|a| *a == "--duration").and_then(|i| args.get(i + 1)?.parse().ok()).or_else(|| {
-        args.iter().find_map(|a| a.strip_prefix("--duration=")?.parse().ok())
-    })
+    args.iter()
+        .position(|a| *a == "--duration")
+        .and_then(|i| args.get(i + 1)?.parse().ok())
+        .or_else(|| {
+            args.iter()
+                .find_map(|a| a.strip_prefix("--duration=")?.parse().ok())
+        })
 }
 
 impl RecordRun {
@@ -724,24 +858,36 @@ impl RecordRun {
         let output = scratch_file("profile.collapsed");
         let timeout = Duration::from_secs_f64(duration_arg(args).map_or(120.0, |d| d + 60.0));
         let mut cmd = Command::new(pyperch_bin());
-        cmd.args(["record", "--format", "collapsed", "--output"]).arg(&output).args(args);
+        cmd.args(["record", "--format", "collapsed", "--output"])
+            .arg(&output)
+            .args(args);
         let running = Running::start(cmd).expect("cannot start pyperch");
-        Self { running, output, timeout }
+        Self {
+            running,
+            output,
+            timeout,
+        }
     }
 
     pub fn pid(&self) -> u32 {
         self.running.pid()
     }
 
-    /// Waits (up to `timeout`) until pyperch has perf events open, i.e. sampling has begun.
-    /// Returns whether that was seen.
+    /// Waits (up to `timeout`) until pyperch holds a perf event or a BPF link (aya attaches a
+    /// perf-event program through a bpf_link and closes the perf event's own fd), i.e. until
+    /// sampling has begun. Returns whether that was seen.
     pub fn wait_until_sampling(&self, timeout: Duration) -> bool {
         let fd_dir = PathBuf::from(format!("/proc/{}/fd", self.pid()));
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
-            let Ok(entries) = fs::read_dir(&fd_dir) else { return false };
+            let Ok(entries) = fs::read_dir(&fd_dir) else {
+                return false;
+            };
             let open = entries.filter_map(|e| e.ok()).any(|e| {
-                fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().contains("perf_event"))
+                fs::read_link(e.path()).is_ok_and(|t| {
+                    let t = t.to_string_lossy();
+                    t.contains("[perf_event]") || t.contains("bpf_link")
+                })
             });
             if open {
                 return true;
@@ -755,7 +901,12 @@ impl RecordRun {
         let run = self.running.finish(self.timeout);
         let collapsed = fs::read_to_string(&self.output).unwrap_or_default();
         let profile = Profile::parse(&collapsed);
-        Recording { run, collapsed, profile, output: self.output }
+        Recording {
+            run,
+            collapsed,
+            profile,
+            output: self.output,
+        }
     }
 }
 
@@ -787,7 +938,11 @@ impl Recording {
             if self.profile.malformed.is_empty() {
                 String::new()
             } else {
-                format!(", {} MALFORMED (first: {:?})", self.profile.malformed.len(), self.profile.malformed[0])
+                format!(
+                    ", {} MALFORMED (first: {:?})",
+                    self.profile.malformed.len(),
+                    self.profile.malformed[0]
+                )
             }
         );
         s.push_str(&self.profile.head(30));
@@ -809,8 +964,15 @@ impl Recording {
         assert!(!self.run.timed_out(), "pyperch record did not return{d}");
         assert!(self.run.success(), "pyperch record failed{d}");
         assert!(!self.run.stderr.contains("panicked"), "pyperch panicked{d}");
-        assert!(self.output.is_file(), "pyperch record did not write {}{d}", self.output.display());
-        assert!(self.profile.malformed.is_empty(), "malformed collapsed lines{d}");
+        assert!(
+            self.output.is_file(),
+            "pyperch record did not write {}{d}",
+            self.output.display()
+        );
+        assert!(
+            self.profile.malformed.is_empty(),
+            "malformed collapsed lines{d}"
+        );
     }
 }
 
@@ -836,9 +998,17 @@ impl PyFrame {
                 Some((f, l)) => (f, l.parse().ok()),
                 None => (loc, None),
             };
-            return PyFrame { name: name.to_string(), file: file.to_string(), line };
+            return PyFrame {
+                name: name.to_string(),
+                file: file.to_string(),
+                line,
+            };
         }
-        PyFrame { name: s.to_string(), file: String::new(), line: None }
+        PyFrame {
+            name: s.to_string(),
+            file: String::new(),
+            line: None,
+        }
     }
 
     /// The function name matches `func` (the qualname is `func` or ends in `.func`).
@@ -848,7 +1018,10 @@ impl PyFrame {
 }
 
 pub fn name_matches(qualname: &str, func: &str) -> bool {
-    qualname == func || qualname.strip_suffix(func).is_some_and(|p| p.ends_with('.'))
+    qualname == func
+        || qualname
+            .strip_suffix(func)
+            .is_some_and(|p| p.ends_with('.'))
 }
 
 /// One collapsed line.
@@ -874,13 +1047,22 @@ impl Stack {
 
     /// From the `thread <tid>` frame (with `--threads`).
     pub fn tid(&self) -> Option<u32> {
-        self.frames.get(1)?.strip_prefix("thread ")?.trim().parse().ok()
+        self.frames
+            .get(1)?
+            .strip_prefix("thread ")?
+            .trim()
+            .parse()
+            .ok()
     }
 
     /// The frames after the root (and the thread frame, if any): the Python stack, root first.
     pub fn python_frames(&self) -> Vec<PyFrame> {
         let skip = if self.tid().is_some() { 2 } else { 1 };
-        self.frames.iter().skip(skip).map(|f| PyFrame::parse(f)).collect()
+        self.frames
+            .iter()
+            .skip(skip)
+            .map(|f| PyFrame::parse(f))
+            .collect()
     }
 
     pub fn leaf(&self) -> Option<PyFrame> {
@@ -911,10 +1093,14 @@ impl Profile {
             if line.trim().is_empty() {
                 continue;
             }
-            match line.rsplit_once(' ').and_then(|(stack, n)| Some((stack, n.parse::<u64>().ok()?))) {
-                Some((stack, count)) if !stack.is_empty() => {
-                    p.stacks.push(Stack { frames: stack.split(';').map(str::to_string).collect(), count })
-                }
+            match line
+                .rsplit_once(' ')
+                .and_then(|(stack, n)| Some((stack, n.parse::<u64>().ok()?)))
+            {
+                Some((stack, count)) if !stack.is_empty() => p.stacks.push(Stack {
+                    frames: stack.split(';').map(str::to_string).collect(),
+                    count,
+                }),
                 _ => p.malformed.push(line.to_string()),
             }
         }
@@ -927,11 +1113,18 @@ impl Profile {
 
     /// Samples of the stacks matching `pred`.
     pub fn count(&self, pred: impl Fn(&Stack) -> bool) -> u64 {
-        self.stacks.iter().filter(|s| pred(s)).map(|s| s.count).sum()
+        self.stacks
+            .iter()
+            .filter(|s| pred(s))
+            .map(|s| s.count)
+            .sum()
     }
 
     pub fn filter(&self, pred: impl Fn(&Stack) -> bool) -> Profile {
-        Profile { stacks: self.stacks.iter().filter(|s| pred(s)).cloned().collect(), malformed: Vec::new() }
+        Profile {
+            stacks: self.stacks.iter().filter(|s| pred(s)).cloned().collect(),
+            malformed: Vec::new(),
+        }
     }
 
     pub fn for_pid(&self, pid: u32) -> Profile {
@@ -956,7 +1149,8 @@ impl Profile {
     pub fn leaf_histogram(&self) -> BTreeMap<String, u64> {
         let mut h = BTreeMap::new();
         for s in &self.stacks {
-            *h.entry(s.leaf().map(|f| f.name).unwrap_or_default()).or_insert(0) += s.count;
+            *h.entry(s.leaf().map(|f| f.name).unwrap_or_default())
+                .or_insert(0) += s.count;
         }
         h
     }
@@ -993,7 +1187,10 @@ impl Profile {
 
 /// A pid that is not in use (starting from `hint`, which should be near pid_max).
 pub fn unused_pid(hint: u32) -> u32 {
-    (0..1000).map(|i| hint - i).find(|p| !Path::new(&format!("/proc/{p}")).exists()).unwrap_or(hint)
+    (0..1000)
+        .map(|i| hint - i)
+        .find(|p| !Path::new(&format!("/proc/{p}")).exists())
+        .unwrap_or(hint)
 }
 
 /// A copy of the binary under test in a world-writable scratch directory, so that an
@@ -1034,7 +1231,10 @@ pub fn find_program(name: &str) -> Option<PathBuf> {
 pub fn json_f64(v: &serde_json::Value, path: &[&str]) -> Result<f64> {
     let mut cur = v;
     for p in path {
-        cur = cur.get(*p).ok_or_else(|| anyhow!("missing field {path:?} in {v}"))?;
+        cur = cur
+            .get(*p)
+            .ok_or_else(|| anyhow!("missing field {path:?} in {v}"))?;
     }
-    cur.as_f64().ok_or_else(|| anyhow!("field {path:?} is not a number in {v}"))
+    cur.as_f64()
+        .ok_or_else(|| anyhow!("field {path:?} is not a number in {v}"))
 }

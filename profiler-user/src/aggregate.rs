@@ -33,7 +33,7 @@ pub struct FrameName {
 pub type FrameId = u32;
 
 /// How a process is labelled in the output.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct ProcessLabel {
     /// The kernel's short command name (`/proc/<pid>/comm`).
     pub comm: String,
@@ -41,6 +41,18 @@ pub struct ProcessLabel {
     pub exe: String,
     /// The CPython version, e.g. `3.12.4`.
     pub version: String,
+    /// Full container id, when the process runs in a container of a known runtime.
+    pub container_id: Option<String>,
+    /// Kubernetes pod UID, when the process runs in a pod.
+    pub pod_uid: Option<String>,
+}
+
+/// When and how fast a profile was sampled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Timing {
+    pub start: std::time::SystemTime,
+    pub duration: std::time::Duration,
+    pub rate_hz: u64,
 }
 
 /// Identity of one counted stack.
@@ -75,6 +87,10 @@ pub struct Profile {
     stacks: HashTable<(StackKey, u64)>,
     hasher: DefaultHashBuilder,
     total: u64,
+    /// Outputs start every stack with the process's container (`--by-container`).
+    container_root: bool,
+    /// When the samples were taken and at which rate, for formats that carry it (pprof).
+    timing: Option<Timing>,
     /// Returned by [`Profile::frame`] for an id this profile never handed out, so that a
     /// caller's mistake shows up as a visible `[unknown frame]` rather than a panic.
     unknown: FrameName,
@@ -107,6 +123,8 @@ impl Profile {
             stacks: HashTable::new(),
             hasher: DefaultHashBuilder::default(),
             total: 0,
+            container_root: false,
+            timing: None,
             unknown: FrameName {
                 function: Arc::from("[unknown frame]"),
                 file: Arc::from(""),
@@ -210,6 +228,68 @@ impl Profile {
     /// Number of distinct stacks.
     pub fn stack_count(&self) -> usize {
         self.stacks.len()
+    }
+
+    /// Makes outputs start every stack with a `container <short id>` frame.
+    pub fn set_container_root(&mut self, on: bool) {
+        self.container_root = on;
+    }
+
+    pub fn container_root(&self) -> bool {
+        self.container_root
+    }
+
+    pub fn set_timing(&mut self, timing: Timing) {
+        self.timing = Some(timing);
+    }
+
+    pub fn timing(&self) -> Option<&Timing> {
+        self.timing.as_ref()
+    }
+
+    /// Moves the stacks counted so far into a new profile and starts counting afresh.
+    /// Interned frames and process labels are kept on both sides, so `FrameId`s handed out
+    /// before stay valid here (the agent uses this at every interval).
+    pub fn take_stacks(&mut self) -> Profile {
+        let mut taken = Profile {
+            frames: self.frames.clone(),
+            frame_ids: HashMap::new(),
+            processes: HashMap::new(),
+            stacks: std::mem::take(&mut self.stacks),
+            hasher: self.hasher.clone(),
+            total: std::mem::take(&mut self.total),
+            container_root: self.container_root,
+            timing: self.timing.clone(),
+            unknown: self.unknown.clone(),
+        };
+        for (pid, entry) in self.processes.iter_mut() {
+            taken.processes.insert(*pid, ProcessEntry { label: entry.label.clone(), samples: std::mem::take(&mut entry.samples) });
+        }
+        taken
+    }
+
+    /// A profile holding only the stacks `keep` accepts (labels and frames kept).
+    pub fn filtered(&self, keep: impl Fn(&StackKey) -> bool) -> Profile {
+        let mut part = Profile {
+            frames: self.frames.clone(),
+            frame_ids: HashMap::new(),
+            processes: HashMap::new(),
+            stacks: HashTable::new(),
+            hasher: self.hasher.clone(),
+            total: 0,
+            container_root: self.container_root,
+            timing: self.timing.clone(),
+            unknown: self.unknown.clone(),
+        };
+        for (key, count) in self.stacks() {
+            if keep(key) {
+                if let Some(label) = self.process(key.pid) {
+                    part.set_process(key.pid, label.clone());
+                }
+                part.add(key.pid, key.tid, &key.frames, count);
+            }
+        }
+        part
     }
 
     /// Every distinct stack with its (non-zero) count, in no particular order.
@@ -320,7 +400,7 @@ mod tests {
             ProcessLabel {
                 comm: "python3".into(),
                 exe: "/usr/bin/python3.12".into(),
-                version: "3.12.4".into(),
+                version: "3.12.4".into(), ..Default::default()
             },
         );
         assert_eq!(p.process(1).map(|l| l.comm.as_str()), Some("python3"));
@@ -330,7 +410,7 @@ mod tests {
             ProcessLabel {
                 comm: "gunicorn".into(),
                 exe: "/usr/bin/python3".into(),
-                version: "3.11.9".into(),
+                version: "3.11.9".into(), ..Default::default()
             },
         );
         assert_eq!(p.pids(), vec![1, 2]);

@@ -177,11 +177,18 @@ pub fn parse_cgroup_file(contents: &str) -> String {
             slot.get_or_insert(path);
         }
     }
-    let candidates: Vec<&str> = [unified, systemd, cpu, memory].into_iter().flatten().collect();
+    let candidates: Vec<&str> = [unified, systemd, cpu, memory]
+        .into_iter()
+        .flatten()
+        .collect();
     let chosen = candidates
         .iter()
         .find(|path| attribute(path).container_id.is_some())
-        .or_else(|| candidates.iter().find(|path| attribute(path).pod_uid.is_some()))
+        .or_else(|| {
+            candidates
+                .iter()
+                .find(|path| attribute(path).pod_uid.is_some())
+        })
         .or(candidates.first());
     chosen.map(|path| (*path).to_owned()).unwrap_or_default()
 }
@@ -279,7 +286,9 @@ pub fn parse_nspid(status: &str) -> Vec<u32> {
 /// Reads at most [`MAX_PROC_FILE`] bytes of `path` as (lossy) UTF-8.
 fn read_small(path: &Path) -> io::Result<String> {
     let mut bytes = Vec::new();
-    File::open(path)?.take(MAX_PROC_FILE).read_to_end(&mut bytes)?;
+    File::open(path)?
+        .take(MAX_PROC_FILE)
+        .read_to_end(&mut bytes)?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
@@ -383,7 +392,10 @@ fn pod_at(path: &Segments<'_>, i: usize) -> Option<(String, Option<QosClass>)> {
 
     // cgroupfs driver: `kubepods[/burstable|/besteffort]/pod<uid>`.
     let uid = pod_uid(segment.strip_prefix("pod")?, '-')?;
-    let qos = match (path.before(i), i.checked_sub(1).and_then(|j| path.before(j))) {
+    let qos = match (
+        path.before(i),
+        i.checked_sub(1).and_then(|j| path.before(j)),
+    ) {
         (Some("kubepods"), _) => Some(QosClass::Guaranteed),
         (Some("burstable"), Some("kubepods")) => Some(QosClass::Burstable),
         (Some("besteffort"), Some("kubepods")) => Some(QosClass::BestEffort),
@@ -451,11 +463,29 @@ mod tests {
     #[test]
     fn docker_systemd_and_cgroupfs() {
         use Runtime::Docker;
-        check(&format!("/system.slice/docker-{ID}.scope"), Some(ID), Some(Docker), None, None);
+        check(
+            &format!("/system.slice/docker-{ID}.scope"),
+            Some(ID),
+            Some(Docker),
+            None,
+            None,
+        );
         check(&format!("/docker/{ID}"), Some(ID), Some(Docker), None, None);
-        check(&format!("/docker/{ID}/"), Some(ID), Some(Docker), None, None);
+        check(
+            &format!("/docker/{ID}/"),
+            Some(ID),
+            Some(Docker),
+            None,
+            None,
+        );
         // Docker in Docker: the innermost container.
-        check(&format!("/docker/{ID}/docker/{ID2}"), Some(ID2), Some(Docker), None, None);
+        check(
+            &format!("/docker/{ID}/docker/{ID2}"),
+            Some(ID2),
+            Some(Docker),
+            None,
+            None,
+        );
         // systemd running inside a container makes its own cgroups.
         check(
             &format!("/system.slice/docker-{ID}.scope/system.slice/cron.service"),
@@ -484,14 +514,32 @@ mod tests {
         let burstable = format!(
             "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_US}.slice/cri-containerd-{ID}.scope"
         );
-        check(&burstable, Some(ID), Some(Containerd), Some(UID), Some(Burstable));
+        check(
+            &burstable,
+            Some(ID),
+            Some(Containerd),
+            Some(UID),
+            Some(Burstable),
+        );
         let guaranteed =
             format!("/kubepods.slice/kubepods-pod{UID_US}.slice/cri-containerd-{ID}.scope");
-        check(&guaranteed, Some(ID), Some(Containerd), Some(UID), Some(Guaranteed));
+        check(
+            &guaranteed,
+            Some(ID),
+            Some(Containerd),
+            Some(UID),
+            Some(Guaranteed),
+        );
         let besteffort = format!(
             "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_US}.slice/crio-{ID}.scope"
         );
-        check(&besteffort, Some(ID), Some(CriO), Some(UID), Some(BestEffort));
+        check(
+            &besteffort,
+            Some(ID),
+            Some(CriO),
+            Some(UID),
+            Some(BestEffort),
+        );
         // CRI-O with crun on cgroup v2: the payload in a `container` sub-cgroup.
         let crun = format!("{besteffort}/container");
         check(&crun, Some(ID), Some(CriO), Some(UID), Some(BestEffort));
@@ -503,14 +551,28 @@ mod tests {
         // Static pod (UID is a 32-hex hash).
         let static_pod =
             format!("/kubepods.slice/kubepods-pod{STATIC_UID}.slice/cri-containerd-{ID}.scope");
-        check(&static_pod, Some(ID), Some(Containerd), Some(STATIC_UID), Some(Guaranteed));
+        check(
+            &static_pod,
+            Some(ID),
+            Some(Containerd),
+            Some(STATIC_UID),
+            Some(Guaranteed),
+        );
         // kind: a node in a Docker container, kubelet slices prefixed with `kubelet-`.
         let kind = format!(
             "/system.slice/docker-{ID2}.scope/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{UID_US}.slice/cri-containerd-{ID}.scope"
         );
-        check(&kind, Some(ID), Some(Containerd), Some(UID), Some(BestEffort));
+        check(
+            &kind,
+            Some(ID),
+            Some(Containerd),
+            Some(UID),
+            Some(BestEffort),
+        );
         // The pod slice alone: a pod, no container.
-        let pod_only = format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_US}.slice");
+        let pod_only = format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_US}.slice"
+        );
         check(&pod_only, None, None, Some(UID), Some(Burstable));
         // QoS slices alone.
         nothing("/kubepods.slice/kubepods-burstable.slice");
@@ -520,12 +582,42 @@ mod tests {
     #[test]
     fn kubernetes_cgroupfs_driver() {
         use QosClass::*;
-        check(&format!("/kubepods/burstable/pod{UID}/{ID}"), Some(ID), None, Some(UID), Some(Burstable));
-        check(&format!("/kubepods/besteffort/pod{UID}/{ID}"), Some(ID), None, Some(UID), Some(BestEffort));
-        check(&format!("/kubepods/pod{UID}/{ID}"), Some(ID), None, Some(UID), Some(Guaranteed));
-        check(&format!("/kubepods/pod{STATIC_UID}/{ID}"), Some(ID), None, Some(STATIC_UID), Some(Guaranteed));
+        check(
+            &format!("/kubepods/burstable/pod{UID}/{ID}"),
+            Some(ID),
+            None,
+            Some(UID),
+            Some(Burstable),
+        );
+        check(
+            &format!("/kubepods/besteffort/pod{UID}/{ID}"),
+            Some(ID),
+            None,
+            Some(UID),
+            Some(BestEffort),
+        );
+        check(
+            &format!("/kubepods/pod{UID}/{ID}"),
+            Some(ID),
+            None,
+            Some(UID),
+            Some(Guaranteed),
+        );
+        check(
+            &format!("/kubepods/pod{STATIC_UID}/{ID}"),
+            Some(ID),
+            None,
+            Some(STATIC_UID),
+            Some(Guaranteed),
+        );
         // Under a custom --cgroup-root.
-        check(&format!("/kubelet/kubepods/burstable/pod{UID}/{ID}"), Some(ID), None, Some(UID), Some(Burstable));
+        check(
+            &format!("/kubelet/kubepods/burstable/pod{UID}/{ID}"),
+            Some(ID),
+            None,
+            Some(UID),
+            Some(Burstable),
+        );
         // CRI-O with the cgroupfs manager.
         check(
             &format!("/kubepods/burstable/pod{UID}/crio-{ID}"),
@@ -534,7 +626,13 @@ mod tests {
             Some(UID),
             Some(Burstable),
         );
-        check(&format!("/kubepods/burstable/pod{UID}"), None, None, Some(UID), Some(Burstable));
+        check(
+            &format!("/kubepods/burstable/pod{UID}"),
+            None,
+            None,
+            Some(UID),
+            Some(Burstable),
+        );
         // A QoS directory without kubepods above it, in an absolute path: unknown.
         nothing(&format!("/burstable/pod{UID}/{ID}"));
         nothing(&format!("/pod{UID}/{ID}"));
@@ -548,17 +646,37 @@ mod tests {
         use Runtime::*;
         // What an agent in its own cgroup namespace sees of a process in another pod.
         check(
-            &format!("/../../../kubepods-besteffort.slice/kubepods-besteffort-pod{UID_US}.slice/cri-containerd-{ID}.scope"),
+            &format!(
+                "/../../../kubepods-besteffort.slice/kubepods-besteffort-pod{UID_US}.slice/cri-containerd-{ID}.scope"
+            ),
             Some(ID),
             Some(Containerd),
             Some(UID),
             Some(BestEffort),
         );
-        check(&format!("/../../besteffort/pod{UID}/{ID}"), Some(ID), None, Some(UID), Some(BestEffort));
-        check(&format!("/../../pod{UID}/{ID}"), Some(ID), None, Some(UID), None);
+        check(
+            &format!("/../../besteffort/pod{UID}/{ID}"),
+            Some(ID),
+            None,
+            Some(UID),
+            Some(BestEffort),
+        );
+        check(
+            &format!("/../../pod{UID}/{ID}"),
+            Some(ID),
+            None,
+            Some(UID),
+            None,
+        );
         // A sibling container of the same pod: a bare id with nothing known above it.
         nothing(&format!("/../{ID}"));
-        check(&format!("/../cri-containerd-{ID}.scope"), Some(ID), Some(Containerd), None, None);
+        check(
+            &format!("/../cri-containerd-{ID}.scope"),
+            Some(ID),
+            Some(Containerd),
+            None,
+            None,
+        );
         check(
             &format!("/../../../../system.slice/docker-{ID}.scope"),
             Some(ID),
@@ -573,20 +691,46 @@ mod tests {
     #[test]
     fn podman_and_nerdctl() {
         use Runtime::*;
-        check(&format!("/machine.slice/libpod-{ID}.scope"), Some(ID), Some(Podman), None, None);
-        check(&format!("/machine.slice/libpod-{ID}.scope/container"), Some(ID), Some(Podman), None, None);
         check(
-            &format!("/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope/container"),
+            &format!("/machine.slice/libpod-{ID}.scope"),
             Some(ID),
             Some(Podman),
             None,
             None,
         );
-        check(&format!("/libpod_parent/libpod-{ID}"), Some(ID), Some(Podman), None, None);
+        check(
+            &format!("/machine.slice/libpod-{ID}.scope/container"),
+            Some(ID),
+            Some(Podman),
+            None,
+            None,
+        );
+        check(
+            &format!(
+                "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope/container"
+            ),
+            Some(ID),
+            Some(Podman),
+            None,
+            None,
+        );
+        check(
+            &format!("/libpod_parent/libpod-{ID}"),
+            Some(ID),
+            Some(Podman),
+            None,
+            None,
+        );
         // conmon is not the container.
         nothing(&format!("/machine.slice/libpod-conmon-{ID}.scope"));
         nothing(&format!("/libpod-{ID}"));
-        check(&format!("/system.slice/nerdctl-{ID}.scope"), Some(ID), Some(Containerd), None, None);
+        check(
+            &format!("/system.slice/nerdctl-{ID}.scope"),
+            Some(ID),
+            Some(Containerd),
+            None,
+            None,
+        );
     }
 
     #[test]
@@ -609,15 +753,26 @@ mod tests {
         nothing(&format!("/system.slice/docker-{}g.scope", &ID[1..]));
         // Malformed pod UIDs.
         nothing(&format!("/kubepods/burstable/pod{}/{ID}", &UID[1..]));
-        nothing(&format!("/kubepods/burstable/pod{}/{ID}", UID.to_uppercase()));
+        nothing(&format!(
+            "/kubepods/burstable/pod{}/{ID}",
+            UID.to_uppercase()
+        ));
         nothing(&format!("/kubepods/burstable/pod/{ID}"));
         nothing("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod.slice");
         nothing(&format!("/kubepods.slice/kubepods-other-pod{UID_US}.slice"));
-        nothing(&format!("/kubepods.slice/other-burstable-pod{UID_US}.slice"));
+        nothing(&format!(
+            "/kubepods.slice/other-burstable-pod{UID_US}.slice"
+        ));
         nothing(&format!("/kubepods.slice/burstable-pod{UID_US}.slice"));
         nothing(&format!("/x/kubepods-pod{UID}.slice"));
         // A known container followed by an unknown 64-hex segment: the known one counts.
-        check(&format!("/docker/{ID}/{ID2}"), Some(ID), Some(Runtime::Docker), None, None);
+        check(
+            &format!("/docker/{ID}/{ID2}"),
+            Some(ID),
+            Some(Runtime::Docker),
+            None,
+            None,
+        );
         // Host processes.
         nothing("/");
         nothing("/init.scope");
@@ -674,11 +829,20 @@ mod tests {
     #[test]
     fn cgroup_v2_file() {
         let file = format!("0::/system.slice/docker-{ID}.scope\n");
-        assert_eq!(parse_cgroup_file(&file), format!("/system.slice/docker-{ID}.scope"));
+        assert_eq!(
+            parse_cgroup_file(&file),
+            format!("/system.slice/docker-{ID}.scope")
+        );
         assert_eq!(parse_cgroup_file("0::/\n"), "/");
-        assert_eq!(parse_cgroup_file("0::/user.slice/user-1000.slice/session-3.scope"), "/user.slice/user-1000.slice/session-3.scope");
+        assert_eq!(
+            parse_cgroup_file("0::/user.slice/user-1000.slice/session-3.scope"),
+            "/user.slice/user-1000.slice/session-3.scope"
+        );
         let deleted = format!("0::/kubepods/pod{UID}/{ID} (deleted)\n");
-        assert_eq!(parse_cgroup_file(&deleted), format!("/kubepods/pod{UID}/{ID}"));
+        assert_eq!(
+            parse_cgroup_file(&deleted),
+            format!("/kubepods/pod{UID}/{ID}")
+        );
         // Relative to a cgroup namespace.
         let relative = format!("0::/../../kubepods-pod{UID_US}.slice/cri-containerd-{ID}.scope\n");
         let info = attribute(&parse_cgroup_file(&relative));
@@ -717,10 +881,11 @@ mod tests {
         );
         assert_eq!(parse_cgroup_file(&file), format!("/docker/{ID}"));
         // v2 preferred when both name the container.
-        let file = format!(
-            "3:cpu:/docker/{ID}\n0::/system.slice/docker-{ID}.scope\n"
+        let file = format!("3:cpu:/docker/{ID}\n0::/system.slice/docker-{ID}.scope\n");
+        assert_eq!(
+            parse_cgroup_file(&file),
+            format!("/system.slice/docker-{ID}.scope")
         );
-        assert_eq!(parse_cgroup_file(&file), format!("/system.slice/docker-{ID}.scope"));
         // Neither names a container: the unified line.
         assert_eq!(parse_cgroup_file("3:cpu:/a\n0::/b\n"), "/b");
         // A pod without a container beats nothing.
@@ -751,12 +916,16 @@ mod tests {
         assert_eq!(parse_cgroup_file(&file), format!("/docker/{ID}"));
         // Windows line endings.
         let file = format!("0::/docker/{ID}\r\n");
-        assert_eq!(attribute(&parse_cgroup_file(&file)).container_id.as_deref(), Some(ID));
+        assert_eq!(
+            attribute(&parse_cgroup_file(&file)).container_id.as_deref(),
+            Some(ID)
+        );
     }
 
     #[test]
     fn nspid_lines() {
-        let status = "Name:\tpython3\nTgid:\t4321\nPid:\t4321\nNSpid:\t4321\t17\t1\nNSpgid:\t4321\n";
+        let status =
+            "Name:\tpython3\nTgid:\t4321\nPid:\t4321\nNSpid:\t4321\t17\t1\nNSpgid:\t4321\n";
         assert_eq!(parse_nspid(status), vec![4321, 17, 1]);
         assert_eq!(parse_nspid("NSpid:\t99\n"), vec![99]);
         assert_eq!(parse_nspid("Pid:\t99\n"), Vec::<u32>::new());
@@ -791,7 +960,8 @@ mod tests {
         std::fs::write(dir.join("cgroup"), cgroup).expect("write cgroup");
         // Missing status: empty info.
         assert_eq!(for_process_in(&root, 42), ContainerInfo::default());
-        std::fs::write(dir.join("status"), "Name:\tpython3\nNSpid:\t42\t7\n").expect("write status");
+        std::fs::write(dir.join("status"), "Name:\tpython3\nNSpid:\t42\t7\n")
+            .expect("write status");
         let info = for_process_in(&root, 42);
         assert_eq!(info.container_id.as_deref(), Some(ID));
         assert_eq!(info.runtime, Some(Runtime::Containerd));

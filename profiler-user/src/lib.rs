@@ -6,15 +6,19 @@
 //! lines) → `aggregate` → `output`. `discovery` and `layout` find Python processes and tell
 //! the kernel how to walk them; `memory` reads targets; `stats` counts every outcome.
 
+pub mod agent;
 pub mod aggregate;
 pub mod completion;
 pub mod containers;
 pub mod discovery;
+pub mod filter;
 pub mod layout;
 pub mod list;
 pub mod loader;
 pub mod memory;
 pub mod output;
 pub mod record;
+mod session;
 pub mod stats;
 pub mod symbolize;
+pub mod upload;

@@ -2,7 +2,10 @@
 
 use std::fmt::Write as _;
 
-use crate::discovery::{self, DiscoveryError, Linkage};
+use crate::{
+    containers,
+    discovery::{self, DiscoveryError, Linkage},
+};
 
 /// One row of the listing.
 #[derive(Debug, Clone)]
@@ -12,6 +15,10 @@ pub struct Row {
     pub version: String,
     pub linkage: String,
     pub threads: String,
+    /// Short container id ("-" outside containers), pod UID, PID inside its namespace.
+    pub container: String,
+    pub pod: String,
+    pub namespace_pid: String,
     /// "ok", or why the process cannot be profiled.
     pub status: String,
 }
@@ -24,6 +31,11 @@ pub fn python_processes() -> Vec<Row> {
         if pid == own {
             continue;
         }
+        let info = containers::for_process(pid);
+        let container = info.short_id().map(str::to_string).unwrap_or_else(|| "-".into());
+        let pod = info.pod_uid.clone().unwrap_or_else(|| "-".into());
+        let namespace_pid = info.namespace_pid().map(|p| p.to_string()).unwrap_or_else(|| "-".into());
+        let (container, pod, namespace_pid) = (&container, &pod, &namespace_pid);
         match discovery::inspect(pid) {
             Ok(p) => rows.push(Row {
                 pid,
@@ -34,6 +46,9 @@ pub fn python_processes() -> Vec<Row> {
                     Linkage::Shared { .. } => "shared".to_string(),
                 },
                 threads: p.thread_count().map(|n| n.to_string()).unwrap_or_else(|| "?".into()),
+                container: container.clone(),
+                pod: pod.clone(),
+                namespace_pid: namespace_pid.clone(),
                 status: "ok".to_string(),
             }),
             Err(DiscoveryError::Unsupported { pid, reason, .. }) => rows.push(Row {
@@ -44,6 +59,9 @@ pub fn python_processes() -> Vec<Row> {
                 version: "?".into(),
                 linkage: "?".into(),
                 threads: "?".into(),
+                container: container.clone(),
+                pod: pod.clone(),
+                namespace_pid: namespace_pid.clone(),
                 status: format!("unsupported: {reason}"),
             }),
             Err(DiscoveryError::NotReady { reason, .. }) => rows.push(Row {
@@ -54,6 +72,9 @@ pub fn python_processes() -> Vec<Row> {
                 version: "?".into(),
                 linkage: "?".into(),
                 threads: "?".into(),
+                container: container.clone(),
+                pod: pod.clone(),
+                namespace_pid: namespace_pid.clone(),
                 status: format!("starting: {reason}"),
             }),
             Err(_) => {}
@@ -65,10 +86,22 @@ pub fn python_processes() -> Vec<Row> {
 
 /// The rows as an aligned table.
 pub fn render(rows: &[Row]) -> String {
-    let headers = ["PID", "EXECUTABLE", "VERSION", "LIBPYTHON", "THREADS", "STATUS"];
-    let cells: Vec<[String; 6]> = rows
+    let headers = ["PID", "NSPID", "EXECUTABLE", "VERSION", "LIBPYTHON", "THREADS", "CONTAINER", "POD", "STATUS"];
+    let cells: Vec<[String; 9]> = rows
         .iter()
-        .map(|r| [r.pid.to_string(), r.executable.clone(), r.version.clone(), r.linkage.clone(), r.threads.clone(), r.status.clone()])
+        .map(|r| {
+            [
+                r.pid.to_string(),
+                r.namespace_pid.clone(),
+                r.executable.clone(),
+                r.version.clone(),
+                r.linkage.clone(),
+                r.threads.clone(),
+                r.container.clone(),
+                r.pod.clone(),
+                r.status.clone(),
+            ]
+        })
         .collect();
     let mut widths = headers.map(|h| h.len());
     for row in &cells {

@@ -4,6 +4,8 @@ use std::{ffi::OsString, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Parser, Subcommand};
 use pyperch::{
+    agent::{self, AgentOptions, Grouping},
+    filter::ProcessFilter,
     output::Format,
     record::{self, RecordOptions},
 };
@@ -31,8 +33,109 @@ enum Commands {
     #[command(verbatim_doc_comment)]
     Record(RecordArgs),
     /// List the Python processes pyperch sees: pid, executable, version, libpython linkage,
-    /// threads, and why any cannot be profiled.
+    /// threads, container and pod, and why any cannot be profiled.
     List,
+    /// Profile the whole host without end, pushing one pprof per interval to a
+    /// Pyroscope-compatible ingest endpoint (Pyroscope, Grafana).
+    ///
+    /// Example:
+    ///   pyperch agent --upload-url http://pyroscope:4040 --interval 15s --app-name node-python
+    #[command(verbatim_doc_comment)]
+    Agent(AgentArgs),
+}
+
+/// Which processes to profile; all given filters must match.
+#[derive(clap::Args, Debug, Clone)]
+struct FilterArgs {
+    /// Only processes in this container (full id or a prefix such as the 12-hex short id;
+    /// repeatable).
+    #[arg(long = "container", value_name = "ID")]
+    containers: Vec<String>,
+    /// Only processes in this Kubernetes pod (UID; repeatable).
+    #[arg(long = "pod", value_name = "UID")]
+    pods: Vec<String>,
+    /// Only processes whose cgroup path starts with this (repeatable).
+    #[arg(long = "cgroup", value_name = "PATH")]
+    cgroups: Vec<String>,
+    /// Only processes whose command name (/proc/PID/comm) matches this regular expression.
+    #[arg(long, value_name = "REGEX")]
+    comm: Option<String>,
+    /// Only processes whose command line (arguments joined by spaces) matches this regex.
+    #[arg(long, value_name = "REGEX")]
+    cmdline: Option<String>,
+}
+
+impl FilterArgs {
+    fn build(self) -> Result<ProcessFilter, Box<dyn std::error::Error>> {
+        let regex = |flag: &str, r: Option<String>| -> Result<Option<regex::Regex>, Box<dyn std::error::Error>> {
+            r.map(|r| regex::Regex::new(&r).map_err(|e| format!("{flag} {r:?} is not a valid regular expression: {e}").into()))
+                .transpose()
+        };
+        Ok(ProcessFilter {
+            containers: self.containers,
+            pods: self.pods,
+            cgroups: self.cgroups,
+            comm: regex("--comm", self.comm)?,
+            cmdline: regex("--cmdline", self.cmdline)?,
+        })
+    }
+}
+
+#[derive(clap::Args, Debug)]
+struct AgentArgs {
+    /// Base URL of the ingest endpoint (profiles go to URL/ingest); http only.
+    #[arg(long, value_name = "URL")]
+    upload_url: String,
+    /// Length of one profile, e.g. 15s, 1m, 500ms.
+    #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
+    interval: Duration,
+    /// Application name the profiles are filed under.
+    #[arg(long, default_value = "pyperch", value_name = "NAME")]
+    app_name: String,
+    /// One profile per process or per container.
+    #[arg(long, value_enum, default_value = "process")]
+    per: Grouping,
+    /// Samples per second per CPU.
+    #[arg(short, long, default_value_t = 99, value_name = "HZ")]
+    rate: u64,
+    /// Profile only this process (repeatable).
+    #[arg(short, long = "pid", value_name = "PID")]
+    pids: Vec<u32>,
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// Label samples with their thread id.
+    #[arg(short, long)]
+    threads: bool,
+    /// Profiles kept while the endpoint is unreachable; the oldest are dropped first.
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    queue_size: usize,
+    /// Stop after this long (default: until SIGTERM or Ctrl-C, flushing the last interval).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    duration: Option<Duration>,
+    /// Print counts of every sample outcome and cache at exit.
+    #[arg(long)]
+    stats: bool,
+}
+
+/// "15s", "1m", "250ms", "2h" or a plain number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => (&text[..i], &text[i..]),
+        None => (text, "s"),
+    };
+    let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 15s, 1m or 500ms"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(format!("{text:?} has an unknown unit (use ms, s, m or h)")),
+    };
+    if !(seconds > 0.0 && seconds.is_finite()) {
+        return Err(format!("{text:?} must be positive"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
 }
 
 #[derive(clap::Args, Debug)]
@@ -49,7 +152,8 @@ struct RecordArgs {
     #[arg(short, long, default_value_t = 99, value_name = "HZ")]
     rate: u64,
     /// Output format. Default: from the output file's extension (.svg flamegraph, .json
-    /// speedscope, .txt/.folded collapsed), else flamegraph (collapsed on standard output).
+    /// speedscope, .txt/.folded collapsed, .pb.gz pprof), else flamegraph (collapsed on
+    /// standard output).
     #[arg(short, long, value_enum)]
     format: Option<Format>,
     /// Where to write the profile. Default: pyperch.svg for a flamegraph, pyperch.json for
@@ -59,6 +163,11 @@ struct RecordArgs {
     /// Keep threads apart: each stack starts with its process, then `thread <tid>`.
     #[arg(short, long)]
     threads: bool,
+    /// Start every stack with `container <short id>` (or `host`).
+    #[arg(long)]
+    by_container: bool,
+    #[command(flatten)]
+    filter: FilterArgs,
     /// Print counts of every sample outcome, caches and target reads, for the run and per
     /// process, on stderr at the end.
     #[arg(long)]
@@ -97,6 +206,23 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Commands::Agent(args) => {
+            agent::agent(AgentOptions {
+                upload_url: args.upload_url,
+                interval: args.interval,
+                app_name: args.app_name,
+                rate: args.rate,
+                threads: args.threads,
+                stats: args.stats,
+                pids: args.pids,
+                filter: args.filter.build()?,
+                group_by: args.per,
+                queue_profiles: args.queue_size,
+                queue_bytes: 256 << 20,
+                duration: args.duration,
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
         Commands::Record(args) => {
             let (format, output) = resolve_output(args.format, args.output);
             let duration = match args.duration {
@@ -115,6 +241,8 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 command: args.command,
                 format,
                 output,
+                filter: args.filter.build()?,
+                by_container: args.by_container,
             })?;
             Ok(match summary.command_status {
                 Some(code) => ExitCode::from(code.clamp(0, 255) as u8),

@@ -18,7 +18,12 @@ fn not_root_is_a_clear_error() {
     let out = copy.dir.join("profile.collapsed");
     let mut cmd = if let Some(setpriv) = find_program("setpriv") {
         let mut c = Command::new(setpriv);
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]);
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ]);
         c
     } else if let Some(runuser) = find_program("runuser") {
         let mut c = Command::new(runuser);
@@ -29,29 +34,57 @@ fn not_root_is_a_clear_error() {
         return;
     };
     cmd.arg(bin)
-        .args(["record", "--duration", "2", "--format", "collapsed", "--output"])
+        .args([
+            "record",
+            "--duration",
+            "2",
+            "--format",
+            "collapsed",
+            "--output",
+        ])
         .arg(&out)
         .current_dir("/");
-    let run = Running::start(cmd).expect("cannot start pyperch as nobody").finish(Duration::from_secs(60));
+    let run = Running::start(cmd)
+        .expect("cannot start pyperch as nobody")
+        .finish(Duration::from_secs(60));
     let d = run.diag();
     run.assert_clear_error();
     let lines = run.stderr_lines();
     assert_eq!(lines.len(), 1, "expected exactly one line on stderr{d}");
     let lower = lines[0].to_lowercase();
-    assert!(lower.contains("root") || lower.contains("cap_bpf"), "the error should mention root or CAP_BPF{d}");
+    assert!(
+        lower.contains("root") || lower.contains("cap_bpf"),
+        "the error should mention root or CAP_BPF{d}"
+    );
 }
 
 #[test]
 fn missing_pid_is_a_clear_error() {
     let pid = unused_pid(4_194_000).to_string();
     let run = pyperch(
-        &["record", "--pid", &pid, "--duration", "30", "--format", "collapsed", "--output", "/dev/null"],
+        &[
+            "record",
+            "--pid",
+            &pid,
+            "--duration",
+            "30",
+            "--format",
+            "collapsed",
+            "--output",
+            "/dev/null",
+        ],
         Duration::from_secs(90),
     );
     let d = run.diag();
     run.assert_clear_error();
-    assert!(run.elapsed < Duration::from_secs(20), "the error should come before sampling, not after the duration{d}");
-    assert!(run.error_line().contains(&pid), "the error should name pid {pid}{d}");
+    assert!(
+        run.elapsed < Duration::from_secs(20),
+        "the error should come before sampling, not after the duration{d}"
+    );
+    assert!(
+        run.error_line().contains(&pid),
+        "the error should name pid {pid}{d}"
+    );
 }
 
 #[test]
@@ -59,12 +92,25 @@ fn non_python_pid_is_a_clear_error() {
     let sleeper = KillOnDrop::spawn("sleep", &["60"]).expect("cannot start sleep");
     let pid = sleeper.pid().to_string();
     let run = pyperch(
-        &["record", "--pid", &pid, "--duration", "30", "--format", "collapsed", "--output", "/dev/null"],
+        &[
+            "record",
+            "--pid",
+            &pid,
+            "--duration",
+            "30",
+            "--format",
+            "collapsed",
+            "--output",
+            "/dev/null",
+        ],
         Duration::from_secs(90),
     );
     let d = run.diag();
     run.assert_clear_error();
-    assert!(run.elapsed < Duration::from_secs(20), "the error should come before sampling, not after the duration{d}");
+    assert!(
+        run.elapsed < Duration::from_secs(20),
+        "the error should come before sampling, not after the duration{d}"
+    );
     let line = run.error_line().to_lowercase();
     assert!(
         line.contains("python") && (line.contains("not") || line.contains("no ")),
@@ -74,27 +120,43 @@ fn non_python_pid_is_a_clear_error() {
 
 #[test]
 fn target_exiting_mid_recording_keeps_its_samples() {
-    let Some(py) = first_python(&HOST_PREFERENCE) else { return };
+    let Some(py) = first_python(&HOST_PREFERENCE) else {
+        return;
+    };
     let mut w = Workload::spawn(&py, "exit_early.py", &["2"]).unwrap_or_else(|e| panic!("{e:#}"));
     let pid = w.pid.to_string();
     let rec = record(&["--pid", &pid, "--duration", "5", "--rate", "199"]);
     let status = w.wait_exit(Duration::from_secs(30));
     rec.assert_ok();
     let d = rec.diag_pid(w.pid);
-    assert!(status.is_some_and(|s| s.success()), "exit_early.py did not exit cleanly: {status:?}{d}");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exit_early.py did not exit cleanly: {status:?}{d}"
+    );
     let mine = rec.profile.for_pid(w.pid);
     let named = mine.count(|s| {
-        s.python_frames().iter().any(|f| f.is("short_lived_busy") && f.file.ends_with("exit_early.py") && f.line.is_some())
+        s.python_frames().iter().any(|f| {
+            f.is("short_lived_busy") && f.file.ends_with("exit_early.py") && f.line.is_some()
+        })
     });
-    assert!(named > 0, "no samples of short_lived_busy (exit_early.py:LINE) from pid {pid}{d}");
+    assert!(
+        named > 0,
+        "no samples of short_lived_busy (exit_early.py:LINE) from pid {pid}{d}"
+    );
 }
 
 #[test]
 fn unsupported_interpreter_is_listed_with_a_reason() {
-    let Some(old) = first_python(&["3.7", "3.6"]) else { return };
-    let Some(good) = first_python(&HOST_PREFERENCE) else { return };
-    let old_w = Workload::spawn(&old, "spin.py", &["leaf_old", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
-    let good_w = Workload::spawn(&good, "spin.py", &["leaf_green", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let Some(old) = first_python(&["3.7", "3.6"]) else {
+        return;
+    };
+    let Some(good) = first_python(&HOST_PREFERENCE) else {
+        return;
+    };
+    let old_w =
+        Workload::spawn(&old, "spin.py", &["leaf_old", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let good_w = Workload::spawn(&good, "spin.py", &["leaf_green", "120"])
+        .unwrap_or_else(|e| panic!("{e:#}"));
 
     let list = pyperch(&["list"], Duration::from_secs(60));
     let d = format!(
@@ -108,18 +170,27 @@ fn unsupported_interpreter_is_listed_with_a_reason() {
     assert!(list.success(), "pyperch list failed{d}");
     let row = |pid: u32| -> Option<String> {
         let p = pid.to_string();
-        list.stdout.lines().find(|l| l.split_whitespace().next() == Some(p.as_str())).map(str::to_string)
+        list.stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(p.as_str()))
+            .map(str::to_string)
     };
     let old_row = row(old_w.pid).unwrap_or_else(|| panic!("pid {} is not listed{d}", old_w.pid));
     let good_row = row(good_w.pid).unwrap_or_else(|| panic!("pid {} is not listed{d}", good_w.pid));
     let old_version = format!("{}.{}", old.major, old.minor);
     let good_version = format!("{}.{}", good.major, good.minor);
-    assert!(old_row.contains(&old_version), "the row of the {old_version} process should show its version{d}");
+    assert!(
+        old_row.contains(&old_version),
+        "the row of the {old_version} process should show its version{d}"
+    );
     assert!(
         old_row.to_lowercase().contains("support"),
         "the row of the {old_version} process should give the reason it is unsupported{d}"
     );
-    assert!(good_row.contains(&good_version), "the row of the {good_version} process should show its version{d}");
+    assert!(
+        good_row.contains(&good_version),
+        "the row of the {good_version} process should show its version{d}"
+    );
     let good_lower = good_row.to_lowercase();
     assert!(
         !good_lower.contains("unsupported") && !good_lower.contains("not supported"),
@@ -140,11 +211,25 @@ fn unsupported_interpreter_is_listed_with_a_reason() {
 #[test]
 fn unwritable_output_fails_before_sampling() {
     let run = pyperch(
-        &["record", "--duration", "30", "--format", "flamegraph", "--output", "/nonexistent-dir/x.svg"],
+        &[
+            "record",
+            "--duration",
+            "30",
+            "--format",
+            "flamegraph",
+            "--output",
+            "/nonexistent-dir/x.svg",
+        ],
         Duration::from_secs(90),
     );
     let d = run.diag();
     run.assert_clear_error();
-    assert!(run.elapsed < Duration::from_secs(15), "the error should come before sampling, not after the duration{d}");
-    assert!(run.error_line().contains("/nonexistent-dir"), "the error should name the output path{d}");
+    assert!(
+        run.elapsed < Duration::from_secs(15),
+        "the error should come before sampling, not after the duration{d}"
+    );
+    assert!(
+        run.error_line().contains("/nonexistent-dir"),
+        "the error should name the output path{d}"
+    );
 }

@@ -11,7 +11,11 @@ const SID_PREFERENCE: [&str; 3] = ["sid-3.15", "sid-3.14", "sid-3.13"];
 /// `pyperch record --duration 30 --format collapsed --output F -- PYTHON SCRIPT ARGS`.
 fn launch(py: &Python, dir: &WorkDir, script: &str, args: &[&str]) -> Recording {
     let mut argv: Vec<String> = vec!["--duration".into(), "30".into(), "--".into()];
-    argv.extend(py.argv().into_iter().map(|a: OsString| a.to_string_lossy().into_owned()));
+    argv.extend(
+        py.argv()
+            .into_iter()
+            .map(|a: OsString| a.to_string_lossy().into_owned()),
+    );
     argv.push(dir.guest_path(script));
     argv.extend(args.iter().map(|a| a.to_string()));
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
@@ -28,21 +32,36 @@ fn check_launch(py: &Python) {
         "pyperch took {:.1} s although the command ends after about 2 s (duration 30){d}",
         rec.run.elapsed.as_secs_f64()
     );
-    assert_eq!(rec.run.code(), Some(3), "pyperch should exit with the command's status 3{d}");
+    assert_eq!(
+        rec.run.code(),
+        Some(3),
+        "pyperch should exit with the command's status 3{d}"
+    );
     assert!(rec.output.is_file(), "no profile written{d}");
-    assert!(rec.profile.malformed.is_empty(), "malformed collapsed lines{d}");
-    assert!(rec.profile.with_function("launch_busy") > 0, "{}: no launch_busy in the profile{d}", py.describe());
+    assert!(
+        rec.profile.malformed.is_empty(),
+        "malformed collapsed lines{d}"
+    );
+    assert!(
+        rec.profile.with_function("launch_busy") > 0,
+        "{}: no launch_busy in the profile{d}",
+        py.describe()
+    );
 }
 
 #[test]
 fn launch_exit_status_and_profile() {
-    let Some(py) = first_python(&HOST_PREFERENCE) else { return };
+    let Some(py) = first_python(&HOST_PREFERENCE) else {
+        return;
+    };
     check_launch(&py);
 }
 
 #[test]
 fn launch_under_chroot() {
-    let Some(py) = first_python(&SID_PREFERENCE) else { return };
+    let Some(py) = first_python(&SID_PREFERENCE) else {
+        return;
+    };
     check_launch(&py);
 }
 
@@ -50,15 +69,28 @@ fn launch_under_chroot() {
 /// the child's samples are in the profile, under the child's pid.
 #[test]
 fn launch_profiles_python_children() {
-    let Some(py) = first_python(&HOST_PREFERENCE) else { return };
+    let Some(py) = first_python(&HOST_PREFERENCE) else {
+        return;
+    };
     let dir = WorkDir::new(&py, "launch-children").unwrap_or_else(|e| panic!("{e:#}"));
     let rec = launch(&py, &dir, "launch_parent.py", &[]);
     let d = rec.diag();
     assert!(!rec.run.timed_out(), "pyperch did not return{d}");
-    assert_eq!(rec.run.code(), Some(3), "pyperch should exit with the command's status 3{d}");
-    assert!(rec.profile.malformed.is_empty(), "malformed collapsed lines{d}");
+    assert_eq!(
+        rec.run.code(),
+        Some(3),
+        "pyperch should exit with the command's status 3{d}"
+    );
+    assert!(
+        rec.profile.malformed.is_empty(),
+        "malformed collapsed lines{d}"
+    );
     let busy = rec.profile.filter(|s| s.has_function("launch_busy"));
-    assert!(busy.total() > 0, "{}: no launch_busy from the child interpreter in the profile{d}", py.describe());
+    assert!(
+        busy.total() > 0,
+        "{}: no launch_busy from the child interpreter in the profile{d}",
+        py.describe()
+    );
     // launch_parent.py prints "child <pid>"; pyperch normally passes the command's stdout on.
     let child_pid = rec
         .run
@@ -71,6 +103,8 @@ fn launch_profiles_python_children() {
             [pid].into(),
             "launch_busy should be attributed to the child pid {pid} only{d}"
         ),
-        None => note("the command's stdout did not come through pyperch; not checking the child's pid"),
+        None => {
+            note("the command's stdout did not come through pyperch; not checking the child's pid")
+        }
     }
 }

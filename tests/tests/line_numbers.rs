@@ -13,22 +13,33 @@ const HOT: [&str; 2] = ["hot_short", "hot_far"];
 
 fn lines(label: &str) {
     let Some(py) = python(label) else { return };
-    let mut w = Workload::spawn(&py, "line_numbers.py", &["{dir}/lines.json", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let mut w = Workload::spawn(&py, "line_numbers.py", &["{dir}/lines.json", "120"])
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let pid = w.pid.to_string();
     let rec = record(&["--pid", &pid, "--duration", "4", "--rate", "199"]);
     let status = w.terminate();
     rec.assert_ok();
     let d = rec.diag_pid(w.pid);
-    assert!(status.is_some_and(|s| s.success()), "line_numbers.py did not exit cleanly: {status:?}{d}");
-    let result = w.read_json("lines.json").unwrap_or_else(|e| panic!("{e:#}{d}"));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "line_numbers.py did not exit cleanly: {status:?}{d}"
+    );
+    let result = w
+        .read_json("lines.json")
+        .unwrap_or_else(|e| panic!("{e:#}{d}"));
     let mine = rec.profile.for_pid(w.pid);
 
     for func in HOT {
-        let expected = json_f64(&result, &["expected", func]).unwrap_or_else(|e| panic!("{e:#}")) as u32;
+        let expected =
+            json_f64(&result, &["expected", func]).unwrap_or_else(|e| panic!("{e:#}")) as u32;
         // The workload's own check: a monitor thread read the running frame's f_lineno.
         let observed: BTreeMap<u32, u64> = result["observed"][func]
             .as_object()
-            .map(|o| o.iter().filter_map(|(k, v)| Some((k.parse().ok()?, v.as_u64()?))).collect())
+            .map(|o| {
+                o.iter()
+                    .filter_map(|(k, v)| Some((k.parse().ok()?, v.as_u64()?)))
+                    .collect()
+            })
             .unwrap_or_default();
         let observed_top = observed.iter().max_by_key(|(_, n)| **n).map(|(l, _)| *l);
         assert_eq!(
@@ -43,7 +54,11 @@ fn lines(label: &str) {
             *profiled.entry(s.leaf().unwrap().line).or_insert(0) += s.count;
         }
         let total: u64 = profiled.values().sum();
-        assert!(total >= 20, "{}: only {total} samples end in {func}{d}", py.describe());
+        assert!(
+            total >= 20,
+            "{}: only {total} samples end in {func}{d}",
+            py.describe()
+        );
         let right = profiled.get(&Some(expected)).copied().unwrap_or(0);
         assert!(
             right as f64 >= 0.9 * total as f64,

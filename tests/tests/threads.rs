@@ -11,32 +11,68 @@ fn threads(label: &str) {
     let Some(py) = python(label) else { return };
     let mut w = Workload::spawn(&py, "threads.py", &["120"]).unwrap_or_else(|e| panic!("{e:#}"));
     // "ready PID hash_worker=TID spin_alpha=TID ..." with native thread ids.
-    let native: BTreeMap<String, u32> =
-        w.ready_fields().into_iter().filter_map(|(k, v)| Some((k, v.parse().ok()?))).collect();
+    let native: BTreeMap<String, u32> = w
+        .ready_fields()
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+        .collect();
     let pid = w.pid.to_string();
-    let rec = record(&["--pid", &pid, "--duration", "4", "--rate", "199", "--threads"]);
+    let rec = record(&[
+        "--pid",
+        &pid,
+        "--duration",
+        "4",
+        "--rate",
+        "199",
+        "--threads",
+    ]);
     w.terminate();
     rec.assert_ok();
-    let d = format!("{}\n--- native thread ids reported by the workload: {native:?}\n", rec.diag_pid(w.pid));
+    let d = format!(
+        "{}\n--- native thread ids reported by the workload: {native:?}\n",
+        rec.diag_pid(w.pid)
+    );
     let mine = rec.profile.for_pid(w.pid);
-    assert!(mine.total() > 0, "no samples of {} pid {}{d}", py.describe(), w.pid);
+    assert!(
+        mine.total() > 0,
+        "no samples of {} pid {}{d}",
+        py.describe(),
+        w.pid
+    );
     let without_thread = mine.count(|s| s.tid().is_none());
-    assert_eq!(without_thread, 0, "{without_thread} samples have no `thread <tid>` frame after the root{d}");
+    assert_eq!(
+        without_thread, 0,
+        "{without_thread} samples have no `thread <tid>` frame after the root{d}"
+    );
 
     let mut dominant = BTreeMap::new();
     for func in SPINNERS.iter().chain(["hash_worker"].iter()) {
         let tids = mine.threads_of(func);
         let Some((&tid, _)) = tids.iter().max_by_key(|(_, n)| **n) else {
-            panic!("{}: {func} does not appear in the profile{d}", py.describe());
+            panic!(
+                "{}: {func} does not appear in the profile{d}",
+                py.describe()
+            );
         };
-        assert_eq!(tids.len(), 1, "{func} appears under several threads {tids:?}{d}");
+        assert_eq!(
+            tids.len(),
+            1,
+            "{func} appears under several threads {tids:?}{d}"
+        );
         if let Some(&expected) = native.get(*func) {
-            assert_eq!(tid, expected, "{func} runs in native thread {expected} but is shown under thread {tid}{d}");
+            assert_eq!(
+                tid, expected,
+                "{func} runs in native thread {expected} but is shown under thread {tid}{d}"
+            );
         }
         dominant.insert(*func, tid);
     }
     let distinct: std::collections::BTreeSet<u32> = dominant.values().copied().collect();
-    assert_eq!(distinct.len(), 5, "the spin functions and hash_worker should be under 5 distinct threads: {dominant:?}{d}");
+    assert_eq!(
+        distinct.len(),
+        5,
+        "the spin functions and hash_worker should be under 5 distinct threads: {dominant:?}{d}"
+    );
 }
 
 #[test]

@@ -37,14 +37,25 @@ fn split(label: &str) {
     let status = w.terminate();
     rec.assert_ok();
     let d = rec.diag_pid(w.pid);
-    assert!(status.is_some_and(|s| s.success()), "{} split.py did not exit cleanly: {status:?}{d}", py.describe());
-    let measured = w.read_json("split.json").unwrap_or_else(|e| panic!("{e:#}{d}"));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{} split.py did not exit cleanly: {status:?}{d}",
+        py.describe()
+    );
+    let measured = w
+        .read_json("split.json")
+        .unwrap_or_else(|e| panic!("{e:#}{d}"));
     let a_secs = json_f64(&measured, &["leaf_a"]).unwrap();
     let b_secs = json_f64(&measured, &["leaf_b"]).unwrap();
 
     let mine = rec.profile.for_pid(w.pid);
     let total = mine.total();
-    assert!(total >= 100, "only {total} samples of {} pid {} in 5 s at 199 Hz{d}", py.describe(), w.pid);
+    assert!(
+        total >= 100,
+        "only {total} samples of {} pid {} in 5 s at 199 Hz{d}",
+        py.describe(),
+        w.pid
+    );
 
     let a = mine.count(|s| full_chain_leaf(s) == Some("leaf_a"));
     let b = mine.count(|s| full_chain_leaf(s) == Some("leaf_b"));

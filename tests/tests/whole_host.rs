@@ -7,7 +7,9 @@ use std::{thread, time::Duration};
 use pyperch_tests::*;
 
 /// Preferred order: pyenv 3.9, pyenv 3.12, sid 3.14 (chroot), then the others.
-const PREFERENCE: [&str; 9] = ["3.9", "3.12", "sid-3.14", "3.11", "3.10", "3.8", "sid-3.15", "3.13", "sid-3.13"];
+const PREFERENCE: [&str; 9] = [
+    "3.9", "3.12", "sid-3.14", "3.11", "3.10", "3.8", "sid-3.15", "3.13", "sid-3.13",
+];
 const LEAVES: [&str; 3] = ["leaf_red", "leaf_green", "leaf_blue"];
 const ALL_LEAVES: [&str; 4] = ["leaf_red", "leaf_green", "leaf_blue", "leaf_late"];
 
@@ -26,7 +28,10 @@ fn three_versions_and_a_late_starter() {
         return;
     }
     if chosen.len() < 3 {
-        note(format!("only {} distinct python versions are available; running with those", chosen.len()));
+        note(format!(
+            "only {} distinct python versions are available; running with those",
+            chosen.len()
+        ));
     }
     let late_py = available
         .iter()
@@ -34,22 +39,35 @@ fn three_versions_and_a_late_starter() {
         .unwrap_or(&chosen[0])
         .clone();
 
+    note(format!(
+        "running {} and, 1 s into the recording, {}",
+        chosen
+            .iter()
+            .map(Python::describe)
+            .collect::<Vec<_>>()
+            .join(", "),
+        late_py.describe()
+    ));
     let mut early: Vec<(Workload, &str)> = chosen
         .iter()
         .zip(LEAVES)
         .map(|(py, leaf)| {
-            let w = Workload::spawn(py, "spin.py", &[leaf, "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+            let w =
+                Workload::spawn(py, "spin.py", &[leaf, "120"]).unwrap_or_else(|e| panic!("{e:#}"));
             (w, leaf)
         })
         .collect();
 
     let run = RecordRun::start(&["--duration", "6"]);
-    // "1 s after the recording began": after pyperch has its perf events open.
+    // "1 s after the recording began": after pyperch has attached its sampling program.
     if !run.wait_until_sampling(Duration::from_secs(8)) {
-        note("did not see pyperch open perf events within 8 s; starting the late process 1 s from now anyway");
+        note(
+            "did not see pyperch attach its perf events within 8 s; starting the late process 1 s from now anyway",
+        );
     }
     thread::sleep(Duration::from_secs(1));
-    let mut late = Workload::spawn(&late_py, "spin.py", &["leaf_late", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let mut late = Workload::spawn(&late_py, "spin.py", &["leaf_late", "120"])
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let rec = run.finish();
     late.terminate();
     for (w, _) in early.iter_mut() {
@@ -61,13 +79,24 @@ fn three_versions_and_a_late_starter() {
     everyone.push((&late, "leaf_late"));
     let summary: String = everyone
         .iter()
-        .map(|(w, leaf)| format!("\n    pid {} = {} running {leaf}", w.pid, w.python.describe()))
+        .map(|(w, leaf)| {
+            format!(
+                "\n    pid {} = {} running {leaf}",
+                w.pid,
+                w.python.describe()
+            )
+        })
         .collect();
     for (w, leaf) in &everyone {
         let d = format!("{}\n--- processes:{summary}", rec.diag_pid(w.pid));
         let mine = rec.profile.for_pid(w.pid);
         let total = mine.total();
-        assert!(total > 0, "no samples of pid {} ({} running {leaf}){d}", w.pid, w.python.describe());
+        assert!(
+            total > 0,
+            "no samples of pid {} ({} running {leaf}){d}",
+            w.pid,
+            w.python.describe()
+        );
         let hits = mine.with_leaf(leaf);
         // The late one is sampled from its start-up on; the others spin throughout.
         let want = if *leaf == "leaf_late" { 0.5 } else { 0.8 };
@@ -80,7 +109,13 @@ fn three_versions_and_a_late_starter() {
         );
         for other in ALL_LEAVES.iter().filter(|o| *o != leaf) {
             let wrong = mine.with_function(other);
-            assert_eq!(wrong, 0, "pid {} ({}) has {wrong} samples in {other}, which another process runs{d}", w.pid, w.python.describe());
+            assert_eq!(
+                wrong,
+                0,
+                "pid {} ({}) has {wrong} samples in {other}, which another process runs{d}",
+                w.pid,
+                w.python.describe()
+            );
         }
     }
 }

@@ -6,6 +6,7 @@
 //! - `run -- ARGS`  build, then run `target/release/pyperch ARGS` (its exit status is ours).
 //! - `test [-- FILTER...]`  setup, test fixtures (the Debian sid root filesystem with
 //!   python3.13/3.14/3.15), build, unit tests, then the end-to-end tests serially.
+//! - `fixtures`  only the test fixtures (the sid rootfs), created when missing.
 //! - `bench`  not implemented yet.
 //!
 //! Everything cached lives outside the clone, under `$HOME/.cache/pyperch`, so that a CI run
@@ -28,7 +29,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "cargo xtask",
     bin_name = "cargo xtask",
-    about = "pyperch's developer tasks: setup, build, run, test, bench."
+    about = "pyperch's developer tasks: setup, build, run, test, fixtures, bench."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -47,6 +48,8 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+    /// Prepare the end-to-end tests' fixtures only (the Debian sid rootfs); idempotent.
+    Fixtures,
     /// Setup, test fixtures, build, unit tests, then the end-to-end tests (serially).
     Test {
         /// Test-name filters (and libtest flags) for the end-to-end tests, after `--`.
@@ -65,6 +68,12 @@ fn main() {
     let result = match cli.cmd {
         Cmd::Setup => Paths::new().and_then(|p| setup(&p)),
         Cmd::Build => Paths::new().and_then(|p| build(&p).map(|_| ())),
+        Cmd::Fixtures => Paths::new().and_then(|p| match setup_test_fixtures(&p) {
+            Some(_) => Ok(()),
+            None => Err(anyhow!(
+                "the Debian sid rootfs is not available (see the warning above)"
+            )),
+        }),
         Cmd::Run { args } => Paths::new().and_then(|p| run(&p, &args)),
         Cmd::Test { filters } => Paths::new().and_then(|p| test(&p, &filters)),
         Cmd::Bench { .. } => {
@@ -98,20 +107,35 @@ impl Paths {
             .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
         let root = manifest
             .parent()
-            .ok_or_else(|| anyhow!("cannot find the workspace root above {}", manifest.display()))?
+            .ok_or_else(|| {
+                anyhow!(
+                    "cannot find the workspace root above {}",
+                    manifest.display()
+                )
+            })?
             .to_path_buf();
         let home = env::var_os("HOME")
             .filter(|h| !h.is_empty())
-            .ok_or_else(|| anyhow!("HOME is not set, so the tool cache $HOME/.cache/pyperch has no place"))?;
+            .ok_or_else(|| {
+                anyhow!("HOME is not set, so the tool cache $HOME/.cache/pyperch has no place")
+            })?;
         let cache = PathBuf::from(home).join(".cache/pyperch");
         let target = match env::var_os("CARGO_TARGET_DIR").filter(|t| !t.is_empty()) {
             Some(t) => {
                 let t = PathBuf::from(t);
-                if t.is_absolute() { t } else { env::current_dir()?.join(t) }
+                if t.is_absolute() {
+                    t
+                } else {
+                    env::current_dir()?.join(t)
+                }
             }
             None => root.join("target"),
         };
-        Ok(Self { root, cache, target })
+        Ok(Self {
+            root,
+            cache,
+            target,
+        })
     }
 
     fn tools_bin(&self) -> PathBuf {
@@ -185,10 +209,20 @@ fn describe(status: ExitStatus) -> String {
 
 fn setup(p: &Paths) -> Result<()> {
     // rustup drives both the nightly toolchain (for the eBPF crate) and rust-src.
-    match Command::new("rustup").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status() {
+    match Command::new("rustup")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
         Ok(s) if s.success() => {}
-        Ok(s) => bail!("`rustup --version` failed ({}), and rustup is needed to build the eBPF part", describe(s)),
-        Err(_) => bail!("rustup is not installed or not on PATH; install it from https://rustup.rs (pyperch needs its nightly toolchain to build the eBPF part)"),
+        Ok(s) => bail!(
+            "`rustup --version` failed ({}), and rustup is needed to build the eBPF part",
+            describe(s)
+        ),
+        Err(_) => bail!(
+            "rustup is not installed or not on PATH; install it from https://rustup.rs (pyperch needs its nightly toolchain to build the eBPF part)"
+        ),
     }
     let sysroot = nightly_sysroot()?;
     ensure_rust_src(&sysroot)?;
@@ -215,13 +249,18 @@ fn ensure_rust_src(sysroot: &Path) -> Result<()> {
         step("rust-src (nightly): present");
         return Ok(());
     }
-    step("rust-src (nightly): missing, running `rustup component add rust-src --toolchain nightly`");
+    step(
+        "rust-src (nightly): missing, running `rustup component add rust-src --toolchain nightly`",
+    );
     run_checked(
         Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]),
         "installing rust-src for the nightly toolchain",
     )?;
     if !sysroot.join("lib/rustlib/src/rust").is_dir() {
-        bail!("rust-src was installed but {} still does not exist", sysroot.join("lib/rustlib/src/rust").display());
+        bail!(
+            "rust-src was installed but {} still does not exist",
+            sysroot.join("lib/rustlib/src/rust").display()
+        );
     }
     Ok(())
 }
@@ -232,19 +271,34 @@ fn bpf_linker_version(p: &Paths) -> Option<String> {
     if !linker.is_file() {
         return None;
     }
-    let out = Command::new(&linker).arg("--version").stderr(Stdio::null()).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    let out = Command::new(&linker)
+        .arg("--version")
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 fn ensure_bpf_linker(p: &Paths, nightly_sysroot: &Path) -> Result<()> {
     if let Some(version) = bpf_linker_version(p) {
-        step(format!("bpf-linker: present ({version}, {})", p.bpf_linker().display()));
+        step(format!(
+            "bpf-linker: present ({version}, {})",
+            p.bpf_linker().display()
+        ));
         return Ok(());
     }
     if p.bpf_linker().exists() {
-        step(format!("bpf-linker: {} exists but does not run, rebuilding it", p.bpf_linker().display()));
+        step(format!(
+            "bpf-linker: {} exists but does not run, rebuilding it",
+            p.bpf_linker().display()
+        ));
     } else {
-        step(format!("bpf-linker: missing, building it into {}", p.tools_bin().display()));
+        step(format!(
+            "bpf-linker: missing, building it into {}",
+            p.tools_bin().display()
+        ));
     }
 
     // bpf-linker must link against the same LLVM as the rustc that emits the bitcode: the
@@ -264,13 +318,15 @@ fn ensure_bpf_linker(p: &Paths, nightly_sysroot: &Path) -> Result<()> {
         .ok_or_else(|| anyhow!("cannot tell the LLVM major version from {llvm_lib}"))?;
     let llvm_prefix = p.cache.join("llvm");
     let prefix_lib = llvm_prefix.join("lib");
-    fs::create_dir_all(&prefix_lib).with_context(|| format!("cannot create {}", prefix_lib.display()))?;
+    fs::create_dir_all(&prefix_lib)
+        .with_context(|| format!("cannot create {}", prefix_lib.display()))?;
     for name in ["libLLVM.so", llvm_lib.as_str()] {
         let link = prefix_lib.join(name);
         if link.symlink_metadata().is_ok() {
             fs::remove_file(&link).with_context(|| format!("cannot replace {}", link.display()))?;
         }
-        symlink(lib_dir.join(&llvm_lib), &link).with_context(|| format!("cannot create the symlink {}", link.display()))?;
+        symlink(lib_dir.join(&llvm_lib), &link)
+            .with_context(|| format!("cannot create the symlink {}", link.display()))?;
     }
     step(format!(
         "bpf-linker: `cargo install bpf-linker --no-default-features --features llvm-{major}` against {} (takes a few minutes)",
@@ -293,7 +349,10 @@ fn ensure_bpf_linker(p: &Paths, nightly_sysroot: &Path) -> Result<()> {
             step(format!("bpf-linker: built ({version})"));
             Ok(())
         }
-        None => bail!("bpf-linker was built but `{} --version` does not run", p.bpf_linker().display()),
+        None => bail!(
+            "bpf-linker was built but `{} --version` does not run",
+            p.bpf_linker().display()
+        ),
     }
 }
 
@@ -368,21 +427,30 @@ fn build_sid_rootfs(rootfs: &Path) -> Result<()> {
         None => {
             step("sid rootfs: debootstrap missing, running `apt-get install -y debootstrap`");
             let mut install = Command::new("apt-get");
-            install.args(["install", "-y", "debootstrap"]).env("DEBIAN_FRONTEND", "noninteractive");
+            install
+                .args(["install", "-y", "debootstrap"])
+                .env("DEBIAN_FRONTEND", "noninteractive");
             if !status_of(&mut install, "installing debootstrap")?.success() {
                 step("sid rootfs: apt-get install failed, running `apt-get update` and retrying");
                 run_checked(Command::new("apt-get").arg("update"), "apt-get update")?;
                 run_checked(&mut install, "installing debootstrap")?;
             }
-            find_program("debootstrap").ok_or_else(|| anyhow!("debootstrap is still not found after installing it"))?
+            find_program("debootstrap")
+                .ok_or_else(|| anyhow!("debootstrap is still not found after installing it"))?
         }
     };
-    let parent = rootfs.parent().ok_or_else(|| anyhow!("{} has no parent directory", rootfs.display()))?;
+    let parent = rootfs
+        .parent()
+        .ok_or_else(|| anyhow!("{} has no parent directory", rootfs.display()))?;
     fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
-    let name = rootfs.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "sid-rootfs".into());
+    let name = rootfs
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "sid-rootfs".into());
     let tmp = parent.join(format!("{name}.partial-{}", std::process::id()));
     let log_path = parent.join(format!("{name}-build.log"));
-    let log = fs::File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
+    let log = fs::File::create(&log_path)
+        .with_context(|| format!("cannot create {}", log_path.display()))?;
     step(format!(
         "sid rootfs: missing, running debootstrap into {} (about a minute; log in {})",
         tmp.display(),
@@ -403,17 +471,29 @@ fn build_sid_rootfs(rootfs: &Path) -> Result<()> {
     if !status.success() || !missing.is_empty() {
         remove_partial(&tmp);
         if !status.success() {
-            bail!("debootstrap failed ({}); see {}", describe(status), log_path.display());
+            bail!(
+                "debootstrap failed ({}); see {}",
+                describe(status),
+                log_path.display()
+            );
         }
-        bail!("debootstrap finished but the rootfs has no {}; see {}", missing.join("/"), log_path.display());
+        bail!(
+            "debootstrap finished but the rootfs has no {}; see {}",
+            missing.join("/"),
+            log_path.display()
+        );
     }
     if rootfs.exists() {
         // Someone else finished first; keep theirs.
         remove_partial(&tmp);
-        step(format!("sid rootfs: {} appeared meanwhile, keeping it", rootfs.display()));
+        step(format!(
+            "sid rootfs: {} appeared meanwhile, keeping it",
+            rootfs.display()
+        ));
         return Ok(());
     }
-    fs::rename(&tmp, rootfs).with_context(|| format!("cannot rename {} to {}", tmp.display(), rootfs.display()))?;
+    fs::rename(&tmp, rootfs)
+        .with_context(|| format!("cannot rename {} to {}", tmp.display(), rootfs.display()))?;
     step(format!("sid rootfs: built ({})", rootfs.display()));
     Ok(())
 }
@@ -423,8 +503,15 @@ fn build_sid_rootfs(rootfs: &Path) -> Result<()> {
 fn remove_partial(tmp: &Path) {
     let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
     let prefix = tmp.to_string_lossy().into_owned();
-    if mounts.lines().filter_map(|l| l.split_whitespace().nth(1)).any(|m| m.starts_with(&prefix)) {
-        warn(format!("left {} in place because something is still mounted inside it", tmp.display()));
+    if mounts
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .any(|m| m.starts_with(&prefix))
+    {
+        warn(format!(
+            "left {} in place because something is still mounted inside it",
+            tmp.display()
+        ));
         return;
     }
     if let Err(err) = fs::remove_dir_all(tmp) {
@@ -445,7 +532,9 @@ fn build(p: &Paths) -> Result<PathBuf> {
 fn build_only(p: &Paths) -> Result<PathBuf> {
     step("build: cargo build --release -p profiler-user");
     run_checked(
-        cargo().current_dir(&p.root).args(["build", "--release", "-p", "profiler-user"]),
+        cargo()
+            .current_dir(&p.root)
+            .args(["build", "--release", "-p", "profiler-user"]),
         "building pyperch",
     )?;
     let bin = p.pyperch();
@@ -472,7 +561,14 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
 
     step("test: unit tests (cargo test --release -p profiler-common -p profiler-user)");
     let unit = status_of(
-        cargo().current_dir(&p.root).args(["test", "--release", "-p", "profiler-common", "-p", "profiler-user"]),
+        cargo().current_dir(&p.root).args([
+            "test",
+            "--release",
+            "-p",
+            "profiler-common",
+            "-p",
+            "profiler-user",
+        ]),
         "running the unit tests",
     )?;
 
@@ -486,7 +582,14 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     ));
     let mut e2e = cargo();
     e2e.current_dir(&p.root)
-        .args(["test", "--release", "-p", "pyperch-tests", "--", "--test-threads=1"])
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "pyperch-tests",
+            "--",
+            "--test-threads=1",
+        ])
         .args(filters)
         .env("PYPERCH_BIN", &bin);
     match &rootfs {

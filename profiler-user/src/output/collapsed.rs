@@ -19,7 +19,7 @@ use std::io::{BufWriter, Write};
 
 use crate::aggregate::{FrameId, FrameName, Profile};
 
-use super::{Format, NO_PYTHON_FRAMES, OutputError, process_name};
+use super::{Format, NO_PYTHON_FRAMES, OutputError, container_frame, process_name};
 
 /// What a `;` inside a name is replaced with.
 pub const SEMICOLON_REPLACEMENT: char = ',';
@@ -48,7 +48,10 @@ pub fn folded_stacks(profile: &Profile) -> Vec<(String, u64)> {
         let process = match processes.binary_search_by_key(&key.pid, |(pid, _)| *pid) {
             Ok(i) => &processes[i].1,
             Err(i) => {
-                let name = sanitize(&process_name(profile, key.pid)).into_owned();
+                let mut name = sanitize(&process_name(profile, key.pid)).into_owned();
+                if let Some(container) = container_frame(profile, key.pid) {
+                    name = format!("{};{name}", sanitize(&container));
+                }
                 processes.insert(i, (key.pid, name));
                 &processes[i].1
             }

@@ -10,6 +10,7 @@
 
 pub mod collapsed;
 pub mod flamegraph;
+pub mod pprof;
 pub mod speedscope;
 
 use std::fmt;
@@ -38,6 +39,8 @@ pub enum Format {
     Speedscope,
     /// An interactive SVG flame graph; open it in a web browser.
     Flamegraph,
+    /// gzip-compressed profile.proto, as Go's pprof, Pyroscope and Parca read it.
+    Pprof,
 }
 
 impl Format {
@@ -53,6 +56,8 @@ impl Format {
             Some(Format::Speedscope)
         } else if is("txt") || is("folded") || is("collapsed") {
             Some(Format::Collapsed)
+        } else if is("gz") || is("pprof") || is("pb") {
+            Some(Format::Pprof)
         } else {
             None
         }
@@ -65,6 +70,7 @@ impl Format {
             Format::Collapsed => "txt",
             Format::Speedscope => "json",
             Format::Flamegraph => "svg",
+            Format::Pprof => "pb.gz",
         }
     }
 
@@ -74,6 +80,7 @@ impl Format {
             Format::Collapsed => "collapsed",
             Format::Speedscope => "speedscope",
             Format::Flamegraph => "flamegraph",
+            Format::Pprof => "pprof",
         }
     }
 }
@@ -130,7 +137,38 @@ pub fn write_profile(
         Format::Collapsed => collapsed::write(profile, out),
         Format::Speedscope => speedscope::write(profile, title, out),
         Format::Flamegraph => flamegraph::write(profile, title, out),
+        Format::Pprof => {
+            let timing = profile
+                .timing()
+                .map(|t| pprof::Timing::new(t.start, t.duration, t.rate_hz))
+                .unwrap_or_default();
+            pprof::write_with_timing(profile, &|key| pprof_labels(profile, key), &timing, out)
+                .map_err(|e| OutputError::Write { format: Format::Pprof, source: e.into() })
+        }
     }
+}
+
+/// The labels of one pprof sample: `process.pid`, `process.executable.name`, `thread.id`
+/// (per-thread profiles), `container.id` and `k8s.pod.uid` (when known).
+pub fn pprof_labels(profile: &Profile, key: &crate::aggregate::StackKey) -> Vec<(String, String)> {
+    let mut labels = vec![("process.pid".to_string(), key.pid.to_string())];
+    if let Some(label) = profile.process(key.pid) {
+        let exe_name = std::path::Path::new(&label.exe)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| label.comm.clone());
+        labels.push(("process.executable.name".to_string(), exe_name));
+        if let Some(id) = &label.container_id {
+            labels.push(("container.id".to_string(), id.clone()));
+        }
+        if let Some(uid) = &label.pod_uid {
+            labels.push(("k8s.pod.uid".to_string(), uid.clone()));
+        }
+    }
+    if let Some(tid) = key.tid {
+        labels.push(("thread.id".to_string(), tid.to_string()));
+    }
+    labels
 }
 
 /// `<comm> (pid <pid>)`, unsanitized; [`UNKNOWN_COMM`] stands in for a missing or empty comm.
@@ -141,6 +179,18 @@ pub(crate) fn process_name(profile: &Profile, pid: u32) -> String {
         .filter(|comm| !comm.is_empty())
         .unwrap_or(UNKNOWN_COMM);
     format!("{comm} (pid {pid})")
+}
+
+/// With `Profile::set_container_root`, the frame that precedes a process's frames:
+/// `container <12-hex short id>`, or `host` for a process outside any known container.
+pub(crate) fn container_frame(profile: &Profile, pid: u32) -> Option<String> {
+    if !profile.container_root() {
+        return None;
+    }
+    Some(match profile.process(pid).and_then(|l| l.container_id.as_deref()) {
+        Some(id) => format!("container {}", id.get(..12).unwrap_or(id)),
+        None => "host".to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -169,7 +219,7 @@ pub(crate) mod tests {
         let label = |comm: &str| ProcessLabel {
             comm: comm.into(),
             exe: "/usr/bin/python3.12".into(),
-            version: "3.12.4".into(),
+            version: "3.12.4".into(), ..Default::default()
         };
         p.set_process(100, label("python3"));
         p.set_process(200, label("gunicorn"));

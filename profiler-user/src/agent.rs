@@ -1,0 +1,201 @@
+//! `pyperch agent`: continuous whole-host profiling, pushing one pprof per interval (per
+//! process or per container) to a Pyroscope-compatible ingest endpoint.
+//!
+//! Sampling never waits for the network: profiles go through `upload::Uploader`'s bounded
+//! queue. On SIGTERM (or Ctrl-C, or the end of `--duration`) the current partial interval is
+//! flushed and the queue is given a few seconds to drain before exiting.
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use crate::{
+    aggregate::{Profile, Timing},
+    filter::ProcessFilter,
+    loader::KernelProgram,
+    output::{self, Format},
+    record::{RecordError, check_rate, inspect_pids, runtime, stats_report},
+    session::{LoopControl, Scope, Session, run_loop},
+    upload::{Endpoint, Upload, Uploader, encode_component, pyroscope_name},
+};
+
+/// How profiles are split before upload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Grouping {
+    /// One profile per process (labels: pid, executable, container, pod).
+    Process,
+    /// One profile per container (processes outside containers share "host").
+    Container,
+}
+
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    pub upload_url: String,
+    pub interval: Duration,
+    pub app_name: String,
+    pub rate: u64,
+    pub threads: bool,
+    pub stats: bool,
+    pub pids: Vec<u32>,
+    pub filter: ProcessFilter,
+    pub group_by: Grouping,
+    /// Profiles kept while the backend is unreachable (oldest dropped first).
+    pub queue_profiles: usize,
+    /// Bytes kept while the backend is unreachable.
+    pub queue_bytes: usize,
+    /// Stop after this long (default: run until SIGTERM / Ctrl-C).
+    pub duration: Option<Duration>,
+}
+
+/// Seconds the queue gets to drain at exit.
+const FINAL_DRAIN: Duration = Duration::from_secs(10);
+
+pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
+    check_rate(options.rate)?;
+    let endpoint = Endpoint::parse(&options.upload_url).map_err(|e| RecordError::Upload(e.to_string()))?;
+    if options.interval < Duration::from_secs(1) {
+        return Err(RecordError::Upload("--interval must be at least 1s".into()));
+    }
+    crate::loader::preflight()?;
+    let initial = inspect_pids(&options.pids, &options.filter)?;
+    let mut kernel = KernelProgram::load()?;
+    let ring = kernel.take_ring_buffer()?;
+    let scope = if options.pids.is_empty() { Scope::Host } else { Scope::Pids(options.pids.iter().copied().collect()) };
+    let mut session = Session::new(kernel, scope, options.filter.clone(), options.threads);
+    for p in initial {
+        session.add_process(p)?;
+    }
+    session.kernel.attach(options.rate)?;
+    let uploader = Uploader::start(endpoint, options.queue_profiles, options.queue_bytes);
+    eprintln!(
+        "pyperch agent: sampling at {} Hz, one profile per {} every {:?} to {}",
+        options.rate,
+        match options.group_by {
+            Grouping::Process => "process",
+            Grouping::Container => "container",
+        },
+        options.interval,
+        options.upload_url
+    );
+
+    let mut interval_start = SystemTime::now();
+    let mut interval_number = 0u64;
+    let mut flush = |session: &mut Session| {
+        let now = SystemTime::now();
+        interval_number += 1;
+        let mut part = session.profile.take_stacks();
+        part.set_timing(Timing {
+            start: interval_start,
+            duration: now.duration_since(interval_start).unwrap_or_default(),
+            rate_hz: options.rate,
+        });
+        let uploads = interval_uploads(&part, &options, interval_start, now);
+        let queued = uploads.len();
+        for u in uploads {
+            uploader.push(u);
+        }
+        interval_start = now;
+        session.prune_exited();
+        let c = uploader.counters();
+        let mut line = format!(
+            "pyperch agent: interval {interval_number}: {} samples from {} processes, {queued} profiles queued; sent {}, failed attempts {}, dropped {}, waiting {}",
+            part.total_samples(),
+            part.pids().iter().filter(|p| part.samples_of(**p) > 0).count(),
+            c.sent,
+            c.failed_attempts,
+            c.dropped,
+            c.queued
+        );
+        if let Some(e) = uploader.last_error() {
+            line.push_str(&format!(" (last error: {e})"));
+        }
+        if !options.filter.is_empty() && session.live_processes() == 0 {
+            line.push_str(&format!("; no Python process matches {}", options.filter.describe()));
+        }
+        eprintln!("{line}");
+    };
+    let runtime = runtime()?;
+    let control = LoopControl {
+        duration: options.duration,
+        child: None,
+        progress: false,
+        periodic: Some((options.interval, &mut flush)),
+    };
+    runtime.block_on(run_loop(&mut session, ring, control))?;
+    // Flush the partial interval before leaving.
+    flush(&mut session);
+    let kernel_counters = session.kernel.counters();
+    session.kernel.detach();
+    let unsent = uploader.finish(FINAL_DRAIN);
+    if unsent > 0 {
+        eprintln!("pyperch agent: {unsent} profiles could not be delivered before exit");
+    } else {
+        eprintln!("pyperch agent: all profiles delivered");
+    }
+    if options.stats {
+        let totals = session.totals();
+        eprint!("{}", stats_report(&session, &totals, kernel_counters));
+    }
+    Ok(())
+}
+
+/// One upload per group (process or container) of this interval's profile.
+fn interval_uploads(part: &Profile, options: &AgentOptions, from: SystemTime, until: SystemTime) -> Vec<Upload> {
+    let mut groups: BTreeMap<String, (Vec<(String, String)>, Vec<u32>)> = BTreeMap::new();
+    for pid in part.pids() {
+        if part.samples_of(pid) == 0 {
+            continue;
+        }
+        let label = part.process(pid);
+        let container = label.and_then(|l| l.container_id.clone());
+        let pod = label.and_then(|l| l.pod_uid.clone());
+        let (key, mut labels) = match options.group_by {
+            Grouping::Process => {
+                let exe = label
+                    .map(|l| {
+                        std::path::Path::new(&l.exe)
+                            .file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_else(|| l.comm.clone())
+                    })
+                    .unwrap_or_default();
+                (
+                    format!("pid {pid}"),
+                    vec![("process.pid".to_string(), pid.to_string()), ("process.executable.name".to_string(), exe)],
+                )
+            }
+            Grouping::Container => {
+                let id = container.clone().unwrap_or_else(|| "host".to_string());
+                (format!("container {id}"), vec![])
+            }
+        };
+        if let Some(c) = &container {
+            labels.push(("container.id".to_string(), c.clone()));
+        }
+        if let Some(p) = &pod {
+            labels.push(("k8s.pod.uid".to_string(), p.clone()));
+        }
+        let entry = groups.entry(key).or_insert_with(|| (labels, Vec::new()));
+        entry.1.push(pid);
+    }
+    let secs = |t: SystemTime| t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let mut uploads = Vec::new();
+    for (_, (labels, pids)) in groups {
+        let sub = part.filtered(|k| pids.contains(&k.pid));
+        let mut body = Vec::new();
+        if output::write_profile(&sub, Format::Pprof, &options.app_name, &mut body).is_err() {
+            continue;
+        }
+        let name = pyroscope_name(&options.app_name, &labels);
+        let query = format!(
+            "name={}&from={}&until={}&format=pprof&sampleRate={}&spyName=pyperch",
+            encode_component(&name),
+            secs(from),
+            secs(until).max(secs(from) + 1),
+            options.rate
+        );
+        uploads.push(Upload { query, body });
+    }
+    uploads
+}

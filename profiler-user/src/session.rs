@@ -1,0 +1,615 @@
+//! The sampling session shared by `record` and `agent`: which processes are profiled, the
+//! kernel registrations, and the path of every sample from the ring buffer to the profile
+//! (completion → symbolization → aggregation).
+
+use std::{
+    collections::{HashMap, HashSet},
+    io::IsTerminal,
+    path::PathBuf,
+    process::Child,
+    sync::{Arc, atomic::Ordering::Relaxed},
+    time::{Duration, Instant},
+};
+
+use profiler_common::{FRAME_ENTRY_SIZE, FrameEntry, MAX_FULL_FRAMES, SAMPLE_HEADER_SIZE, SampleHeader, sample_status};
+use tokio::io::{Interest, unix::AsyncFd};
+
+use crate::{
+    aggregate::{FrameId, FrameName, ProcessLabel, Profile},
+    completion::{TailCache, TailSource},
+    containers,
+    discovery::{self, DiscoveryError, PythonProcess},
+    filter::ProcessFilter,
+    layout::STR_HASH_OFFSET,
+    loader::KernelProgram,
+    memory::{self, ProcessMemory},
+    record::RecordError,
+    stats::{Counters, SampleOutcome},
+    symbolize::{self, CodeInfo, SymbolError},
+};
+
+/// How often /proc is scanned for new Python processes.
+const DISCOVERY_INTERVAL: Duration = Duration::from_millis(100);
+/// How often the ring buffer is drained when the kernel has not woken us (it wakes us only
+/// once a batch has accumulated).
+const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
+/// Bounds on the per-process symbol caches (emptied and refilled when reached).
+const MAX_CACHED_CODES: usize = 1 << 16;
+const MAX_CACHED_POSITIONS: usize = 1 << 20;
+/// Exited processes whose counts are kept for `--stats` (the oldest are summed up).
+const MAX_RETIRED: usize = 4096;
+
+/// Which processes the session profiles.
+pub(crate) enum Scope {
+    Host,
+    Pids(HashSet<u32>),
+    /// A launched command and its descendants.
+    Launched { root: u32 },
+}
+
+impl Scope {
+    fn accepts(&self, pid: u32) -> bool {
+        match self {
+            Scope::Host => true,
+            Scope::Pids(pids) => pids.contains(&pid),
+            Scope::Launched { root } => {
+                let mut p = pid;
+                for _ in 0..64 {
+                    if p == *root {
+                        return true;
+                    }
+                    match discovery::parent_pid(p) {
+                        Some(parent) if parent > 1 => p = parent,
+                        _ => return false,
+                    }
+                }
+                false
+            }
+        }
+    }
+}
+
+/// One Python process being profiled, with its caches.
+struct Target {
+    process: PythonProcess,
+    mem: ProcessMemory,
+    /// Code objects by address, with their validation word.
+    codes: HashMap<u64, Arc<CodeEntry>>,
+    /// (code, validation word, instruction offset, owned by a generator) → the frame shown,
+    /// or `None` for a frame CPython itself hides (not started yet).
+    positions: HashMap<(u64, u16, i32, bool), Option<FrameId>>,
+    tails: TailCache,
+    counters: Counters,
+    /// Still running and registered with the kernel.
+    alive: bool,
+    /// Scratch stack (root first), reused between samples.
+    stack: Vec<FrameId>,
+}
+
+/// A symbolized code object and the validation word it had when read.
+struct CodeEntry {
+    info: CodeInfo,
+    check: u16,
+}
+
+/// Why a frame could not be turned into a name.
+enum FrameError {
+    /// Not readable, or not a code object.
+    BadCode,
+    /// The code object at that address is not the one the kernel saw.
+    Changed,
+}
+
+impl Target {
+    fn new(process: PythonProcess) -> Self {
+        let mem = ProcessMemory::new(process.pid);
+        Self {
+            process,
+            mem,
+            codes: HashMap::new(),
+            positions: HashMap::new(),
+            tails: TailCache::default(),
+            counters: Counters::default(),
+            alive: true,
+            stack: Vec::with_capacity(64),
+        }
+    }
+
+    fn process_sample(&mut self, header: &SampleHeader, body: &[u8], profile: &mut Profile, threads: bool) -> SampleOutcome {
+        match header.status {
+            sample_status::COMPLETE => {}
+            sample_status::NO_THREAD_STATE => return SampleOutcome::NoThreadState,
+            sample_status::NO_FRAME => return SampleOutcome::Idle,
+            sample_status::TRUNCATED => return SampleOutcome::Truncated,
+            _ => return SampleOutcome::KernelReadFault,
+        }
+        let n_full = (header.n_full as usize).min(MAX_FULL_FRAMES).min(body.len() / FRAME_ENTRY_SIZE);
+        let full = |i: usize| -> FrameEntry {
+            // SAFETY: i < n_full ≤ body.len() / FRAME_ENTRY_SIZE; FrameEntry is plain data.
+            unsafe { std::ptr::read_unaligned(body.as_ptr().add(i * FRAME_ENTRY_SIZE) as *const FrameEntry) }
+        };
+        let mut stack = std::mem::take(&mut self.stack);
+        stack.clear();
+        let mut result = Ok(());
+        if header.n_hashed > 0 {
+            let layout = self.process.layout.frame;
+            let tail = match self.tails.complete(&self.mem, &layout, header.tail_first, header.n_hashed, header.tail_hash) {
+                Ok(tail) => tail,
+                Err(_) => {
+                    self.stack = stack;
+                    return SampleOutcome::StaleTail;
+                }
+            };
+            match tail.source {
+                TailSource::Hit => self.counters.frame_cache_hits += 1,
+                TailSource::Partial => self.counters.frame_cache_partial_hits += 1,
+                TailSource::Miss => self.counters.frame_cache_misses += 1,
+            }
+            self.counters.frames_from_memory += tail.frames_from_memory as u64;
+            self.counters.frames_from_cache += (tail.tail.frames.len() - tail.frames_from_memory) as u64;
+            match tail.tail.symbols.get() {
+                Some(ids) => stack.extend_from_slice(ids),
+                None => {
+                    for entry in tail.tail.frames.iter().rev() {
+                        match self.frame_id(entry, None, profile) {
+                            Ok(Some(id)) => stack.push(id),
+                            Ok(None) => {}
+                            Err(e) => {
+                                result = Err(e);
+                                break;
+                            }
+                        }
+                    }
+                    if result.is_ok() {
+                        let _ = tail.tail.symbols.set(stack.as_slice().into());
+                    }
+                }
+            }
+        }
+        self.counters.frames_from_kernel += n_full as u64;
+        if result.is_ok() {
+            for i in (0..n_full).rev() {
+                let entry = full(i);
+                match self.frame_id(&entry, Some(entry.check), profile) {
+                    Ok(Some(id)) => stack.push(id),
+                    Ok(None) => {}
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+        }
+        let outcome = match result {
+            Err(FrameError::BadCode) => SampleOutcome::BadCodeObject,
+            Err(FrameError::Changed) => SampleOutcome::ChangedCodeObject,
+            Ok(()) if stack.is_empty() => SampleOutcome::Idle,
+            Ok(()) => {
+                profile.add(header.tgid, threads.then_some(header.tid), &stack, 1);
+                SampleOutcome::Ok
+            }
+        };
+        self.stack = stack;
+        outcome
+    }
+
+    /// The frame shown for one interpreter frame; `None` for frames CPython hides (shims,
+    /// frames not started yet). `check` is the kernel's validation word for the frame's code
+    /// object (full frames), `None` for frames completed in userspace.
+    fn frame_id(&mut self, entry: &FrameEntry, check: Option<u16>, profile: &mut Profile) -> Result<Option<FrameId>, FrameError> {
+        let semantics = self.process.layout.frame_semantics;
+        if let Some(shim) = semantics.shim_owner {
+            if entry.owner != u8::MAX && entry.owner >= shim {
+                return Ok(None);
+            }
+        }
+        let generator = semantics.owner_generator.is_some_and(|g| g == entry.owner);
+        if let Some(check) = check {
+            if let Some(id) = self.positions.get(&(entry.code, check, entry.instr_offset, generator)) {
+                self.counters.code_cache_hits += 1;
+                return Ok(*id);
+            }
+        }
+        let code = self.code_entry(entry.code, check)?;
+        let key = (entry.code, code.check, entry.instr_offset, generator);
+        if let Some(id) = self.positions.get(&key) {
+            return Ok(*id);
+        }
+        let info = &code.info;
+        let incomplete = !generator
+            && self.process.layout.code.firsttraceable.is_some()
+            && (entry.instr_offset as i64) < 2 * info.firsttraceable as i64;
+        let id = if incomplete {
+            None
+        } else {
+            let line = info.line(entry.instr_offset).unwrap_or(0);
+            Some(profile.intern(FrameName { function: info.qualname.clone(), file: info.filename.clone(), line }))
+        };
+        if self.positions.len() >= MAX_CACHED_POSITIONS {
+            self.positions.clear();
+        }
+        self.positions.insert(key, id);
+        Ok(id)
+    }
+
+    /// The code object at `address`, from the cache when its validation word matches
+    /// `expected` (or when no word is expected), else read again.
+    fn code_entry(&mut self, address: u64, expected: Option<u16>) -> Result<Arc<CodeEntry>, FrameError> {
+        if let Some(code) = self.codes.get(&address) {
+            if expected.is_none_or(|e| e == code.check) {
+                self.counters.code_cache_hits += 1;
+                return Ok(code.clone());
+            }
+            // Freed and replaced by another code object since we read it.
+            self.counters.stale_invalidations += 1;
+        }
+        self.counters.code_cache_misses += 1;
+        let layout = &self.process.layout;
+        let info = symbolize::read_code(&self.mem, layout, self.process.code_type_address, address)
+            .map_err(|_: SymbolError| FrameError::BadCode)?;
+        let name = self.mem.read_u64(address + layout.code.name as u64).map_err(|_| FrameError::BadCode)?;
+        let check = self.mem.read_u64(name + STR_HASH_OFFSET as u64).map_err(|_| FrameError::BadCode)? as u16;
+        let code = Arc::new(CodeEntry { info, check });
+        if self.codes.len() >= MAX_CACHED_CODES {
+            self.codes.clear();
+        }
+        self.codes.insert(address, code.clone());
+        if expected.is_some_and(|e| e != check) {
+            // It changed again after the sample: what we read is not what was sampled.
+            return Err(FrameError::Changed);
+        }
+        Ok(code)
+    }
+}
+
+/// The state of a recording.
+pub(crate) struct Session {
+    pub(crate) kernel: KernelProgram,
+    pub(crate) scope: Scope,
+    pub(crate) filter: ProcessFilter,
+    targets: HashMap<u32, Target>,
+    /// Counts of processes no longer profiled (exited, or their PID reused).
+    retired: Vec<Retired>,
+    /// Summed counts of retired processes pushed out of `retired`.
+    retired_overflow: Counters,
+    /// Processes seen not to be profilable, by pid: (start time, executable) when seen.
+    rejected: HashMap<u32, (u64, PathBuf)>,
+    /// Unsupported interpreters already reported.
+    reported: HashSet<(u32, u64)>,
+    pub(crate) profile: Profile,
+    threads: bool,
+    unknown_process_samples: u64,
+    pub(crate) malformed_records: u64,
+    own_pid: u32,
+    /// Processes that were ever registered.
+    pub(crate) registered: u64,
+}
+
+/// The counts of a process no longer profiled.
+pub(crate) struct Retired {
+    pub(crate) pid: u32,
+    pub(crate) comm: String,
+    pub(crate) version: String,
+    pub(crate) counters: Counters,
+}
+
+impl Session {
+    pub(crate) fn new(kernel: KernelProgram, scope: Scope, filter: ProcessFilter, threads: bool) -> Self {
+        Session {
+            kernel,
+            scope,
+            filter,
+            targets: HashMap::new(),
+            retired: Vec::new(),
+            retired_overflow: Counters::default(),
+            rejected: HashMap::new(),
+            reported: HashSet::new(),
+            profile: Profile::new(),
+            threads,
+            unknown_process_samples: 0,
+            malformed_records: 0,
+            own_pid: std::process::id(),
+            registered: 0,
+        }
+    }
+
+    /// Registers a Python process with the kernel if its interpreter is ready.
+    pub(crate) fn add_process(&mut self, process: PythonProcess) -> Result<bool, RecordError> {
+        let pid = process.pid;
+        let mem = ProcessMemory::new(pid);
+        let info = match process.kernel_info(&mem) {
+            Ok(info) => profiler_common::ProcessInfo { frame: process.layout.kernel_frame_layout(), ..info },
+            Err(DiscoveryError::NotReady { .. }) => return Ok(false),
+            Err(e) => return Err(RecordError::Inspect { pid, message: e.to_string() }),
+        };
+        self.kernel.register(pid, &info)?;
+        let container = containers::for_process(pid);
+        self.profile.set_process(
+            pid,
+            ProcessLabel {
+                comm: process.comm.clone(),
+                exe: process.exe.display().to_string(),
+                version: process.version.to_string(),
+                container_id: container.container_id,
+                pod_uid: container.pod_uid,
+            },
+        );
+        self.targets.insert(pid, Target::new(process));
+        self.registered += 1;
+        Ok(true)
+    }
+
+    /// One pass over /proc: new processes, exited ones, reused PIDs.
+    pub(crate) fn scan(&mut self) {
+        // Exited targets: stop sampling them, keep their caches for samples in flight.
+        for (pid, target) in self.targets.iter_mut() {
+            if target.alive && !discovery::is_alive(*pid, target.process.start_time) {
+                target.alive = false;
+                self.kernel.unregister(*pid);
+            }
+        }
+        if matches!(self.scope, Scope::Pids(_)) && self.targets.values().all(|t| t.alive) {
+            // Explicit pids are all registered; nothing new can join.
+            if let Scope::Pids(pids) = &self.scope {
+                if pids.iter().all(|p| self.targets.contains_key(p)) {
+                    return;
+                }
+            }
+        }
+        for pid in discovery::python_pids_candidates() {
+            if pid == self.own_pid || !self.scope.accepts(pid) {
+                continue;
+            }
+            let Some(start_time) = discovery::start_time(pid) else { continue };
+            if self.targets.get(&pid).is_some_and(|t| t.process.start_time == start_time) {
+                continue;
+            }
+            if !self.filter.is_empty() && !self.filter.matches(pid) {
+                continue;
+            }
+            if self.targets.contains_key(&pid) {
+                // The PID was reused: the old process is gone.
+                self.kernel.unregister(pid);
+                if let Some(old) = self.targets.remove(&pid) {
+                    self.retire(old);
+                }
+            }
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+            if self.rejected.get(&pid) == Some(&(start_time, exe.clone())) {
+                continue;
+            }
+            match discovery::inspect(pid) {
+                Ok(process) => match self.add_process(process) {
+                    Ok(_) => {}
+                    Err(e) => {
+                        eprintln!("pyperch: warning: {e}");
+                        self.rejected.insert(pid, (start_time, exe));
+                    }
+                },
+                Err(DiscoveryError::NotReady { .. }) => {}
+                Err(DiscoveryError::Unsupported { pid, comm, reason }) => {
+                    if self.reported.insert((pid, start_time)) {
+                        eprintln!("pyperch: warning: skipping process {pid} ({comm}): {reason}");
+                    }
+                    self.rejected.insert(pid, (start_time, exe));
+                }
+                Err(_) => {
+                    self.rejected.insert(pid, (start_time, exe));
+                }
+            }
+        }
+    }
+
+    /// Keeps the counts of a target no longer profiled, and frees its caches.
+    fn retire(&mut self, old: Target) {
+        self.retired.push(Retired {
+            pid: old.process.pid,
+            comm: old.process.comm.clone(),
+            version: old.process.version.to_string(),
+            counters: old.counters,
+        });
+        if self.retired.len() > MAX_RETIRED {
+            let oldest = self.retired.remove(0);
+            self.retired_overflow.add(&oldest.counters);
+        }
+    }
+
+    /// Forgets exited processes (keeping their counts); for long-running sessions, where
+    /// samples still in flight for them no longer matter.
+    pub(crate) fn prune_exited(&mut self) {
+        let dead: Vec<u32> = self.targets.iter().filter(|(_, t)| !t.alive).map(|(pid, _)| *pid).collect();
+        for pid in dead {
+            if let Some(t) = self.targets.remove(&pid) {
+                self.retire(t);
+            }
+        }
+    }
+
+    /// Processes being profiled now.
+    pub(crate) fn live_processes(&self) -> usize {
+        self.targets.values().filter(|t| t.alive).count()
+    }
+
+    /// Processes with at least one sample in the profile.
+    pub(crate) fn sampled_processes(&self) -> usize {
+        let mut pids: HashSet<u32> = HashSet::new();
+        for t in self.targets.values() {
+            if t.counters.ok() > 0 {
+                pids.insert(t.process.pid);
+            }
+        }
+        for r in &self.retired {
+            if r.counters.ok() > 0 {
+                pids.insert(r.pid);
+            }
+        }
+        pids.len()
+    }
+
+    /// Per-process counts, live and retired, by pid.
+    pub(crate) fn per_process(&self) -> Vec<(u32, String, String, bool, &Counters)> {
+        let mut rows: Vec<(u32, String, String, bool, &Counters)> = self
+            .targets
+            .values()
+            .map(|t| (t.process.pid, t.process.comm.clone(), t.process.version.to_string(), t.alive, &t.counters))
+            .chain(self.retired.iter().map(|r| (r.pid, r.comm.clone(), r.version.clone(), false, &r.counters)))
+            .collect();
+        rows.sort_by_key(|r| r.0);
+        rows
+    }
+
+    pub(crate) fn on_record(&mut self, bytes: &[u8]) {
+        if bytes.len() < SAMPLE_HEADER_SIZE {
+            self.malformed_records += 1;
+            return;
+        }
+        // SAFETY: the record starts with a SampleHeader (plain data), checked for length.
+        let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
+        let Some(target) = self.targets.get_mut(&header.tgid) else {
+            self.unknown_process_samples += 1;
+            return;
+        };
+        let (reads, read_bytes) = (memory::READS.load(Relaxed), memory::BYTES_READ.load(Relaxed));
+        let outcome = target.process_sample(&header, &bytes[SAMPLE_HEADER_SIZE..], &mut self.profile, self.threads);
+        target.counters.count(outcome);
+        target.counters.ring_bytes += bytes.len() as u64;
+        // Reads happen on this thread only, so the difference is this sample's.
+        target.counters.memory_reads += memory::READS.load(Relaxed) - reads;
+        target.counters.memory_bytes += memory::BYTES_READ.load(Relaxed) - read_bytes;
+    }
+
+    pub(crate) fn totals(&self) -> Counters {
+        let mut total = self.retired_overflow.clone();
+        for t in self.targets.values() {
+            total.add(&t.counters);
+        }
+        for r in &self.retired {
+            total.add(&r.counters);
+        }
+        for _ in 0..self.unknown_process_samples {
+            total.count(SampleOutcome::UnknownProcess);
+        }
+        total
+    }
+}
+
+
+
+/// What ends a session's event loop, and what runs periodically inside it.
+pub(crate) struct LoopControl<'a> {
+    /// Stop after this long.
+    pub(crate) duration: Option<Duration>,
+    /// Stop when this launched command exits.
+    pub(crate) child: Option<&'a mut Child>,
+    /// Show progress on stderr (elapsed, samples, processes).
+    pub(crate) progress: bool,
+    /// Called every period with the session (the agent's uploads).
+    pub(crate) periodic: Option<(Duration, &'a mut dyn FnMut(&mut Session))>,
+}
+
+/// Why the loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LoopEnd {
+    DurationElapsed,
+    /// The launched command exited with this status (128 + signal when killed).
+    CommandExited(i32),
+    /// Ctrl-C or SIGTERM.
+    Interrupted,
+}
+
+/// Runs the session: reads samples as the kernel sends them, scans for processes, until
+/// `control` says stop. Samples still in the ring buffer at the end are processed too.
+pub(crate) async fn run_loop(
+    session: &mut Session,
+    ring: aya::maps::RingBuf<aya::maps::MapData>,
+    mut control: LoopControl<'_>,
+) -> Result<LoopEnd, RecordError> {
+    let runtime_error = |e: std::io::Error| RecordError::Runtime(e.to_string());
+    // SAFETY: the ring buffer owns its fd, which stays open for the AsyncFd's lifetime.
+    let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+        .map_err(|e| RecordError::Runtime(e.to_string()))?;
+    let started = Instant::now();
+    let mut discovery_tick = tokio::time::interval(DISCOVERY_INTERVAL);
+    let mut drain_tick = tokio::time::interval(DRAIN_INTERVAL);
+    let mut progress_tick = tokio::time::interval(Duration::from_secs(1));
+    progress_tick.tick().await;
+    let period = control.periodic.as_ref().map(|(d, _)| *d).unwrap_or(Duration::from_secs(3600));
+    let mut periodic_tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    let deadline = control.duration.map(|d| tokio::time::Instant::from_std(started + d));
+    let interactive = std::io::stderr().is_terminal();
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let mut sigterm =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(runtime_error)?;
+    let end = loop {
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            guard = ring.readable_mut() => {
+                let mut guard = guard.map_err(runtime_error)?;
+                let rb = guard.get_inner_mut();
+                while let Some(item) = rb.next() {
+                    session.on_record(&item);
+                }
+                guard.clear_ready();
+            }
+            _ = drain_tick.tick() => {
+                let rb = ring.get_mut();
+                while let Some(item) = rb.next() {
+                    session.on_record(&item);
+                }
+            }
+            _ = discovery_tick.tick() => {
+                if let Some(c) = control.child.as_mut() {
+                    if let Ok(Some(status)) = c.try_wait() {
+                        break LoopEnd::CommandExited(exit_code(status));
+                    }
+                }
+                session.scan();
+            }
+            _ = periodic_tick.tick(), if control.periodic.is_some() => {
+                let rb = ring.get_mut();
+                while let Some(item) = rb.next() {
+                    session.on_record(&item);
+                }
+                if let Some((_, hook)) = control.periodic.as_mut() {
+                    hook(session);
+                }
+            }
+            _ = progress_tick.tick(), if control.progress => {
+                let line = format!(
+                    "pyperch: {:>6.1} s  {:>9} samples  {:>4} processes",
+                    started.elapsed().as_secs_f64(),
+                    session.totals().samples(),
+                    session.live_processes()
+                );
+                if interactive {
+                    eprint!("\r{line}\x1b[K");
+                } else if started.elapsed().as_secs() % 5 == 0 {
+                    eprintln!("{line}");
+                }
+            }
+            _ = sleep => break LoopEnd::DurationElapsed,
+            _ = &mut ctrl_c => break LoopEnd::Interrupted,
+            _ = sigterm.recv() => break LoopEnd::Interrupted,
+        }
+    };
+    if interactive && control.progress {
+        eprint!("\r\x1b[K");
+    }
+    let rb = ring.get_mut();
+    while let Some(item) = rb.next() {
+        session.on_record(&item);
+    }
+    Ok(end)
+}
+
+/// The exit status of a finished command, shell-style.
+pub(crate) fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1)
+}
