@@ -123,6 +123,9 @@ impl Target {
             sample_status::TRUNCATED => return SampleOutcome::Truncated,
             _ => return SampleOutcome::KernelReadFault,
         }
+        // Read through the sampled thread: it was running a moment ago, whereas the process's
+        // first thread may have exited (its pid then no longer has an address space).
+        self.mem = ProcessMemory::new(header.tid);
         let n_full = (header.n_full as usize).min(MAX_FULL_FRAMES).min(body.len() / FRAME_ENTRY_SIZE);
         let full = |i: usize| -> FrameEntry {
             // SAFETY: i < n_full ≤ body.len() / FRAME_ENTRY_SIZE; FrameEntry is plain data.
@@ -272,8 +275,8 @@ pub(crate) struct Session {
     retired: Vec<Retired>,
     /// Summed counts of retired processes pushed out of `retired`.
     retired_overflow: Counters,
-    /// Processes seen not to be profilable, by pid: (start time, executable) when seen.
-    rejected: HashMap<u32, (u64, PathBuf)>,
+    /// Processes seen not to be profilable, by pid.
+    rejected: HashMap<u32, Rejection>,
     /// Unsupported interpreters already reported.
     reported: HashSet<(u32, u64)>,
     pub(crate) profile: Profile,
@@ -284,6 +287,19 @@ pub(crate) struct Session {
     /// Processes that were ever registered.
     pub(crate) registered: u64,
 }
+
+/// A process found not profilable, and whether to look again: a process caught in the middle
+/// of `exec` can look like anything, so a "not Python" verdict is re-checked a few times.
+struct Rejection {
+    start_time: u64,
+    exe: PathBuf,
+    checks: u32,
+    recheck_at: Option<Instant>,
+}
+
+/// "Not Python" verdicts are re-checked this many times, this far apart.
+const RECHECKS: u32 = 3;
+const RECHECK_DELAY: Duration = Duration::from_millis(300);
 
 /// The counts of a process no longer profiled.
 pub(crate) struct Retired {
@@ -375,15 +391,27 @@ impl Session {
                 }
             }
             let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-            if self.rejected.get(&pid) == Some(&(start_time, exe.clone())) {
-                continue;
+            let mut checks = 0;
+            if let Some(r) = self.rejected.get(&pid) {
+                if r.start_time == start_time && r.exe == exe {
+                    match r.recheck_at {
+                        Some(at) if Instant::now() >= at => checks = r.checks,
+                        _ => continue,
+                    }
+                }
             }
+            let reject = |checks: u32, retry: bool| Rejection {
+                start_time,
+                exe: exe.clone(),
+                checks: checks + 1,
+                recheck_at: (retry && checks < RECHECKS).then(|| Instant::now() + RECHECK_DELAY),
+            };
             match discovery::inspect(pid) {
                 Ok(process) => match self.add_process(process) {
                     Ok(_) => {}
                     Err(e) => {
                         eprintln!("pyperch: warning: {e}");
-                        self.rejected.insert(pid, (start_time, exe));
+                        self.rejected.insert(pid, reject(checks, false));
                     }
                 },
                 Err(DiscoveryError::NotReady { .. }) => {}
@@ -391,10 +419,10 @@ impl Session {
                     if self.reported.insert((pid, start_time)) {
                         eprintln!("pyperch: warning: skipping process {pid} ({comm}): {reason}");
                     }
-                    self.rejected.insert(pid, (start_time, exe));
+                    self.rejected.insert(pid, reject(checks, false));
                 }
                 Err(_) => {
-                    self.rejected.insert(pid, (start_time, exe));
+                    self.rejected.insert(pid, reject(checks, true));
                 }
             }
         }
