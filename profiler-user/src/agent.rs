@@ -140,9 +140,12 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     Ok(())
 }
 
+/// The labels of one uploaded profile and the processes it holds.
+type Group = (Vec<(String, String)>, Vec<u32>);
+
 /// One upload per group (process or container) of this interval's profile.
 fn interval_uploads(part: &Profile, options: &AgentOptions, from: SystemTime, until: SystemTime) -> Vec<Upload> {
-    let mut groups: BTreeMap<String, (Vec<(String, String)>, Vec<u32>)> = BTreeMap::new();
+    let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     for pid in part.pids() {
         if part.samples_of(pid) == 0 {
             continue;

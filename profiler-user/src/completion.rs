@@ -15,7 +15,7 @@
 //! frame's address, code object, instruction offset or owner changes the hash, and a tail
 //! that does not hash like the kernel's walk is dropped, never emitted.
 
-use std::{cell::OnceCell, collections::HashMap, sync::Arc};
+use std::{cell::OnceCell, collections::HashMap, rc::Rc};
 
 use profiler_common::{FRAME_READ_MAX, FrameBytes, FrameEntry, FrameLayout, HASH_SEED, decode_frame, frame_hash};
 
@@ -63,7 +63,7 @@ pub enum TailSource {
 
 /// A completed tail.
 pub struct Tail {
-    pub tail: Arc<CachedTail>,
+    pub tail: Rc<CachedTail>,
     pub source: TailSource,
     /// Frames read from target memory for this completion.
     pub frames_from_memory: usize,
@@ -72,10 +72,10 @@ pub struct Tail {
 /// Validated tails of one process.
 #[derive(Default)]
 pub struct TailCache {
-    tails: HashMap<TailKey, Arc<CachedTail>>,
+    tails: HashMap<TailKey, Rc<CachedTail>>,
     /// (frame address, frames from it to the bottom) → a cached tail holding that suffix and
     /// the suffix's index in it.
-    suffixes: HashMap<(u64, u32), (Arc<CachedTail>, u32)>,
+    suffixes: HashMap<(u64, u32), (Rc<CachedTail>, u32)>,
     cached_frames: usize,
 }
 
@@ -127,12 +127,12 @@ impl TailCache {
         if address != 0 || running != hash {
             return Err(CompletionError::Mismatch);
         }
-        let tail = Arc::new(CachedTail { frames: frames.into_boxed_slice(), symbols: OnceCell::new() });
+        let tail = Rc::new(CachedTail { frames: frames.into_boxed_slice(), symbols: OnceCell::new() });
         self.insert(key, tail.clone());
         Ok(Tail { tail, source, frames_from_memory: read })
     }
 
-    fn insert(&mut self, key: TailKey, tail: Arc<CachedTail>) {
+    fn insert(&mut self, key: TailKey, tail: Rc<CachedTail>) {
         let n = tail.frames.len();
         if self.tails.len() >= MAX_TAILS || self.cached_frames + n > MAX_CACHED_FRAMES {
             self.tails.clear();

@@ -523,6 +523,9 @@ impl Session {
 
 
 
+/// Work done every period inside the loop (the agent's uploads).
+pub(crate) type PeriodicHook<'a> = dyn FnMut(&mut Session) + 'a;
+
 /// What ends a session's event loop, and what runs periodically inside it.
 pub(crate) struct LoopControl<'a> {
     /// Stop after this long.
@@ -532,7 +535,7 @@ pub(crate) struct LoopControl<'a> {
     /// Show progress on stderr (elapsed, samples, processes).
     pub(crate) progress: bool,
     /// Called every period with the session (the agent's uploads).
-    pub(crate) periodic: Option<(Duration, &'a mut dyn FnMut(&mut Session))>,
+    pub(crate) periodic: Option<(Duration, &'a mut PeriodicHook<'a>)>,
 }
 
 /// Why the loop ended.
@@ -617,7 +620,7 @@ pub(crate) async fn run_loop(
                 );
                 if interactive {
                     eprint!("\r{line}\x1b[K");
-                } else if started.elapsed().as_secs() % 5 == 0 {
+                } else if started.elapsed().as_secs().is_multiple_of(5) {
                     eprintln!("{line}");
                 }
             }
