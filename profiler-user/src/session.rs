@@ -82,6 +82,8 @@ struct Target {
     counters: Counters,
     /// Still running and registered with the kernel.
     alive: bool,
+    /// `/proc/PID/exe` when registered: a change means the process exec'd another program.
+    exe_link: PathBuf,
     /// Scratch stack (root first), reused between samples.
     stack: Vec<FrameId>,
 }
@@ -103,9 +105,11 @@ enum FrameError {
 impl Target {
     fn new(process: PythonProcess) -> Self {
         let mem = ProcessMemory::new(process.pid);
+        let exe_link = std::fs::read_link(format!("/proc/{}/exe", process.pid)).unwrap_or_default();
         Self {
             process,
             mem,
+            exe_link,
             codes: HashMap::new(),
             positions: HashMap::new(),
             tails: TailCache::default(),
@@ -358,10 +362,23 @@ impl Session {
     /// One pass over /proc: new processes, exited ones, reused PIDs.
     pub(crate) fn scan(&mut self) {
         // Exited targets: stop sampling them, keep their caches for samples in flight.
+        let mut execed = Vec::new();
         for (pid, target) in self.targets.iter_mut() {
-            if target.alive && !discovery::is_alive(*pid, target.process.start_time) {
+            if !target.alive {
+                continue;
+            }
+            if !discovery::is_alive(*pid, target.process.start_time) {
                 target.alive = false;
                 self.kernel.unregister(*pid);
+            } else if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe != target.exe_link) {
+                // Same process, new program: its layout and caches no longer apply.
+                self.kernel.unregister(*pid);
+                execed.push(*pid);
+            }
+        }
+        for pid in execed {
+            if let Some(old) = self.targets.remove(&pid) {
+                self.retire(old);
             }
         }
         if matches!(self.scope, Scope::Pids(_)) && self.targets.values().all(|t| t.alive) {
