@@ -1238,3 +1238,548 @@ pub fn json_f64(v: &serde_json::Value, path: &[&str]) -> Result<f64> {
     cur.as_f64()
         .ok_or_else(|| anyhow!("field {path:?} is not a number in {v}"))
 }
+
+// ---------------------------------------------------------------------------------------
+// Containers: cgroups, PID and mount namespaces (tests/containers.rs, tests/agent.rs)
+// ---------------------------------------------------------------------------------------
+
+/// Where the cgroup v2 hierarchy is mounted: `/sys/fs/cgroup`, or e.g.
+/// `/sys/fs/cgroup/unified` on a "hybrid" host (the first `cgroup2` entry of
+/// `/proc/self/mounts`).
+pub fn cgroup2_root() -> Option<PathBuf> {
+    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (_, dir, kind) = (f.next()?, f.next()?, f.next()?);
+        (kind == "cgroup2").then(|| PathBuf::from(dir.replace("\\040", " ")))
+    })
+}
+
+/// `n` random lowercase hex digits (from /dev/urandom).
+pub fn random_hex(n: usize) -> String {
+    let mut bytes = vec![0u8; n.div_ceil(2)];
+    fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .expect("cannot read /dev/urandom");
+    let mut s: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    s.truncate(n);
+    s
+}
+
+/// A random Kubernetes pod UID: a lowercase version-4 UUID with dashes.
+pub fn random_pod_uid() -> String {
+    let h = random_hex(32);
+    format!(
+        "{}-{}-4{}-a{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[13..16],
+        &h[17..20],
+        &h[20..32]
+    )
+}
+
+/// The cgroup path containerd's CRI plugin uses under Kubernetes (systemd driver) for a
+/// container of a Burstable pod.
+pub fn kubepods_cgroup(pod_uid: &str, container_id: &str) -> String {
+    format!(
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{container_id}.scope",
+        pod_uid.replace('-', "_")
+    )
+}
+
+/// The pod's own cgroup in [`kubepods_cgroup`], with a trailing `/`.
+pub fn kubepods_pod_cgroup(pod_uid: &str) -> String {
+    format!(
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/",
+        pod_uid.replace('-', "_")
+    )
+}
+
+/// The cgroup path Docker uses with the systemd cgroup driver.
+pub fn docker_cgroup(container_id: &str) -> String {
+    format!("/system.slice/docker-{container_id}.scope")
+}
+
+/// The pids listed in a cgroup's `cgroup.procs`.
+fn cgroup_procs(dir: &Path) -> Vec<u32> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// cgroup v2 directories created by a test; on drop, the processes still in them (the
+/// test's own) are killed and the directories removed, deepest first. Directories that
+/// already existed (say a shared `/system.slice`) are left alone.
+pub struct Cgroups {
+    pub root: PathBuf,
+    created: Vec<PathBuf>,
+}
+
+impl Cgroups {
+    /// `Err(why)` when there is no writable cgroup v2 hierarchy here.
+    pub fn new() -> Result<Self, String> {
+        if !is_root() {
+            return Err("creating cgroups needs root".into());
+        }
+        let root = cgroup2_root().ok_or("no cgroup2 file system is mounted")?;
+        let probe = root.join(format!("pyperch-e2e-probe-{}", random_hex(8)));
+        fs::create_dir(&probe)
+            .map_err(|e| format!("cannot create a cgroup under {}: {e}", root.display()))?;
+        let _ = fs::remove_dir(&probe);
+        Ok(Self {
+            root,
+            created: Vec::new(),
+        })
+    }
+
+    /// The directory of cgroup `path` (as written in /proc/PID/cgroup).
+    pub fn dir(&self, path: &str) -> PathBuf {
+        self.root.join(path.trim_start_matches('/'))
+    }
+
+    /// Creates cgroup `path` (and its missing parents); returns its directory.
+    pub fn create(&mut self, path: &str) -> Result<PathBuf> {
+        let mut dir = self.root.clone();
+        for seg in path.split('/').filter(|s| !s.is_empty()) {
+            dir.push(seg);
+            if !dir.is_dir() {
+                fs::create_dir(&dir)
+                    .with_context(|| format!("cannot create the cgroup {}", dir.display()))?;
+                self.created.push(dir.clone());
+            }
+        }
+        Ok(dir)
+    }
+}
+
+impl Drop for Cgroups {
+    fn drop(&mut self) {
+        for dir in self.created.iter().rev() {
+            for attempt in 0..100 {
+                for pid in cgroup_procs(dir) {
+                    // SAFETY: plain kill(2) of a process in a cgroup this test created.
+                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                }
+                match fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                    Err(e) if attempt == 99 => note(format!(
+                        "could not remove the cgroup {}: {e}",
+                        dir.display()
+                    )),
+                    Err(_) => thread::sleep(Duration::from_millis(50)),
+                }
+            }
+        }
+    }
+}
+
+/// The pid's parent, from /proc/PID/stat.
+fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The `NSpid:` line of /proc/PID/status (outermost pid first); empty when unreadable.
+pub fn nspid_of(pid: u32) -> Vec<u32> {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .map(|r| {
+            r.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A `VmHWM:`/`VmRSS:`-style line of /proc/PID/status, in kB.
+pub fn status_kb(pid: u32, field: &str) -> Option<u64> {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A Python workload started inside cgroup `cgroup` (which it and its descendants stay
+/// in), optionally in its own PID and mount namespaces:
+/// `sh -c 'echo $$ > CGROUP/cgroup.procs && exec unshare --pid --mount --fork [--root=ROOTFS] EXE SCRIPT ARGS... TAG'`.
+///
+/// The interpreter runs through a symlink with a unique name (`pyc` + 6 hex digits), which
+/// becomes its command name (`comm`), and gets a unique last argument `tag`, so that
+/// `--comm` and `--cmdline` can single it out. Killed on drop.
+pub struct Contained {
+    /// The interpreter's pid as this test (the host) sees it.
+    pub host_pid: u32,
+    /// The cgroup path, as /proc/PID/cgroup shows it.
+    pub cgroup: String,
+    /// Its command name (the symlink's name).
+    pub comm: String,
+    /// The unique last argument of its command line.
+    pub tag: String,
+    /// Whether it has its own PID and mount namespaces.
+    pub namespaced: bool,
+    pub python: Python,
+    pub dir: WorkDir,
+    pub script: String,
+    pub ready: String,
+    child: Child,
+    _lines: mpsc::Receiver<String>,
+}
+
+impl Contained {
+    /// Starts `SCRIPT ARGS... TAG` (see the type) and waits up to 60 s for its `ready` line.
+    /// `tag` is appended to the command line (spin.py and split.py ignore extra arguments).
+    pub fn spawn(
+        py: &Python,
+        cgroups: &mut Cgroups,
+        cgroup: &str,
+        namespaced: bool,
+        script: &str,
+        args: &[&str],
+        tag: &str,
+    ) -> Result<Self> {
+        let dir = WorkDir::new(py, script.trim_end_matches(".py"))?;
+        let cg_dir = cgroups.create(cgroup)?;
+        let comm = format!("pyc{}", random_hex(6));
+        std::os::unix::fs::symlink(&py.exe, dir.host_path(&comm))
+            .with_context(|| format!("cannot create the symlink {comm} -> {}", py.exe.display()))?;
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(r#"echo $$ > "$0" && exec "$@""#)
+            .arg(cg_dir.join("cgroup.procs"));
+        match (namespaced, &py.rootfs) {
+            (true, Some(r)) => {
+                cmd.args(["unshare", "--pid", "--mount", "--fork"])
+                    .arg(format!("--root={}", r.display()));
+            }
+            (true, None) => {
+                cmd.args(["unshare", "--pid", "--mount", "--fork"]);
+            }
+            (false, Some(r)) => {
+                cmd.arg("chroot").arg(r);
+            }
+            (false, None) => {}
+        }
+        cmd.arg(dir.guest_path(&comm))
+            .arg(dir.guest_path(script))
+            .args(
+                args.iter()
+                    .map(|a| a.replace("{dir}", &dir.guest.to_string_lossy())),
+            )
+            .arg(tag)
+            .env_remove("PYTHONPATH")
+            .env_remove("PYTHONHOME")
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start {} {script} in {cgroup}", py.describe()))?;
+        let launcher = child.id();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut me = Contained {
+            host_pid: launcher,
+            cgroup: cgroup.to_string(),
+            comm,
+            tag: tag.to_string(),
+            namespaced,
+            python: py.clone(),
+            dir,
+            script: script.to_string(),
+            ready: String::new(),
+            child,
+            _lines: lines,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match me._lines.recv_timeout(left) {
+                Ok(line) if line.starts_with("ready") => {
+                    me.ready = line;
+                    break;
+                }
+                Ok(_) => continue,
+                Err(_) => {
+                    let status = me.child.try_wait().ok().flatten();
+                    bail!(
+                        "{} {script} in {cgroup} did not print its ready line ({})",
+                        py.describe(),
+                        match status {
+                            Some(s) => format!("it exited: {}", describe_status(s)),
+                            None => "still running after 60 s".into(),
+                        }
+                    );
+                }
+            }
+        }
+        if namespaced {
+            // unshare --fork: the interpreter is the launcher's only child.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            me.host_pid = loop {
+                let child = fs::read_dir("/proc")?
+                    .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                    .find(|p| parent_pid(*p) == Some(launcher));
+                if let Some(p) = child {
+                    break p;
+                }
+                if Instant::now() > deadline {
+                    bail!("cannot find the interpreter started by unshare (pid {launcher})");
+                }
+                thread::sleep(Duration::from_millis(20));
+            };
+        }
+        let own = fs::read_to_string(format!("/proc/{}/cgroup", me.host_pid)).unwrap_or_default();
+        if !own.lines().any(|l| l == format!("0::{cgroup}")) {
+            bail!(
+                "pid {} is not in the cgroup {cgroup}: /proc/{}/cgroup says {own:?}",
+                me.host_pid,
+                me.host_pid
+            );
+        }
+        Ok(me)
+    }
+
+    /// The NSpid line of the interpreter (host pid first).
+    pub fn nspid(&self) -> Vec<u32> {
+        nspid_of(self.host_pid)
+    }
+
+    /// The interpreter's file name (what `process.executable.name` should say).
+    pub fn exe_name(&self) -> String {
+        self.python
+            .exe
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The script as the interpreter sees it (the file name in its frames).
+    pub fn script_path(&self) -> String {
+        self.dir.guest_path(&self.script)
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "pid {} ({}, comm {}, {}in cgroup {})",
+            self.host_pid,
+            self.python.describe(),
+            self.comm,
+            if self.namespaced {
+                "own PID+mount namespaces, "
+            } else {
+                ""
+            },
+            self.cgroup
+        )
+    }
+}
+
+impl Drop for Contained {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2) of the interpreter this test started (the init of its PID
+        // namespace, whose death ends the namespace).
+        unsafe { libc::kill(self.host_pid as libc::pid_t, libc::SIGKILL) };
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// pprof decoding and the ingest receiver (tests/fixtures/ingest_receiver.py)
+// ---------------------------------------------------------------------------------------
+
+/// A file under tests/fixtures/.
+pub fn fixture_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+}
+
+/// The virtualenv with `protobuf` and `grpcio-tools` that `cargo xtask test` prepares:
+/// `$PYPERCH_TEST_VENV`, else `$HOME/.cache/pyperch/test-venv`.
+pub fn test_venv() -> PathBuf {
+    match env::var_os("PYPERCH_TEST_VENV").filter(|v| !v.is_empty()) {
+        Some(v) => PathBuf::from(v),
+        None => PathBuf::from(env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+            .join(".cache/pyperch/test-venv"),
+    }
+}
+
+/// The test venv's python, when it can import protobuf and grpc_tools; else why not.
+pub fn pprof_python() -> Result<PathBuf, String> {
+    let venv = test_venv();
+    let python = venv.join("bin/python");
+    if !python.is_file() {
+        return Err(format!(
+            "the test virtualenv {} does not exist (`cargo xtask test` creates it with the PyPI \
+             packages protobuf and grpcio-tools; PyPI may have been unreachable)",
+            venv.display()
+        ));
+    }
+    let out = Command::new(&python)
+        .args(["-c", "import google.protobuf, grpc_tools.protoc"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} cannot import protobuf and grpc_tools ({}); rerun `cargo xtask test` with PyPI \
+             reachable",
+            python.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(python)
+}
+
+/// Decodes a pprof file with the official schema (ingest_receiver.py `decode`): the JSON
+/// summary `{sample_type, period_type, period, samples: [{labels, values, stack}], errors}`,
+/// each stack leaf first as `[name, file, line]`.
+pub fn decode_pprof(python: &Path, file: &Path) -> Result<serde_json::Value> {
+    let out = Command::new(python)
+        .arg(fixture_path("ingest_receiver.py"))
+        .arg("decode")
+        .arg(file)
+        .stdin(Stdio::null())
+        .output()
+        .context("cannot run ingest_receiver.py decode")?;
+    if !out.status.success() {
+        bail!(
+            "ingest_receiver.py decode {} failed: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    serde_json::from_slice(&out.stdout).context("ingest_receiver.py decode printed no JSON")
+}
+
+/// A running ingest receiver on 127.0.0.1 (see tests/fixtures/ingest_receiver.py); stopped
+/// on drop.
+pub struct IngestReceiver {
+    pub port: u16,
+    /// When it starts accepting (Unix seconds).
+    pub refuse_until: f64,
+    /// Its JSON-lines log of every request.
+    pub log: PathBuf,
+    dir: PathBuf,
+    child: Child,
+}
+
+impl IngestReceiver {
+    /// Starts the receiver, answering 503 for the first `refuse_seconds`.
+    pub fn start(python: &Path, refuse_seconds: f64) -> Result<Self> {
+        let dir = env::temp_dir().join("pyperch-tests").join(unique("ingest"));
+        fs::create_dir_all(&dir)?;
+        let log = dir.join("requests.jsonl");
+        let mut child = Command::new(python)
+            .arg(fixture_path("ingest_receiver.py"))
+            .arg("serve")
+            .arg("--log")
+            .arg(&log)
+            .arg("--refuse-seconds")
+            .arg(refuse_seconds.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("cannot start ingest_receiver.py")?;
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .context("cannot read the receiver's port")?;
+        let fields: Vec<&str> = first.split_whitespace().collect();
+        let parsed = match fields.as_slice() {
+            ["port", port, "refuse_until", until] => port.parse().ok().zip(until.parse().ok()),
+            _ => None,
+        };
+        let Some((port, refuse_until)) = parsed else {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("ingest_receiver.py did not start (it printed {first:?})");
+        };
+        Ok(Self {
+            port,
+            refuse_until,
+            log,
+            dir,
+            child,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Every request logged so far (a partly written last line is left out).
+    pub fn entries(&self) -> Vec<serde_json::Value> {
+        fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// The requests it accepted (status 200), in arrival order.
+    pub fn accepted(&self) -> Vec<serde_json::Value> {
+        self.entries()
+            .into_iter()
+            .filter(|e| e["status"] == 200)
+            .collect()
+    }
+
+    /// Whether the receiver is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for IngestReceiver {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if !thread::panicking() {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Splits a Pyroscope application name `app{k="v",k2="v2"}` into the app and its labels.
+pub fn parse_pyroscope_name(name: &str) -> Option<(String, BTreeMap<String, String>)> {
+    let (app, rest) = name.split_once('{')?;
+    let inner = rest.strip_suffix('}')?;
+    let mut labels = BTreeMap::new();
+    for pair in inner.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=')?;
+        let v = v.strip_prefix('"')?.strip_suffix('"')?;
+        labels.insert(k.to_string(), v.to_string());
+    }
+    Some((app.to_string(), labels))
+}

@@ -277,13 +277,16 @@ fn current_fsbase() -> u64 {
     }
 }
 
-/// Whether `tstate` belongs to the running thread.
+/// Whether `tstate` belongs to the running thread: its `thread_id` (`pthread_self()`, the
+/// thread pointer) equals the thread's fsbase. Unlike `native_thread_id`, which holds the tid
+/// as seen inside the target's PID namespace, this holds in containers too.
 #[inline(always)]
 fn is_current_thread(info: &ProcessInfo, tstate: u64, tid: u32, fsbase: u64) -> bool {
-    if info.thread.native_thread_id != NO_FIELD {
-        read_u64(tstate + info.thread.native_thread_id as u64) == tid as u64
-    } else {
+    if info.thread.thread_id != NO_FIELD {
         fsbase != 0 && read_u64(tstate + info.thread.thread_id as u64) == fsbase
+    } else {
+        info.thread.native_thread_id != NO_FIELD
+            && read_u64(tstate + info.thread.native_thread_id as u64) == tid as u64
     }
 }
 

@@ -520,6 +520,66 @@ fn remove_partial(tmp: &Path) {
 }
 
 // ---------------------------------------------------------------------------------------
+// test fixtures: the Python virtualenv of the ingest receiver (tests/fixtures/)
+// ---------------------------------------------------------------------------------------
+
+/// PyPI packages of the tests' pprof decoder: protobuf, and grpcio-tools for its protoc.
+const TEST_VENV_PACKAGES: [&str; 2] = ["protobuf", "grpcio-tools"];
+
+/// Makes sure `$HOME/.cache/pyperch/test-venv` can import protobuf and grpc_tools; on
+/// failure (say PyPI is unreachable) warns, and the tests that need it skip.
+fn setup_test_venv(p: &Paths) {
+    let venv = p.cache.join("test-venv");
+    let python = venv.join("bin/python");
+    let usable = || {
+        Command::new(&python)
+            .args(["-c", "import google.protobuf, grpc_tools.protoc"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if usable() {
+        step(format!("test venv: present ({})", venv.display()));
+        return;
+    }
+    step(format!(
+        "test venv: creating {} with {}",
+        venv.display(),
+        TEST_VENV_PACKAGES.join(", ")
+    ));
+    let result = (|| -> Result<()> {
+        if !python.is_file() {
+            let host_python =
+                find_program("python3").ok_or_else(|| anyhow!("python3 is not installed"))?;
+            run_checked(
+                Command::new(host_python).arg("-m").arg("venv").arg(&venv),
+                "creating the test virtualenv",
+            )?;
+        }
+        run_checked(
+            Command::new(&python)
+                .args(["-m", "pip", "install", "--quiet"])
+                .args(TEST_VENV_PACKAGES),
+            "installing the test virtualenv's packages",
+        )?;
+        if !usable() {
+            bail!(
+                "{} still cannot import protobuf and grpc_tools",
+                python.display()
+            );
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => step("test venv: ready"),
+        Err(err) => warn(format!(
+            "{err:#}; the tests that decode pprof (tests/agent.rs, part of tests/containers.rs) will skip"
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // build / run / test
 // ---------------------------------------------------------------------------------------
 
@@ -556,6 +616,7 @@ fn run(p: &Paths, args: &[OsString]) -> Result<()> {
 fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     setup(p)?;
     let rootfs = setup_test_fixtures(p);
+    setup_test_venv(p);
     let bin = build_only(p)?;
     let bin = fs::canonicalize(&bin).unwrap_or(bin);
 
@@ -591,7 +652,8 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
             "--test-threads=1",
         ])
         .args(filters)
-        .env("PYPERCH_BIN", &bin);
+        .env("PYPERCH_BIN", &bin)
+        .env("PYPERCH_TEST_VENV", p.cache.join("test-venv"));
     match &rootfs {
         Some(r) => e2e.env("PYPERCH_SID_ROOTFS", r),
         None => e2e.env_remove("PYPERCH_SID_ROOTFS"),

@@ -1,0 +1,1053 @@
+//! `pyperch agent` against an ingest receiver on 127.0.0.1 started by the test
+//! (tests/fixtures/ingest_receiver.py), which decodes every pprof with the official
+//! profile.proto: labels, names, lines and sample counts are checked against the workloads
+//! (a container of a Kubernetes pod, a Docker container, a process outside containers). The
+//! receiver refuses for 30 s, then accepts: no crash, bounded memory, the loss counted, data
+//! after the recovery arrives, and SIGTERM in the middle of an interval flushes it.
+//!
+//! Needs the test virtualenv with `protobuf` and `grpcio-tools` (`cargo xtask test` creates
+//! it); without it the tests SKIP.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::{BufRead, BufReader},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::{Arc, Mutex},
+    thread,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use serde_json::Value;
+
+use pyperch_tests::*;
+
+const NAMESPACED_PREFERENCE: [&str; 3] = ["sid-3.14", "sid-3.15", "sid-3.13"];
+const LEAVES: [&str; 5] = [
+    "leaf_red",
+    "leaf_green",
+    "leaf_blue",
+    "leaf_late",
+    "leaf_old",
+];
+/// pyperch's default sampling rate (Hz).
+const RATE: u64 = 99;
+/// The agent's resident memory must stay below this (kB).
+const MAX_HWM_KB: u64 = 300 * 1024;
+
+fn now_unix() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// A workload to start: (cgroup, own namespaces?, leaf, container id, pod UID).
+type Plan = (String, bool, &'static str, Option<String>, Option<String>);
+
+/// One workload and what the agent should say about it.
+struct Member {
+    proc: Contained,
+    leaf: &'static str,
+    container: Option<String>,
+    pod: Option<String>,
+}
+
+/// Three spinning interpreters: `k8s` (leaf_red, a containerd container of a Kubernetes
+/// pod), `docker` (leaf_green) and `host` (leaf_blue, no namespaces, a cgroup naming no
+/// container). Their command lines share `token`.
+struct Workloads {
+    members: Vec<Member>,
+    token: String,
+    _cgroups: Cgroups,
+}
+
+impl Workloads {
+    fn start(with_second_pod_container: bool) -> Option<Workloads> {
+        let py = first_python(&NAMESPACED_PREFERENCE)?;
+        if find_program("unshare").is_none() {
+            skip("unshare (util-linux) is not installed");
+            return None;
+        }
+        let mut cgroups = match Cgroups::new() {
+            Ok(c) => c,
+            Err(why) => {
+                skip(format!("cannot create cgroups: {why}"));
+                return None;
+            }
+        };
+        let token = format!("e2e{}", random_hex(10));
+        let pod = random_pod_uid();
+        let mut plan: Vec<Plan> = Vec::new();
+        let id = random_hex(64);
+        plan.push((
+            kubepods_cgroup(&pod, &id),
+            true,
+            "leaf_red",
+            Some(id),
+            Some(pod.clone()),
+        ));
+        if with_second_pod_container {
+            let id = random_hex(64);
+            plan.push((
+                kubepods_cgroup(&pod, &id),
+                true,
+                "leaf_late",
+                Some(id),
+                Some(pod.clone()),
+            ));
+        }
+        let id = random_hex(64);
+        plan.push((docker_cgroup(&id), true, "leaf_green", Some(id), None));
+        plan.push((
+            format!("/pyperch-e2e-{}.slice/host.scope", random_hex(8)),
+            false,
+            "leaf_blue",
+            None,
+            None,
+        ));
+        let mut members = Vec::new();
+        for (i, (cg, ns, leaf, container, pod)) in plan.into_iter().enumerate() {
+            let proc = Contained::spawn(
+                &py,
+                &mut cgroups,
+                &cg,
+                ns,
+                "spin.py",
+                &[leaf, "300"],
+                &format!("{token}-{i}"),
+            )
+            .unwrap_or_else(|e| panic!("{e:#}"));
+            members.push(Member {
+                proc,
+                leaf,
+                container,
+                pod,
+            });
+        }
+        let w = Workloads {
+            members,
+            token,
+            _cgroups: cgroups,
+        };
+        note(format!("processes:{}", w.summary()));
+        Some(w)
+    }
+
+    fn by_pid(&self, pid: u32) -> Option<&Member> {
+        self.members.iter().find(|m| m.proc.host_pid == pid)
+    }
+
+    fn summary(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("\n    {} running {}", m.proc.describe(), m.leaf))
+            .collect()
+    }
+}
+
+/// A running `pyperch agent`, its stderr collected line by line as it comes.
+struct Agent {
+    child: Child,
+    argv: Vec<String>,
+    /// (Unix time, line)
+    lines: Arc<Mutex<Vec<(f64, String)>>>,
+    reader: Option<thread::JoinHandle<()>>,
+    start: Instant,
+}
+
+impl Agent {
+    fn start(args: &[&str]) -> Agent {
+        let mut cmd = Command::new(pyperch_bin());
+        cmd.arg("agent")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let argv: Vec<String> = std::iter::once(pyperch_bin().display().to_string())
+            .chain(std::iter::once("agent".to_string()))
+            .chain(args.iter().map(|a| a.to_string()))
+            .collect();
+        let mut child = cmd.spawn().expect("cannot start pyperch agent");
+        let stderr = child.stderr.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let reader = thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push((now_unix(), line));
+            }
+        });
+        Agent {
+            child,
+            argv,
+            lines,
+            reader: Some(reader),
+            start: Instant::now(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, l)| l.clone())
+            .collect()
+    }
+
+    fn statuses(&self) -> Vec<Status> {
+        self.lines()
+            .iter()
+            .filter_map(|l| Status::parse(l))
+            .collect()
+    }
+
+    /// The status lines printed before Unix time `t`.
+    fn statuses_before(&self, t: f64) -> Vec<Status> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(at, _)| *at < t)
+            .filter_map(|(_, l)| Status::parse(l))
+            .collect()
+    }
+
+    fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.exited() {
+                if let Some(r) = self.reader.take() {
+                    let _ = r.join();
+                }
+                return Some(s);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        // SAFETY: plain kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
+    }
+
+    fn diag(&self) -> String {
+        let lines = self.lines();
+        let mut s = format!(
+            "\n--- command: {}\n--- after {:.1} s; stderr ({} lines, last 40):\n",
+            self.argv.join(" "),
+            self.start.elapsed().as_secs_f64(),
+            lines.len()
+        );
+        for l in &lines[lines.len().saturating_sub(40)..] {
+            s.push_str("    ");
+            s.push_str(l);
+            s.push('\n');
+        }
+        s
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One `pyperch agent: interval N: ...` status line.
+#[derive(Clone, Debug)]
+struct Status {
+    n: u64,
+    samples: u64,
+    processes: u64,
+    queued: u64,
+    sent: u64,
+    failed: u64,
+    dropped: u64,
+    waiting: u64,
+    /// What follows the counts (`(last error: ...)`, `; no Python process matches ...`).
+    tail: String,
+}
+
+impl Status {
+    fn parse(line: &str) -> Option<Status> {
+        let rest = line.strip_prefix("pyperch agent: interval ")?;
+        let (n, rest) = rest.split_once(": ")?;
+        let (samples, rest) = rest.split_once(" samples from ")?;
+        let (processes, rest) = rest.split_once(" processes, ")?;
+        let (queued, rest) = rest.split_once(" profiles queued; sent ")?;
+        let (sent, rest) = rest.split_once(", failed attempts ")?;
+        let (failed, rest) = rest.split_once(", dropped ")?;
+        let (dropped, rest) = rest.split_once(", waiting ")?;
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        Some(Status {
+            n: n.parse().ok()?,
+            samples: samples.parse().ok()?,
+            processes: processes.parse().ok()?,
+            queued: queued.parse().ok()?,
+            sent: sent.parse().ok()?,
+            failed: failed.parse().ok()?,
+            dropped: dropped.parse().ok()?,
+            waiting: rest[..digits].parse().ok()?,
+            tail: rest[digits..].to_string(),
+        })
+    }
+}
+
+/// An accepted upload, decoded.
+#[derive(Debug)]
+struct Upload {
+    /// When the receiver got it (Unix seconds).
+    t: f64,
+    from: u64,
+    until: u64,
+    app: String,
+    name_labels: BTreeMap<String, String>,
+    entry: Value,
+}
+
+impl Upload {
+    fn of(entry: &Value) -> Option<Upload> {
+        let q = &entry["query"];
+        let (app, name_labels) = parse_pyroscope_name(q["name"].as_str()?)?;
+        Some(Upload {
+            t: entry["t"].as_f64()?,
+            from: q["from"].as_str()?.parse().ok()?,
+            until: q["until"].as_str()?.parse().ok()?,
+            app,
+            name_labels,
+            entry: entry.clone(),
+        })
+    }
+
+    fn samples(&self) -> Vec<Value> {
+        self.entry["profile"]["samples"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn total(&self) -> i64 {
+        self.samples()
+            .iter()
+            .map(|s| s["values"][0].as_i64().unwrap_or(0))
+            .sum()
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.name_labels.get("process.pid")?.parse().ok()
+    }
+
+    fn brief(&self) -> String {
+        format!(
+            "{}{:?} from {} until {} ({} samples, received at {:.1})",
+            self.app,
+            self.name_labels,
+            self.from,
+            self.until,
+            self.total(),
+            self.t
+        )
+    }
+}
+
+/// The checks every accepted request passes, whatever the grouping: the ingest query, the
+/// content type, a consistent pprof with the right types and period.
+fn check_request(entry: &Value, app: &str, d: &str) {
+    let q = &entry["query"];
+    assert_eq!(entry["path"], "/ingest", "path of {entry}{d}");
+    assert_eq!(
+        entry["content_type"], "application/octet-stream",
+        "content type of {entry}{d}"
+    );
+    assert_eq!(q["format"], "pprof", "format of {entry}{d}");
+    assert_eq!(q["spyName"], "pyperch", "spyName of {entry}{d}");
+    assert_eq!(
+        q["sampleRate"],
+        RATE.to_string(),
+        "sampleRate of {entry}{d}"
+    );
+    let up = Upload::of(entry)
+        .unwrap_or_else(|| panic!("cannot read name/from/until of {}{d}", entry["query"]));
+    assert_eq!(up.app, app, "application name of {}{d}", up.brief());
+    assert!(
+        up.from < up.until && up.until <= up.from + 4,
+        "from/until of a 2 s interval: {}{d}",
+        up.brief()
+    );
+    let p = &entry["profile"];
+    assert_eq!(
+        p["errors"],
+        serde_json::json!([]),
+        "inconsistent pprof {}{d}",
+        up.brief()
+    );
+    assert_eq!(p["gzipped"], true, "the body is not gzip{d}");
+    assert_eq!(
+        p["sample_type"],
+        serde_json::json!([["samples", "count"]]),
+        "sample_type{d}"
+    );
+    assert_eq!(
+        p["period_type"],
+        serde_json::json!(["cpu", "nanoseconds"]),
+        "period_type{d}"
+    );
+    assert_eq!(
+        p["period"].as_i64(),
+        Some(1_000_000_000 / RATE as i64),
+        "period{d}"
+    );
+    assert!(
+        up.total() > 0,
+        "an empty profile was uploaded: {}{d}",
+        up.brief()
+    );
+}
+
+/// The samples of member `m` across `uploads`: labels right on every sample, stacks in its
+/// own leaf (≥ 80 %) at lines of that function in its script, never in another leaf.
+fn check_member_stacks(m: &Member, uploads: &[&Upload], d: &str) {
+    let pid = m.proc.host_pid.to_string();
+    let (first, last) = function_lines("spin.py", m.leaf).expect("spin.py has the leaf");
+    let (mut total, mut in_leaf) = (0i64, 0i64);
+    for up in uploads {
+        for s in up.samples() {
+            if s["labels"]["process.pid"] != pid.as_str() {
+                continue;
+            }
+            let n = s["values"][0].as_i64().unwrap_or(0);
+            total += n;
+            let labels = s["labels"].as_object().unwrap();
+            let get = |k: &str| labels.get(k).and_then(Value::as_str).map(str::to_string);
+            assert_eq!(
+                get("process.executable.name"),
+                Some(m.proc.exe_name()),
+                "process.executable.name of a sample of {}{d}",
+                m.proc.describe()
+            );
+            assert_eq!(
+                get("container.id"),
+                m.container,
+                "container.id of a sample of {}{d}",
+                m.proc.describe()
+            );
+            assert_eq!(
+                get("k8s.pod.uid"),
+                m.pod,
+                "k8s.pod.uid of a sample of {}{d}",
+                m.proc.describe()
+            );
+            let stack = s["stack"].as_array().cloned().unwrap_or_default();
+            let names: Vec<&str> = stack.iter().filter_map(|f| f[0].as_str()).collect();
+            for other in LEAVES.iter().filter(|o| **o != m.leaf) {
+                assert!(
+                    !names.contains(other),
+                    "{} has a stack in {other}, which it never runs: {names:?}{d}",
+                    m.proc.describe()
+                );
+            }
+            if names.first() == Some(&m.leaf) {
+                in_leaf += n;
+                let line = stack[0][2].as_i64().unwrap_or(0);
+                assert!(
+                    (first as i64..=last as i64).contains(&line),
+                    "{}: {} at line {line}, outside {first}..={last}{d}",
+                    m.proc.describe(),
+                    m.leaf
+                );
+                assert_eq!(
+                    stack[0][1].as_str(),
+                    Some(m.proc.script_path().as_str()),
+                    "{}: the leaf's file{d}",
+                    m.proc.describe()
+                );
+                // Leaf first: the callers follow, `<module>` last.
+                assert!(
+                    names.len() >= 3 && names[1] == "main" && names[names.len() - 1] == "<module>",
+                    "{}: stack not leaf first: {names:?}{d}",
+                    m.proc.describe()
+                );
+            }
+        }
+    }
+    assert!(total > 0, "no samples of {}{d}", m.proc.describe());
+    assert!(
+        in_leaf as f64 >= 0.8 * total as f64,
+        "{}: {in_leaf} of {total} samples end in {}{d}",
+        m.proc.describe(),
+        m.leaf
+    );
+}
+
+fn skip_without_receiver() -> Option<std::path::PathBuf> {
+    match pprof_python() {
+        Ok(p) => Some(p),
+        Err(why) => {
+            skip(format!("no ingest receiver: {why}"));
+            None
+        }
+    }
+}
+
+#[test]
+fn agent_survives_an_outage_and_flushes_on_sigterm() {
+    const OUTAGE: f64 = 30.0;
+    let Some(python) = skip_without_receiver() else {
+        return;
+    };
+    let Some(w) = Workloads::start(false) else {
+        return;
+    };
+    let receiver = IngestReceiver::start(&python, OUTAGE).unwrap_or_else(|e| panic!("{e:#}"));
+    let app = format!("e2e-{}", random_hex(6));
+    let url = receiver.url();
+    let mut agent = Agent::start(&[
+        "--upload-url",
+        &url,
+        "--interval",
+        "2s",
+        "--app-name",
+        &app,
+        "--queue-size",
+        "4",
+        "--cmdline",
+        &w.token,
+    ]);
+    let mut max_hwm = 0u64;
+    let mut rss_log: Vec<(f64, u64)> = Vec::new();
+    let mut watch = |agent: &mut Agent, max_hwm: &mut u64| {
+        if let Some(status) = agent.exited() {
+            panic!(
+                "pyperch agent exited ({}) while running{}\n--- processes:{}",
+                describe_status(status),
+                agent.diag(),
+                w.summary()
+            );
+        }
+        let pid = agent.pid();
+        if let Some(h) = status_kb(pid, "VmHWM") {
+            *max_hwm = (*max_hwm).max(h);
+        }
+        if let Some(r) = status_kb(pid, "VmRSS") {
+            rss_log.push((now_unix(), r));
+        }
+        thread::sleep(Duration::from_millis(200));
+    };
+
+    // The outage: the receiver answers 503.
+    while now_unix() < receiver.refuse_until + 0.5 {
+        watch(&mut agent, &mut max_hwm);
+    }
+    let outage_statuses = agent.statuses_before(receiver.refuse_until);
+    let diag = |agent: &Agent| format!("{}\n--- processes:{}", agent.diag(), w.summary());
+    assert!(
+        receiver
+            .accepted()
+            .iter()
+            .all(|e| e["t"].as_f64().unwrap_or(0.0) >= receiver.refuse_until),
+        "the receiver accepted profiles during its outage"
+    );
+
+    // The recovery: each workload's data from after the outage arrives (the next retry
+    // may come up to 30 s later, or at the next interval's push).
+    let recovered_from = receiver.refuse_until.floor() as u64;
+    let deadline = Instant::now() + Duration::from_secs(45);
+    let pids: BTreeSet<u32> = w.members.iter().map(|m| m.proc.host_pid).collect();
+    loop {
+        let fresh: BTreeSet<u32> = receiver
+            .accepted()
+            .iter()
+            .filter_map(Upload::of)
+            .filter(|u| u.from >= recovered_from)
+            .filter_map(|u| u.pid())
+            .collect();
+        if pids.is_subset(&fresh) {
+            break;
+        }
+        if Instant::now() > deadline {
+            let got: Vec<String> = receiver
+                .accepted()
+                .iter()
+                .filter_map(Upload::of)
+                .map(|u| u.brief())
+                .collect();
+            let missing: Vec<String> = w
+                .members
+                .iter()
+                .filter(|m| !fresh.contains(&m.proc.host_pid))
+                .map(|m| m.proc.describe())
+                .collect();
+            panic!(
+                "45 s after the outage, no profile from after the recovery (at {:.1}) has \
+                 arrived for {missing:#?}; accepted: {got:#?}{}",
+                receiver.refuse_until,
+                diag(&agent)
+            );
+        }
+        watch(&mut agent, &mut max_hwm);
+    }
+
+    // SIGTERM in the middle of an interval: 1 s after a status line (2 s intervals).
+    let seen = agent.statuses().len();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while agent.statuses().len() == seen {
+        assert!(
+            Instant::now() < deadline,
+            "no status line for 10 s{}",
+            diag(&agent)
+        );
+        watch(&mut agent, &mut max_hwm);
+    }
+    thread::sleep(Duration::from_millis(1000));
+    let sigterm_at = now_unix();
+    agent.signal(libc::SIGTERM);
+    let status = agent.wait_exit(Duration::from_secs(15));
+    let d = diag(&agent);
+    let status =
+        status.unwrap_or_else(|| panic!("pyperch agent did not exit within 15 s of SIGTERM{d}"));
+    assert!(
+        status.success(),
+        "pyperch agent: {} after SIGTERM{d}",
+        describe_status(status)
+    );
+    let lines = agent.lines();
+    assert!(
+        !lines.iter().any(|l| l.contains("panicked")),
+        "pyperch agent panicked{d}"
+    );
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("pyperch agent: all profiles delivered"),
+        "the last line after SIGTERM{d}"
+    );
+
+    // The loss is counted.
+    let statuses = agent.statuses();
+    assert!(statuses.len() >= 15, "too few status lines{d}");
+    for (i, s) in statuses.iter().enumerate() {
+        assert_eq!(s.n, i as u64 + 1, "status lines out of order{d}");
+    }
+    let last = statuses.last().unwrap();
+    let during = outage_statuses
+        .last()
+        .cloned()
+        .unwrap_or_else(|| last.clone());
+    assert!(
+        during.dropped > 0 && during.failed > 0 && during.sent == 0,
+        "during the outage the status should count dropped profiles and failed attempts, with none sent: {during:?}{d}"
+    );
+    assert!(
+        outage_statuses.iter().all(|s| s.waiting <= 4),
+        "more than --queue-size 4 profiles waiting{d}"
+    );
+    assert!(
+        outage_statuses
+            .iter()
+            .any(|s| s.tail.contains("last error") && s.tail.contains("503")),
+        "no status line reports the 503 as the last error{d}"
+    );
+    let entries = receiver.entries();
+    let refused = entries.iter().filter(|e| e["status"] == 503).count();
+    assert!(refused > 0, "the agent never tried during the outage{d}");
+    assert!(
+        during.failed as usize <= refused,
+        "{} failed attempts counted, but only {refused} requests were refused{d}",
+        during.failed
+    );
+    let bad: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e["status"] != 503 && e["status"] != 200)
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "requests the receiver could not take: {bad:#?}{d}"
+    );
+
+    // Every accepted profile: request, labels, stacks.
+    let accepted: Vec<Upload> = receiver
+        .accepted()
+        .iter()
+        .map(|e| {
+            check_request(e, &app, &d);
+            Upload::of(e).unwrap()
+        })
+        .collect();
+    let listing: String = accepted
+        .iter()
+        .map(|u| format!("\n    {}", u.brief()))
+        .collect();
+    let d = format!("{d}\n--- accepted profiles:{listing}");
+    let queued_total: u64 = statuses.iter().map(|s| s.queued).sum();
+    let slack = (accepted.len() as u64 + last.dropped).checked_sub(queued_total);
+    assert!(
+        matches!(slack, Some(0..=2)),
+        "{} delivered + {} dropped should account for the {queued_total} profiles queued{d}",
+        accepted.len(),
+        last.dropped
+    );
+    for up in &accepted {
+        let pid = up
+            .pid()
+            .unwrap_or_else(|| panic!("no process.pid in the name of {}{d}", up.brief()));
+        let m = w
+            .by_pid(pid)
+            .unwrap_or_else(|| panic!("a profile of pid {pid}, which --cmdline excludes{d}"));
+        let mut want = BTreeMap::from([
+            ("process.pid".to_string(), pid.to_string()),
+            ("process.executable.name".to_string(), m.proc.exe_name()),
+        ]);
+        if let Some(c) = &m.container {
+            want.insert("container.id".into(), c.clone());
+        }
+        if let Some(p) = &m.pod {
+            want.insert("k8s.pod.uid".into(), p.clone());
+        }
+        assert_eq!(
+            up.name_labels,
+            want,
+            "labels in the name of {}{d}",
+            up.brief()
+        );
+        for s in up.samples() {
+            assert_eq!(
+                s["labels"]["process.pid"],
+                pid.to_string().as_str(),
+                "a sample of another process in {}{d}",
+                up.brief()
+            );
+        }
+        // One single-threaded process: at most one CPU's worth of samples.
+        let secs = (up.until - up.from + 1) as f64;
+        assert!(
+            up.total() as f64 <= RATE as f64 * secs * 1.1,
+            "too many samples for one process in {}{d}",
+            up.brief()
+        );
+    }
+    for m in &w.members {
+        let mine: Vec<&Upload> = accepted
+            .iter()
+            .filter(|u| u.pid() == Some(m.proc.host_pid))
+            .collect();
+        check_member_stacks(m, &mine, &d);
+        // The partial interval flushed by SIGTERM: received after it, continuing the
+        // previous interval, shorter than a full one.
+        let mut by_from = mine.clone();
+        by_from.sort_by_key(|u| u.from);
+        let final_up = by_from.last().unwrap();
+        assert!(
+            final_up.t >= sigterm_at,
+            "{}: nothing received after SIGTERM (its last profile: {}){d}",
+            m.proc.describe(),
+            final_up.brief()
+        );
+        let prev = by_from[by_from.len().saturating_sub(2)];
+        assert_eq!(
+            final_up.from,
+            prev.until,
+            "{}: the flushed interval does not continue the previous one{d}",
+            m.proc.describe()
+        );
+        // SIGTERM came about 1 s into a 2 s interval.
+        let nanos = |u: &Upload, k: &str| u.entry["profile"][k].as_i64().unwrap_or(0);
+        let duration = nanos(final_up, "duration_nanos");
+        assert!(
+            (300_000_000..1_800_000_000).contains(&duration),
+            "{}: the flushed interval lasted {duration} ns, not about 1 s: {}{d}",
+            m.proc.describe(),
+            final_up.brief()
+        );
+        let prev_end = nanos(prev, "time_nanos") + nanos(prev, "duration_nanos");
+        assert!(
+            (nanos(final_up, "time_nanos") - prev_end).abs() < 100_000_000,
+            "{}: the flushed interval starts at {} ns, the previous one ended at {prev_end} ns{d}",
+            m.proc.describe(),
+            nanos(final_up, "time_nanos")
+        );
+    }
+
+    // Sample counts: the last intervals' uploads add up to their status lines.
+    let mut groups: BTreeMap<u64, Vec<&Upload>> = BTreeMap::new();
+    for up in &accepted {
+        groups.entry(up.from).or_default().push(up);
+    }
+    let groups: Vec<&Vec<&Upload>> = groups.values().collect();
+    for k in 1..=3.min(groups.len()) {
+        let g = groups[groups.len() - k];
+        let s = &statuses[statuses.len() - k];
+        let sum: i64 = g.iter().map(|u| u.total()).sum();
+        assert_eq!(
+            (sum as u64, g.len() as u64, g.len() as u64),
+            (s.samples, s.processes, s.queued),
+            "interval {}: (samples, processes, profiles) uploaded vs. its status line {s:?}{d}",
+            s.n
+        );
+    }
+
+    // Bounded memory.
+    assert!(max_hwm > 0, "could not read the agent's VmHWM{d}");
+    assert!(
+        max_hwm < MAX_HWM_KB,
+        "the agent's peak RSS {} MB is over {} MB{d}",
+        max_hwm / 1024,
+        MAX_HWM_KB / 1024
+    );
+    let rss_at = |t: f64| {
+        rss_log
+            .iter()
+            .find(|(at, _)| *at >= t)
+            .map(|(_, r)| *r)
+            .unwrap_or(0)
+    };
+    let early = rss_at(receiver.refuse_until - OUTAGE + 10.0);
+    let late = rss_at(receiver.refuse_until - 0.5);
+    note(format!(
+        "{} uploads accepted, {} refused; dropped {}; peak RSS {} MB; RSS 10 s into the outage {} MB, at its end {} MB",
+        accepted.len(),
+        refused,
+        last.dropped,
+        max_hwm / 1024,
+        early / 1024,
+        late / 1024
+    ));
+    assert!(
+        late <= early + 32 * 1024,
+        "the agent's RSS grew from {} MB to {} MB during the outage{d}",
+        early / 1024,
+        late / 1024
+    );
+    drop(w);
+}
+
+#[test]
+fn agent_one_profile_per_container() {
+    let Some(python) = skip_without_receiver() else {
+        return;
+    };
+    let Some(w) = Workloads::start(true) else {
+        return;
+    };
+    let receiver = IngestReceiver::start(&python, 0.0).unwrap_or_else(|e| panic!("{e:#}"));
+    let app = format!("e2e-{}", random_hex(6));
+    let url = receiver.url();
+    let mut agent = Agent::start(&[
+        "--upload-url",
+        &url,
+        "--interval",
+        "2s",
+        "--duration",
+        "5s",
+        "--per",
+        "container",
+        "--app-name",
+        &app,
+        "--cmdline",
+        &w.token,
+    ]);
+    let status = agent.wait_exit(Duration::from_secs(40));
+    let d = format!("{}\n--- processes:{}", agent.diag(), w.summary());
+    let status = status.unwrap_or_else(|| panic!("pyperch agent --duration 5s did not exit{d}"));
+    assert!(
+        status.success(),
+        "pyperch agent: {}{d}",
+        describe_status(status)
+    );
+    assert_eq!(
+        agent.lines().last().map(String::as_str),
+        Some("pyperch agent: all profiles delivered"),
+        "the last line{d}"
+    );
+    let accepted: Vec<Upload> = receiver
+        .accepted()
+        .iter()
+        .map(|e| {
+            check_request(e, &app, &d);
+            Upload::of(e).unwrap()
+        })
+        .collect();
+    let listing: String = accepted
+        .iter()
+        .map(|u| format!("\n    {}", u.brief()))
+        .collect();
+    let d = format!("{d}\n--- accepted profiles:{listing}");
+    // Expected groups: each container (with its pod), and `host` (no labels).
+    let mut seen = BTreeSet::new();
+    for up in &accepted {
+        let group: Vec<&Member> = w
+            .members
+            .iter()
+            .filter(|m| m.container == up.name_labels.get("container.id").cloned())
+            .collect();
+        assert_eq!(
+            group.len(),
+            1,
+            "a profile of no known group: {}{d}",
+            up.brief()
+        );
+        let m = group[0];
+        let mut want = BTreeMap::new();
+        if let Some(c) = &m.container {
+            want.insert("container.id".to_string(), c.clone());
+        }
+        if let Some(p) = &m.pod {
+            want.insert("k8s.pod.uid".to_string(), p.clone());
+        }
+        assert_eq!(
+            up.name_labels,
+            want,
+            "labels in the name of {}{d}",
+            up.brief()
+        );
+        for s in up.samples() {
+            assert_eq!(
+                s["labels"]["process.pid"],
+                m.proc.host_pid.to_string().as_str(),
+                "{}: a sample of another process{d}",
+                up.brief()
+            );
+        }
+        seen.insert(m.proc.host_pid);
+    }
+    for m in &w.members {
+        assert!(
+            seen.contains(&m.proc.host_pid),
+            "no profile for the group of {}{d}",
+            m.proc.describe()
+        );
+        let mine: Vec<&Upload> = accepted
+            .iter()
+            .filter(|u| u.name_labels.get("container.id") == m.container.as_ref())
+            .collect();
+        check_member_stacks(m, &mine, &d);
+    }
+}
+
+#[test]
+fn agent_filter_matching_nothing_says_so() {
+    let Some(python) = skip_without_receiver() else {
+        return;
+    };
+    // A Python process that the filter does not match.
+    let Some(py) = first_python(&["sid-3.14", "3.12", "3.11", "3.13", "3.10", "3.9", "3.8"]) else {
+        return;
+    };
+    let mut bystander =
+        Workload::spawn(&py, "spin.py", &["leaf_red", "60"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let receiver = IngestReceiver::start(&python, 0.0).unwrap_or_else(|e| panic!("{e:#}"));
+    let url = receiver.url();
+    let pattern = format!("no-such-{}", random_hex(8));
+    let mut agent = Agent::start(&[
+        "--upload-url",
+        &url,
+        "--interval",
+        "1s",
+        "--duration",
+        "3s",
+        "--cmdline",
+        &pattern,
+    ]);
+    let status = agent.wait_exit(Duration::from_secs(30));
+    bystander.terminate();
+    let d = agent.diag();
+    let status = status.unwrap_or_else(|| panic!("pyperch agent --duration 3s did not exit{d}"));
+    assert!(
+        status.code().is_some(),
+        "pyperch agent died from a signal{d}"
+    );
+    let statuses = agent.statuses();
+    assert!(!statuses.is_empty(), "no status lines{d}");
+    let message = format!("no Python process matches --cmdline {pattern}");
+    for s in &statuses {
+        assert!(
+            s.tail.contains(&message),
+            "interval {} does not say `{message}`{d}",
+            s.n
+        );
+        assert_eq!(s.samples, 0, "samples although nothing matches{d}");
+    }
+    assert!(
+        receiver.accepted().is_empty(),
+        "profiles were uploaded although nothing matches{d}"
+    );
+}
+
+#[test]
+fn agent_sigterm_during_an_outage_reports_what_was_not_delivered() {
+    let Some(python) = skip_without_receiver() else {
+        return;
+    };
+    let Some(py) = first_python(&["sid-3.14", "3.12", "3.11", "3.13", "3.10", "3.9", "3.8"]) else {
+        return;
+    };
+    let tag = format!("e2e{}", random_hex(10));
+    let mut spinner = Workload::spawn(&py, "spin.py", &["leaf_red", "60", &tag])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    // Down for longer than the test: nothing can be delivered.
+    let receiver = IngestReceiver::start(&python, 120.0).unwrap_or_else(|e| panic!("{e:#}"));
+    let url = receiver.url();
+    let mut agent = Agent::start(&["--upload-url", &url, "--interval", "1s", "--cmdline", &tag]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while agent.statuses().len() < 3 {
+        assert!(
+            Instant::now() < deadline && agent.exited().is_none(),
+            "no 3 status lines within 20 s{}",
+            agent.diag()
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    thread::sleep(Duration::from_millis(500));
+    let sigterm = Instant::now();
+    agent.signal(libc::SIGTERM);
+    // 10 s to drain the queue, then out.
+    let status = agent.wait_exit(Duration::from_secs(20));
+    let took = sigterm.elapsed();
+    spinner.terminate();
+    let d = agent.diag();
+    let status =
+        status.unwrap_or_else(|| panic!("pyperch agent did not exit within 20 s of SIGTERM{d}"));
+    assert!(
+        status.success(),
+        "pyperch agent: {}{d}",
+        describe_status(status)
+    );
+    assert!(
+        took < Duration::from_secs(15),
+        "pyperch agent took {:.1} s to exit after SIGTERM (it should give up after 10 s){d}",
+        took.as_secs_f64()
+    );
+    let last = agent.lines().last().cloned().unwrap_or_default();
+    let unsent: u64 = last
+        .strip_prefix("pyperch agent: ")
+        .and_then(|r| r.strip_suffix(" profiles could not be delivered before exit"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| {
+            panic!("the last line should say how many profiles were not delivered{d}")
+        });
+    let statuses = agent.statuses();
+    let queued: u64 = statuses.iter().map(|s| s.queued).sum();
+    let dropped = statuses.last().map_or(0, |s| s.dropped);
+    assert_eq!(
+        unsent + dropped,
+        queued,
+        "undelivered {unsent} + dropped {dropped} should be all {queued} profiles queued{d}"
+    );
+    assert!(unsent > 0, "nothing left to deliver?{d}");
+    assert!(
+        receiver.accepted().is_empty(),
+        "the receiver accepted something during its outage{d}"
+    );
+}
