@@ -96,6 +96,10 @@ struct Shared {
     queued_bytes: usize,
     counters: UploadCounters,
     closing: bool,
+    /// `finish` has given up waiting: profiles still unsent are abandoned.
+    give_up: bool,
+    /// A profile is being sent (taken out of `queue`).
+    in_flight: bool,
     last_error: Option<String>,
 }
 
@@ -120,6 +124,8 @@ impl Uploader {
                 queued_bytes: 0,
                 counters: UploadCounters::default(),
                 closing: false,
+                give_up: false,
+                in_flight: false,
                 last_error: None,
             }),
             Condvar::new(),
@@ -127,7 +133,7 @@ impl Uploader {
         let worker_shared = shared.clone();
         let worker = thread::Builder::new()
             .name("pyperch-upload".into())
-            .spawn(move || worker_loop(endpoint, worker_shared))
+            .spawn(move || worker_loop(endpoint, worker_shared, max_items.max(1)))
             .ok();
         Self { shared, worker, max_items: max_items.max(1), max_bytes }
     }
@@ -138,7 +144,11 @@ impl Uploader {
         let Ok(mut s) = lock.lock() else { return };
         s.queued_bytes += upload.body.len();
         s.queue.push_back(upload);
-        while s.queue.len() > self.max_items || (s.queued_bytes > self.max_bytes && s.queue.len() > 1) {
+        // The bound counts the profile being sent, too.
+        while !s.queue.is_empty()
+            && (s.queue.len() + usize::from(s.in_flight) > self.max_items
+                || (s.queued_bytes > self.max_bytes && s.queue.len() > 1))
+        {
             if let Some(old) = s.queue.pop_front() {
                 s.queued_bytes -= old.body.len();
                 s.counters.dropped += 1;
@@ -150,7 +160,11 @@ impl Uploader {
     pub fn counters(&self) -> UploadCounters {
         let (lock, _) = &*self.shared;
         match lock.lock() {
-            Ok(s) => UploadCounters { queued: s.queue.len() as u64, queued_bytes: s.queued_bytes as u64, ..s.counters },
+            Ok(s) => UploadCounters {
+                queued: s.queue.len() as u64 + u64::from(s.in_flight),
+                queued_bytes: s.queued_bytes as u64,
+                ..s.counters
+            },
             Err(_) => UploadCounters::default(),
         }
     }
@@ -182,6 +196,8 @@ impl Uploader {
         {
             let (lock, cv) = &*self.shared;
             if let Ok(mut s) = lock.lock() {
+                s.give_up = true;
+                s.counters.dropped += s.queue.len() as u64;
                 s.queue.clear();
                 s.queued_bytes = 0;
                 cv.notify_all();
@@ -194,15 +210,19 @@ impl Uploader {
     }
 }
 
-fn worker_loop(endpoint: Endpoint, shared: Arc<(Mutex<Shared>, Condvar)>) {
+fn worker_loop(endpoint: Endpoint, shared: Arc<(Mutex<Shared>, Condvar)>, max_items: usize) {
     let (lock, cv) = &*shared;
     let mut backoff = MIN_BACKOFF;
     loop {
+        // Take the oldest profile out of the queue while it is being sent, so that the
+        // queue's bounds never drop (and count) a profile that is in flight.
         let next = {
             let Ok(mut s) = lock.lock() else { return };
             loop {
-                if let Some(front) = s.queue.front() {
-                    break front.clone();
+                if let Some(front) = s.queue.pop_front() {
+                    s.queued_bytes -= front.body.len();
+                    s.in_flight = true;
+                    break front;
                 }
                 if s.closing {
                     return;
@@ -213,27 +233,29 @@ fn worker_loop(endpoint: Endpoint, shared: Arc<(Mutex<Shared>, Condvar)>) {
                 };
             }
         };
-        match post(&endpoint, &next) {
+        let result = post(&endpoint, &next);
+        let Ok(mut s) = lock.lock() else { return };
+        s.in_flight = false;
+        match result {
             Ok(()) => {
                 backoff = MIN_BACKOFF;
-                let Ok(mut s) = lock.lock() else { return };
-                // The queue may have dropped it meanwhile; remove it only if it is still first.
-                if s.queue.front().is_some_and(|f| f.query == next.query && f.body.len() == next.body.len()) {
-                    if let Some(sent) = s.queue.pop_front() {
-                        s.queued_bytes -= sent.body.len();
-                    }
-                }
                 s.counters.sent += 1;
             }
             Err(e) => {
-                let Ok(mut s) = lock.lock() else { return };
                 s.counters.failed_attempts += 1;
                 s.last_error = Some(e.to_string());
-                if s.queue.is_empty() && s.closing {
+                if s.closing && s.queue.is_empty() && s.give_up {
+                    s.counters.dropped += 1;
                     return;
                 }
-                // Wait before retrying; a close or new work does not cut the backoff short,
-                // except when closing with nothing left.
+                // Back to the front, unless newer profiles have filled the queue meanwhile.
+                if s.queue.len() < max_items {
+                    s.queued_bytes += next.body.len();
+                    s.queue.push_front(next);
+                } else {
+                    s.counters.dropped += 1;
+                }
+                // Wait before retrying; a new profile or the close wakes us early.
                 let (guard, _) = match cv.wait_timeout(s, backoff) {
                     Ok(r) => r,
                     Err(_) => return,
