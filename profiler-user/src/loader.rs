@@ -86,7 +86,9 @@ pub fn has_capabilities() -> bool {
 /// Offset of `thread.fsbase` in `struct task_struct`, from the running kernel's BTF.
 pub fn task_fsbase_offset() -> Result<u64, LoadError> {
     use btf_rs::{Btf, Type};
-    let btf = Btf::from_file(BTF_PATH).map_err(|e| LoadError::Btf(e.to_string()))?;
+    // Parsing from memory: the file-backed reader seeks for every type (100,000+ syscalls).
+    let bytes = fs::read(BTF_PATH).map_err(|e| LoadError::Btf(e.to_string()))?;
+    let btf = Btf::from_bytes(&bytes).map_err(|e| LoadError::Btf(e.to_string()))?;
     let member_offset = |struct_name: &'static str, member: &'static str| -> Result<(u64, Type), LoadError> {
         let types = btf.resolve_types_by_name(struct_name).map_err(|_| LoadError::BtfMissing(struct_name))?;
         for ty in types {

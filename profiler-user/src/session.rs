@@ -30,9 +30,11 @@ use crate::{
 
 /// How often /proc is scanned for new Python processes.
 const DISCOVERY_INTERVAL: Duration = Duration::from_millis(100);
+/// Every this many scans, processes already looked at are checked again (PID reuse, exec).
+const FULL_SCAN_EVERY: u64 = 10;
 /// How often the ring buffer is drained when the kernel has not woken us (it wakes us only
 /// once a batch has accumulated).
-const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
+const DRAIN_INTERVAL: Duration = Duration::from_millis(50);
 /// Bounds on the per-process symbol caches (emptied and refilled when reached).
 const MAX_CACHED_CODES: usize = 1 << 16;
 const MAX_CACHED_POSITIONS: usize = 1 << 20;
@@ -290,6 +292,10 @@ pub(crate) struct Session {
     own_pid: u32,
     /// Processes that were ever registered.
     pub(crate) registered: u64,
+    /// PIDs present at the last scan whose state is settled (registered or rejected).
+    settled: HashSet<u32>,
+    /// Scans done so far.
+    scans: u64,
 }
 
 /// A process found not profilable, and whether to look again: a process caught in the middle
@@ -330,6 +336,8 @@ impl Session {
             malformed_records: 0,
             own_pid: std::process::id(),
             registered: 0,
+            settled: HashSet::new(),
+            scans: 0,
         }
     }
 
@@ -361,88 +369,110 @@ impl Session {
 
     /// One pass over /proc: new processes, exited ones, reused PIDs.
     pub(crate) fn scan(&mut self) {
+        let listing = discovery::python_pids_candidates();
+        let present: HashSet<u32> = listing.iter().copied().collect();
+        // Every FULL_SCAN_EVERY scans, settled processes are looked at again: PID reuse,
+        // `exec`, and changes that filters depend on. In between, only new PIDs cost work.
+        let full = self.scans.is_multiple_of(FULL_SCAN_EVERY);
+        self.scans += 1;
         // Exited targets: stop sampling them, keep their caches for samples in flight.
         let mut execed = Vec::new();
         for (pid, target) in self.targets.iter_mut() {
             if !target.alive {
                 continue;
             }
-            if !discovery::is_alive(*pid, target.process.start_time) {
+            if !present.contains(pid) || (full && !discovery::is_alive(*pid, target.process.start_time)) {
                 target.alive = false;
                 self.kernel.unregister(*pid);
-            } else if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe != target.exe_link) {
+            } else if full && std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe != target.exe_link) {
                 // Same process, new program: its layout and caches no longer apply.
                 self.kernel.unregister(*pid);
                 execed.push(*pid);
             }
         }
         for pid in execed {
+            self.settled.remove(&pid);
             if let Some(old) = self.targets.remove(&pid) {
                 self.retire(old);
             }
         }
-        if matches!(self.scope, Scope::Pids(_)) && self.targets.values().all(|t| t.alive) {
-            // Explicit pids are all registered; nothing new can join.
-            if let Scope::Pids(pids) = &self.scope {
-                if pids.iter().all(|p| self.targets.contains_key(p)) {
-                    return;
+        self.settled.retain(|pid| present.contains(pid));
+        if let Scope::Pids(pids) = &self.scope {
+            if pids.iter().all(|p| self.targets.get(p).is_some_and(|t| t.alive)) {
+                // Explicit pids are all registered; nothing new can join.
+                return;
+            }
+        }
+        for pid in listing {
+            if pid == self.own_pid || (!full && self.settled.contains(&pid)) {
+                continue;
+            }
+            if self.consider(pid) {
+                self.settled.insert(pid);
+            } else {
+                self.settled.remove(&pid);
+            }
+        }
+    }
+
+    /// Looks at one process: registers it if it is a Python process to profile. Returns
+    /// whether its state is settled (registered, or rejected for good) rather than pending
+    /// (an interpreter still starting, or a verdict to check again soon).
+    fn consider(&mut self, pid: u32) -> bool {
+        if !self.scope.accepts(pid) {
+            return true;
+        }
+        let Some(start_time) = discovery::start_time(pid) else { return true };
+        if self.targets.get(&pid).is_some_and(|t| t.alive && t.process.start_time == start_time) {
+            return true;
+        }
+        if !self.filter.is_empty() && !self.filter.matches(pid) {
+            return true;
+        }
+        if self.targets.contains_key(&pid) {
+            // The PID was reused (or the process exec'd): the old process is gone.
+            self.kernel.unregister(pid);
+            if let Some(old) = self.targets.remove(&pid) {
+                self.retire(old);
+            }
+        }
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+        let mut checks = 0;
+        if let Some(r) = self.rejected.get(&pid) {
+            if r.start_time == start_time && r.exe == exe {
+                match r.recheck_at {
+                    Some(at) if Instant::now() >= at => checks = r.checks,
+                    Some(_) => return false,
+                    None => return true,
                 }
             }
         }
-        for pid in discovery::python_pids_candidates() {
-            if pid == self.own_pid || !self.scope.accepts(pid) {
-                continue;
-            }
-            let Some(start_time) = discovery::start_time(pid) else { continue };
-            if self.targets.get(&pid).is_some_and(|t| t.process.start_time == start_time) {
-                continue;
-            }
-            if !self.filter.is_empty() && !self.filter.matches(pid) {
-                continue;
-            }
-            if self.targets.contains_key(&pid) {
-                // The PID was reused: the old process is gone.
-                self.kernel.unregister(pid);
-                if let Some(old) = self.targets.remove(&pid) {
-                    self.retire(old);
+        let reject = |checks: u32, retry: bool| Rejection {
+            start_time,
+            exe: exe.clone(),
+            checks: checks + 1,
+            recheck_at: (retry && checks < RECHECKS).then(|| Instant::now() + RECHECK_DELAY),
+        };
+        let rejection = match discovery::inspect(pid) {
+            Ok(process) => match self.add_process(process) {
+                Ok(registered) => return registered,
+                Err(e) => {
+                    eprintln!("pyperch: warning: {e}");
+                    reject(checks, false)
                 }
-            }
-            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-            let mut checks = 0;
-            if let Some(r) = self.rejected.get(&pid) {
-                if r.start_time == start_time && r.exe == exe {
-                    match r.recheck_at {
-                        Some(at) if Instant::now() >= at => checks = r.checks,
-                        _ => continue,
-                    }
+            },
+            Err(DiscoveryError::NotReady { .. }) => return false,
+            Err(DiscoveryError::Unsupported { pid, comm, reason }) => {
+                if self.reported.insert((pid, start_time)) {
+                    eprintln!("pyperch: warning: skipping process {pid} ({comm}): {reason}");
                 }
+                reject(checks, false)
             }
-            let reject = |checks: u32, retry: bool| Rejection {
-                start_time,
-                exe: exe.clone(),
-                checks: checks + 1,
-                recheck_at: (retry && checks < RECHECKS).then(|| Instant::now() + RECHECK_DELAY),
-            };
-            match discovery::inspect(pid) {
-                Ok(process) => match self.add_process(process) {
-                    Ok(_) => {}
-                    Err(e) => {
-                        eprintln!("pyperch: warning: {e}");
-                        self.rejected.insert(pid, reject(checks, false));
-                    }
-                },
-                Err(DiscoveryError::NotReady { .. }) => {}
-                Err(DiscoveryError::Unsupported { pid, comm, reason }) => {
-                    if self.reported.insert((pid, start_time)) {
-                        eprintln!("pyperch: warning: skipping process {pid} ({comm}): {reason}");
-                    }
-                    self.rejected.insert(pid, reject(checks, false));
-                }
-                Err(_) => {
-                    self.rejected.insert(pid, reject(checks, true));
-                }
-            }
-        }
+            Err(_) => reject(checks, true),
+        };
+        let settled = rejection.recheck_at.is_none();
+        self.rejected.insert(pid, rejection);
+        settled
     }
 
     /// Keeps the counts of a target no longer profiled, and frees its caches.
