@@ -16,7 +16,7 @@ use crate::{
     loader::KernelProgram,
     output::{self, Format},
     record::{RecordError, check_rate, inspect_pids, runtime, stats_report},
-    session::{LoopControl, Scope, Session, run_loop},
+    session::{DISCOVERY_INTERVAL, LoopControl, Scope, Session, run_loop},
     upload::{Endpoint, Upload, Uploader, encode_component, pyroscope_name},
 };
 
@@ -120,6 +120,7 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         duration: options.duration,
         child: None,
         progress: false,
+        discovery_interval: DISCOVERY_INTERVAL,
         periodic: Some((options.interval, &mut flush)),
     };
     runtime.block_on(run_loop(&mut session, ring, control))?;

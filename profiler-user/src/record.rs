@@ -16,7 +16,9 @@ use crate::{
     loader::{KernelCounters, KernelProgram, LoadError, error_chain},
     memory,
     output::{self, Format},
-    session::{LoopControl, LoopEnd, Scope, Session, exit_code, run_loop},
+    session::{
+        DISCOVERY_INTERVAL, LAUNCH_DISCOVERY_INTERVAL, LoopControl, LoopEnd, Scope, Session, exit_code, run_loop,
+    },
     stats::Counters,
 };
 
@@ -121,7 +123,9 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     let runtime = runtime()?;
     let started = Instant::now();
     let start_time = SystemTime::now();
-    let control = LoopControl { duration: options.duration, child: child.as_mut(), progress: true, periodic: None };
+    let discovery_interval = if child.is_some() { LAUNCH_DISCOVERY_INTERVAL } else { DISCOVERY_INTERVAL };
+    let control =
+        LoopControl { duration: options.duration, child: child.as_mut(), progress: true, discovery_interval, periodic: None };
     let end = runtime.block_on(run_loop(&mut session, ring, control))?;
     let elapsed = started.elapsed();
     // Stop sampling before writing.

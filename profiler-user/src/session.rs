@@ -28,13 +28,19 @@ use crate::{
     symbolize::{self, CodeInfo, SymbolError},
 };
 
-/// How often /proc is scanned for new Python processes.
-const DISCOVERY_INTERVAL: Duration = Duration::from_millis(100);
-/// Every this many scans, processes already looked at are checked again (PID reuse, exec).
-const FULL_SCAN_EVERY: u64 = 10;
+/// How often /proc is scanned for new Python processes (a launched command's children are
+/// looked for more often: short scripts matter there). Listing /proc is the largest fixed
+/// cost of an idle session.
+pub(crate) const DISCOVERY_INTERVAL: Duration = Duration::from_millis(250);
+pub(crate) const LAUNCH_DISCOVERY_INTERVAL: Duration = Duration::from_millis(100);
+/// Processes already looked at are checked again (PID reuse, exec) this often; young ones
+/// are looked at on every scan.
+const FULL_SCAN_PERIOD: Duration = Duration::from_secs(10);
+/// Processes younger than this (in clock ticks: 10 s at Linux's 100 Hz) are looked at on every scan.
+const YOUNG_PROCESS_TICKS: u64 = 1000;
 /// How often the ring buffer is drained when the kernel has not woken us (it wakes us only
 /// once a batch has accumulated).
-const DRAIN_INTERVAL: Duration = Duration::from_millis(50);
+const DRAIN_INTERVAL: Duration = Duration::from_millis(100);
 /// Bounds on the per-process symbol caches (emptied and refilled when reached).
 const MAX_CACHED_CODES: usize = 1 << 16;
 const MAX_CACHED_POSITIONS: usize = 1 << 20;
@@ -292,10 +298,12 @@ pub(crate) struct Session {
     own_pid: u32,
     /// Processes that were ever registered.
     pub(crate) registered: u64,
-    /// PIDs present at the last scan whose state is settled (registered or rejected).
-    settled: HashSet<u32>,
-    /// Scans done so far.
-    scans: u64,
+    /// PIDs present at the last scan whose state is settled (registered or rejected), with
+    /// their start times.
+    settled: HashMap<u32, u64>,
+    /// When processes already looked at were last checked again.
+    last_full_scan: Option<Instant>,
+    clock: TickClock,
 }
 
 /// A process found not profilable, and whether to look again: a process caught in the middle
@@ -336,8 +344,9 @@ impl Session {
             malformed_records: 0,
             own_pid: std::process::id(),
             registered: 0,
-            settled: HashSet::new(),
-            scans: 0,
+            settled: HashMap::new(),
+            last_full_scan: None,
+            clock: TickClock::new(),
         }
     }
 
@@ -371,10 +380,12 @@ impl Session {
     pub(crate) fn scan(&mut self) {
         let listing = discovery::python_pids_candidates();
         let present: HashSet<u32> = listing.iter().copied().collect();
-        // Every FULL_SCAN_EVERY scans, settled processes are looked at again: PID reuse,
+        // Every FULL_SCAN_PERIOD, settled processes are looked at again: PID reuse,
         // `exec`, and changes that filters depend on. In between, only new PIDs cost work.
-        let full = self.scans.is_multiple_of(FULL_SCAN_EVERY);
-        self.scans += 1;
+        let full = self.last_full_scan.is_none_or(|t| t.elapsed() >= FULL_SCAN_PERIOD);
+        if full {
+            self.last_full_scan = Some(Instant::now());
+        }
         // Exited targets: stop sampling them, keep their caches for samples in flight.
         let mut execed = Vec::new();
         for (pid, target) in self.targets.iter_mut() {
@@ -396,7 +407,8 @@ impl Session {
                 self.retire(old);
             }
         }
-        self.settled.retain(|pid| present.contains(pid));
+        self.settled.retain(|pid, _| present.contains(pid));
+        let now = self.clock.now_ticks();
         if let Scope::Pids(pids) = &self.scope {
             if pids.iter().all(|p| self.targets.get(p).is_some_and(|t| t.alive)) {
                 // Explicit pids are all registered; nothing new can join.
@@ -404,30 +416,38 @@ impl Session {
             }
         }
         for pid in listing {
-            if pid == self.own_pid || (!full && self.settled.contains(&pid)) {
+            // Young processes stay under watch: a shell about to exec Python looks settled.
+            let settled_and_old =
+                self.settled.get(&pid).is_some_and(|start| now.saturating_sub(*start) > YOUNG_PROCESS_TICKS);
+            if pid == self.own_pid || (!full && settled_and_old) {
                 continue;
             }
-            if self.consider(pid) {
-                self.settled.insert(pid);
-            } else {
-                self.settled.remove(&pid);
+            match self.consider(pid, now) {
+                Some(start_time) => {
+                    self.settled.insert(pid, start_time);
+                }
+                None => {
+                    self.settled.remove(&pid);
+                }
             }
         }
     }
 
-    /// Looks at one process: registers it if it is a Python process to profile. Returns
-    /// whether its state is settled (registered, or rejected for good) rather than pending
-    /// (an interpreter still starting, or a verdict to check again soon).
-    fn consider(&mut self, pid: u32) -> bool {
+    /// Looks at one process: registers it if it is a Python process to profile. Returns its
+    /// start time when its state is settled (registered, or rejected for good), `None` while
+    /// it is pending (an interpreter still starting, or a verdict to check again soon).
+    fn consider(&mut self, pid: u32, now: u64) -> Option<u64> {
+        let start_time = discovery::start_time(pid)?;
+        // Only a young process can be caught in the middle of exec.
+        let young = now.saturating_sub(start_time) <= YOUNG_PROCESS_TICKS;
         if !self.scope.accepts(pid) {
-            return true;
+            return Some(start_time);
         }
-        let Some(start_time) = discovery::start_time(pid) else { return true };
         if self.targets.get(&pid).is_some_and(|t| t.alive && t.process.start_time == start_time) {
-            return true;
+            return Some(start_time);
         }
         if !self.filter.is_empty() && !self.filter.matches(pid) {
-            return true;
+            return Some(start_time);
         }
         if self.targets.contains_key(&pid) {
             // The PID was reused (or the process exec'd): the old process is gone.
@@ -442,8 +462,8 @@ impl Session {
             if r.start_time == start_time && r.exe == exe {
                 match r.recheck_at {
                     Some(at) if Instant::now() >= at => checks = r.checks,
-                    Some(_) => return false,
-                    None => return true,
+                    Some(_) => return None,
+                    None => return Some(start_time),
                 }
             }
         }
@@ -451,17 +471,17 @@ impl Session {
             start_time,
             exe: exe.clone(),
             checks: checks + 1,
-            recheck_at: (retry && checks < RECHECKS).then(|| Instant::now() + RECHECK_DELAY),
+            recheck_at: (retry && young && checks < RECHECKS).then(|| Instant::now() + RECHECK_DELAY),
         };
         let rejection = match discovery::inspect(pid) {
             Ok(process) => match self.add_process(process) {
-                Ok(registered) => return registered,
+                Ok(registered) => return registered.then_some(start_time),
                 Err(e) => {
                     eprintln!("pyperch: warning: {e}");
                     reject(checks, false)
                 }
             },
-            Err(DiscoveryError::NotReady { .. }) => return false,
+            Err(DiscoveryError::NotReady { .. }) => return None,
             Err(DiscoveryError::Unsupported { pid, comm, reason }) => {
                 if self.reported.insert((pid, start_time)) {
                     eprintln!("pyperch: warning: skipping process {pid} ({comm}): {reason}");
@@ -472,7 +492,7 @@ impl Session {
         };
         let settled = rejection.recheck_at.is_none();
         self.rejected.insert(pid, rejection);
-        settled
+        settled.then_some(start_time)
     }
 
     /// Keeps the counts of a target no longer profiled, and frees its caches.
@@ -581,6 +601,8 @@ pub(crate) struct LoopControl<'a> {
     pub(crate) child: Option<&'a mut Child>,
     /// Show progress on stderr (elapsed, samples, processes).
     pub(crate) progress: bool,
+    /// How often to look for new processes.
+    pub(crate) discovery_interval: Duration,
     /// Called every period with the session (the agent's uploads).
     pub(crate) periodic: Option<(Duration, &'a mut PeriodicHook<'a>)>,
 }
@@ -607,7 +629,7 @@ pub(crate) async fn run_loop(
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
         .map_err(|e| RecordError::Runtime(e.to_string()))?;
     let started = Instant::now();
-    let mut discovery_tick = tokio::time::interval(DISCOVERY_INTERVAL);
+    let mut discovery_tick = tokio::time::interval(control.discovery_interval);
     let mut drain_tick = tokio::time::interval(DRAIN_INTERVAL);
     let mut progress_tick = tokio::time::interval(Duration::from_secs(1));
     progress_tick.tick().await;
@@ -684,6 +706,30 @@ pub(crate) async fn run_loop(
         session.on_record(&item);
     }
     Ok(end)
+}
+
+/// Time since boot in clock ticks, the unit of a process's start time: /proc/uptime read
+/// once, then advanced with a monotonic clock.
+struct TickClock {
+    ticks_at_start: f64,
+    started: Instant,
+    hz: f64,
+}
+
+impl TickClock {
+    fn new() -> Self {
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let uptime = std::fs::read_to_string("/proc/uptime")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        Self { ticks_at_start: uptime * hz, started: Instant::now(), hz }
+    }
+
+    fn now_ticks(&self) -> u64 {
+        (self.ticks_at_start + self.started.elapsed().as_secs_f64() * self.hz) as u64
+    }
 }
 
 /// The exit status of a finished command, shell-style.

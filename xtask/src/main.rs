@@ -7,7 +7,8 @@
 //! - `test [-- FILTER...]`  setup, test fixtures (the Debian sid root filesystem with
 //!   python3.13/3.14/3.15), build, unit tests, then the end-to-end tests serially.
 //! - `fixtures`  only the test fixtures (the sid rootfs), created when missing.
-//! - `bench`  not implemented yet.
+//! - `bench [-- OPTIONS]`  pyperch beside py-spy, Austin and CPython's own profiler; writes
+//!   `BENCHMARKS.md` and `bench/results.json` (see `bench/README.md`).
 //!
 //! Everything cached lives outside the clone, under `$HOME/.cache/pyperch`, so that a CI run
 //! on a fresh clone of the same machine reuses it.
@@ -24,6 +25,8 @@ use std::{
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Parser, Subcommand};
+
+mod bench;
 
 #[derive(Parser)]
 #[command(
@@ -56,7 +59,7 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         filters: Vec<OsString>,
     },
-    /// Benchmarks (not implemented yet).
+    /// Benchmarks against py-spy, Austin and CPython's profiler (writes BENCHMARKS.md).
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
@@ -76,10 +79,12 @@ fn main() {
         }),
         Cmd::Run { args } => Paths::new().and_then(|p| run(&p, &args)),
         Cmd::Test { filters } => Paths::new().and_then(|p| test(&p, &filters)),
-        Cmd::Bench { .. } => {
-            eprintln!("error: `cargo xtask bench` is not implemented yet.");
-            std::process::exit(1);
-        }
+        Cmd::Bench { args } => bench::run(
+            &args
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>(),
+        ),
     };
     if let Err(err) = result {
         // One readable sentence, with the causes chained after it.

@@ -1,0 +1,264 @@
+//! `cargo xtask bench [-- DRIVER-OPTIONS]`: pyperch side by side with py-spy, Austin and
+//! CPython's own sampling profiler, on this machine, in one run.
+//!
+//! 1. `cargo xtask setup` (idempotent), then `cargo build --release -p profiler-user`.
+//! 2. The peers, in a virtual environment at `$HOME/.cache/pyperch/bench-venv`:
+//!    `pip install 'py-spy==0.4.*' 'austin-dist==3.7.0'` (only when they are missing;
+//!    Austin 4.x needs a newer glibc than Debian 12's).
+//! 3. The Debian sid root filesystem (`$HOME/.cache/pyperch/sid-rootfs`, or
+//!    `$PYPERCH_SID_ROOTFS`), where CPython 3.15 and its `profiling.sampling` live; when it is
+//!    missing the CPython-profiler column is skipped (`cargo xtask test` builds it).
+//! 4. `bench/driver.py` (stdlib Python 3.9+, run as root), which runs every case and writes
+//!    `BENCHMARKS.md` and `bench/results.json`. Options after `--` go to the driver
+//!    (`cargo xtask bench -- --help`, `-- --quick` for a short trial run).
+//!
+//! See `bench/README.md` for what is measured and how to read the results.
+
+use std::{
+    env, fs,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context, Result, anyhow, bail};
+
+const PY_SPY_SPEC: &str = "py-spy==0.4.*";
+const AUSTIN_SPEC: &str = "austin-dist==3.7.0";
+
+fn say(msg: impl std::fmt::Display) {
+    println!("[xtask bench] {msg}");
+}
+
+fn workspace_root() -> Result<PathBuf> {
+    let manifest = env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest.parent().map(Path::to_path_buf).ok_or_else(|| {
+        anyhow!(
+            "cannot find the workspace root above {}",
+            manifest.display()
+        )
+    })
+}
+
+fn cache_dir() -> Result<PathBuf> {
+    let home = env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| anyhow!("HOME is not set, so $HOME/.cache/pyperch has no place"))?;
+    Ok(PathBuf::from(home).join(".cache/pyperch"))
+}
+
+fn target_dir(root: &Path) -> Result<PathBuf> {
+    Ok(
+        match env::var_os("CARGO_TARGET_DIR").filter(|t| !t.is_empty()) {
+            Some(t) => {
+                let t = PathBuf::from(t);
+                if t.is_absolute() {
+                    t
+                } else {
+                    env::current_dir()?.join(t)
+                }
+            }
+            None => root.join("target"),
+        },
+    )
+}
+
+fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|euid| euid == "0"))
+        })
+        .unwrap_or(false)
+}
+
+fn run_checked(cmd: &mut Command, what: &str) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("{what}: could not start {:?}", cmd.get_program()))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
+
+/// The first line of `PROGRAM ARGS...`'s standard output (or error), if it runs.
+fn output_line(program: &Path, args: &[&str]) -> Option<String> {
+    let out = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = if out.stdout.is_empty() {
+        out.stderr
+    } else {
+        out.stdout
+    };
+    String::from_utf8_lossy(&text)
+        .lines()
+        .next()
+        .map(|l| l.trim().to_string())
+}
+
+/// A Python 3.9+ to run the driver (stdlib only): the system one first.
+fn driver_python() -> Result<PathBuf> {
+    let candidates = ["/usr/bin/python3", "/usr/local/bin/python3", "python3"];
+    for c in candidates {
+        let p = PathBuf::from(c);
+        if let Some(v) = output_line(
+            &p,
+            &["-c", "import sys; print('%d %d' % sys.version_info[:2])"],
+        ) {
+            let mut it = v.split_whitespace().filter_map(|x| x.parse::<u32>().ok());
+            match (it.next(), it.next()) {
+                (Some(3), Some(minor)) if minor >= 9 => return Ok(p),
+                _ => {}
+            }
+        }
+    }
+    bail!("the benchmark driver needs Python 3.9 or newer as python3 (with the venv module)")
+}
+
+/// py-spy 0.4 and Austin 3.7 in `venv`, installed only when missing.
+fn ensure_peers(python: &Path, venv: &Path) -> Result<()> {
+    let bin = venv.join("bin");
+    if !bin.join("python").is_file() {
+        say(format!(
+            "peers: creating the virtual environment {}",
+            venv.display()
+        ));
+        if let Some(parent) = venv.parent() {
+            fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        run_checked(
+            Command::new(python).args(["-m", "venv"]).arg(venv),
+            "creating the benchmark venv",
+        )?;
+    }
+    let py_spy = output_line(&bin.join("py-spy"), &["--version"]);
+    let austin = output_line(&bin.join("austin"), &["--version"]);
+    let py_spy_ok = py_spy
+        .as_deref()
+        .is_some_and(|v| v.starts_with("py-spy 0.4."));
+    let austin_ok = austin.as_deref().is_some_and(|v| v.contains("3.7.0"));
+    if py_spy_ok && austin_ok {
+        say(format!(
+            "peers: present ({}, {})",
+            py_spy.unwrap_or_default(),
+            austin.unwrap_or_default()
+        ));
+        return Ok(());
+    }
+    say(format!(
+        "peers: pip install '{PY_SPY_SPEC}' '{AUSTIN_SPEC}' into {}",
+        venv.display()
+    ));
+    run_checked(
+        Command::new(bin.join("pip")).args(["install", "--quiet", PY_SPY_SPEC, AUSTIN_SPEC]),
+        "installing py-spy and Austin",
+    )?;
+    for (tool, want) in [("py-spy", "py-spy 0.4."), ("austin", "3.7.0")] {
+        match output_line(&bin.join(tool), &["--version"]) {
+            Some(v) if v.contains(want) => say(format!("peers: {v}")),
+            other => bail!("{tool} was installed but `{tool} --version` says {other:?}"),
+        }
+    }
+    Ok(())
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    if !is_root() {
+        bail!(
+            "`cargo xtask bench` must run as root: pyperch loads eBPF programs, and the peers attach with ptrace"
+        );
+    }
+    let root = workspace_root()?;
+    let cache = cache_dir()?;
+
+    // 1. Build pyperch (after the idempotent set-up of its build tools).
+    // (Through our own executable, so that setup stays in one place; the variable guards
+    // against a loop should `setup` ever lead back here.)
+    if env::var_os("PYPERCH_BENCH_IN_SETUP").is_some() {
+        bail!("`cargo xtask setup` ran the benchmarks instead of the set-up");
+    }
+    let xtask = env::current_exe().context("cannot find the xtask executable")?;
+    say("setup: cargo xtask setup");
+    run_checked(
+        Command::new(&xtask)
+            .arg("setup")
+            .env("PYPERCH_BENCH_IN_SETUP", "1")
+            .current_dir(&root),
+        "`cargo xtask setup`",
+    )?;
+    say("build: cargo build --release -p profiler-user");
+    run_checked(
+        Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            .current_dir(&root)
+            .args(["build", "--release", "-p", "profiler-user"]),
+        "building pyperch",
+    )?;
+    let pyperch = target_dir(&root)?.join("release/pyperch");
+    if !pyperch.is_file() {
+        bail!(
+            "the build succeeded but {} does not exist",
+            pyperch.display()
+        );
+    }
+
+    // 2. The peers.
+    let python = driver_python()?;
+    let venv = cache.join("bench-venv");
+    ensure_peers(&python, &venv)?;
+
+    // 3. The sid root filesystem for CPython 3.15 and its own profiler.
+    let rootfs = match env::var_os("PYPERCH_SID_ROOTFS").filter(|p| !p.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => cache.join("sid-rootfs"),
+    };
+    let rootfs_arg = if rootfs.join("usr/bin/python3.15").exists() {
+        say(format!(
+            "sid rootfs: {} (CPython 3.15 present)",
+            rootfs.display()
+        ));
+        rootfs.display().to_string()
+    } else {
+        say(format!(
+            "sid rootfs: {} has no usr/bin/python3.15; the CPython-profiler column is skipped (`cargo xtask test` builds the rootfs)",
+            rootfs.display()
+        ));
+        String::new()
+    };
+
+    // 4. The driver.
+    let mut command_line = String::from("cargo xtask bench");
+    if !args.is_empty() {
+        command_line.push_str(" -- ");
+        command_line.push_str(&args.join(" "));
+    }
+    let driver = root.join("bench/driver.py");
+    say(format!("driver: {} {}", python.display(), driver.display()));
+    run_checked(
+        Command::new(&python)
+            .arg(&driver)
+            .arg("--pyperch")
+            .arg(&pyperch)
+            .arg("--venv")
+            .arg(&venv)
+            .arg("--rootfs")
+            .arg(&rootfs_arg)
+            .arg("--command")
+            .arg(&command_line)
+            .args(args)
+            .current_dir(&root),
+        "the benchmark driver (bench/driver.py)",
+    )?;
+    say("done");
+    Ok(())
+}
