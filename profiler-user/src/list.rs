@@ -51,37 +51,34 @@ pub fn python_processes() -> Vec<Row> {
                 namespace_pid: namespace_pid.clone(),
                 status: "ok".to_string(),
             }),
-            Err(DiscoveryError::Unsupported { pid, reason, .. }) => rows.push(Row {
-                pid,
-                executable: std::fs::read_link(format!("/proc/{pid}/exe"))
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_else(|_| "?".into()),
-                version: "?".into(),
-                linkage: "?".into(),
-                threads: "?".into(),
-                container: container.clone(),
-                pod: pod.clone(),
-                namespace_pid: namespace_pid.clone(),
-                status: format!("unsupported: {reason}"),
-            }),
-            Err(DiscoveryError::NotReady { reason, .. }) => rows.push(Row {
-                pid,
-                executable: std::fs::read_link(format!("/proc/{pid}/exe"))
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_else(|_| "?".into()),
-                version: "?".into(),
-                linkage: "?".into(),
-                threads: "?".into(),
-                container: container.clone(),
-                pod: pod.clone(),
-                namespace_pid: namespace_pid.clone(),
-                status: format!("starting: {reason}"),
-            }),
+            Err(DiscoveryError::Unsupported { reason, .. }) => {
+                rows.push(Row { status: format!("unsupported: {reason}"), ..unknown_row(pid, container, pod, namespace_pid) })
+            }
+            Err(DiscoveryError::NotReady { reason, .. }) => {
+                rows.push(Row { status: format!("starting: {reason}"), ..unknown_row(pid, container, pod, namespace_pid) })
+            }
             Err(_) => {}
         }
     }
     rows.sort_by_key(|r| r.pid);
     rows
+}
+
+/// A row for a Python process whose interpreter could not be inspected.
+fn unknown_row(pid: u32, container: &str, pod: &str, namespace_pid: &str) -> Row {
+    Row {
+        pid,
+        executable: std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "?".into()),
+        version: "?".into(),
+        linkage: "?".into(),
+        threads: "?".into(),
+        container: container.to_string(),
+        pod: pod.to_string(),
+        namespace_pid: namespace_pid.to_string(),
+        status: String::new(),
+    }
 }
 
 /// The rows as an aligned table.

@@ -40,7 +40,13 @@ const FULL_SCAN_PERIOD: Duration = Duration::from_secs(10);
 const YOUNG_PROCESS_TICKS: u64 = 1000;
 /// How often the ring buffer is drained when the kernel has not woken us (it wakes us only
 /// once a batch has accumulated).
-const DRAIN_INTERVAL: Duration = Duration::from_millis(100);
+/// While samples need reads of target memory (new code objects, new deep stacks), the ring
+/// buffer is drained often, so that short-lived code objects are read before they are freed;
+/// once everything comes from the caches, rarely, which keeps an idle session cheap.
+const DRAIN_INTERVAL_BUSY: Duration = Duration::from_millis(10);
+const DRAIN_INTERVAL_IDLE: Duration = Duration::from_millis(100);
+/// How long after the last read of target memory the busy interval is kept.
+const BUSY_HOLD: Duration = Duration::from_secs(2);
 /// Bounds on the per-process symbol caches (emptied and refilled when reached).
 const MAX_CACHED_CODES: usize = 1 << 16;
 const MAX_CACHED_POSITIONS: usize = 1 << 20;
@@ -630,7 +636,10 @@ pub(crate) async fn run_loop(
         .map_err(|e| RecordError::Runtime(e.to_string()))?;
     let started = Instant::now();
     let mut discovery_tick = tokio::time::interval(control.discovery_interval);
-    let mut drain_tick = tokio::time::interval(DRAIN_INTERVAL);
+    let drain = tokio::time::sleep(DRAIN_INTERVAL_IDLE);
+    tokio::pin!(drain);
+    let mut reads_at_last_drain = memory::READS.load(Relaxed);
+    let mut last_reads = Instant::now();
     let mut progress_tick = tokio::time::interval(Duration::from_secs(1));
     progress_tick.tick().await;
     let period = control.periodic.as_ref().map(|(d, _)| *d).unwrap_or(Duration::from_secs(3600));
@@ -657,11 +666,18 @@ pub(crate) async fn run_loop(
                 }
                 guard.clear_ready();
             }
-            _ = drain_tick.tick() => {
+            _ = &mut drain => {
                 let rb = ring.get_mut();
                 while let Some(item) = rb.next() {
                     session.on_record(&item);
                 }
+                let reads = memory::READS.load(Relaxed);
+                if reads != reads_at_last_drain {
+                    last_reads = Instant::now();
+                    reads_at_last_drain = reads;
+                }
+                let next = if last_reads.elapsed() < BUSY_HOLD { DRAIN_INTERVAL_BUSY } else { DRAIN_INTERVAL_IDLE };
+                drain.as_mut().reset(tokio::time::Instant::now() + next);
             }
             _ = discovery_tick.tick() => {
                 if let Some(c) = control.child.as_mut() {

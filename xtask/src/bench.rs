@@ -20,69 +20,15 @@ use std::{
     process::{Command, Stdio},
 };
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
+
+use crate::{Paths, build, is_root, run_checked};
 
 const PY_SPY_SPEC: &str = "py-spy==0.4.*";
 const AUSTIN_SPEC: &str = "austin-dist==3.7.0";
 
 fn say(msg: impl std::fmt::Display) {
     println!("[xtask bench] {msg}");
-}
-
-fn workspace_root() -> Result<PathBuf> {
-    let manifest = env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    manifest.parent().map(Path::to_path_buf).ok_or_else(|| {
-        anyhow!(
-            "cannot find the workspace root above {}",
-            manifest.display()
-        )
-    })
-}
-
-fn cache_dir() -> Result<PathBuf> {
-    let home = env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .ok_or_else(|| anyhow!("HOME is not set, so $HOME/.cache/pyperch has no place"))?;
-    Ok(PathBuf::from(home).join(".cache/pyperch"))
-}
-
-fn target_dir(root: &Path) -> Result<PathBuf> {
-    Ok(
-        match env::var_os("CARGO_TARGET_DIR").filter(|t| !t.is_empty()) {
-            Some(t) => {
-                let t = PathBuf::from(t);
-                if t.is_absolute() {
-                    t
-                } else {
-                    env::current_dir()?.join(t)
-                }
-            }
-            None => root.join("target"),
-        },
-    )
-}
-
-fn is_root() -> bool {
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|euid| euid == "0"))
-        })
-        .unwrap_or(false)
-}
-
-fn run_checked(cmd: &mut Command, what: &str) -> Result<()> {
-    let status = cmd
-        .status()
-        .with_context(|| format!("{what}: could not start {:?}", cmd.get_program()))?;
-    if !status.success() {
-        bail!("{what} failed ({status})");
-    }
-    Ok(())
 }
 
 /// The first line of `PROGRAM ARGS...`'s standard output (or error), if it runs.
@@ -173,44 +119,16 @@ fn ensure_peers(python: &Path, venv: &Path) -> Result<()> {
     Ok(())
 }
 
-pub fn run(args: &[String]) -> Result<()> {
+pub fn run(p: &Paths, args: &[String]) -> Result<()> {
     if !is_root() {
         bail!(
             "`cargo xtask bench` must run as root: pyperch loads eBPF programs, and the peers attach with ptrace"
         );
     }
-    let root = workspace_root()?;
-    let cache = cache_dir()?;
+    let (root, cache) = (&p.root, &p.cache);
 
     // 1. Build pyperch (after the idempotent set-up of its build tools).
-    // (Through our own executable, so that setup stays in one place; the variable guards
-    // against a loop should `setup` ever lead back here.)
-    if env::var_os("PYPERCH_BENCH_IN_SETUP").is_some() {
-        bail!("`cargo xtask setup` ran the benchmarks instead of the set-up");
-    }
-    let xtask = env::current_exe().context("cannot find the xtask executable")?;
-    say("setup: cargo xtask setup");
-    run_checked(
-        Command::new(&xtask)
-            .arg("setup")
-            .env("PYPERCH_BENCH_IN_SETUP", "1")
-            .current_dir(&root),
-        "`cargo xtask setup`",
-    )?;
-    say("build: cargo build --release -p profiler-user");
-    run_checked(
-        Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-            .current_dir(&root)
-            .args(["build", "--release", "-p", "profiler-user"]),
-        "building pyperch",
-    )?;
-    let pyperch = target_dir(&root)?.join("release/pyperch");
-    if !pyperch.is_file() {
-        bail!(
-            "the build succeeded but {} does not exist",
-            pyperch.display()
-        );
-    }
+    let pyperch = build(p)?;
 
     // 2. The peers.
     let python = driver_python()?;

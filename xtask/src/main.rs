@@ -79,12 +79,9 @@ fn main() {
         }),
         Cmd::Run { args } => Paths::new().and_then(|p| run(&p, &args)),
         Cmd::Test { filters } => Paths::new().and_then(|p| test(&p, &filters)),
-        Cmd::Bench { args } => bench::run(
-            &args
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect::<Vec<_>>(),
-        ),
+        Cmd::Bench { args } => Paths::new().and_then(|p| {
+            bench::run(&p, &args.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>())
+        }),
     };
     if let Err(err) = result {
         // One readable sentence, with the causes chained after it.
