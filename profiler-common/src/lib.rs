@@ -107,6 +107,19 @@ pub struct ProcessInfo {
 }
 
 /// Outcome of one kernel walk.
+/// Slots of the kernel program's per-CPU `COUNTERS` array.
+pub mod counter {
+    /// Samples of registered processes (records attempted).
+    pub const SAMPLED: u32 = 0;
+    /// Records that did not fit in the ring buffer.
+    pub const RINGBUF_FULL: u32 = 1;
+    /// Forks, execs and exits anywhere on the host: while this does not move, the set of
+    /// processes is unchanged and userspace need not list /proc.
+    pub const PROCESS_EVENTS: u32 = 2;
+    /// Number of slots.
+    pub const SLOTS: u32 = 4;
+}
+
 pub mod sample_status {
     /// The walk reached the bottom frame (`previous == NULL`).
     pub const COMPLETE: u32 = 0;

@@ -18,12 +18,12 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_smp_processor_id,
         bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user, generated,
     },
-    macros::{map, perf_event},
+    macros::{map, perf_event, raw_tracepoint},
     maps::{HashMap, PerCpuArray, RingBuf},
-    programs::PerfEventContext,
+    programs::{PerfEventContext, RawTracePointContext},
 };
 use profiler_common::{
-    FRAME_READ_MAX, FrameBytes, FrameEntry, FrameLayout, HASH_SEED, MAX_FULL_FRAMES, MAX_HASHED_FRAMES,
+    FRAME_READ_MAX, FrameBytes, counter, FrameEntry, FrameLayout, HASH_SEED, MAX_FULL_FRAMES, MAX_HASHED_FRAMES,
     MAX_THREAD_SCAN, NO_FIELD, ProcessInfo, SampleHeader, decode_frame, frame_hash,
     sample_status, tstate_lookup,
 };
@@ -46,16 +46,9 @@ const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 const BPF_RB_AVAIL_DATA: u64 = 0;
 
-/// Kernel-side counters, per CPU: see `counter`.
+/// Kernel-side counters, per CPU: see `profiler_common::counter`.
 #[map]
-static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(4, 0);
-
-mod counter {
-    /// Samples of registered processes (records attempted).
-    pub const SAMPLED: u32 = 0;
-    /// Records that did not fit in the ring buffer.
-    pub const RINGBUF_FULL: u32 = 1;
-}
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::SLOTS, 0);
 
 #[repr(C)]
 struct Record {
@@ -88,6 +81,14 @@ pub fn pyperch_sample(_ctx: PerfEventContext) -> u32 {
         return 0;
     };
     sample(info, tgid, pid_tgid as u32, scratch);
+    0
+}
+
+/// Attached by userspace to the `sched_process_fork`, `sched_process_exec` and
+/// `sched_process_exit` tracepoints: counts changes to the set of processes.
+#[raw_tracepoint]
+pub fn pyperch_process_event(_ctx: RawTracePointContext) -> i32 {
+    bump(counter::PROCESS_EVENTS);
     0
 }
 

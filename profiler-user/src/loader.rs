@@ -9,11 +9,11 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{
-        PerfEvent,
+        PerfEvent, RawTracePoint,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
 };
-use profiler_common::ProcessInfo;
+use profiler_common::{ProcessInfo, counter};
 
 /// The kernel program, built by build.rs for bpfel-unknown-none.
 static KERNEL_PROGRAM: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
@@ -128,7 +128,12 @@ pub struct KernelProgram {
     processes: BpfHashMap<MapData, u32, ProcessInfo>,
     counters: PerCpuArray<MapData, u64>,
     attached_cpus: usize,
+    /// Whether the process-event counter is attached to the scheduler's tracepoints.
+    process_events_attached: bool,
 }
+
+/// The scheduler tracepoints that count changes to the set of processes.
+const PROCESS_TRACEPOINTS: [&str; 3] = ["sched_process_fork", "sched_process_exec", "sched_process_exit"];
 
 /// Kernel-side counters (summed over CPUs).
 #[derive(Debug, Default, Clone, Copy)]
@@ -156,15 +161,23 @@ impl KernelProgram {
             .try_into()
             .map_err(|e: aya::programs::ProgramError| LoadError::Load(error_chain(&e)))?;
         program.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
+        let events: &mut RawTracePoint = ebpf
+            .program_mut("pyperch_process_event")
+            .ok_or(LoadError::Load("program pyperch_process_event not found".into()))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| LoadError::Load(error_chain(&e)))?;
+        events.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
         let processes = BpfHashMap::try_from(ebpf.take_map("PROCESSES").ok_or(LoadError::MissingMap("PROCESSES"))?)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").ok_or(LoadError::MissingMap("COUNTERS"))?)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
-        Ok(Self { ebpf, processes, counters, attached_cpus: 0 })
+        Ok(Self { ebpf, processes, counters, attached_cpus: 0, process_events_attached: false })
     }
 
-    /// Attaches to the CPU clock of every online CPU, sampling at `hz`.
+    /// Attaches to the CPU clock of every online CPU, sampling at `hz`, and to the scheduler's
+    /// process tracepoints (if that fails, discovery lists /proc on every scan instead).
     pub fn attach(&mut self, hz: u64) -> Result<(), LoadError> {
+        self.process_events_attached = self.attach_process_events().is_ok();
         let cpus = aya::util::online_cpus().map_err(|(what, e)| LoadError::Cpus(format!("{what}: {e}")))?;
         let program: &mut PerfEvent = self
             .ebpf
@@ -184,6 +197,24 @@ impl KernelProgram {
             self.attached_cpus += 1;
         }
         Ok(())
+    }
+
+    fn attach_process_events(&mut self) -> Result<(), aya::programs::ProgramError> {
+        let program: &mut RawTracePoint = self
+            .ebpf
+            .program_mut("pyperch_process_event")
+            .ok_or(aya::programs::ProgramError::NotLoaded)?
+            .try_into()?;
+        for name in PROCESS_TRACEPOINTS {
+            program.attach(name)?;
+        }
+        Ok(())
+    }
+
+    /// How many forks, execs and exits the kernel has seen since `attach`; `None` when that is
+    /// not tracked. Only changes matter: an unchanged value means the same set of processes.
+    pub fn process_events(&self) -> Option<u64> {
+        self.process_events_attached.then(|| self.counter_sum(counter::PROCESS_EVENTS))
     }
 
     pub fn attached_cpus(&self) -> usize {
@@ -216,14 +247,23 @@ impl KernelProgram {
                 let _ = program.unload();
             }
         }
+        if let Some(program) = self.ebpf.program_mut("pyperch_process_event") {
+            let program: Result<&mut RawTracePoint, _> = program.try_into();
+            if let Ok(program) = program {
+                let _ = program.unload();
+            }
+        }
         self.attached_cpus = 0;
+        self.process_events_attached = false;
     }
 
     pub fn counters(&self) -> KernelCounters {
-        let sum = |index: u32| -> u64 {
-            self.counters.get(&index, 0).map(|values| values.iter().copied().sum()).unwrap_or(0)
-        };
-        KernelCounters { sampled: sum(0), ringbuf_full: sum(1) }
+        KernelCounters { sampled: self.counter_sum(counter::SAMPLED), ringbuf_full: self.counter_sum(counter::RINGBUF_FULL) }
+    }
+
+    /// One of the kernel program's per-CPU counters, summed over CPUs (0 if unreadable).
+    fn counter_sum(&self, index: u32) -> u64 {
+        self.counters.get(&index, 0).map(|values| values.iter().copied().sum()).unwrap_or(0)
     }
 }
 

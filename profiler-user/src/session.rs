@@ -28,25 +28,28 @@ use crate::{
     symbolize::{self, CodeInfo, SymbolError},
 };
 
-/// How often /proc is scanned for new Python processes (a launched command's children are
-/// looked for more often: short scripts matter there). Listing /proc is the largest fixed
-/// cost of an idle session.
+/// How often the session looks for new Python processes (a launched command's children are
+/// looked for more often: short scripts matter there). A look costs almost nothing while the
+/// kernel has seen no fork, exec or exit since the previous one; otherwise /proc is listed.
+/// The ring buffer is drained on the same beat when no sample needs target reads.
 pub(crate) const DISCOVERY_INTERVAL: Duration = Duration::from_millis(250);
 pub(crate) const LAUNCH_DISCOVERY_INTERVAL: Duration = Duration::from_millis(100);
 /// Processes already looked at are checked again (PID reuse, exec) this often; young ones
 /// are looked at on every scan.
 const FULL_SCAN_PERIOD: Duration = Duration::from_secs(10);
-/// Processes younger than this (in clock ticks: 10 s at Linux's 100 Hz) are looked at on every scan.
+/// Processes younger than this (in clock ticks: 10 s at Linux's 100 Hz) are looked at on every
+/// scan that lists /proc.
 const YOUNG_PROCESS_TICKS: u64 = 1000;
 /// How often the ring buffer is drained when the kernel has not woken us (it wakes us only
-/// once a batch has accumulated).
-/// While samples need reads of target memory (new code objects, new deep stacks), the ring
-/// buffer is drained often, so that short-lived code objects are read before they are freed;
-/// once everything comes from the caches, rarely, which keeps an idle session cheap.
+/// once a batch has accumulated): while samples need reads of target memory (new code
+/// objects, new deep stacks), often, so that short-lived code objects are read before they
+/// are freed; once everything comes from the caches, on the discovery beat, which keeps a
+/// session's fixed cost low.
 const DRAIN_INTERVAL_BUSY: Duration = Duration::from_millis(10);
-const DRAIN_INTERVAL_IDLE: Duration = Duration::from_millis(100);
-/// How long after the last read of target memory the busy interval is kept.
-const BUSY_HOLD: Duration = Duration::from_secs(2);
+/// How long after the last sample that needed a read of target memory the busy interval is kept.
+const BUSY_HOLD: Duration = Duration::from_millis(500);
+/// How often the progress line is updated (on the next beat after it is due).
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// Bounds on the per-process symbol caches (emptied and refilled when reached).
 const MAX_CACHED_CODES: usize = 1 << 16;
 const MAX_CACHED_POSITIONS: usize = 1 << 20;
@@ -309,6 +312,13 @@ pub(crate) struct Session {
     settled: HashMap<u32, u64>,
     /// When processes already looked at were last checked again.
     last_full_scan: Option<Instant>,
+    /// The kernel's fork/exec/exit count at the last scan (`None`: not tracked).
+    last_process_events: Option<u64>,
+    /// PIDs at the last scan whose state is not settled: interpreters still starting, "not
+    /// Python" verdicts to check again. They are looked at on every scan.
+    pending: HashSet<u32>,
+    /// Reads of target memory made while processing samples (discovery's reads excluded).
+    sample_reads: u64,
     clock: TickClock,
 }
 
@@ -352,6 +362,9 @@ impl Session {
             registered: 0,
             settled: HashMap::new(),
             last_full_scan: None,
+            last_process_events: None,
+            pending: HashSet::new(),
+            sample_reads: 0,
             clock: TickClock::new(),
         }
     }
@@ -382,16 +395,35 @@ impl Session {
         Ok(true)
     }
 
-    /// One pass over /proc: new processes, exited ones, reused PIDs.
+    /// Looks for new processes, exited ones, reused PIDs. /proc is listed only when the kernel
+    /// saw a fork, exec or exit since the last scan, or every FULL_SCAN_PERIOD.
     pub(crate) fn scan(&mut self) {
-        let listing = discovery::python_pids_candidates();
-        let present: HashSet<u32> = listing.iter().copied().collect();
         // Every FULL_SCAN_PERIOD, settled processes are looked at again: PID reuse,
         // `exec`, and changes that filters depend on. In between, only new PIDs cost work.
         let full = self.last_full_scan.is_none_or(|t| t.elapsed() >= FULL_SCAN_PERIOD);
+        // Read before listing: an event during the listing shows at the next scan.
+        let events = self.kernel.process_events();
+        let unchanged = events.is_some() && events == self.last_process_events;
+        self.last_process_events = events;
+        if !full && unchanged {
+            // The same processes as at the last scan: only pending ones need another look.
+            let now = self.clock.now_ticks();
+            for pid in self.pending.clone() {
+                self.look_at(pid, now);
+            }
+            return;
+        }
         if full {
             self.last_full_scan = Some(Instant::now());
         }
+        let listing = match &self.scope {
+            // Explicit pids: no need to list the whole of /proc.
+            Scope::Pids(pids) => {
+                pids.iter().copied().filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists()).collect()
+            }
+            _ => discovery::python_pids_candidates(),
+        };
+        let present: HashSet<u32> = listing.iter().copied().collect();
         // Exited targets: stop sampling them, keep their caches for samples in flight.
         let mut execed = Vec::new();
         for (pid, target) in self.targets.iter_mut() {
@@ -414,6 +446,7 @@ impl Session {
             }
         }
         self.settled.retain(|pid, _| present.contains(pid));
+        self.pending.retain(|pid| present.contains(pid));
         let now = self.clock.now_ticks();
         if let Scope::Pids(pids) = &self.scope {
             if pids.iter().all(|p| self.targets.get(p).is_some_and(|t| t.alive)) {
@@ -428,13 +461,20 @@ impl Session {
             if pid == self.own_pid || (!full && settled_and_old) {
                 continue;
             }
-            match self.consider(pid, now) {
-                Some(start_time) => {
-                    self.settled.insert(pid, start_time);
-                }
-                None => {
-                    self.settled.remove(&pid);
-                }
+            self.look_at(pid, now);
+        }
+    }
+
+    /// Considers one process and files it as settled or pending.
+    fn look_at(&mut self, pid: u32, now: u64) {
+        match self.consider(pid, now) {
+            Some(start_time) => {
+                self.settled.insert(pid, start_time);
+                self.pending.remove(&pid);
+            }
+            None => {
+                self.settled.remove(&pid);
+                self.pending.insert(pid);
             }
         }
     }
@@ -575,7 +615,9 @@ impl Session {
         target.counters.count(outcome);
         target.counters.ring_bytes += bytes.len() as u64;
         // Reads happen on this thread only, so the difference is this sample's.
-        target.counters.memory_reads += memory::READS.load(Relaxed) - reads;
+        let sample_reads = memory::READS.load(Relaxed) - reads;
+        target.counters.memory_reads += sample_reads;
+        self.sample_reads += sample_reads;
         target.counters.memory_bytes += memory::BYTES_READ.load(Relaxed) - read_bytes;
     }
 
@@ -635,13 +677,16 @@ pub(crate) async fn run_loop(
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
         .map_err(|e| RecordError::Runtime(e.to_string()))?;
     let started = Instant::now();
-    let mut discovery_tick = tokio::time::interval(control.discovery_interval);
-    let drain = tokio::time::sleep(DRAIN_INTERVAL_IDLE);
+    // One timer drives draining, discovery and progress, so that an idle session wakes only
+    // on the discovery beat.
+    let beat = control.discovery_interval;
+    let drain = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(drain);
-    let mut reads_at_last_drain = memory::READS.load(Relaxed);
-    let mut last_reads = Instant::now();
-    let mut progress_tick = tokio::time::interval(Duration::from_secs(1));
-    progress_tick.tick().await;
+    let mut next_scan = Instant::now();
+    // Progress lines are due at whole seconds of the recording.
+    let mut progress_due: u32 = 1;
+    let mut reads_at_last_drain = session.sample_reads;
+    let mut last_reads: Option<Instant> = None;
     let period = control.periodic.as_ref().map(|(d, _)| *d).unwrap_or(Duration::from_secs(3600));
     let mut periodic_tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     let deadline = control.duration.map(|d| tokio::time::Instant::from_std(started + d));
@@ -671,21 +716,27 @@ pub(crate) async fn run_loop(
                 while let Some(item) = rb.next() {
                     session.on_record(&item);
                 }
-                let reads = memory::READS.load(Relaxed);
-                if reads != reads_at_last_drain {
-                    last_reads = Instant::now();
-                    reads_at_last_drain = reads;
+                let now = Instant::now();
+                if session.sample_reads != reads_at_last_drain {
+                    last_reads = Some(now);
+                    reads_at_last_drain = session.sample_reads;
                 }
-                let next = if last_reads.elapsed() < BUSY_HOLD { DRAIN_INTERVAL_BUSY } else { DRAIN_INTERVAL_IDLE };
-                drain.as_mut().reset(tokio::time::Instant::now() + next);
-            }
-            _ = discovery_tick.tick() => {
-                if let Some(c) = control.child.as_mut() {
-                    if let Ok(Some(status)) = c.try_wait() {
-                        break LoopEnd::CommandExited(exit_code(status));
+                if now >= next_scan {
+                    if let Some(c) = control.child.as_mut() {
+                        if let Ok(Some(status)) = c.try_wait() {
+                            break LoopEnd::CommandExited(exit_code(status));
+                        }
                     }
+                    session.scan();
+                    next_scan = now + beat;
                 }
-                session.scan();
+                if control.progress && now >= started + PROGRESS_INTERVAL * progress_due {
+                    show_progress(session, started, progress_due, interactive);
+                    progress_due = (now.duration_since(started).as_secs() as u32).saturating_add(1);
+                }
+                let busy = last_reads.is_some_and(|t| now.duration_since(t) < BUSY_HOLD);
+                let next = if busy { now + DRAIN_INTERVAL_BUSY } else { next_scan };
+                drain.as_mut().reset(tokio::time::Instant::from_std(next));
             }
             _ = periodic_tick.tick(), if control.periodic.is_some() => {
                 let rb = ring.get_mut();
@@ -694,19 +745,6 @@ pub(crate) async fn run_loop(
                 }
                 if let Some((_, hook)) = control.periodic.as_mut() {
                     hook(session);
-                }
-            }
-            _ = progress_tick.tick(), if control.progress => {
-                let line = format!(
-                    "pyperch: {:>6.1} s  {:>9} samples  {:>4} processes",
-                    started.elapsed().as_secs_f64(),
-                    session.totals().samples(),
-                    session.live_processes()
-                );
-                if interactive {
-                    eprint!("\r{line}\x1b[K");
-                } else if started.elapsed().as_secs().is_multiple_of(5) {
-                    eprintln!("{line}");
                 }
             }
             _ = sleep => break LoopEnd::DurationElapsed,
@@ -722,6 +760,22 @@ pub(crate) async fn run_loop(
         session.on_record(&item);
     }
     Ok(end)
+}
+
+/// Updates the progress line on stderr: in place on a terminal, every 5 s otherwise.
+/// `second` is the whole second of the recording the line is due for.
+fn show_progress(session: &Session, started: Instant, second: u32, interactive: bool) {
+    let line = format!(
+        "pyperch: {:>6.1} s  {:>9} samples  {:>4} processes",
+        started.elapsed().as_secs_f64(),
+        session.totals().samples(),
+        session.live_processes()
+    );
+    if interactive {
+        eprint!("\r{line}\x1b[K");
+    } else if second.is_multiple_of(5) {
+        eprintln!("{line}");
+    }
 }
 
 /// Time since boot in clock ticks, the unit of a process's start time: /proc/uptime read
