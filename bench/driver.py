@@ -983,16 +983,20 @@ class Bench(object):
                 target.stop()
 
     def sec_scale(self, interp, idle_interps):
+        """1, 10 and 50 idle processes beside a busy one; the sizes are interleaved (1, 10, 50,
+        then again) so that drift over the section is not mistaken for an effect of size."""
         busy = None
         idle_targets = []
         try:
             busy = Target(interp, "chain")
-            for n in (1, 10, 50):
-                while len(idle_targets) < n:
-                    it = idle_interps[len(idle_targets) % len(idle_interps)]
-                    idle_targets.append(Target(it, "idle"))
-                time.sleep(0.5)
-                for rep in range(self.o.scale_reps):
+            for rep in range(self.o.scale_reps):
+                for n in (1, 10, 50):
+                    while len(idle_targets) > n:
+                        idle_targets.pop().stop()
+                    while len(idle_targets) < n:
+                        it = idle_interps[len(idle_targets) % len(idle_interps)]
+                        idle_targets.append(Target(it, "idle"))
+                    time.sleep(0.5)
                     log("scale: pyperch whole host, 1 busy + %d idle Python processes (rep %d)" % (n, rep + 1))
                     run = self.profile("pyperch", busy, 1000, self.o.duration, whole_host=True, tag="-idle%d" % n)
                     run["idle"] = n
@@ -1401,7 +1405,7 @@ class Report(object):
         if r["scale"]:
             w("## Whole-host scale: idle Python processes beside one busy one")
             w()
-            w("pyperch on the whole host (no `--pid`) at 1 kHz; the idle processes sleep in Python, spread over the pyenv interpreters 3.8-3.13. py-spy, Austin and CPython's profiler attach to one process at a time and have no whole-host mode, so they have no column here. Medians of %d runs." % self.b.o.scale_reps)
+            w("pyperch on the whole host (no `--pid`) at 1 kHz; the idle processes sleep in Python, spread over the pyenv interpreters 3.8-3.13. py-spy, Austin and CPython's profiler attach to one process at a time and have no whole-host mode, so they have no column here. Medians of %d runs; the sizes are interleaved (1, 10, 50, 1, 10, 50, ...)." % self.b.o.scale_reps)
             w()
             w("| idle processes | Python processes pyperch registered | samples/s | CPU us/sample: process + BPF = total | whole-run CPU ms | BPF ns per program run | peak RSS MB |")
             w("|---:|---:|---:|---:|---:|---:|---:|")
@@ -1672,7 +1676,7 @@ def main():
     ap.add_argument("--warm", type=float, default=0.8, help="steady window starts this long after sampling starts")
     ap.add_argument("--tail", type=float, default=0.3, help="steady window ends this long before the run's end")
     ap.add_argument("--reps", type=int, default=3, help="repetitions at 1 kHz (chain, web; one fewer elsewhere)")
-    ap.add_argument("--scale-reps", type=int, default=2)
+    ap.add_argument("--scale-reps", type=int, default=3)
     ap.add_argument("--only", default="", help="comma list of sections: compat,main,control,cpython,allcpu,deep,scale")
     ap.add_argument("--filter", default="", help="regex on WORKLOAD@RATE selecting the comparison groups to run")
     ap.add_argument("--quick", action="store_true", help="short runs, one repetition (for trying the harness)")

@@ -41,13 +41,13 @@ const FULL_SCAN_PERIOD: Duration = Duration::from_secs(10);
 /// scan that lists /proc.
 const YOUNG_PROCESS_TICKS: u64 = 1000;
 /// How often the ring buffer is drained when the kernel has not woken us (it wakes us only
-/// once a batch has accumulated): while samples need reads of target memory (new code
-/// objects, new deep stacks), often, so that short-lived code objects are read before they
-/// are freed; once everything comes from the caches, on the discovery beat, which keeps a
-/// session's fixed cost low.
+/// once a batch has accumulated): on the discovery beat, which keeps a session's fixed cost
+/// low; but after a sample came too late (its code object or deep stack had already changed
+/// when we read it: code churning, processes exiting), often, so that short-lived code
+/// objects are read before they are freed.
 const DRAIN_INTERVAL_BUSY: Duration = Duration::from_millis(10);
-/// How long after the last sample that needed a read of target memory the busy interval is kept.
-const BUSY_HOLD: Duration = Duration::from_millis(500);
+/// How long after the last late sample the busy interval is kept.
+const BUSY_HOLD: Duration = Duration::from_secs(5);
 /// How often the progress line is updated (on the next beat after it is due).
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// Bounds on the per-process symbol caches (emptied and refilled when reached).
@@ -317,8 +317,8 @@ pub(crate) struct Session {
     /// PIDs at the last scan whose state is not settled: interpreters still starting, "not
     /// Python" verdicts to check again. They are looked at on every scan.
     pending: HashSet<u32>,
-    /// Reads of target memory made while processing samples (discovery's reads excluded).
-    sample_reads: u64,
+    /// Samples dropped because what they point to had changed before we read it.
+    late_samples: u64,
     clock: TickClock,
 }
 
@@ -364,7 +364,7 @@ impl Session {
             last_full_scan: None,
             last_process_events: None,
             pending: HashSet::new(),
-            sample_reads: 0,
+            late_samples: 0,
             clock: TickClock::new(),
         }
     }
@@ -615,9 +615,10 @@ impl Session {
         target.counters.count(outcome);
         target.counters.ring_bytes += bytes.len() as u64;
         // Reads happen on this thread only, so the difference is this sample's.
-        let sample_reads = memory::READS.load(Relaxed) - reads;
-        target.counters.memory_reads += sample_reads;
-        self.sample_reads += sample_reads;
+        target.counters.memory_reads += memory::READS.load(Relaxed) - reads;
+        if matches!(outcome, SampleOutcome::ChangedCodeObject | SampleOutcome::BadCodeObject | SampleOutcome::StaleTail) {
+            self.late_samples += 1;
+        }
         target.counters.memory_bytes += memory::BYTES_READ.load(Relaxed) - read_bytes;
     }
 
@@ -685,8 +686,8 @@ pub(crate) async fn run_loop(
     let mut next_scan = Instant::now();
     // Progress lines are due at whole seconds of the recording.
     let mut progress_due: u32 = 1;
-    let mut reads_at_last_drain = session.sample_reads;
-    let mut last_reads: Option<Instant> = None;
+    let mut late_at_last_drain = session.late_samples;
+    let mut last_late: Option<Instant> = None;
     let period = control.periodic.as_ref().map(|(d, _)| *d).unwrap_or(Duration::from_secs(3600));
     let mut periodic_tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     let deadline = control.duration.map(|d| tokio::time::Instant::from_std(started + d));
@@ -717,9 +718,9 @@ pub(crate) async fn run_loop(
                     session.on_record(&item);
                 }
                 let now = Instant::now();
-                if session.sample_reads != reads_at_last_drain {
-                    last_reads = Some(now);
-                    reads_at_last_drain = session.sample_reads;
+                if session.late_samples != late_at_last_drain {
+                    last_late = Some(now);
+                    late_at_last_drain = session.late_samples;
                 }
                 if now >= next_scan {
                     if let Some(c) = control.child.as_mut() {
@@ -734,7 +735,7 @@ pub(crate) async fn run_loop(
                     show_progress(session, started, progress_due, interactive);
                     progress_due = (now.duration_since(started).as_secs() as u32).saturating_add(1);
                 }
-                let busy = last_reads.is_some_and(|t| now.duration_since(t) < BUSY_HOLD);
+                let busy = last_late.is_some_and(|t| now.duration_since(t) < BUSY_HOLD);
                 let next = if busy { now + DRAIN_INTERVAL_BUSY } else { next_scan };
                 drain.as_mut().reset(tokio::time::Instant::from_std(next));
             }
