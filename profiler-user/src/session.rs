@@ -34,6 +34,9 @@ use crate::{
 /// The ring buffer is drained on the same beat when no sample needs target reads.
 pub(crate) const DISCOVERY_INTERVAL: Duration = Duration::from_millis(250);
 pub(crate) const LAUNCH_DISCOVERY_INTERVAL: Duration = Duration::from_millis(100);
+/// The beat once every explicitly given pid is registered: nothing can join any more, so the
+/// beat only drains the ring buffer (the kernel wakes us early when a batch accumulates).
+const SETTLED_PIDS_INTERVAL: Duration = Duration::from_secs(1);
 /// Processes already looked at are checked again (PID reuse, exec) this often; young ones
 /// are looked at on every scan.
 const FULL_SCAN_PERIOD: Duration = Duration::from_secs(10);
@@ -566,6 +569,16 @@ impl Session {
         }
     }
 
+    /// How long until the next scan, given the configured discovery interval.
+    fn scan_interval(&self, configured: Duration) -> Duration {
+        match &self.scope {
+            Scope::Pids(pids) if pids.iter().all(|p| self.targets.get(p).is_some_and(|t| t.alive)) => {
+                configured.max(SETTLED_PIDS_INTERVAL)
+            }
+            _ => configured,
+        }
+    }
+
     /// Processes being profiled now.
     pub(crate) fn live_processes(&self) -> usize {
         self.targets.values().filter(|t| t.alive).count()
@@ -729,7 +742,7 @@ pub(crate) async fn run_loop(
                         }
                     }
                     session.scan();
-                    next_scan = now + beat;
+                    next_scan = now + session.scan_interval(beat);
                 }
                 if control.progress && now >= started + PROGRESS_INTERVAL * progress_due {
                     show_progress(session, started, progress_due, interactive);
