@@ -423,6 +423,52 @@ impl Drop for WorkDir {
     }
 }
 
+/// A child whose stdout lines arrive on a channel, and the `ready` line it printed.
+struct Started {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    ready: String,
+}
+
+/// Spawns `cmd` (stdout piped) and waits up to 60 s for a line starting with `ready`; the
+/// child is killed if it never prints one. `what` names it in errors.
+fn start_until_ready(cmd: &mut Command, what: &str) -> Result<Started> {
+    let mut child = cmd.spawn().with_context(|| format!("cannot start {what}"))?;
+    let Some(stdout) = child.stdout.take() else {
+        let _ = child.kill();
+        let _ = child.wait();
+        bail!("{what} was started without a stdout pipe");
+    };
+    let (tx, lines) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.starts_with("ready") => return Ok(Started { child, lines, ready: line }),
+            Ok(_) => continue,
+            Err(_) => {
+                let status = child.try_wait().ok().flatten();
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!(
+                    "{what} did not print its ready line ({})",
+                    match status {
+                        Some(s) => format!("it exited: {}", describe_status(s)),
+                        None => "still running after 60 s".into(),
+                    }
+                );
+            }
+        }
+    }
+}
+
 /// A running workload; killed on drop.
 pub struct Workload {
     pub pid: u32,
@@ -449,50 +495,16 @@ impl Workload {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("cannot start {} {script}", py.describe()))?;
-        let pid = child.id();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut w = Workload {
-            pid,
+        let started = start_until_ready(&mut cmd, &format!("{} {script}", py.describe()))?;
+        Ok(Workload {
+            pid: started.child.id(),
             python: py.clone(),
             dir,
             script: script.to_string(),
-            ready: String::new(),
-            child,
-            lines,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match w.lines.recv_timeout(left) {
-                Ok(line) if line.starts_with("ready") => {
-                    w.ready = line;
-                    return Ok(w);
-                }
-                Ok(_) => continue,
-                Err(_) => {
-                    let status = w.child.try_wait().ok().flatten();
-                    bail!(
-                        "{} {script} did not print its ready line ({})",
-                        py.describe(),
-                        match status {
-                            Some(s) => format!("it exited: {}", describe_status(s)),
-                            None => "still running after 60 s".into(),
-                        }
-                    );
-                }
-            }
-        }
+            ready: started.ready,
+            child: started.child,
+            lines: started.lines,
+        })
     }
 
     /// Further stdout lines, without waiting.
@@ -1483,19 +1495,8 @@ impl Contained {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("cannot start {} {script} in {cgroup}", py.describe()))?;
-        let launcher = child.id();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let started = start_until_ready(&mut cmd, &format!("{} {script} in {cgroup}", py.describe()))?;
+        let launcher = started.child.id();
         let mut me = Contained {
             host_pid: launcher,
             cgroup: cgroup.to_string(),
@@ -1505,32 +1506,10 @@ impl Contained {
             python: py.clone(),
             dir,
             script: script.to_string(),
-            ready: String::new(),
-            child,
-            _lines: lines,
+            ready: started.ready,
+            child: started.child,
+            _lines: started.lines,
         };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match me._lines.recv_timeout(left) {
-                Ok(line) if line.starts_with("ready") => {
-                    me.ready = line;
-                    break;
-                }
-                Ok(_) => continue,
-                Err(_) => {
-                    let status = me.child.try_wait().ok().flatten();
-                    bail!(
-                        "{} {script} in {cgroup} did not print its ready line ({})",
-                        py.describe(),
-                        match status {
-                            Some(s) => format!("it exited: {}", describe_status(s)),
-                            None => "still running after 60 s".into(),
-                        }
-                    );
-                }
-            }
-        }
         if namespaced {
             // unshare --fork: the interpreter is the launcher's only child.
             let deadline = Instant::now() + Duration::from_secs(10);

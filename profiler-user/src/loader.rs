@@ -132,6 +132,10 @@ pub struct KernelProgram {
     process_events_attached: bool,
 }
 
+/// The kernel program's entry points: one per sample, one per fork/exec/exit.
+const SAMPLE_PROGRAM: &str = "pyperch_sample";
+const PROCESS_EVENT_PROGRAM: &str = "pyperch_process_event";
+
 /// The scheduler tracepoints that count changes to the set of processes.
 const PROCESS_TRACEPOINTS: [&str; 3] = ["sched_process_fork", "sched_process_exec", "sched_process_exit"];
 
@@ -155,17 +159,9 @@ impl KernelProgram {
             .override_global("TASK_FSBASE_OFFSET", &fsbase, true)
             .load(KERNEL_PROGRAM)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
-        let program: &mut PerfEvent = ebpf
-            .program_mut("pyperch_sample")
-            .ok_or(LoadError::Load("program pyperch_sample not found".into()))?
-            .try_into()
-            .map_err(|e: aya::programs::ProgramError| LoadError::Load(error_chain(&e)))?;
-        program.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
-        let events: &mut RawTracePoint = ebpf
-            .program_mut("pyperch_process_event")
-            .ok_or(LoadError::Load("program pyperch_process_event not found".into()))?
-            .try_into()
-            .map_err(|e: aya::programs::ProgramError| LoadError::Load(error_chain(&e)))?;
+        let sample: &mut PerfEvent = program_mut(&mut ebpf, SAMPLE_PROGRAM)?;
+        sample.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
+        let events: &mut RawTracePoint = program_mut(&mut ebpf, PROCESS_EVENT_PROGRAM)?;
         events.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
         let processes = BpfHashMap::try_from(ebpf.take_map("PROCESSES").ok_or(LoadError::MissingMap("PROCESSES"))?)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
@@ -179,12 +175,7 @@ impl KernelProgram {
     pub fn attach(&mut self, hz: u64) -> Result<(), LoadError> {
         self.process_events_attached = self.attach_process_events().is_ok();
         let cpus = aya::util::online_cpus().map_err(|(what, e)| LoadError::Cpus(format!("{what}: {e}")))?;
-        let program: &mut PerfEvent = self
-            .ebpf
-            .program_mut("pyperch_sample")
-            .ok_or(LoadError::Load("program pyperch_sample not found".into()))?
-            .try_into()
-            .map_err(|e: aya::programs::ProgramError| LoadError::Load(error_chain(&e)))?;
+        let program: &mut PerfEvent = program_mut(&mut self.ebpf, SAMPLE_PROGRAM)?;
         for cpu in cpus {
             program
                 .attach(
@@ -199,14 +190,10 @@ impl KernelProgram {
         Ok(())
     }
 
-    fn attach_process_events(&mut self) -> Result<(), aya::programs::ProgramError> {
-        let program: &mut RawTracePoint = self
-            .ebpf
-            .program_mut("pyperch_process_event")
-            .ok_or(aya::programs::ProgramError::NotLoaded)?
-            .try_into()?;
+    fn attach_process_events(&mut self) -> Result<(), LoadError> {
+        let program: &mut RawTracePoint = program_mut(&mut self.ebpf, PROCESS_EVENT_PROGRAM)?;
         for name in PROCESS_TRACEPOINTS {
-            program.attach(name)?;
+            program.attach(name).map_err(|e| LoadError::Load(error_chain(&e)))?;
         }
         Ok(())
     }
@@ -241,17 +228,11 @@ impl KernelProgram {
 
     /// Detaches from every CPU: no sample is produced after this returns.
     pub fn detach(&mut self) {
-        if let Some(program) = self.ebpf.program_mut("pyperch_sample") {
-            let program: Result<&mut PerfEvent, _> = program.try_into();
-            if let Ok(program) = program {
-                let _ = program.unload();
-            }
+        if let Ok(program) = program_mut::<PerfEvent>(&mut self.ebpf, SAMPLE_PROGRAM) {
+            let _ = program.unload();
         }
-        if let Some(program) = self.ebpf.program_mut("pyperch_process_event") {
-            let program: Result<&mut RawTracePoint, _> = program.try_into();
-            if let Ok(program) = program {
-                let _ = program.unload();
-            }
+        if let Ok(program) = program_mut::<RawTracePoint>(&mut self.ebpf, PROCESS_EVENT_PROGRAM) {
+            let _ = program.unload();
         }
         self.attached_cpus = 0;
         self.process_events_attached = false;
@@ -265,6 +246,17 @@ impl KernelProgram {
     fn counter_sum(&self, index: u32) -> u64 {
         self.counters.get(&index, 0).map(|values| values.iter().copied().sum()).unwrap_or(0)
     }
+}
+
+/// The kernel program `name`, as its program type.
+fn program_mut<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, LoadError>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or_else(|| LoadError::Load(format!("program {name} not found")))?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| LoadError::Load(error_chain(&e)))
 }
 
 fn raise_memlock_limit() {

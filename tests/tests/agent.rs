@@ -366,6 +366,22 @@ impl Upload {
 
 /// The checks every accepted request passes, whatever the grouping: the ingest query, the
 /// content type, a consistent pprof with the right types and period.
+/// Every profile the receiver accepted, each request checked, and the diagnostics `d` with
+/// a line per profile added.
+fn accepted_uploads(receiver: &IngestReceiver, app: &str, d: &str) -> (Vec<Upload>, String) {
+    let accepted: Vec<Upload> = receiver
+        .accepted()
+        .iter()
+        .map(|e| {
+            check_request(e, app, d);
+            Upload::of(e).unwrap()
+        })
+        .collect();
+    let listing: String = accepted.iter().map(|u| format!("\n    {}", u.brief())).collect();
+    let d = format!("{d}\n--- accepted profiles:{listing}");
+    (accepted, d)
+}
+
 fn check_request(entry: &Value, app: &str, d: &str) {
     let q = &entry["query"];
     assert_eq!(entry["path"], "/ingest", "path of {entry}{d}");
@@ -678,19 +694,7 @@ fn agent_survives_an_outage_and_flushes_on_sigterm() {
     );
 
     // Every accepted profile: request, labels, stacks.
-    let accepted: Vec<Upload> = receiver
-        .accepted()
-        .iter()
-        .map(|e| {
-            check_request(e, &app, &d);
-            Upload::of(e).unwrap()
-        })
-        .collect();
-    let listing: String = accepted
-        .iter()
-        .map(|u| format!("\n    {}", u.brief()))
-        .collect();
-    let d = format!("{d}\n--- accepted profiles:{listing}");
+    let (accepted, d) = accepted_uploads(&receiver, &app, &d);
     let queued_total: u64 = statuses.iter().map(|s| s.queued).sum();
     let slack = (accepted.len() as u64 + last.dropped).checked_sub(queued_total);
     assert!(
@@ -871,19 +875,7 @@ fn agent_one_profile_per_container() {
         Some("pyperch agent: all profiles delivered"),
         "the last line{d}"
     );
-    let accepted: Vec<Upload> = receiver
-        .accepted()
-        .iter()
-        .map(|e| {
-            check_request(e, &app, &d);
-            Upload::of(e).unwrap()
-        })
-        .collect();
-    let listing: String = accepted
-        .iter()
-        .map(|u| format!("\n    {}", u.brief()))
-        .collect();
-    let d = format!("{d}\n--- accepted profiles:{listing}");
+    let (accepted, d) = accepted_uploads(&receiver, &app, &d);
     // Expected groups: each container (with its pod), and `host` (no labels).
     let mut seen = BTreeSet::new();
     for up in &accepted {

@@ -58,21 +58,10 @@ fn not_root_is_a_clear_error() {
     );
 }
 
-#[test]
-fn missing_pid_is_a_clear_error() {
-    let pid = unused_pid(4_194_000).to_string();
+/// `pyperch record --pid PID` for 30 s, which must fail with one clear line before sampling.
+fn record_pid_refused(pid: &str) -> Run {
     let run = pyperch(
-        &[
-            "record",
-            "--pid",
-            &pid,
-            "--duration",
-            "30",
-            "--format",
-            "collapsed",
-            "--output",
-            "/dev/null",
-        ],
+        &["record", "--pid", pid, "--duration", "30", "--format", "collapsed", "--output", "/dev/null"],
         Duration::from_secs(90),
     );
     let d = run.diag();
@@ -81,6 +70,14 @@ fn missing_pid_is_a_clear_error() {
         run.elapsed < Duration::from_secs(20),
         "the error should come before sampling, not after the duration{d}"
     );
+    run
+}
+
+#[test]
+fn missing_pid_is_a_clear_error() {
+    let pid = unused_pid(4_194_000).to_string();
+    let run = record_pid_refused(&pid);
+    let d = run.diag();
     assert!(
         run.error_line().contains(&pid),
         "the error should name pid {pid}{d}"
@@ -91,26 +88,8 @@ fn missing_pid_is_a_clear_error() {
 fn non_python_pid_is_a_clear_error() {
     let sleeper = KillOnDrop::spawn("sleep", &["60"]).expect("cannot start sleep");
     let pid = sleeper.pid().to_string();
-    let run = pyperch(
-        &[
-            "record",
-            "--pid",
-            &pid,
-            "--duration",
-            "30",
-            "--format",
-            "collapsed",
-            "--output",
-            "/dev/null",
-        ],
-        Duration::from_secs(90),
-    );
+    let run = record_pid_refused(&pid);
     let d = run.diag();
-    run.assert_clear_error();
-    assert!(
-        run.elapsed < Duration::from_secs(20),
-        "the error should come before sampling, not after the duration{d}"
-    );
     let line = run.error_line().to_lowercase();
     assert!(
         line.contains("python") && (line.contains("not") || line.contains("no ")),
