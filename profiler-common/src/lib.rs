@@ -116,6 +116,9 @@ pub mod counter {
     /// Forks, execs and exits anywhere on the host: while this does not move, the set of
     /// processes is unchanged and userspace need not list /proc.
     pub const PROCESS_EVENTS: u32 = 2;
+    /// Registered processes that exec'd: the kernel stopped sampling them (their layout no
+    /// longer applies) and userspace must look at them again.
+    pub const REGISTERED_EXECS: u32 = 3;
     /// Number of slots.
     pub const SLOTS: u32 = 4;
 }

@@ -84,11 +84,23 @@ pub fn pyperch_sample(_ctx: PerfEventContext) -> u32 {
     0
 }
 
-/// Attached by userspace to the `sched_process_fork`, `sched_process_exec` and
-/// `sched_process_exit` tracepoints: counts changes to the set of processes.
+/// Attached by userspace to the `sched_process_fork` and `sched_process_exit` tracepoints:
+/// counts changes to the set of processes.
 #[raw_tracepoint]
 pub fn pyperch_process_event(_ctx: RawTracePointContext) -> i32 {
     bump(counter::PROCESS_EVENTS);
+    0
+}
+
+/// Attached to `sched_process_exec`: counts it, and stops sampling the process if it was
+/// registered, since the registered layout described the program it just replaced.
+#[raw_tracepoint]
+pub fn pyperch_process_exec(_ctx: RawTracePointContext) -> i32 {
+    bump(counter::PROCESS_EVENTS);
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if PROCESSES.remove(&tgid).is_ok() {
+        bump(counter::REGISTERED_EXECS);
+    }
     0
 }
 

@@ -128,16 +128,22 @@ pub struct KernelProgram {
     processes: BpfHashMap<MapData, u32, ProcessInfo>,
     counters: PerCpuArray<MapData, u64>,
     attached_cpus: usize,
-    /// Whether the process-event counter is attached to the scheduler's tracepoints.
+    /// Whether the process-event programs are attached to the scheduler's tracepoints.
     process_events_attached: bool,
 }
 
-/// The kernel program's entry points: one per sample, one per fork/exec/exit.
+/// The kernel program's entry points: one per sample, one per fork or exit, one per exec.
 const SAMPLE_PROGRAM: &str = "pyperch_sample";
 const PROCESS_EVENT_PROGRAM: &str = "pyperch_process_event";
+const PROCESS_EXEC_PROGRAM: &str = "pyperch_process_exec";
 
-/// The scheduler tracepoints that count changes to the set of processes.
-const PROCESS_TRACEPOINTS: [&str; 3] = ["sched_process_fork", "sched_process_exec", "sched_process_exit"];
+/// The scheduler tracepoints that count changes to the set of processes, and the program
+/// attached to each.
+const PROCESS_TRACEPOINTS: [(&str, &str); 3] = [
+    ("sched_process_fork", PROCESS_EVENT_PROGRAM),
+    ("sched_process_exit", PROCESS_EVENT_PROGRAM),
+    ("sched_process_exec", PROCESS_EXEC_PROGRAM),
+];
 
 /// Kernel-side counters (summed over CPUs).
 #[derive(Debug, Default, Clone, Copy)]
@@ -161,8 +167,10 @@ impl KernelProgram {
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let sample: &mut PerfEvent = program_mut(&mut ebpf, SAMPLE_PROGRAM)?;
         sample.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
-        let events: &mut RawTracePoint = program_mut(&mut ebpf, PROCESS_EVENT_PROGRAM)?;
-        events.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
+        for name in [PROCESS_EVENT_PROGRAM, PROCESS_EXEC_PROGRAM] {
+            let program: &mut RawTracePoint = program_mut(&mut ebpf, name)?;
+            program.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
+        }
         let processes = BpfHashMap::try_from(ebpf.take_map("PROCESSES").ok_or(LoadError::MissingMap("PROCESSES"))?)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").ok_or(LoadError::MissingMap("COUNTERS"))?)
@@ -191,9 +199,9 @@ impl KernelProgram {
     }
 
     fn attach_process_events(&mut self) -> Result<(), LoadError> {
-        let program: &mut RawTracePoint = program_mut(&mut self.ebpf, PROCESS_EVENT_PROGRAM)?;
-        for name in PROCESS_TRACEPOINTS {
-            program.attach(name).map_err(|e| LoadError::Load(error_chain(&e)))?;
+        for (tracepoint, name) in PROCESS_TRACEPOINTS {
+            let program: &mut RawTracePoint = program_mut(&mut self.ebpf, name)?;
+            program.attach(tracepoint).map_err(|e| LoadError::Load(error_chain(&e)))?;
         }
         Ok(())
     }
@@ -202,6 +210,17 @@ impl KernelProgram {
     /// not tracked. Only changes matter: an unchanged value means the same set of processes.
     pub fn process_events(&self) -> Option<u64> {
         self.process_events_attached.then(|| self.counter_sum(counter::PROCESS_EVENTS))
+    }
+
+    /// How many registered processes exec'd (and were unregistered by the kernel) since
+    /// `attach`; `None` when that is not tracked.
+    pub fn registered_execs(&self) -> Option<u64> {
+        self.process_events_attached.then(|| self.counter_sum(counter::REGISTERED_EXECS))
+    }
+
+    /// Whether the kernel still samples `pid` (it unregisters processes that exec).
+    pub fn is_registered(&self, pid: u32) -> bool {
+        self.processes.get(&pid, 0).is_ok()
     }
 
     pub fn attached_cpus(&self) -> usize {
@@ -231,8 +250,10 @@ impl KernelProgram {
         if let Ok(program) = program_mut::<PerfEvent>(&mut self.ebpf, SAMPLE_PROGRAM) {
             let _ = program.unload();
         }
-        if let Ok(program) = program_mut::<RawTracePoint>(&mut self.ebpf, PROCESS_EVENT_PROGRAM) {
-            let _ = program.unload();
+        for name in [PROCESS_EVENT_PROGRAM, PROCESS_EXEC_PROGRAM] {
+            if let Ok(program) = program_mut::<RawTracePoint>(&mut self.ebpf, name) {
+                let _ = program.unload();
+            }
         }
         self.attached_cpus = 0;
         self.process_events_attached = false;

@@ -317,6 +317,8 @@ pub(crate) struct Session {
     last_full_scan: Option<Instant>,
     /// The kernel's fork/exec/exit count at the last scan (`None`: not tracked).
     last_process_events: Option<u64>,
+    /// The kernel's count of registered processes that exec'd, at the last scan.
+    last_registered_execs: Option<u64>,
     /// PIDs at the last scan whose state is not settled: interpreters still starting, "not
     /// Python" verdicts to check again. They are looked at on every scan.
     pending: HashSet<u32>,
@@ -366,6 +368,7 @@ impl Session {
             settled: HashMap::new(),
             last_full_scan: None,
             last_process_events: None,
+            last_registered_execs: None,
             pending: HashSet::new(),
             late_samples: 0,
             clock: TickClock::new(),
@@ -406,8 +409,12 @@ impl Session {
         let full = self.last_full_scan.is_none_or(|t| t.elapsed() >= FULL_SCAN_PERIOD);
         // Read before listing: an event during the listing shows at the next scan.
         let events = self.kernel.process_events();
-        let unchanged = events.is_some() && events == self.last_process_events;
+        // Registered processes that exec'd, which the kernel unregistered: find which below.
+        let execs = self.kernel.registered_execs();
+        let kernel_dropped_some = execs != self.last_registered_execs;
+        let unchanged = events.is_some() && events == self.last_process_events && !kernel_dropped_some;
         self.last_process_events = events;
+        self.last_registered_execs = execs;
         if !full && unchanged {
             // The same processes as at the last scan: only pending ones need another look.
             let now = self.clock.now_ticks();
@@ -436,7 +443,9 @@ impl Session {
             if !present.contains(pid) || (full && !discovery::is_alive(*pid, target.process.start_time)) {
                 target.alive = false;
                 self.kernel.unregister(*pid);
-            } else if full && std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe != target.exe_link) {
+            } else if (kernel_dropped_some && !self.kernel.is_registered(*pid))
+                || (full && std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe != target.exe_link))
+            {
                 // Same process, new program: its layout and caches no longer apply.
                 self.kernel.unregister(*pid);
                 execed.push(*pid);

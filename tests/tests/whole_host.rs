@@ -119,3 +119,41 @@ fn three_versions_and_a_late_starter() {
         }
     }
 }
+
+/// A profiled process that replaces itself with another interpreter (os.execv, same pid) is
+/// profiled again at once: the kernel stops sampling it with the old layout when it execs,
+/// and pyperch registers the new program as soon as its interpreter is up.
+#[test]
+fn a_process_that_execs_another_python_is_followed() {
+    let host: Vec<Python> = ["3.9", "3.12", "3.11", "3.10", "3.13", "3.8"]
+        .iter()
+        .filter_map(|l| python_quiet(l))
+        .filter(|p| p.rootfs.is_none())
+        .collect();
+    let (Some(first), Some(second)) = (host.first(), host.iter().find(|p| p.version() != host[0].version())) else {
+        skip("two host pythons of different versions are needed");
+        return;
+    };
+    let then = format!("exec:leaf_late:3:{}", second.exe.display());
+    let mut w =
+        Workload::spawn(first, "spin.py", &["leaf_old", "60", &then]).unwrap_or_else(|e| panic!("{e:#}"));
+    let rec = record(&["--duration", "7"]);
+    w.terminate();
+    rec.assert_ok();
+    let d = format!(
+        "{}\n--- process: pid {} = {} running leaf_old, exec'ing {} running leaf_late after 3 s",
+        rec.diag_pid(w.pid),
+        w.pid,
+        first.describe(),
+        second.describe()
+    );
+    let mine = rec.profile.for_pid(w.pid);
+    let total = mine.total();
+    let (old, late) = (mine.with_leaf("leaf_old"), mine.with_leaf("leaf_late"));
+    assert!(old > 0, "no samples of the first program (leaf_old){d}");
+    // Exec about 2.5 s into a 7 s recording: the new program runs for most of it.
+    assert!(
+        late as f64 >= 0.3 * total as f64,
+        "{late} of {total} samples in the program exec'd (leaf_late), want >= 30 %{d}"
+    );
+}
