@@ -106,7 +106,6 @@ pub struct ProcessInfo {
     pub frame: FrameLayout,
 }
 
-/// Outcome of one kernel walk.
 /// Slots of the kernel program's per-CPU `COUNTERS` array.
 pub mod counter {
     /// Samples of registered processes (records attempted).
@@ -123,6 +122,7 @@ pub mod counter {
     pub const SLOTS: u32 = 4;
 }
 
+/// Outcome of one kernel walk.
 pub mod sample_status {
     /// The walk reached the bottom frame (`previous == NULL`).
     pub const COMPLETE: u32 = 0;
