@@ -31,14 +31,15 @@ use crate::{
 /// How often the session looks for new Python processes (a launched command's children are
 /// looked for more often: short scripts matter there). A look costs almost nothing while the
 /// kernel has seen no fork, exec or exit since the previous one; otherwise /proc is listed.
-/// The ring buffer is drained on the same beat when no sample needs target reads.
+/// The ring buffer is drained on the same beat (more often after late samples, see
+/// `DRAIN_INTERVAL_BUSY`).
 pub(crate) const DISCOVERY_INTERVAL: Duration = Duration::from_millis(250);
 pub(crate) const LAUNCH_DISCOVERY_INTERVAL: Duration = Duration::from_millis(100);
 /// The beat once every explicitly given pid is registered: nothing can join any more, so the
 /// beat only drains the ring buffer (the kernel wakes us early when a batch accumulates).
 const SETTLED_PIDS_INTERVAL: Duration = Duration::from_secs(1);
 /// Processes already looked at are checked again (PID reuse, exec) this often; young ones
-/// are looked at on every scan.
+/// are looked at on every scan that lists /proc.
 const FULL_SCAN_PERIOD: Duration = Duration::from_secs(10);
 /// Processes younger than this (in clock ticks: 10 s at Linux's 100 Hz) are looked at on every
 /// scan that lists /proc.
