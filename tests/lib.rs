@@ -55,6 +55,21 @@ pub fn skip(reason: impl std::fmt::Display) {
     let _ = writeln!(std::io::stderr(), "SKIP {}: {reason}", test_name());
 }
 
+/// Sends `signal` to our own child, gives it `grace` to exit, then kills it; reaped either way.
+pub fn stop_child(child: &mut Child, signal: libc::c_int, grace: Duration) {
+    // SAFETY: plain kill(2) on our own child, not yet reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 // ---------------------------------------------------------------------------------------
 // The binary under test
 // ---------------------------------------------------------------------------------------
@@ -293,6 +308,27 @@ pub fn python_quiet(label: &str) -> Option<Python> {
 }
 
 /// The first available of `labels` (in order), or `None` after printing a SKIP message.
+/// The interpreters of the sid root filesystem, preferred for tests that run processes in
+/// their own PID and mount namespaces.
+pub const NAMESPACED_PREFERENCE: [&str; 3] = ["sid-3.14", "sid-3.15", "sid-3.13"];
+
+/// A Python for namespaced tests (see `NAMESPACED_PREFERENCE`) and a fresh cgroup tree;
+/// `None`, after a SKIP message, when unshare, the interpreters or cgroups are missing.
+pub fn namespaced_python_and_cgroups() -> Option<(Python, Cgroups)> {
+    let py = first_python(&NAMESPACED_PREFERENCE)?;
+    if find_program("unshare").is_none() {
+        skip("unshare (util-linux) is not installed");
+        return None;
+    }
+    match Cgroups::new() {
+        Ok(c) => Some((py, c)),
+        Err(why) => {
+            skip(format!("cannot create cgroups: {why}"));
+            None
+        }
+    }
+}
+
 pub fn first_python(labels: &[&str]) -> Option<Python> {
     let found = labels.iter().find_map(|l| python_quiet(l));
     if found.is_none() {
@@ -795,17 +831,7 @@ impl Running {
         }
         let elapsed = self.start.elapsed();
         if status.is_none() {
-            // SAFETY: plain kill(2) on our own child.
-            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
-            let grace = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < grace {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    break;
-                }
-                thread::sleep(Duration::from_millis(50));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+            stop_child(&mut self.child, libc::SIGINT, Duration::from_secs(5));
         }
         let stdout = self.out.join().unwrap_or_default();
         let stderr = self.err.join().unwrap_or_default();
@@ -1733,17 +1759,7 @@ impl IngestReceiver {
 
 impl Drop for IngestReceiver {
     fn drop(&mut self) {
-        // SAFETY: plain kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        stop_child(&mut self.child, libc::SIGTERM, Duration::from_secs(3));
         if !thread::panicking() {
             let _ = fs::remove_dir_all(&self.dir);
         }

@@ -21,7 +21,6 @@ use serde_json::Value;
 
 use pyperch_tests::*;
 
-const NAMESPACED_PREFERENCE: [&str; 3] = ["sid-3.14", "sid-3.15", "sid-3.13"];
 const LEAVES: [&str; 5] = [
     "leaf_red",
     "leaf_green",
@@ -52,6 +51,18 @@ struct Member {
     pod: Option<String>,
 }
 
+/// The labels naming a member's container and pod (none for a host process).
+fn container_labels(m: &Member) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    if let Some(c) = &m.container {
+        labels.insert("container.id".to_string(), c.clone());
+    }
+    if let Some(p) = &m.pod {
+        labels.insert("k8s.pod.uid".to_string(), p.clone());
+    }
+    labels
+}
+
 /// Three spinning interpreters: `k8s` (leaf_red, a containerd container of a Kubernetes
 /// pod), `docker` (leaf_green) and `host` (leaf_blue, no namespaces, a cgroup naming no
 /// container). Their command lines share `token`.
@@ -63,18 +74,7 @@ struct Workloads {
 
 impl Workloads {
     fn start(with_second_pod_container: bool) -> Option<Workloads> {
-        let py = first_python(&NAMESPACED_PREFERENCE)?;
-        if find_program("unshare").is_none() {
-            skip("unshare (util-linux) is not installed");
-            return None;
-        }
-        let mut cgroups = match Cgroups::new() {
-            Ok(c) => c,
-            Err(why) => {
-                skip(format!("cannot create cgroups: {why}"));
-                return None;
-            }
-        };
+        let (py, mut cgroups) = namespaced_python_and_cgroups()?;
         let token = format!("e2e{}", random_hex(10));
         let pod = random_pod_uid();
         let mut plan: Vec<Plan> = Vec::new();
@@ -710,16 +710,9 @@ fn agent_survives_an_outage_and_flushes_on_sigterm() {
         let m = w
             .by_pid(pid)
             .unwrap_or_else(|| panic!("a profile of pid {pid}, which --cmdline excludes{d}"));
-        let mut want = BTreeMap::from([
-            ("process.pid".to_string(), pid.to_string()),
-            ("process.executable.name".to_string(), m.proc.exe_name()),
-        ]);
-        if let Some(c) = &m.container {
-            want.insert("container.id".into(), c.clone());
-        }
-        if let Some(p) = &m.pod {
-            want.insert("k8s.pod.uid".into(), p.clone());
-        }
+        let mut want = container_labels(m);
+        want.insert("process.pid".to_string(), pid.to_string());
+        want.insert("process.executable.name".to_string(), m.proc.exe_name());
         assert_eq!(
             up.name_labels,
             want,
@@ -891,13 +884,7 @@ fn agent_one_profile_per_container() {
             up.brief()
         );
         let m = group[0];
-        let mut want = BTreeMap::new();
-        if let Some(c) = &m.container {
-            want.insert("container.id".to_string(), c.clone());
-        }
-        if let Some(p) = &m.pod {
-            want.insert("k8s.pod.uid".to_string(), p.clone());
-        }
+        let want = container_labels(m);
         assert_eq!(
             up.name_labels,
             want,

@@ -15,7 +15,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use pyperch_tests::*;
 
 /// The interpreters run inside the namespaces (Debian sid's, with `--root=<rootfs>`).
-const NAMESPACED_PREFERENCE: [&str; 3] = ["sid-3.14", "sid-3.15", "sid-3.13"];
 const LEAVES: [&str; 5] = [
     "leaf_red",
     "leaf_green",
@@ -49,18 +48,7 @@ struct Fleet {
 impl Fleet {
     /// `None` (after a SKIP message) when the interpreters or cgroups are not available.
     fn start() -> Option<Fleet> {
-        let py = first_python(&NAMESPACED_PREFERENCE)?;
-        if find_program("unshare").is_none() {
-            skip("unshare (util-linux) is not installed");
-            return None;
-        }
-        let mut cgroups = match Cgroups::new() {
-            Ok(c) => c,
-            Err(why) => {
-                skip(format!("cannot create cgroups: {why}"));
-                return None;
-            }
-        };
+        let (py, mut cgroups) = namespaced_python_and_cgroups()?;
         let token = format!("e2e{}", random_hex(10));
         let pod_uid = random_pod_uid();
         let (c1_id, c2_id, d_id) = (random_hex(64), random_hex(64), random_hex(64));
