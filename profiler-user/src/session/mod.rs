@@ -2,31 +2,31 @@
 //! kernel registrations, and the path of every sample from the ring buffer to the profile
 //! (completion → symbolization → aggregation).
 
+mod event_loop;
+mod target;
+
 use std::{
     collections::{HashMap, HashSet},
-    io::IsTerminal,
     path::PathBuf,
-    process::Child,
-    sync::{Arc, atomic::Ordering::Relaxed},
+    sync::atomic::Ordering::Relaxed,
     time::{Duration, Instant},
 };
 
-use profiler_common::{FRAME_ENTRY_SIZE, FrameEntry, MAX_FULL_FRAMES, SAMPLE_HEADER_SIZE, SampleHeader, sample_status};
-use tokio::io::{Interest, unix::AsyncFd};
+use profiler_common::{SAMPLE_HEADER_SIZE, SampleHeader};
 
 use crate::{
-    aggregate::{FrameId, FrameName, ProcessLabel, Profile},
-    completion::{TailCache, TailSource},
+    aggregate::{ProcessLabel, Profile},
     containers,
     discovery::{self, DiscoveryError, PythonProcess},
     filter::ProcessFilter,
-    layout::STR_HASH_OFFSET,
     loader::KernelProgram,
     memory::{self, ProcessMemory},
     record::RecordError,
     stats::{Counters, SampleOutcome},
-    symbolize::{self, CodeInfo, SymbolError},
 };
+
+pub(crate) use event_loop::{LoopControl, LoopEnd, exit_code, run_loop};
+use target::Target;
 
 /// How often the session looks for new Python processes (a launched command's children are
 /// looked for more often: short scripts matter there). A look costs almost nothing while the
@@ -44,19 +44,6 @@ const FULL_SCAN_PERIOD: Duration = Duration::from_secs(10);
 /// Processes younger than this (in clock ticks: 10 s at Linux's 100 Hz) are looked at on every
 /// scan that lists /proc.
 const YOUNG_PROCESS_TICKS: u64 = 1000;
-/// How often the ring buffer is drained when the kernel has not woken us (it wakes us only
-/// once a batch has accumulated): on the discovery beat, which keeps a session's fixed cost
-/// low; but after a sample came too late (its code object or deep stack had already changed
-/// when we read it: code churning, processes exiting), often, so that short-lived code
-/// objects are read before they are freed.
-const DRAIN_INTERVAL_BUSY: Duration = Duration::from_millis(10);
-/// How long after the last late sample the busy interval is kept.
-const BUSY_HOLD: Duration = Duration::from_secs(5);
-/// How often the progress line is updated (on the next beat after it is due).
-const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
-/// Bounds on the per-process symbol caches (emptied and refilled when reached).
-const MAX_CACHED_CODES: usize = 1 << 16;
-const MAX_CACHED_POSITIONS: usize = 1 << 20;
 /// Exited processes whose counts are kept for `--stats` (the oldest are summed up).
 const MAX_RETIRED: usize = 4096;
 
@@ -87,206 +74,6 @@ impl Scope {
                 false
             }
         }
-    }
-}
-
-/// One Python process being profiled, with its caches.
-struct Target {
-    process: PythonProcess,
-    mem: ProcessMemory,
-    /// Code objects by address, with their validation word.
-    codes: HashMap<u64, Arc<CodeEntry>>,
-    /// (code, validation word, instruction offset, owned by a generator) → the frame shown,
-    /// or `None` for a frame CPython itself hides (not started yet).
-    positions: HashMap<(u64, u16, i32, bool), Option<FrameId>>,
-    tails: TailCache,
-    counters: Counters,
-    /// Still running and registered with the kernel.
-    alive: bool,
-    /// `/proc/PID/exe` when registered: a change means the process exec'd another program.
-    exe_link: PathBuf,
-    /// Scratch stack (root first), reused between samples.
-    stack: Vec<FrameId>,
-}
-
-/// A symbolized code object and the validation word it had when read.
-struct CodeEntry {
-    info: CodeInfo,
-    check: u16,
-}
-
-/// Why a frame could not be turned into a name.
-enum FrameError {
-    /// Not readable, or not a code object.
-    BadCode,
-    /// The code object at that address is not the one the kernel saw.
-    Changed,
-}
-
-impl Target {
-    fn new(process: PythonProcess) -> Self {
-        let mem = ProcessMemory::new(process.pid);
-        let exe_link = std::fs::read_link(format!("/proc/{}/exe", process.pid)).unwrap_or_default();
-        Self {
-            process,
-            mem,
-            exe_link,
-            codes: HashMap::new(),
-            positions: HashMap::new(),
-            tails: TailCache::default(),
-            counters: Counters::default(),
-            alive: true,
-            stack: Vec::with_capacity(64),
-        }
-    }
-
-    fn process_sample(&mut self, header: &SampleHeader, body: &[u8], profile: &mut Profile, threads: bool) -> SampleOutcome {
-        match header.status {
-            sample_status::COMPLETE => {}
-            sample_status::NO_THREAD_STATE => return SampleOutcome::NoThreadState,
-            sample_status::NO_FRAME => return SampleOutcome::Idle,
-            sample_status::TRUNCATED => return SampleOutcome::Truncated,
-            _ => return SampleOutcome::KernelReadFault,
-        }
-        // Read through the sampled thread: it was running a moment ago, whereas the process's
-        // first thread may have exited (its pid then no longer has an address space).
-        self.mem = ProcessMemory::new(header.tid);
-        let n_full = (header.n_full as usize).min(MAX_FULL_FRAMES).min(body.len() / FRAME_ENTRY_SIZE);
-        let full = |i: usize| -> FrameEntry {
-            // SAFETY: i < n_full ≤ body.len() / FRAME_ENTRY_SIZE; FrameEntry is plain data.
-            unsafe { std::ptr::read_unaligned(body.as_ptr().add(i * FRAME_ENTRY_SIZE) as *const FrameEntry) }
-        };
-        let mut stack = std::mem::take(&mut self.stack);
-        stack.clear();
-        let mut result = Ok(());
-        if header.n_hashed > 0 {
-            let layout = self.process.layout.frame;
-            let tail = match self.tails.complete(&self.mem, &layout, header.tail_first, header.n_hashed, header.tail_hash) {
-                Ok(tail) => tail,
-                Err(_) => {
-                    self.stack = stack;
-                    return SampleOutcome::StaleTail;
-                }
-            };
-            match tail.source {
-                TailSource::Hit => self.counters.frame_cache_hits += 1,
-                TailSource::Partial => self.counters.frame_cache_partial_hits += 1,
-                TailSource::Miss => self.counters.frame_cache_misses += 1,
-            }
-            self.counters.frames_from_memory += tail.frames_from_memory as u64;
-            self.counters.frames_from_cache += (tail.tail.frames.len() - tail.frames_from_memory) as u64;
-            match tail.tail.symbols.get() {
-                Some(ids) => stack.extend_from_slice(ids),
-                None => {
-                    for entry in tail.tail.frames.iter().rev() {
-                        match self.frame_id(entry, None, profile) {
-                            Ok(Some(id)) => stack.push(id),
-                            Ok(None) => {}
-                            Err(e) => {
-                                result = Err(e);
-                                break;
-                            }
-                        }
-                    }
-                    if result.is_ok() {
-                        let _ = tail.tail.symbols.set(stack.as_slice().into());
-                    }
-                }
-            }
-        }
-        self.counters.frames_from_kernel += n_full as u64;
-        if result.is_ok() {
-            for i in (0..n_full).rev() {
-                let entry = full(i);
-                match self.frame_id(&entry, Some(entry.check), profile) {
-                    Ok(Some(id)) => stack.push(id),
-                    Ok(None) => {}
-                    Err(e) => {
-                        result = Err(e);
-                        break;
-                    }
-                }
-            }
-        }
-        let outcome = match result {
-            Err(FrameError::BadCode) => SampleOutcome::BadCodeObject,
-            Err(FrameError::Changed) => SampleOutcome::ChangedCodeObject,
-            Ok(()) if stack.is_empty() => SampleOutcome::Idle,
-            Ok(()) => {
-                profile.add(header.tgid, threads.then_some(header.tid), &stack, 1);
-                SampleOutcome::Ok
-            }
-        };
-        self.stack = stack;
-        outcome
-    }
-
-    /// The frame shown for one interpreter frame; `None` for frames CPython hides (shims,
-    /// frames not started yet). `check` is the kernel's validation word for the frame's code
-    /// object (full frames), `None` for frames completed in userspace.
-    fn frame_id(&mut self, entry: &FrameEntry, check: Option<u16>, profile: &mut Profile) -> Result<Option<FrameId>, FrameError> {
-        let semantics = self.process.layout.frame_semantics;
-        if let Some(shim) = semantics.shim_owner {
-            if entry.owner != u8::MAX && entry.owner >= shim {
-                return Ok(None);
-            }
-        }
-        let generator = semantics.owner_generator.is_some_and(|g| g == entry.owner);
-        if let Some(check) = check {
-            if let Some(id) = self.positions.get(&(entry.code, check, entry.instr_offset, generator)) {
-                self.counters.code_cache_hits += 1;
-                return Ok(*id);
-            }
-        }
-        let code = self.code_entry(entry.code, check)?;
-        let key = (entry.code, code.check, entry.instr_offset, generator);
-        if let Some(id) = self.positions.get(&key) {
-            return Ok(*id);
-        }
-        let info = &code.info;
-        let incomplete = !generator
-            && self.process.layout.code.firsttraceable.is_some()
-            && (entry.instr_offset as i64) < 2 * info.firsttraceable as i64;
-        let id = if incomplete {
-            None
-        } else {
-            let line = info.line(entry.instr_offset).unwrap_or(0);
-            Some(profile.intern(FrameName { function: info.qualname.clone(), file: info.filename.clone(), line }))
-        };
-        if self.positions.len() >= MAX_CACHED_POSITIONS {
-            self.positions.clear();
-        }
-        self.positions.insert(key, id);
-        Ok(id)
-    }
-
-    /// The code object at `address`, from the cache when its validation word matches
-    /// `expected` (or when no word is expected), else read again.
-    fn code_entry(&mut self, address: u64, expected: Option<u16>) -> Result<Arc<CodeEntry>, FrameError> {
-        if let Some(code) = self.codes.get(&address) {
-            if expected.is_none_or(|e| e == code.check) {
-                self.counters.code_cache_hits += 1;
-                return Ok(code.clone());
-            }
-            // Freed and replaced by another code object since we read it.
-            self.counters.stale_invalidations += 1;
-        }
-        self.counters.code_cache_misses += 1;
-        let layout = &self.process.layout;
-        let info = symbolize::read_code(&self.mem, layout, self.process.code_type_address, address)
-            .map_err(|_: SymbolError| FrameError::BadCode)?;
-        let name = self.mem.read_u64(address + layout.code.name as u64).map_err(|_| FrameError::BadCode)?;
-        let check = self.mem.read_u64(name + STR_HASH_OFFSET as u64).map_err(|_| FrameError::BadCode)? as u16;
-        let code = Arc::new(CodeEntry { info, check });
-        if self.codes.len() >= MAX_CACHED_CODES {
-            self.codes.clear();
-        }
-        self.codes.insert(address, code.clone());
-        if expected.is_some_and(|e| e != check) {
-            // It changed again after the sample: what we read is not what was sampled.
-            return Err(FrameError::Changed);
-        }
-        Ok(code)
     }
 }
 
@@ -660,148 +447,6 @@ impl Session {
     }
 }
 
-
-
-/// Work done every period inside the loop (the agent's uploads).
-pub(crate) type PeriodicHook<'a> = dyn FnMut(&mut Session) + 'a;
-
-/// What ends a session's event loop, and what runs periodically inside it.
-pub(crate) struct LoopControl<'a> {
-    /// Stop after this long.
-    pub(crate) duration: Option<Duration>,
-    /// Stop when this launched command exits.
-    pub(crate) child: Option<&'a mut Child>,
-    /// Show progress on stderr (elapsed, samples, processes).
-    pub(crate) progress: bool,
-    /// How often to look for new processes.
-    pub(crate) discovery_interval: Duration,
-    /// Called every period with the session (the agent's uploads).
-    pub(crate) periodic: Option<(Duration, &'a mut PeriodicHook<'a>)>,
-}
-
-/// Why the loop ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LoopEnd {
-    DurationElapsed,
-    /// The launched command exited with this status (128 + signal when killed).
-    CommandExited(i32),
-    /// Ctrl-C or SIGTERM.
-    Interrupted,
-}
-
-/// Runs the session: reads samples as the kernel sends them, scans for processes, until
-/// `control` says stop. Samples still in the ring buffer at the end are processed too.
-pub(crate) async fn run_loop(
-    session: &mut Session,
-    ring: aya::maps::RingBuf<aya::maps::MapData>,
-    mut control: LoopControl<'_>,
-) -> Result<LoopEnd, RecordError> {
-    let runtime_error = |e: std::io::Error| RecordError::Runtime(e.to_string());
-    // SAFETY: the ring buffer owns its fd, which stays open for the AsyncFd's lifetime.
-    let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
-        .map_err(|e| RecordError::Runtime(e.to_string()))?;
-    let started = Instant::now();
-    // One timer drives draining, discovery and progress, so that an idle session wakes only
-    // on the discovery beat.
-    let beat = control.discovery_interval;
-    let drain = tokio::time::sleep(Duration::ZERO);
-    tokio::pin!(drain);
-    let mut next_scan = Instant::now();
-    // Progress lines are due at whole seconds of the recording.
-    let mut progress_due: u32 = 1;
-    let mut late_at_last_drain = session.late_samples;
-    let mut last_late: Option<Instant> = None;
-    let period = control.periodic.as_ref().map(|(d, _)| *d).unwrap_or(Duration::from_secs(3600));
-    let mut periodic_tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    let deadline = control.duration.map(|d| tokio::time::Instant::from_std(started + d));
-    let interactive = std::io::stderr().is_terminal();
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
-    let mut sigterm =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(runtime_error)?;
-    let end = loop {
-        let sleep = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            guard = ring.readable_mut() => {
-                let mut guard = guard.map_err(runtime_error)?;
-                let rb = guard.get_inner_mut();
-                while let Some(item) = rb.next() {
-                    session.on_record(&item);
-                }
-                guard.clear_ready();
-            }
-            _ = &mut drain => {
-                let rb = ring.get_mut();
-                while let Some(item) = rb.next() {
-                    session.on_record(&item);
-                }
-                let now = Instant::now();
-                if session.late_samples != late_at_last_drain {
-                    last_late = Some(now);
-                    late_at_last_drain = session.late_samples;
-                }
-                if now >= next_scan {
-                    if let Some(c) = control.child.as_mut() {
-                        if let Ok(Some(status)) = c.try_wait() {
-                            break LoopEnd::CommandExited(exit_code(status));
-                        }
-                    }
-                    session.scan();
-                    next_scan = now + session.scan_interval(beat);
-                }
-                if control.progress && now >= started + PROGRESS_INTERVAL * progress_due {
-                    show_progress(session, started, progress_due, interactive);
-                    progress_due = (now.duration_since(started).as_secs() as u32).saturating_add(1);
-                }
-                let busy = last_late.is_some_and(|t| now.duration_since(t) < BUSY_HOLD);
-                let next = if busy { now + DRAIN_INTERVAL_BUSY } else { next_scan };
-                drain.as_mut().reset(tokio::time::Instant::from_std(next));
-            }
-            _ = periodic_tick.tick(), if control.periodic.is_some() => {
-                let rb = ring.get_mut();
-                while let Some(item) = rb.next() {
-                    session.on_record(&item);
-                }
-                if let Some((_, hook)) = control.periodic.as_mut() {
-                    hook(session);
-                }
-            }
-            _ = sleep => break LoopEnd::DurationElapsed,
-            _ = &mut ctrl_c => break LoopEnd::Interrupted,
-            _ = sigterm.recv() => break LoopEnd::Interrupted,
-        }
-    };
-    if interactive && control.progress {
-        eprint!("\r\x1b[K");
-    }
-    let rb = ring.get_mut();
-    while let Some(item) = rb.next() {
-        session.on_record(&item);
-    }
-    Ok(end)
-}
-
-/// Updates the progress line on stderr: in place on a terminal, every 5 s otherwise.
-/// `second` is the whole second of the recording the line is due for.
-fn show_progress(session: &Session, started: Instant, second: u32, interactive: bool) {
-    let line = format!(
-        "pyperch: {:>6.1} s  {:>9} samples  {:>4} processes",
-        started.elapsed().as_secs_f64(),
-        session.totals().samples(),
-        session.live_processes()
-    );
-    if interactive {
-        eprint!("\r{line}\x1b[K");
-    } else if second.is_multiple_of(5) {
-        eprintln!("{line}");
-    }
-}
-
 /// Time since boot in clock ticks, the unit of a process's start time: /proc/uptime read
 /// once, then advanced with a monotonic clock.
 struct TickClock {
@@ -824,10 +469,4 @@ impl TickClock {
     fn now_ticks(&self) -> u64 {
         (self.ticks_at_start + self.started.elapsed().as_secs_f64() * self.hz) as u64
     }
-}
-
-/// The exit status of a finished command, shell-style.
-pub(crate) fn exit_code(status: std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1)
 }

@@ -1,0 +1,170 @@
+//! The session's event loop: drains the ring buffer, drives discovery and progress on one
+//! beat, and ends on the duration, the launched command's exit, or a signal.
+
+use std::{
+    io::IsTerminal,
+    process::Child,
+    time::{Duration, Instant},
+};
+
+use tokio::io::{Interest, unix::AsyncFd};
+
+use super::Session;
+use crate::record::RecordError;
+
+/// How often the ring buffer is drained when the kernel has not woken us (it wakes us only
+/// once a batch has accumulated): on the discovery beat, which keeps a session's fixed cost
+/// low; but after a sample came too late (its code object or deep stack had already changed
+/// when we read it: code churning, processes exiting), often, so that short-lived code
+/// objects are read before they are freed.
+const DRAIN_INTERVAL_BUSY: Duration = Duration::from_millis(10);
+/// How long after the last late sample the busy interval is kept.
+const BUSY_HOLD: Duration = Duration::from_secs(5);
+/// How often the progress line is updated (on the next beat after it is due).
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Work done every period inside the loop (the agent's uploads).
+pub(crate) type PeriodicHook<'a> = dyn FnMut(&mut Session) + 'a;
+
+/// What ends a session's event loop, and what runs periodically inside it.
+pub(crate) struct LoopControl<'a> {
+    /// Stop after this long.
+    pub(crate) duration: Option<Duration>,
+    /// Stop when this launched command exits.
+    pub(crate) child: Option<&'a mut Child>,
+    /// Show progress on stderr (elapsed, samples, processes).
+    pub(crate) progress: bool,
+    /// How often to look for new processes.
+    pub(crate) discovery_interval: Duration,
+    /// Called every period with the session (the agent's uploads).
+    pub(crate) periodic: Option<(Duration, &'a mut PeriodicHook<'a>)>,
+}
+
+/// Why the loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LoopEnd {
+    DurationElapsed,
+    /// The launched command exited with this status (128 + signal when killed).
+    CommandExited(i32),
+    /// Ctrl-C or SIGTERM.
+    Interrupted,
+}
+
+/// Runs the session: reads samples as the kernel sends them, scans for processes, until
+/// `control` says stop. Samples still in the ring buffer at the end are processed too.
+pub(crate) async fn run_loop(
+    session: &mut Session,
+    ring: aya::maps::RingBuf<aya::maps::MapData>,
+    mut control: LoopControl<'_>,
+) -> Result<LoopEnd, RecordError> {
+    let runtime_error = |e: std::io::Error| RecordError::Runtime(e.to_string());
+    // SAFETY: the ring buffer owns its fd, which stays open for the AsyncFd's lifetime.
+    let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+        .map_err(|e| RecordError::Runtime(e.to_string()))?;
+    let started = Instant::now();
+    // One timer drives draining, discovery and progress, so that an idle session wakes only
+    // on the discovery beat.
+    let beat = control.discovery_interval;
+    let drain = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(drain);
+    let mut next_scan = Instant::now();
+    // Progress lines are due at whole seconds of the recording.
+    let mut progress_due: u32 = 1;
+    let mut late_at_last_drain = session.late_samples;
+    let mut last_late: Option<Instant> = None;
+    let period = control.periodic.as_ref().map(|(d, _)| *d).unwrap_or(Duration::from_secs(3600));
+    let mut periodic_tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    let deadline = control.duration.map(|d| tokio::time::Instant::from_std(started + d));
+    let interactive = std::io::stderr().is_terminal();
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let mut sigterm =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(runtime_error)?;
+    let end = loop {
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            guard = ring.readable_mut() => {
+                let mut guard = guard.map_err(runtime_error)?;
+                let rb = guard.get_inner_mut();
+                while let Some(item) = rb.next() {
+                    session.on_record(&item);
+                }
+                guard.clear_ready();
+            }
+            _ = &mut drain => {
+                let rb = ring.get_mut();
+                while let Some(item) = rb.next() {
+                    session.on_record(&item);
+                }
+                let now = Instant::now();
+                if session.late_samples != late_at_last_drain {
+                    last_late = Some(now);
+                    late_at_last_drain = session.late_samples;
+                }
+                if now >= next_scan {
+                    if let Some(c) = control.child.as_mut() {
+                        if let Ok(Some(status)) = c.try_wait() {
+                            break LoopEnd::CommandExited(exit_code(status));
+                        }
+                    }
+                    session.scan();
+                    next_scan = now + session.scan_interval(beat);
+                }
+                if control.progress && now >= started + PROGRESS_INTERVAL * progress_due {
+                    show_progress(session, started, progress_due, interactive);
+                    progress_due = (now.duration_since(started).as_secs() as u32).saturating_add(1);
+                }
+                let busy = last_late.is_some_and(|t| now.duration_since(t) < BUSY_HOLD);
+                let next = if busy { now + DRAIN_INTERVAL_BUSY } else { next_scan };
+                drain.as_mut().reset(tokio::time::Instant::from_std(next));
+            }
+            _ = periodic_tick.tick(), if control.periodic.is_some() => {
+                let rb = ring.get_mut();
+                while let Some(item) = rb.next() {
+                    session.on_record(&item);
+                }
+                if let Some((_, hook)) = control.periodic.as_mut() {
+                    hook(session);
+                }
+            }
+            _ = sleep => break LoopEnd::DurationElapsed,
+            _ = &mut ctrl_c => break LoopEnd::Interrupted,
+            _ = sigterm.recv() => break LoopEnd::Interrupted,
+        }
+    };
+    if interactive && control.progress {
+        eprint!("\r\x1b[K");
+    }
+    let rb = ring.get_mut();
+    while let Some(item) = rb.next() {
+        session.on_record(&item);
+    }
+    Ok(end)
+}
+
+/// Updates the progress line on stderr: in place on a terminal, every 5 s otherwise.
+/// `second` is the whole second of the recording the line is due for.
+fn show_progress(session: &Session, started: Instant, second: u32, interactive: bool) {
+    let line = format!(
+        "pyperch: {:>6.1} s  {:>9} samples  {:>4} processes",
+        started.elapsed().as_secs_f64(),
+        session.totals().samples(),
+        session.live_processes()
+    );
+    if interactive {
+        eprint!("\r{line}\x1b[K");
+    } else if second.is_multiple_of(5) {
+        eprintln!("{line}");
+    }
+}
+
+/// The exit status of a finished command, shell-style.
+pub(crate) fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1)
+}
