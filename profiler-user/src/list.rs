@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use crate::{
     containers,
+    session::{Budgeted, INSPECT_BUDGET},
     discovery::{self, DiscoveryError, Linkage},
 };
 
@@ -27,41 +28,56 @@ pub struct Row {
 pub fn python_processes() -> Vec<Row> {
     let own = std::process::id();
     let mut rows = Vec::new();
+    // Each process is looked at with a time budget: one whose files never answer gets a row
+    // saying so instead of hanging the listing.
+    let budgeted = Budgeted::default();
     for pid in discovery::python_pids_candidates() {
         if pid == own {
             continue;
         }
-        let info = containers::for_process(pid);
-        let container = info.short_id().map(str::to_string).unwrap_or_else(|| "-".into());
-        let pod = info.pod_uid.clone().unwrap_or_else(|| "-".into());
-        let namespace_pid = info.namespace_pid().map(|p| p.to_string()).unwrap_or_else(|| "-".into());
-        let (container, pod, namespace_pid) = (&container, &pod, &namespace_pid);
-        match discovery::inspect(pid) {
-            Ok(p) => rows.push(Row {
-                pid,
-                executable: p.exe.display().to_string(),
-                version: p.version.to_string(),
-                linkage: match &p.linkage {
-                    Linkage::Static => "static".to_string(),
-                    Linkage::Shared { .. } => "shared".to_string(),
-                },
-                threads: p.thread_count().map(|n| n.to_string()).unwrap_or_else(|| "?".into()),
-                container: container.clone(),
-                pod: pod.clone(),
-                namespace_pid: namespace_pid.clone(),
-                status: "ok".to_string(),
+        match budgeted.run(INSPECT_BUDGET, move || row(pid)) {
+            Ok(Some(row)) => rows.push(row),
+            Ok(None) => {}
+            Err(_) => rows.push(Row {
+                status: format!("skipped: did not answer within {:.1} s", INSPECT_BUDGET.as_secs_f64()),
+                ..unknown_row(pid, "?", "?", "?")
             }),
-            Err(DiscoveryError::Unsupported { reason, .. }) => {
-                rows.push(Row { status: format!("unsupported: {reason}"), ..unknown_row(pid, container, pod, namespace_pid) })
-            }
-            Err(DiscoveryError::NotReady { reason, .. }) => {
-                rows.push(Row { status: format!("starting: {reason}"), ..unknown_row(pid, container, pod, namespace_pid) })
-            }
-            Err(_) => {}
         }
     }
     rows.sort_by_key(|r| r.pid);
     rows
+}
+
+/// The row of process `pid`, if it is a Python process.
+fn row(pid: u32) -> Option<Row> {
+    let info = containers::for_process(pid);
+    let container = info.short_id().map(str::to_string).unwrap_or_else(|| "-".into());
+    let pod = info.pod_uid.clone().unwrap_or_else(|| "-".into());
+    let namespace_pid = info.namespace_pid().map(|p| p.to_string()).unwrap_or_else(|| "-".into());
+    let (container, pod, namespace_pid) = (&container, &pod, &namespace_pid);
+    match discovery::inspect(pid) {
+        Ok(p) => Some(Row {
+            pid,
+            executable: p.exe.display().to_string(),
+            version: p.version.to_string(),
+            linkage: match &p.linkage {
+                Linkage::Static => "static".to_string(),
+                Linkage::Shared { .. } => "shared".to_string(),
+            },
+            threads: p.thread_count().map(|n| n.to_string()).unwrap_or_else(|| "?".into()),
+            container: container.clone(),
+            pod: pod.clone(),
+            namespace_pid: namespace_pid.clone(),
+            status: "ok".to_string(),
+        }),
+        Err(DiscoveryError::Unsupported { reason, .. }) => {
+            Some(Row { status: format!("unsupported: {reason}"), ..unknown_row(pid, container, pod, namespace_pid) })
+        }
+        Err(DiscoveryError::NotReady { reason, .. }) => {
+            Some(Row { status: format!("starting: {reason}"), ..unknown_row(pid, container, pod, namespace_pid) })
+        }
+        Err(_) => None,
+    }
 }
 
 /// A row for a Python process whose interpreter could not be inspected.

@@ -3,7 +3,13 @@
 //!
 //! The kernel program is embedded in the binary at build time (see build.rs).
 
-use std::fs;
+use std::{
+    fs,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -125,11 +131,18 @@ pub fn task_fsbase_offset() -> Result<u64, LoadError> {
 /// The loaded kernel program and its maps.
 pub struct KernelProgram {
     ebpf: Ebpf,
-    processes: BpfHashMap<MapData, u32, ProcessInfo>,
-    counters: PerCpuArray<MapData, u64>,
+    registry: Arc<Registry>,
     attached_cpus: usize,
+}
+
+/// The kernel program's maps that discovery works with: which processes are registered
+/// (and with which layout), and the kernel's counters. Shared between the sampling loop and
+/// the discovery thread; every operation is one map syscall on an fd that stays open.
+pub struct Registry {
+    processes: Mutex<BpfHashMap<MapData, u32, ProcessInfo>>,
+    counters: PerCpuArray<MapData, u64>,
     /// Whether the process-event programs are attached to the scheduler's tracepoints.
-    process_events_attached: bool,
+    process_events_attached: AtomicBool,
 }
 
 /// The kernel program's entry points: one per sample, one per fork or exit, one per exec.
@@ -175,13 +188,15 @@ impl KernelProgram {
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").ok_or(LoadError::MissingMap("COUNTERS"))?)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
-        Ok(Self { ebpf, processes, counters, attached_cpus: 0, process_events_attached: false })
+        let registry = Arc::new(Registry { processes: Mutex::new(processes), counters, process_events_attached: AtomicBool::new(false) });
+        Ok(Self { ebpf, registry, attached_cpus: 0 })
     }
 
     /// Attaches to the CPU clock of every online CPU, sampling at `hz`, and to the scheduler's
     /// process tracepoints (if that fails, discovery lists /proc on every scan instead).
     pub fn attach(&mut self, hz: u64) -> Result<(), LoadError> {
-        self.process_events_attached = self.attach_process_events().is_ok();
+        let attached = self.attach_process_events().is_ok();
+        self.registry.process_events_attached.store(attached, Ordering::Relaxed);
         let cpus = aya::util::online_cpus().map_err(|(what, e)| LoadError::Cpus(format!("{what}: {e}")))?;
         let program: &mut PerfEvent = program_mut(&mut self.ebpf, SAMPLE_PROGRAM)?;
         for cpu in cpus {
@@ -206,21 +221,21 @@ impl KernelProgram {
         Ok(())
     }
 
-    /// How many forks, execs and exits the kernel has seen since `attach`; `None` when that is
-    /// not tracked. Only changes matter: an unchanged value means the same set of processes.
-    pub fn process_events(&self) -> Option<u64> {
-        self.process_events_attached.then(|| self.counter_sum(counter::PROCESS_EVENTS))
+    /// The maps discovery works with, shareable with another thread.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry.clone()
     }
 
-    /// How many registered processes exec'd (and were unregistered by the kernel) since
-    /// `attach`; `None` when that is not tracked.
-    pub fn registered_execs(&self) -> Option<u64> {
-        self.process_events_attached.then(|| self.counter_sum(counter::REGISTERED_EXECS))
+    pub fn register(&self, pid: u32, info: &ProcessInfo) -> Result<(), LoadError> {
+        self.registry.register(pid, info)
     }
 
-    /// Whether the kernel still samples `pid` (it unregisters processes that exec).
-    pub fn is_registered(&self, pid: u32) -> bool {
-        self.processes.get(&pid, 0).is_ok()
+    pub fn unregister(&self, pid: u32) {
+        self.registry.unregister(pid)
+    }
+
+    pub fn counters(&self) -> KernelCounters {
+        self.registry.counters()
     }
 
     pub fn attached_cpus(&self) -> usize {
@@ -231,18 +246,6 @@ impl KernelProgram {
     pub fn take_ring_buffer(&mut self) -> Result<RingBuf<MapData>, LoadError> {
         let map = self.ebpf.take_map("SAMPLES").ok_or(LoadError::MissingMap("SAMPLES"))?;
         RingBuf::try_from(map).map_err(|e| LoadError::Load(error_chain(&e)))
-    }
-
-    /// Tells the kernel to sample `pid` with this layout.
-    pub fn register(&mut self, pid: u32, info: &ProcessInfo) -> Result<(), LoadError> {
-        self.processes
-            .insert(pid, *info, 0)
-            .map_err(|e| LoadError::Register { pid, message: error_chain(&e) })
-    }
-
-    /// Stops sampling `pid` (it exited, or its PID was reused). Absent pids are fine.
-    pub fn unregister(&mut self, pid: u32) {
-        let _ = self.processes.remove(&pid);
     }
 
     /// Detaches from every CPU: no sample is produced after this returns.
@@ -256,7 +259,38 @@ impl KernelProgram {
             }
         }
         self.attached_cpus = 0;
-        self.process_events_attached = false;
+        self.registry.process_events_attached.store(false, Ordering::Relaxed);
+    }
+}
+impl Registry {
+
+    /// How many forks, execs and exits the kernel has seen since `attach`; `None` when that is
+    /// not tracked. Only changes matter: an unchanged value means the same set of processes.
+    pub fn process_events(&self) -> Option<u64> {
+        self.process_events_attached.load(Ordering::Relaxed).then(|| self.counter_sum(counter::PROCESS_EVENTS))
+    }
+
+    /// How many registered processes exec'd (and were unregistered by the kernel) since
+    /// `attach`; `None` when that is not tracked.
+    pub fn registered_execs(&self) -> Option<u64> {
+        self.process_events_attached.load(Ordering::Relaxed).then(|| self.counter_sum(counter::REGISTERED_EXECS))
+    }
+
+    /// Whether the kernel still samples `pid` (it unregisters processes that exec).
+    pub fn is_registered(&self, pid: u32) -> bool {
+        self.processes().get(&pid, 0).is_ok()
+    }
+
+    /// Tells the kernel to sample `pid` with this layout.
+    pub fn register(&self, pid: u32, info: &ProcessInfo) -> Result<(), LoadError> {
+        self.processes()
+            .insert(pid, *info, 0)
+            .map_err(|e| LoadError::Register { pid, message: error_chain(&e) })
+    }
+
+    /// Stops sampling `pid` (it exited, or its PID was reused). Absent pids are fine.
+    pub fn unregister(&self, pid: u32) {
+        let _ = self.processes().remove(&pid);
     }
 
     pub fn counters(&self) -> KernelCounters {
@@ -267,7 +301,15 @@ impl KernelProgram {
     fn counter_sum(&self, index: u32) -> u64 {
         self.counters.get(&index, 0).map(|values| values.iter().copied().sum()).unwrap_or(0)
     }
+
+    /// The registration map; a poisoned lock (a panic elsewhere) still yields the map, whose
+    /// state is always consistent (each operation is one syscall).
+    fn processes(&self) -> std::sync::MutexGuard<'_, BpfHashMap<MapData, u32, ProcessInfo>> {
+        self.processes.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
 }
+
 
 /// The kernel program `name`, as its program type.
 fn program_mut<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, LoadError>

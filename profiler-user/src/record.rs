@@ -17,7 +17,8 @@ use crate::{
     memory,
     output::{self, Format},
     session::{
-        DISCOVERY_INTERVAL, LAUNCH_DISCOVERY_INTERVAL, LoopControl, LoopEnd, Scope, Session, exit_code, run_loop,
+        Budgeted, DISCOVERY_INTERVAL, INSPECT_BUDGET, LAUNCH_DISCOVERY_INTERVAL, LoopControl, LoopEnd, Scope, Session,
+        exit_code, run_loop,
     },
     stats::Counters,
 };
@@ -204,10 +205,24 @@ pub(crate) fn inspect_pids(pids: &[u32], filter: &ProcessFilter) -> Result<Vec<d
         if discovery::start_time(pid).is_none() {
             return Err(RecordError::NoSuchProcess(pid));
         }
-        if !filter.is_empty() && !filter.matches(pid) {
+        // A process whose files or /proc entries never answer must not hang the start.
+        let budgeted = Budgeted::default();
+        let checked_filter = filter.clone();
+        let inspected = budgeted
+            .run(INSPECT_BUDGET, move || {
+                (checked_filter.is_empty() || checked_filter.matches(pid)).then(|| discovery::inspect(pid))
+            })
+            .map_err(|_| RecordError::Inspect {
+                pid,
+                message: format!(
+                    "its /proc entries or mapped files did not answer within {:.1} s",
+                    INSPECT_BUDGET.as_secs_f64()
+                ),
+            })?;
+        let Some(inspected) = inspected else {
             return Err(RecordError::PidFiltered { pid, filters: filter.describe() });
-        }
-        match discovery::inspect(pid) {
+        };
+        match inspected {
             Ok(p) => ready.push(p),
             Err(DiscoveryError::NotReady { .. }) => {}
             Err(DiscoveryError::Gone { .. }) => return Err(RecordError::NoSuchProcess(pid)),
@@ -232,6 +247,7 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
         "  kernel: {} samples of registered processes, {} lost (ring buffer full), {} malformed records",
         kernel.sampled, kernel.ringbuf_full, session.malformed_records
     );
+    let _ = writeln!(s, "  {}", session.discovery_stats.report());
     let _ = writeln!(
         s,
         "  all target memory reads: {} reads, {} bytes (discovery included)",

@@ -61,9 +61,10 @@ pub(crate) async fn run_loop(
     // SAFETY: the ring buffer owns its fd, which stays open for the AsyncFd's lifetime.
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
         .map_err(|e| RecordError::Runtime(e.to_string()))?;
+    session.start_discovery(control.discovery_interval)?;
     let started = Instant::now();
-    // One timer drives draining, discovery and progress, so that an idle session wakes only
-    // on the discovery beat.
+    // One timer drives draining, the launched command's check and progress, so that an idle
+    // session wakes only on the beat (discovery runs on its own thread).
     let beat = control.discovery_interval;
     let drain = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(drain);
@@ -90,17 +91,11 @@ pub(crate) async fn run_loop(
         tokio::select! {
             guard = ring.readable_mut() => {
                 let mut guard = guard.map_err(runtime_error)?;
-                let rb = guard.get_inner_mut();
-                while let Some(item) = rb.next() {
-                    session.on_record(&item);
-                }
+                drain_ring(session, guard.get_inner_mut());
                 guard.clear_ready();
             }
             _ = &mut drain => {
-                let rb = ring.get_mut();
-                while let Some(item) = rb.next() {
-                    session.on_record(&item);
-                }
+                drain_ring(session, ring.get_mut());
                 let now = Instant::now();
                 if session.late_samples != late_at_last_drain {
                     last_late = Some(now);
@@ -112,8 +107,7 @@ pub(crate) async fn run_loop(
                             break LoopEnd::CommandExited(exit_code(status));
                         }
                     }
-                    session.scan();
-                    next_scan = now + session.scan_interval(beat);
+                    next_scan = now + session.beat_interval(beat);
                 }
                 if control.progress && now >= started + PROGRESS_INTERVAL * progress_due {
                     show_progress(session, started, progress_due, interactive);
@@ -124,10 +118,7 @@ pub(crate) async fn run_loop(
                 drain.as_mut().reset(tokio::time::Instant::from_std(next));
             }
             _ = periodic_tick.tick(), if control.periodic.is_some() => {
-                let rb = ring.get_mut();
-                while let Some(item) = rb.next() {
-                    session.on_record(&item);
-                }
+                drain_ring(session, ring.get_mut());
                 if let Some((_, hook)) = control.periodic.as_mut() {
                     hook(session);
                 }
@@ -140,11 +131,18 @@ pub(crate) async fn run_loop(
     if interactive && control.progress {
         eprint!("\r\x1b[K");
     }
-    let rb = ring.get_mut();
-    while let Some(item) = rb.next() {
+    session.stop_discovery();
+    drain_ring(session, ring.get_mut());
+    Ok(end)
+}
+
+/// Processes every record waiting in the ring buffer, after what discovery reported (so the
+/// processes the samples come from are known).
+fn drain_ring(session: &mut Session, ring: &mut aya::maps::RingBuf<aya::maps::MapData>) {
+    session.apply_discovery();
+    while let Some(item) = ring.next() {
         session.on_record(&item);
     }
-    Ok(end)
 }
 
 /// Updates the progress line on stderr: in place on a terminal, every 5 s otherwise.

@@ -2,14 +2,16 @@
 //! kernel registrations, and the path of every sample from the ring buffer to the profile
 //! (completion → symbolization → aggregation).
 
+mod budget;
+mod discoverer;
 mod event_loop;
 mod target;
 
 use std::{
     collections::{HashMap, HashSet},
     path::PathBuf,
-    sync::atomic::Ordering::Relaxed,
-    time::{Duration, Instant},
+    sync::{Arc, atomic::Ordering::Relaxed},
+    time::Duration,
 };
 
 use profiler_common::{SAMPLE_HEADER_SIZE, SampleHeader};
@@ -26,28 +28,26 @@ use crate::{
 };
 
 pub(crate) use event_loop::{LoopControl, LoopEnd, exit_code, run_loop};
+pub(crate) use budget::Budgeted;
+pub(crate) use discoverer::{DiscoveryStats, INSPECT_BUDGET};
+use discoverer::{DiscoveryEvent, DiscoveryHandle};
 use target::Target;
 
-/// How often the session looks for new Python processes (a launched command's children are
+/// How often discovery looks for new Python processes (a launched command's children are
 /// looked for more often: short scripts matter there). A look costs almost nothing while the
 /// kernel has seen no fork, exec or exit since the previous one; otherwise /proc is listed.
 /// The ring buffer is drained on the same beat (more often after late samples, see
 /// `DRAIN_INTERVAL_BUSY`).
 pub(crate) const DISCOVERY_INTERVAL: Duration = Duration::from_millis(250);
 pub(crate) const LAUNCH_DISCOVERY_INTERVAL: Duration = Duration::from_millis(100);
-/// The beat once every explicitly given pid is registered: nothing can join any more, so the
-/// beat only drains the ring buffer (the kernel wakes us early when a batch accumulates).
+/// The drain beat once every explicitly given pid is registered: nothing can join any more
+/// (the kernel wakes the loop early when a batch of samples accumulates).
 const SETTLED_PIDS_INTERVAL: Duration = Duration::from_secs(1);
-/// Processes already looked at are checked again (PID reuse, exec) this often; young ones
-/// are looked at on every scan that lists /proc.
-const FULL_SCAN_PERIOD: Duration = Duration::from_secs(10);
-/// Processes younger than this (in clock ticks: 10 s at Linux's 100 Hz) are looked at on every
-/// scan that lists /proc.
-const YOUNG_PROCESS_TICKS: u64 = 1000;
 /// Exited processes whose counts are kept for `--stats` (the oldest are summed up).
 const MAX_RETIRED: usize = 4096;
 
 /// Which processes the session profiles.
+#[derive(Clone, Debug)]
 pub(crate) enum Scope {
     Host,
     Pids(HashSet<u32>),
@@ -77,9 +77,11 @@ impl Scope {
     }
 }
 
-/// The state of a recording.
+/// The state of a recording, on the sampling loop's thread. Discovery runs on a thread of its
+/// own (`discoverer`) from `start_discovery` on, and reports through a channel.
 pub(crate) struct Session {
     pub(crate) kernel: KernelProgram,
+    /// Which processes to profile; given to discovery when it starts.
     pub(crate) scope: Scope,
     pub(crate) filter: ProcessFilter,
     targets: HashMap<u32, Target>,
@@ -87,46 +89,17 @@ pub(crate) struct Session {
     retired: Vec<Retired>,
     /// Summed counts of retired processes pushed out of `retired`.
     retired_overflow: Counters,
-    /// Processes seen not to be profilable, by pid.
-    rejected: HashMap<u32, Rejection>,
-    /// Unsupported interpreters already reported.
-    reported: HashSet<(u32, u64)>,
     pub(crate) profile: Profile,
     threads: bool,
     unknown_process_samples: u64,
     pub(crate) malformed_records: u64,
-    own_pid: u32,
     /// Processes that were ever registered.
     pub(crate) registered: u64,
-    /// PIDs present at the last scan whose state is settled (registered or rejected), with
-    /// their start times.
-    settled: HashMap<u32, u64>,
-    /// When processes already looked at were last checked again.
-    last_full_scan: Option<Instant>,
-    /// The kernel's fork/exec/exit count at the last scan (`None`: not tracked).
-    last_process_events: Option<u64>,
-    /// The kernel's count of registered processes that exec'd, at the last scan.
-    last_registered_execs: Option<u64>,
-    /// PIDs at the last scan whose state is not settled: interpreters still starting, "not
-    /// Python" verdicts to check again. They are looked at on every scan.
-    pending: HashSet<u32>,
     /// Samples dropped because what they point to had changed before we read it.
     late_samples: u64,
-    clock: TickClock,
+    discovery: Option<DiscoveryHandle>,
+    pub(crate) discovery_stats: Arc<DiscoveryStats>,
 }
-
-/// A process found not profilable, and whether to look again: a process caught in the middle
-/// of `exec` can look like anything, so a "not Python" verdict is re-checked a few times.
-struct Rejection {
-    start_time: u64,
-    exe: PathBuf,
-    checks: u32,
-    recheck_at: Option<Instant>,
-}
-
-/// "Not Python" verdicts are re-checked this many times, this far apart.
-const RECHECKS: u32 = 3;
-const RECHECK_DELAY: Duration = Duration::from_millis(300);
 
 /// The counts of a process no longer profiled.
 pub(crate) struct Retired {
@@ -145,25 +118,19 @@ impl Session {
             targets: HashMap::new(),
             retired: Vec::new(),
             retired_overflow: Counters::default(),
-            rejected: HashMap::new(),
-            reported: HashSet::new(),
             profile: Profile::new(),
             threads,
             unknown_process_samples: 0,
             malformed_records: 0,
-            own_pid: std::process::id(),
             registered: 0,
-            settled: HashMap::new(),
-            last_full_scan: None,
-            last_process_events: None,
-            last_registered_execs: None,
-            pending: HashSet::new(),
             late_samples: 0,
-            clock: TickClock::new(),
+            discovery: None,
+            discovery_stats: Arc::default(),
         }
     }
 
-    /// Registers a Python process with the kernel if its interpreter is ready.
+    /// Registers a Python process with the kernel if its interpreter is ready. Only before
+    /// discovery starts (explicit pids, inspected by the caller).
     pub(crate) fn add_process(&mut self, process: PythonProcess) -> Result<bool, RecordError> {
         let pid = process.pid;
         let mem = ProcessMemory::new(pid);
@@ -172,173 +139,80 @@ impl Session {
             Err(DiscoveryError::NotReady { .. }) => return Ok(false),
             Err(e) => return Err(RecordError::Inspect { pid, message: e.to_string() }),
         };
-        self.kernel.register(pid, &info)?;
         let container = containers::for_process(pid);
-        self.profile.set_process(
-            pid,
-            ProcessLabel {
-                comm: process.comm.clone(),
-                exe: process.exe.display().to_string(),
-                version: process.version.to_string(),
-                container_id: container.container_id,
-                pod_uid: container.pod_uid,
-            },
-        );
-        self.targets.insert(pid, Target::new(process));
-        self.registered += 1;
+        let label = ProcessLabel {
+            comm: process.comm.clone(),
+            exe: process.exe.display().to_string(),
+            version: process.version.to_string(),
+            container_id: container.container_id,
+            pod_uid: container.pod_uid,
+        };
+        let exe_link = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+        self.kernel.register(pid, &info)?;
+        self.add_target(process, exe_link, label);
         Ok(true)
     }
 
-    /// Looks for new processes, exited ones, reused PIDs. /proc is listed only when the kernel
-    /// saw a fork, exec or exit since the last scan, or every FULL_SCAN_PERIOD.
-    pub(crate) fn scan(&mut self) {
-        // Every FULL_SCAN_PERIOD, settled processes are looked at again: PID reuse,
-        // `exec`, and changes that filters depend on. In between, only new PIDs cost work.
-        let full = self.last_full_scan.is_none_or(|t| t.elapsed() >= FULL_SCAN_PERIOD);
-        // Read before listing: an event during the listing shows at the next scan.
-        let events = self.kernel.process_events();
-        // Registered processes that exec'd, which the kernel unregistered: find which below.
-        let execs = self.kernel.registered_execs();
-        let kernel_dropped_some = execs != self.last_registered_execs;
-        let unchanged = events.is_some() && events == self.last_process_events && !kernel_dropped_some;
-        self.last_process_events = events;
-        self.last_registered_execs = execs;
-        if !full && unchanged {
-            // The same processes as at the last scan: only pending ones need another look.
-            let now = self.clock.now_ticks();
-            for pid in self.pending.clone() {
-                self.look_at(pid, now);
-            }
-            return;
+    fn add_target(&mut self, process: PythonProcess, exe_link: PathBuf, label: ProcessLabel) {
+        let pid = process.pid;
+        self.profile.set_process(pid, label);
+        if let Some(old) = self.targets.insert(pid, Target::new(process, exe_link)) {
+            self.retire(old);
         }
-        if full {
-            self.last_full_scan = Some(Instant::now());
-        }
-        let listing = match &self.scope {
-            // Explicit pids: no need to list the whole of /proc.
-            Scope::Pids(pids) => {
-                pids.iter().copied().filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists()).collect()
-            }
-            _ => discovery::python_pids_candidates(),
-        };
-        let present: HashSet<u32> = listing.iter().copied().collect();
-        // Exited targets: stop sampling them, keep their caches for samples in flight.
-        let mut execed = Vec::new();
-        for (pid, target) in self.targets.iter_mut() {
-            if !target.alive {
-                continue;
-            }
-            if !present.contains(pid) || (full && !discovery::is_alive(*pid, target.process.start_time)) {
-                target.alive = false;
-                self.kernel.unregister(*pid);
-            } else if (kernel_dropped_some && !self.kernel.is_registered(*pid))
-                || (full && std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe != target.exe_link))
-            {
-                // Same process, new program: its layout and caches no longer apply.
-                self.kernel.unregister(*pid);
-                execed.push(*pid);
-            }
-        }
-        for pid in execed {
-            self.settled.remove(&pid);
-            if let Some(old) = self.targets.remove(&pid) {
-                self.retire(old);
-            }
-        }
-        self.settled.retain(|pid, _| present.contains(pid));
-        self.pending.retain(|pid| present.contains(pid));
-        let now = self.clock.now_ticks();
-        if let Scope::Pids(pids) = &self.scope {
-            if pids.iter().all(|p| self.targets.get(p).is_some_and(|t| t.alive)) {
-                // Explicit pids are all registered; nothing new can join.
-                return;
-            }
-        }
-        for pid in listing {
-            // Young processes stay under watch: a shell about to exec Python looks settled.
-            let settled_and_old =
-                self.settled.get(&pid).is_some_and(|start| now.saturating_sub(*start) > YOUNG_PROCESS_TICKS);
-            if pid == self.own_pid || (!full && settled_and_old) {
-                continue;
-            }
-            self.look_at(pid, now);
-        }
+        self.registered += 1;
     }
 
-    /// Considers one process and files it as settled or pending.
-    fn look_at(&mut self, pid: u32, now: u64) {
-        match self.consider(pid, now) {
-            Some(start_time) => {
-                self.settled.insert(pid, start_time);
-                self.pending.remove(&pid);
-            }
-            None => {
-                self.settled.remove(&pid);
-                self.pending.insert(pid);
-            }
-        }
+    /// Starts discovery on its own thread, scanning every `interval`.
+    pub(crate) fn start_discovery(&mut self, interval: Duration) -> Result<(), RecordError> {
+        let registered = self
+            .targets
+            .values()
+            .filter(|t| t.alive)
+            .map(|t| (t.process.pid, t.process.start_time, t.exe_link.clone()))
+            .collect();
+        let handle = discoverer::start(
+            self.kernel.registry(),
+            self.scope.clone(),
+            self.filter.clone(),
+            registered,
+            interval,
+            self.discovery_stats.clone(),
+        )
+        .map_err(|e| RecordError::Runtime(format!("could not start the discovery thread: {e}")))?;
+        self.discovery = Some(handle);
+        Ok(())
     }
 
-    /// Looks at one process: registers it if it is a Python process to profile. Returns its
-    /// start time when its state is settled (registered, or rejected for good), `None` while
-    /// it is pending (an interpreter still starting, or a verdict to check again soon).
-    fn consider(&mut self, pid: u32, now: u64) -> Option<u64> {
-        let start_time = discovery::start_time(pid)?;
-        // Only a young process can be caught in the middle of exec.
-        let young = now.saturating_sub(start_time) <= YOUNG_PROCESS_TICKS;
-        if !self.scope.accepts(pid) {
-            return Some(start_time);
-        }
-        if self.targets.get(&pid).is_some_and(|t| t.alive && t.process.start_time == start_time) {
-            return Some(start_time);
-        }
-        if !self.filter.is_empty() && !self.filter.matches(pid) {
-            return Some(start_time);
-        }
-        if self.targets.contains_key(&pid) {
-            // The PID was reused (or the process exec'd): the old process is gone.
-            self.kernel.unregister(pid);
-            if let Some(old) = self.targets.remove(&pid) {
-                self.retire(old);
-            }
-        }
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-        let mut checks = 0;
-        if let Some(r) = self.rejected.get(&pid) {
-            if r.start_time == start_time && r.exe == exe {
-                match r.recheck_at {
-                    Some(at) if Instant::now() >= at => checks = r.checks,
-                    Some(_) => return None,
-                    None => return Some(start_time),
+    /// Stops discovery (without waiting for it) and applies what it reported until now.
+    pub(crate) fn stop_discovery(&mut self) {
+        self.apply_discovery();
+        self.discovery = None;
+    }
+
+    /// Applies what discovery reported since the last call. Called before every batch of
+    /// samples, so every registered process is known when its samples arrive.
+    pub(crate) fn apply_discovery(&mut self) {
+        let Some(handle) = &self.discovery else { return };
+        let events: Vec<DiscoveryEvent> = handle.events.try_iter().collect();
+        for event in events {
+            match event {
+                DiscoveryEvent::Added(new) => {
+                    let discoverer::NewTarget { process, exe_link, label } = *new;
+                    self.add_target(process, exe_link, label);
+                }
+                DiscoveryEvent::Exited(pid) => {
+                    // Kept (not sampled any more) for samples still in flight.
+                    if let Some(target) = self.targets.get_mut(&pid) {
+                        target.alive = false;
+                    }
+                }
+                DiscoveryEvent::Replaced(pid) => {
+                    if let Some(old) = self.targets.remove(&pid) {
+                        self.retire(old);
+                    }
                 }
             }
         }
-        let reject = |checks: u32, retry: bool| Rejection {
-            start_time,
-            exe: exe.clone(),
-            checks: checks + 1,
-            recheck_at: (retry && young && checks < RECHECKS).then(|| Instant::now() + RECHECK_DELAY),
-        };
-        let rejection = match discovery::inspect(pid) {
-            Ok(process) => match self.add_process(process) {
-                Ok(registered) => return registered.then_some(start_time),
-                Err(e) => {
-                    eprintln!("pyperch: warning: {e}");
-                    reject(checks, false)
-                }
-            },
-            Err(DiscoveryError::NotReady { .. }) => return None,
-            Err(DiscoveryError::Unsupported { pid, comm, reason }) => {
-                if self.reported.insert((pid, start_time)) {
-                    eprintln!("pyperch: warning: skipping process {pid} ({comm}): {reason}");
-                }
-                reject(checks, false)
-            }
-            Err(_) => reject(checks, true),
-        };
-        let settled = rejection.recheck_at.is_none();
-        self.rejected.insert(pid, rejection);
-        settled.then_some(start_time)
     }
 
     /// Keeps the counts of a target no longer profiled, and frees its caches.
@@ -366,8 +240,8 @@ impl Session {
         }
     }
 
-    /// How long until the next scan, given the configured discovery interval.
-    fn scan_interval(&self, configured: Duration) -> Duration {
+    /// How long until the next drain on the beat, given the configured discovery interval.
+    fn beat_interval(&self, configured: Duration) -> Duration {
         match &self.scope {
             Scope::Pids(pids) if pids.iter().all(|p| self.targets.get(p).is_some_and(|t| t.alive)) => {
                 configured.max(SETTLED_PIDS_INTERVAL)
@@ -416,6 +290,10 @@ impl Session {
         }
         // SAFETY: the record starts with a SampleHeader (plain data), checked for length.
         let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
+        if !self.targets.contains_key(&header.tgid) {
+            // Discovery may have announced it after our last look at the channel.
+            self.apply_discovery();
+        }
         let Some(target) = self.targets.get_mut(&header.tgid) else {
             self.unknown_process_samples += 1;
             return;
@@ -447,26 +325,3 @@ impl Session {
     }
 }
 
-/// Time since boot in clock ticks, the unit of a process's start time: /proc/uptime read
-/// once, then advanced with a monotonic clock.
-struct TickClock {
-    ticks_at_start: f64,
-    started: Instant,
-    hz: f64,
-}
-
-impl TickClock {
-    fn new() -> Self {
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-        let uptime = std::fs::read_to_string("/proc/uptime")
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
-            .unwrap_or(0.0);
-        Self { ticks_at_start: uptime * hz, started: Instant::now(), hz }
-    }
-
-    fn now_ticks(&self) -> u64 {
-        (self.ticks_at_start + self.started.elapsed().as_secs_f64() * self.hz) as u64
-    }
-}

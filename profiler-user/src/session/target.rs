@@ -54,9 +54,8 @@ enum FrameError {
 }
 
 impl Target {
-    pub(super) fn new(process: PythonProcess) -> Self {
+    pub(super) fn new(process: PythonProcess, exe_link: PathBuf) -> Self {
         let mem = ProcessMemory::new(process.pid);
-        let exe_link = std::fs::read_link(format!("/proc/{}/exe", process.pid)).unwrap_or_default();
         Self {
             process,
             mem,

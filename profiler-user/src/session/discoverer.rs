@@ -1,0 +1,528 @@
+//! Discovery on its own thread: finds the Python processes to profile, registers them with
+//! the kernel program, and tells the sampling loop through a channel.
+//!
+//! Nothing here runs on the sampling loop. Every piece of work that can block on a target
+//! (opening its mapped files, reading its maps, command line, cgroup and memory) runs with a
+//! time budget (`budget`): a process that does not answer in time is skipped, counted, and
+//! looked at again later with a growing delay, so one hostile or broken process delays
+//! nobody else for more than one budget.
+//!
+//! Ordering invariant: a process is announced to the loop (`DiscoveryEvent::Added`) before it
+//! is registered with the kernel, and unregistered before it is announced gone, so the loop,
+//! which reads this channel before each batch of samples, knows every process a sample can
+//! come from.
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering::Relaxed},
+        mpsc,
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use profiler_common::ProcessInfo;
+
+use super::{
+    Scope,
+    budget::{Budgeted, Overrun},
+};
+use crate::{
+    aggregate::ProcessLabel,
+    containers,
+    discovery::{self, DiscoveryError, PythonProcess},
+    filter::ProcessFilter,
+    loader::Registry,
+    memory::ProcessMemory,
+};
+
+/// Processes already looked at are checked again (PID reuse, exec) this often; young ones
+/// are looked at on every scan that lists /proc.
+const FULL_SCAN_PERIOD: Duration = Duration::from_secs(10);
+/// Processes younger than this (in clock ticks: 10 s at Linux's 100 Hz) are looked at on every
+/// scan that lists /proc.
+const YOUNG_PROCESS_TICKS: u64 = 1000;
+/// The scan interval once every explicitly given pid is registered: nothing can join any more.
+const SETTLED_PIDS_INTERVAL: Duration = Duration::from_secs(1);
+/// Time given to inspecting one process (its /proc entries, its mapped files, its memory).
+pub(crate) const INSPECT_BUDGET: Duration = Duration::from_millis(1500);
+/// "Not Python" verdicts are re-checked this many times, this far apart.
+const RECHECKS: u32 = 3;
+const RECHECK_DELAY: Duration = Duration::from_millis(300);
+/// Delays before another look at an interpreter that is not initialised yet: doubling from the
+/// first to the last (2,000 processes that load libpython and never initialise it cost a few
+/// hundred short looks per second at most).
+const NOT_READY_DELAYS: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+/// Delays before another look at a process that did not answer within the budget, or could
+/// not be registered.
+const OVERRUN_DELAYS: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
+
+/// What discovery tells the sampling loop.
+pub(crate) enum DiscoveryEvent {
+    /// A process to profile; the kernel samples it from just after this is sent.
+    Added(Box<NewTarget>),
+    /// The process exited; the kernel no longer samples it. Samples in flight still count.
+    Exited(u32),
+    /// The process at this pid is no longer the one announced (it exec'd another program, its
+    /// PID was reused, or its registration failed): forget it now.
+    Replaced(u32),
+}
+
+/// A process to profile, with what was read of it off the sampling loop.
+pub(crate) struct NewTarget {
+    pub(crate) process: PythonProcess,
+    /// `/proc/PID/exe` when registered: a change means the process exec'd another program.
+    pub(crate) exe_link: PathBuf,
+    pub(crate) label: ProcessLabel,
+}
+
+/// Counts of discovery's work, shown by `--stats`.
+#[derive(Default)]
+pub(crate) struct DiscoveryStats {
+    /// Processes inspected (each look counts).
+    pub(crate) inspected: AtomicU64,
+    /// Looks that did not finish within `INSPECT_BUDGET` (skipped, retried later).
+    pub(crate) timed_out: AtomicU64,
+    /// Looks not started because too many earlier ones are still blocked.
+    pub(crate) refused: AtomicU64,
+    /// Registrations the kernel map refused (for example when full); retried later.
+    pub(crate) register_failures: AtomicU64,
+    /// Looks that overran their budget and are still blocked in the kernel (now).
+    pub(crate) still_blocked: AtomicU64,
+}
+
+impl DiscoveryStats {
+    /// The `--stats` line.
+    pub(crate) fn report(&self) -> String {
+        format!(
+            "discovery: {} looks at processes, {} did not answer within {:.1} s (skipped, retried later), {} not started (too many blocked), {} still blocked, {} registrations refused by the kernel",
+            self.inspected.load(Relaxed),
+            self.timed_out.load(Relaxed),
+            INSPECT_BUDGET.as_secs_f64(),
+            self.refused.load(Relaxed),
+            self.still_blocked.load(Relaxed),
+            self.register_failures.load(Relaxed),
+        )
+    }
+}
+
+/// The running discovery thread. Dropping it stops the thread at its next step (a look in
+/// progress ends within its budget); it is never joined, so stopping never waits on a target.
+pub(crate) struct DiscoveryHandle {
+    pub(crate) events: mpsc::Receiver<DiscoveryEvent>,
+    /// Closed on drop, which wakes and stops the thread.
+    _stop: mpsc::Sender<()>,
+}
+
+/// A process registered with the kernel, as discovery remembers it.
+struct Registered {
+    start_time: u64,
+    exe_link: PathBuf,
+}
+
+/// A process found not profilable, and whether to look again: a process caught in the middle
+/// of `exec` can look like anything, so a "not Python" verdict is re-checked a few times.
+struct Rejection {
+    start_time: u64,
+    exe: PathBuf,
+    checks: u32,
+    recheck_at: Option<Instant>,
+}
+
+/// A process to look at again later, and when.
+struct Backoff {
+    start_time: u64,
+    next_look: Instant,
+    delay: Duration,
+    /// The interpreter found at the last look, not yet initialised: only its memory needs
+    /// another look.
+    inspected: Option<PythonProcess>,
+}
+
+/// What one budgeted look at a process found.
+enum Examination {
+    /// Does not pass the filters.
+    Filtered,
+    /// Ready: register it with this layout.
+    Ready(Box<NewTarget>, ProcessInfo),
+    /// A Python whose interpreter is not initialised yet.
+    NotReady(Option<PythonProcess>),
+    /// Not profilable (or gone).
+    Failed(DiscoveryError),
+    /// A Python whose interpreter state cannot be read as expected: reported once.
+    Broken(String),
+}
+
+/// Starts discovery on its own thread. `registered` are the processes the session has
+/// registered already (explicit pids), with their start times and executables.
+pub(crate) fn start(
+    registry: Arc<Registry>,
+    scope: Scope,
+    filter: ProcessFilter,
+    registered: Vec<(u32, u64, PathBuf)>,
+    interval: Duration,
+    stats: Arc<DiscoveryStats>,
+) -> std::io::Result<DiscoveryHandle> {
+    let (events, receive_events) = mpsc::channel();
+    let (stop, stopped) = mpsc::channel::<()>();
+    let mut discoverer = Discoverer {
+        registry,
+        scope,
+        filter,
+        events,
+        stats,
+        budgeted: Budgeted::default(),
+        registered: registered
+            .into_iter()
+            .map(|(pid, start_time, exe_link)| (pid, Registered { start_time, exe_link }))
+            .collect(),
+        rejected: HashMap::new(),
+        reported: HashSet::new(),
+        settled: HashMap::new(),
+        pending: HashSet::new(),
+        backoff: HashMap::new(),
+        last_full_scan: None,
+        last_process_events: None,
+        last_registered_execs: None,
+        own_pid: std::process::id(),
+        clock: TickClock::new(),
+    };
+    thread::Builder::new().name("pyperch-discovery".into()).spawn(move || {
+        loop {
+            discoverer.scan();
+            match stopped.recv_timeout(discoverer.scan_interval(interval)) {
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                _ => break,
+            }
+        }
+    })?;
+    Ok(DiscoveryHandle { events: receive_events, _stop: stop })
+}
+
+struct Discoverer {
+    registry: Arc<Registry>,
+    scope: Scope,
+    filter: ProcessFilter,
+    events: mpsc::Sender<DiscoveryEvent>,
+    stats: Arc<DiscoveryStats>,
+    budgeted: Budgeted,
+    registered: HashMap<u32, Registered>,
+    /// Processes seen not to be profilable, by pid.
+    rejected: HashMap<u32, Rejection>,
+    /// Unsupported interpreters already reported.
+    reported: HashSet<(u32, u64)>,
+    /// PIDs present at the last scan whose state is settled (registered or rejected), with
+    /// their start times.
+    settled: HashMap<u32, u64>,
+    /// PIDs at the last scan whose state is not settled: interpreters still starting, "not
+    /// Python" verdicts to check again, processes that did not answer in time. They are
+    /// looked at on every scan (when their backoff allows).
+    pending: HashSet<u32>,
+    /// When pending processes may be looked at again.
+    backoff: HashMap<u32, Backoff>,
+    /// When processes already looked at were last checked again.
+    last_full_scan: Option<Instant>,
+    /// The kernel's fork/exec/exit count at the last scan (`None`: not tracked).
+    last_process_events: Option<u64>,
+    /// The kernel's count of registered processes that exec'd, at the last scan.
+    last_registered_execs: Option<u64>,
+    own_pid: u32,
+    clock: TickClock,
+}
+
+impl Discoverer {
+    fn send(&self, event: DiscoveryEvent) {
+        // The loop has ended when nobody receives; the thread stops at its next step.
+        let _ = self.events.send(event);
+    }
+
+    /// How long until the next scan.
+    fn scan_interval(&self, configured: Duration) -> Duration {
+        match &self.scope {
+            Scope::Pids(pids) if pids.iter().all(|p| self.registered.contains_key(p)) => {
+                configured.max(SETTLED_PIDS_INTERVAL)
+            }
+            _ => configured,
+        }
+    }
+
+    /// Looks for new processes, exited ones, reused PIDs. /proc is listed only when the kernel
+    /// saw a fork, exec or exit since the last scan, or every FULL_SCAN_PERIOD.
+    fn scan(&mut self) {
+        // Every FULL_SCAN_PERIOD, settled processes are looked at again: PID reuse,
+        // `exec`, and changes that filters depend on. In between, only new PIDs cost work.
+        let full = self.last_full_scan.is_none_or(|t| t.elapsed() >= FULL_SCAN_PERIOD);
+        // Read before listing: an event during the listing shows at the next scan.
+        let events = self.registry.process_events();
+        // Registered processes that exec'd, which the kernel unregistered: find which below.
+        let execs = self.registry.registered_execs();
+        let kernel_dropped_some = execs != self.last_registered_execs;
+        let unchanged = events.is_some() && events == self.last_process_events && !kernel_dropped_some;
+        self.last_process_events = events;
+        self.last_registered_execs = execs;
+        if !full && unchanged {
+            // The same processes as at the last scan: only pending ones need another look.
+            let now = self.clock.now_ticks();
+            for pid in self.pending.clone() {
+                self.look_at(pid, now);
+            }
+            return;
+        }
+        if full {
+            self.last_full_scan = Some(Instant::now());
+        }
+        let listing: Vec<u32> = match &self.scope {
+            // Explicit pids: no need to list the whole of /proc.
+            Scope::Pids(pids) => {
+                pids.iter().copied().filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists()).collect()
+            }
+            _ => discovery::python_pids_candidates(),
+        };
+        let present: HashSet<u32> = listing.iter().copied().collect();
+        let mut exited = Vec::new();
+        let mut execed = Vec::new();
+        for (pid, registered) in &self.registered {
+            if !present.contains(pid) || (full && !discovery::is_alive(*pid, registered.start_time)) {
+                exited.push(*pid);
+            } else if (kernel_dropped_some && !self.registry.is_registered(*pid))
+                || (full
+                    && std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe != registered.exe_link))
+            {
+                // Same process, new program: its layout and caches no longer apply.
+                execed.push(*pid);
+            }
+        }
+        for pid in exited {
+            // Unregistered first: no sample of it follows the news.
+            self.registry.unregister(pid);
+            self.registered.remove(&pid);
+            self.send(DiscoveryEvent::Exited(pid));
+        }
+        for pid in execed {
+            self.registry.unregister(pid);
+            self.registered.remove(&pid);
+            self.settled.remove(&pid);
+            self.send(DiscoveryEvent::Replaced(pid));
+        }
+        self.settled.retain(|pid, _| present.contains(pid));
+        self.pending.retain(|pid| present.contains(pid));
+        self.backoff.retain(|pid, _| present.contains(pid));
+        self.rejected.retain(|pid, _| present.contains(pid));
+        self.reported.retain(|(pid, _)| present.contains(pid));
+        let now = self.clock.now_ticks();
+        if let Scope::Pids(pids) = &self.scope {
+            if pids.iter().all(|p| self.registered.contains_key(p)) {
+                // Explicit pids are all registered; nothing new can join.
+                return;
+            }
+        }
+        for pid in listing {
+            // Young processes stay under watch: a shell about to exec Python looks settled.
+            let settled_and_old =
+                self.settled.get(&pid).is_some_and(|start| now.saturating_sub(*start) > YOUNG_PROCESS_TICKS);
+            if pid == self.own_pid || (!full && settled_and_old) {
+                continue;
+            }
+            self.look_at(pid, now);
+        }
+    }
+
+    /// Considers one process and files it as settled or pending.
+    fn look_at(&mut self, pid: u32, now: u64) {
+        match self.consider(pid, now) {
+            Some(start_time) => {
+                self.settled.insert(pid, start_time);
+                self.pending.remove(&pid);
+                self.backoff.remove(&pid);
+            }
+            None => {
+                self.settled.remove(&pid);
+                self.pending.insert(pid);
+            }
+        }
+    }
+
+    /// Looks at one process: registers it if it is a Python process to profile. Returns its
+    /// start time when its state is settled (registered, or rejected for good), `None` while
+    /// it is pending (an interpreter still starting, a verdict to check again soon, a process
+    /// that did not answer in time).
+    fn consider(&mut self, pid: u32, now: u64) -> Option<u64> {
+        let start_time = discovery::start_time(pid)?;
+        // Only a young process can be caught in the middle of exec.
+        let young = now.saturating_sub(start_time) <= YOUNG_PROCESS_TICKS;
+        if !self.scope.accepts(pid) {
+            return Some(start_time);
+        }
+        if self.registered.get(&pid).is_some_and(|r| r.start_time == start_time) {
+            return Some(start_time);
+        }
+        if self.registered.remove(&pid).is_some() {
+            // The PID was reused (or the process exec'd): the old process is gone.
+            self.registry.unregister(pid);
+            self.send(DiscoveryEvent::Replaced(pid));
+        }
+        let mut inspected = None;
+        if let Some(backoff) = self.backoff.get_mut(&pid) {
+            if backoff.start_time == start_time {
+                if Instant::now() < backoff.next_look {
+                    return None;
+                }
+                inspected = backoff.inspected.take();
+            } else {
+                self.backoff.remove(&pid);
+            }
+        }
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+        let mut checks = 0;
+        if let Some(r) = self.rejected.get(&pid) {
+            if r.start_time == start_time && r.exe == exe {
+                match r.recheck_at {
+                    Some(at) if Instant::now() >= at => checks = r.checks,
+                    Some(_) => return None,
+                    None => return Some(start_time),
+                }
+            }
+        }
+        self.stats.inspected.fetch_add(1, Relaxed);
+        let filter = self.filter.clone();
+        let examination = self.budgeted.run(INSPECT_BUDGET, move || match inspected {
+            // Only its memory can have changed since the last look.
+            Some(process) => ready(process),
+            None => examine(pid, &filter),
+        });
+        self.stats.still_blocked.store(self.budgeted.blocked() as u64, Relaxed);
+        let failure = match examination {
+            Ok(Examination::Filtered) => return Some(start_time),
+            Ok(Examination::Ready(target, info)) => {
+                // Announced first, registered second (see the module docs).
+                let exe_link = target.exe_link.clone();
+                self.send(DiscoveryEvent::Added(target));
+                if let Err(e) = self.registry.register(pid, &info) {
+                    self.stats.register_failures.fetch_add(1, Relaxed);
+                    if self.reported.insert((pid, start_time)) {
+                        eprintln!("pyperch: warning: {e}; will retry");
+                    }
+                    self.send(DiscoveryEvent::Replaced(pid));
+                    self.back_off(pid, start_time, OVERRUN_DELAYS, None);
+                    return None;
+                }
+                self.registered.insert(pid, Registered { start_time, exe_link });
+                return Some(start_time);
+            }
+            Ok(Examination::NotReady(process)) => {
+                self.back_off(pid, start_time, NOT_READY_DELAYS, process);
+                return None;
+            }
+            Ok(Examination::Failed(e)) => e,
+            Ok(Examination::Broken(message)) => {
+                if self.reported.insert((pid, start_time)) {
+                    eprintln!("pyperch: warning: cannot inspect process {pid}: {message}");
+                }
+                self.rejected.insert(pid, Rejection { start_time, exe, checks: checks + 1, recheck_at: None });
+                return Some(start_time);
+            }
+            Err(overrun) => {
+                let counter = match overrun {
+                    Overrun::TimedOut => &self.stats.timed_out,
+                    Overrun::TooManyBlocked | Overrun::NoThread => &self.stats.refused,
+                };
+                counter.fetch_add(1, Relaxed);
+                self.back_off(pid, start_time, OVERRUN_DELAYS, None);
+                return None;
+            }
+        };
+        let reject = |checks: u32, retry: bool| Rejection {
+            start_time,
+            exe: exe.clone(),
+            checks: checks + 1,
+            recheck_at: (retry && young && checks < RECHECKS).then(|| Instant::now() + RECHECK_DELAY),
+        };
+        let rejection = match failure {
+            DiscoveryError::Gone(_) => return None,
+            DiscoveryError::NotReady { .. } => {
+                self.back_off(pid, start_time, NOT_READY_DELAYS, None);
+                return None;
+            }
+            DiscoveryError::Unsupported { pid, comm, reason } => {
+                if self.reported.insert((pid, start_time)) {
+                    eprintln!("pyperch: warning: skipping process {pid} ({comm}): {reason}");
+                }
+                reject(checks, false)
+            }
+            _ => reject(checks, true),
+        };
+        let settled = rejection.recheck_at.is_none();
+        self.rejected.insert(pid, rejection);
+        settled.then_some(start_time)
+    }
+
+    /// Schedules another look at `pid`, later each time (from `delays.0` doubling to `delays.1`).
+    fn back_off(&mut self, pid: u32, start_time: u64, delays: (Duration, Duration), inspected: Option<PythonProcess>) {
+        let delay = match self.backoff.get(&pid) {
+            Some(b) if b.start_time == start_time => (b.delay * 2).clamp(delays.0, delays.1),
+            _ => delays.0,
+        };
+        self.backoff.insert(pid, Backoff { start_time, next_look: Instant::now() + delay, delay, inspected });
+    }
+}
+
+/// One look at a process, run with a budget: the filters, its mapped files, its memory.
+fn examine(pid: u32, filter: &ProcessFilter) -> Examination {
+    if !filter.is_empty() && !filter.matches(pid) {
+        return Examination::Filtered;
+    }
+    match discovery::inspect(pid) {
+        Ok(process) => ready(process),
+        Err(DiscoveryError::NotReady { .. }) => Examination::NotReady(None),
+        Err(e) => Examination::Failed(e),
+    }
+}
+
+/// What the kernel needs to sample an inspected Python process, if its interpreter is ready.
+fn ready(process: PythonProcess) -> Examination {
+    let pid = process.pid;
+    let mem = ProcessMemory::new(pid);
+    let info = match process.kernel_info(&mem) {
+        Ok(info) => ProcessInfo { frame: process.layout.kernel_frame_layout(), ..info },
+        Err(DiscoveryError::NotReady { .. }) => return Examination::NotReady(Some(process)),
+        Err(DiscoveryError::Gone(pid)) => return Examination::Failed(DiscoveryError::Gone(pid)),
+        Err(e) => return Examination::Broken(e.to_string()),
+    };
+    let exe_link = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    let container = containers::for_process(pid);
+    let label = ProcessLabel {
+        comm: process.comm.clone(),
+        exe: process.exe.display().to_string(),
+        version: process.version.to_string(),
+        container_id: container.container_id,
+        pod_uid: container.pod_uid,
+    };
+    Examination::Ready(Box::new(NewTarget { process, exe_link, label }), info)
+}
+
+/// Time since boot in clock ticks, the unit of a process's start time: /proc/uptime read
+/// once, then advanced with a monotonic clock.
+struct TickClock {
+    ticks_at_start: f64,
+    started: Instant,
+    hz: f64,
+}
+
+impl TickClock {
+    fn new() -> Self {
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let uptime = std::fs::read_to_string("/proc/uptime")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        Self { ticks_at_start: uptime * hz, started: Instant::now(), hz }
+    }
+
+    fn now_ticks(&self) -> u64 {
+        (self.ticks_at_start + self.started.elapsed().as_secs_f64() * self.hz) as u64
+    }
+}
