@@ -3,7 +3,9 @@
 //! Inspecting a process opens its mapped files and reads its /proc entries. A hostile or
 //! broken process can make any of that block for ever (a file on a FUSE mount that never
 //! answers, a mapping whose page faults never complete). Such work runs on a thread of its
-//! own; the caller waits at most the budget and then goes on without it. A thread that
+//! own; the caller waits at most the budget and then goes on without it. A thread that is
+//! still runnable at the end of its budget is slow, not blocked (a loaded machine): it gets
+//! up to `SLOW_BUDGET_FACTOR` budgets before it counts as overrun. A thread that
 //! overran stays blocked in the kernel until whatever it waits for answers (threads cannot
 //! be cancelled), so at most `MAX_OVERRUNNING` of them may exist at once: beyond that,
 //! budgeted work is refused (and counted) rather than piling up threads.
@@ -11,15 +13,20 @@
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicI32, AtomicUsize, Ordering},
         mpsc,
     },
     thread,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 /// Threads that outlived their budget and are still blocked, at most.
 pub(crate) const MAX_OVERRUNNING: usize = 16;
+/// A thread still running (not waiting) after its budget is waited for, up to this many
+/// budgets in all.
+const SLOW_BUDGET_FACTOR: u32 = 8;
+/// How often a slow thread's state is checked once its budget has passed.
+const SLOW_CHECK: Duration = Duration::from_millis(50);
 
 /// Why budgeted work gave no result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,7 +61,11 @@ impl Budgeted {
         let (send, receive) = mpsc::sync_channel(1);
         let running = self.running.clone();
         running.fetch_add(1, Ordering::Relaxed);
+        let tid = Arc::new(AtomicI32::new(0));
+        let thread_tid = tid.clone();
         let spawned = thread::Builder::new().name("pyperch-inspect".into()).stack_size(256 << 10).spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            thread_tid.store(unsafe { libc::gettid() }, Ordering::Relaxed);
             let result = work();
             running.fetch_sub(1, Ordering::Relaxed);
             // The caller may have stopped waiting; then the result is dropped here.
@@ -64,13 +75,39 @@ impl Budgeted {
             self.running.fetch_sub(1, Ordering::Relaxed);
             return Err(Overrun::NoThread);
         }
-        receive.recv_timeout(budget).map_err(|_| Overrun::TimedOut)
+        let started = Instant::now();
+        match receive.recv_timeout(budget) {
+            Ok(result) => return Ok(result),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(Overrun::TimedOut),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        // Still at work: wait on while it is runnable (slow), give up once it waits.
+        while started.elapsed() < budget * SLOW_BUDGET_FACTOR && is_runnable(tid.load(Ordering::Relaxed)) {
+            match receive.recv_timeout(SLOW_CHECK) {
+                Ok(result) => return Ok(result),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+        }
+        receive.try_recv().map_err(|_| Overrun::TimedOut)
     }
 
     /// Threads that overran their budget and are still blocked.
     pub(crate) fn blocked(&self) -> usize {
         self.running.load(Ordering::Relaxed)
     }
+}
+
+/// Whether our own thread `tid` is running or runnable (state `R` in its stat line), as
+/// opposed to waiting in the kernel.
+fn is_runnable(tid: i32) -> bool {
+    if tid <= 0 {
+        // Not started yet: it is waiting for a CPU.
+        return true;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else { return false };
+    // The state follows the parenthesised name, which may itself hold parentheses.
+    stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()).is_some_and(|state| state == "R")
 }
 
 #[cfg(test)]
@@ -101,5 +138,15 @@ mod tests {
         }
         assert_eq!(budgeted.blocked(), 0);
         assert_eq!(budgeted.run(Duration::from_secs(5), || 2), Ok(2));
+        // Slow but running: waited for beyond the budget.
+        let spin = budgeted.run(Duration::from_millis(20), || {
+            let until = Instant::now() + Duration::from_millis(60);
+            let mut n = 0u64;
+            while Instant::now() < until {
+                n = n.wrapping_add(1);
+            }
+            n > 0
+        });
+        assert_eq!(spin, Ok(true));
     }
 }
