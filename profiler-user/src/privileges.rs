@@ -304,4 +304,23 @@ mod tests {
         assert_eq!(output_needs(&dir.join("p.svg")), (false, false));
         let _ = fs::remove_dir_all(&dir);
     }
+
+    #[test]
+    fn output_in_another_users_directory_needs_dac_override() {
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("pyperch-privileges-other-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+        fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        assert_eq!(output_needs(&dir.join("p.svg")), (true, false));
+        // Sticky and world-writable, holding another user's file of that name: CAP_FOWNER.
+        fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+        let file = dir.join("p.svg");
+        fs::write(&file, b"").unwrap();
+        std::os::unix::fs::chown(&file, Some(65534), Some(65534)).unwrap();
+        assert_eq!(output_needs(&file), (false, true));
+        let _ = fs::remove_dir_all(&dir);
+    }
 }
