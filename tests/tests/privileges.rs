@@ -152,26 +152,29 @@ fn privileges_record_drops_capabilities_and_still_profiles() {
     if sid.is_none() {
         note("no sid python: the chroot and deleted-executable parts are not exercised");
     }
-    let mut before = Workload::spawn(&host_py, "spin.py", &["leaf_red", "60"]).unwrap_or_else(|e| panic!("{e:#}"));
+    // Only this test's processes (tagged on their command lines) are looked at, so that
+    // other processes on a shared machine cannot slow the run down.
+    let tag = format!("privileges-test-{}", std::process::id());
+    let mut before = Workload::spawn(&host_py, "spin.py", &["leaf_red", "60", &tag]).unwrap_or_else(|e| panic!("{e:#}"));
     // Deleted before the recording starts: pyperch discovers it only after the drop, and
     // can read its executable only through /proc/PID/map_files.
     let deleted = sid.as_ref().and_then(deleted_static_python);
     let mut deleted_run = deleted.as_ref().map(|(py, host_dir)| {
-        let w = Workload::spawn(py, "spin.py", &["leaf_late", "60"]).unwrap_or_else(|e| panic!("{e:#}"));
+        let w = Workload::spawn(py, "spin.py", &["leaf_late", "60", &tag]).unwrap_or_else(|e| panic!("{e:#}"));
         fs::remove_dir_all(host_dir).expect("cannot delete the copied interpreter");
         w
     });
-    let run = RecordRun::start(&["--duration", "12"]);
+    let run = RecordRun::start(&["--duration", "12", "--cmdline", &tag]);
     assert!(run.wait_until_sampling(Duration::from_secs(60)), "pyperch never started sampling");
     let tasks = wait_for_drop(run.pid());
     assert_reduced(&tasks, documented_kept_set(), "pyperch record while sampling");
 
     // Started after the drop: discovery, /proc/PID/root reads (the chroot) and registration
     // (a map update) still work.
-    let mut after = Workload::spawn(&host_py, "spin.py", &["leaf_green", "60"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let mut after = Workload::spawn(&host_py, "spin.py", &["leaf_green", "60", &tag]).unwrap_or_else(|e| panic!("{e:#}"));
     let mut chrooted = sid
         .as_ref()
-        .map(|py| Workload::spawn(py, "spin.py", &["leaf_blue", "60"]).unwrap_or_else(|e| panic!("{e:#}")));
+        .map(|py| Workload::spawn(py, "spin.py", &["leaf_blue", "60", &tag]).unwrap_or_else(|e| panic!("{e:#}")));
     // The drop holds for the whole run, the event loop's threads included.
     thread::sleep(Duration::from_secs(3));
     assert_reduced(&all_tasks(run.pid()), documented_kept_set(), "pyperch record later on");
@@ -318,7 +321,9 @@ fn privileges_agent_drops_capabilities_while_running() {
     }
     // Nothing listens there: uploads fail and are retried, which does not matter here.
     let mut cmd = Command::new(pyperch_bin());
-    cmd.args(["agent", "--upload-url", "http://127.0.0.1:9", "--interval", "1s", "--duration", "6s"]);
+    // A filter nothing matches: only the drop matters here, not other processes.
+    let tag = format!("privileges-agent-{}-matches-nothing", std::process::id());
+    cmd.args(["agent", "--upload-url", "http://127.0.0.1:9", "--interval", "1s", "--duration", "6s", "--cmdline", &tag]);
     let running = Running::start(cmd).expect("cannot start pyperch agent");
     let tasks = wait_for_drop(running.pid());
     // Give the uploader's thread time to exist, then look at every thread again.
