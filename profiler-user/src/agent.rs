@@ -67,6 +67,8 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         session.add_process(p)?;
     }
     session.kernel.attach(options.rate)?;
+    // Attached: keep only what sampling needs, before the uploader's thread starts.
+    crate::privileges::drop_after_attach(&crate::privileges::Keep::default())?;
     let uploader = Uploader::start(endpoint, options.queue_profiles, options.queue_bytes);
     eprintln!(
         "pyperch agent: sampling at {} Hz, one profile per {} every {:?} to {}",

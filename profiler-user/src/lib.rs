@@ -4,7 +4,8 @@
 //! `loader` (perf events → kernel walk → ring buffer) → `completion` (stacks deeper than the
 //! kernel went, through a validated frame cache) → `symbolize` (code objects → names and
 //! lines) → `aggregate` → `output`. `discovery` and `layout` find Python processes and tell
-//! the kernel how to walk them; `memory` reads targets; `stats` counts every outcome.
+//! the kernel how to walk them; `memory` reads targets; `stats` counts every outcome;
+//! `privileges` drops what is not needed once the kernel program is attached.
 
 pub mod agent;
 pub mod aggregate;
@@ -17,6 +18,7 @@ pub mod list;
 pub mod loader;
 pub mod memory;
 pub mod output;
+pub mod privileges;
 pub mod record;
 mod session;
 pub mod stats;

@@ -30,10 +30,8 @@ const MIN_KERNEL: (u32, u32) = (5, 17);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error(
-        "pyperch needs root (or the capabilities CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE) to load its eBPF program and read Python processes; run it with sudo"
-    )]
-    NotPrivileged,
+    #[error("pyperch lacks {missing}, so it cannot start; run it as root, for example with sudo")]
+    NotPrivileged { missing: String },
     #[error("this kernel has no BTF ({BTF_PATH} is missing); pyperch needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
     NoBtf,
     #[error("kernel {found} is too old; pyperch needs Linux {}.{} or newer (for bpf_loop)", MIN_KERNEL.0, MIN_KERNEL.1)]
@@ -56,37 +54,32 @@ pub enum LoadError {
 
 /// Checks what a user can fix before anything is loaded: privileges, BTF, kernel version.
 pub fn preflight() -> Result<(), LoadError> {
-    if !has_capabilities() {
-        return Err(LoadError::NotPrivileged);
+    if let Some(missing) = crate::privileges::missing_to_start() {
+        return Err(LoadError::NotPrivileged { missing });
     }
     if fs::metadata(BTF_PATH).is_err() {
         return Err(LoadError::NoBtf);
     }
-    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
-    let major = parts.next().and_then(|p| p.parse::<u32>().ok()).unwrap_or(0);
-    let minor = parts.next().and_then(|p| p.parse::<u32>().ok()).unwrap_or(0);
-    if (major, minor) < MIN_KERNEL {
+    if kernel_version() < MIN_KERNEL {
+        let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         return Err(LoadError::KernelTooOld { found: release.trim().to_string() });
     }
     Ok(())
 }
 
+/// The running kernel's (major, minor) version; (0, 0) when it cannot be read.
+pub fn kernel_version() -> (u32, u32) {
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
+    let major = parts.next().and_then(|p| p.parse::<u32>().ok()).unwrap_or(0);
+    let minor = parts.next().and_then(|p| p.parse::<u32>().ok()).unwrap_or(0);
+    (major, minor)
+}
+
 /// Whether this process may load BPF programs, open system-wide perf events and read other
 /// processes' memory: CAP_SYS_ADMIN, or CAP_BPF + CAP_PERFMON; plus CAP_SYS_PTRACE.
 pub fn has_capabilities() -> bool {
-    const CAP_SYS_PTRACE: u32 = 19;
-    const CAP_SYS_ADMIN: u32 = 21;
-    const CAP_PERFMON: u32 = 38;
-    const CAP_BPF: u32 = 39;
-    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let effective = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    let has = |cap: u32| effective & (1u64 << cap) != 0;
-    (has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))) && has(CAP_SYS_PTRACE)
+    crate::privileges::missing_to_start().is_none()
 }
 
 /// Offset of `thread.fsbase` in `struct task_struct`, from the running kernel's BTF.

@@ -16,6 +16,7 @@ use crate::{
     loader::{KernelCounters, KernelProgram, LoadError, error_chain},
     memory,
     output::{self, Format},
+    privileges::{self, PrivilegeError},
     session::{
         Budgeted, DISCOVERY_INTERVAL, INSPECT_BUDGET, LAUNCH_DISCOVERY_INTERVAL, LoopControl, LoopEnd, Scope, Session,
         exit_code, run_loop,
@@ -79,6 +80,8 @@ pub enum RecordError {
     Runtime(String),
     #[error("{0}")]
     Upload(String),
+    #[error(transparent)]
+    Privileges(#[from] PrivilegeError),
     #[error("no Python process matched {0} during the recording")]
     NothingMatched(String),
     #[error("process {pid} does not match {filters}")]
@@ -113,13 +116,20 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     let mut child = None;
     if !options.command.is_empty() {
         let program = &options.command[0];
-        let spawned = Command::new(program)
-            .args(&options.command[1..])
+        let mut command = Command::new(program);
+        command.args(&options.command[1..]);
+        // Under sudo the command runs as the user who ran sudo, not as root.
+        if let Some(user) = privileges::InvokingUser::from_sudo() {
+            user.apply(&mut command);
+        }
+        let spawned = command
             .spawn()
             .map_err(|source| RecordError::Launch { command: program.to_string_lossy().into_owned(), source })?;
         session.scope = Scope::Launched { root: spawned.id() };
         child = Some(spawned);
     }
+    // Attached and launched: keep only what sampling needs (before any other thread starts).
+    privileges::drop_after_attach(&privileges::Keep { output: options.output.clone() })?;
 
     let runtime = runtime()?;
     let started = Instant::now();

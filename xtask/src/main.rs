@@ -26,6 +26,7 @@ use std::{
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Parser, Subcommand};
 
+mod apt_sources;
 mod bench;
 
 #[derive(Parser)]
@@ -283,24 +284,36 @@ fn bpf_linker_version(p: &Paths) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// The bpf-linker release pyperch is built with, installed with its own Cargo.lock
+/// (`--locked`) so that every machine builds the same dependency versions.
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
+/// Whether a `bpf-linker --version` line names the pinned release.
+fn is_pinned_bpf_linker(version_line: &str) -> bool {
+    version_line.split_whitespace().nth(1) == Some(BPF_LINKER_VERSION)
+}
+
 fn ensure_bpf_linker(p: &Paths, nightly_sysroot: &Path) -> Result<()> {
-    if let Some(version) = bpf_linker_version(p) {
-        step(format!(
-            "bpf-linker: present ({version}, {})",
+    match bpf_linker_version(p) {
+        Some(version) if is_pinned_bpf_linker(&version) => {
+            step(format!(
+                "bpf-linker: present ({version}, {})",
+                p.bpf_linker().display()
+            ));
+            return Ok(());
+        }
+        Some(version) => step(format!(
+            "bpf-linker: {} is {version}, not the pinned {BPF_LINKER_VERSION}; rebuilding it",
             p.bpf_linker().display()
-        ));
-        return Ok(());
-    }
-    if p.bpf_linker().exists() {
-        step(format!(
+        )),
+        None if p.bpf_linker().exists() => step(format!(
             "bpf-linker: {} exists but does not run, rebuilding it",
             p.bpf_linker().display()
-        ));
-    } else {
-        step(format!(
+        )),
+        None => step(format!(
             "bpf-linker: missing, building it into {}",
             p.tools_bin().display()
-        ));
+        )),
     }
 
     // bpf-linker must link against the same LLVM as the rustc that emits the bitcode: the
@@ -331,7 +344,7 @@ fn ensure_bpf_linker(p: &Paths, nightly_sysroot: &Path) -> Result<()> {
             .with_context(|| format!("cannot create the symlink {}", link.display()))?;
     }
     step(format!(
-        "bpf-linker: `cargo install bpf-linker --no-default-features --features llvm-{major}` against {} (takes a few minutes)",
+        "bpf-linker: `cargo install bpf-linker --version ={BPF_LINKER_VERSION} --locked --no-default-features --features llvm-{major}` against {} (takes a few minutes)",
         lib_dir.join(&llvm_lib).display()
     ));
     fs::create_dir_all(&p.cache)?;
@@ -342,15 +355,23 @@ fn ensure_bpf_linker(p: &Paths, nightly_sysroot: &Path) -> Result<()> {
             .arg("install")
             .arg("--root")
             .arg(p.cache.join("tools"))
-            .args(["bpf-linker", "--no-default-features", "--features"])
+            .arg("bpf-linker")
+            .arg("--version")
+            .arg(format!("={BPF_LINKER_VERSION}"))
+            // Replaces a cached copy of another version, or one that no longer runs.
+            .args(["--locked", "--force", "--no-default-features", "--features"])
             .arg(format!("llvm-{major}")),
         "building bpf-linker",
     )?;
     match bpf_linker_version(p) {
-        Some(version) => {
+        Some(version) if is_pinned_bpf_linker(&version) => {
             step(format!("bpf-linker: built ({version})"));
             Ok(())
         }
+        Some(version) => bail!(
+            "bpf-linker was built but `{} --version` says {version}, not {BPF_LINKER_VERSION}",
+            p.bpf_linker().display()
+        ),
         None => bail!(
             "bpf-linker was built but `{} --version` does not run",
             p.bpf_linker().display()
@@ -441,6 +462,13 @@ fn build_sid_rootfs(rootfs: &Path) -> Result<()> {
                 .ok_or_else(|| anyhow!("debootstrap is still not found after installing it"))?
         }
     };
+    // The machine's own Debian mirror, as its apt is configured: none is written here.
+    let mirror = apt_sources::debian_mirror(&apt_sources::configured_sources(Path::new("/")))
+        .ok_or_else(|| {
+            anyhow!(
+                "no Debian archive (a `deb` entry with the main component, signed by debian-archive-keyring) in /etc/apt/sources.list or /etc/apt/sources.list.d/, so debootstrap has no mirror to use"
+            )
+        })?;
     let parent = rootfs
         .parent()
         .ok_or_else(|| anyhow!("{} has no parent directory", rootfs.display()))?;
@@ -454,7 +482,7 @@ fn build_sid_rootfs(rootfs: &Path) -> Result<()> {
     let log = fs::File::create(&log_path)
         .with_context(|| format!("cannot create {}", log_path.display()))?;
     step(format!(
-        "sid rootfs: missing, running debootstrap into {} (about a minute; log in {})",
+        "sid rootfs: missing, running debootstrap from {mirror} (apt's configured mirror) into {} (about a minute; log in {})",
         tmp.display(),
         log_path.display()
     ));
@@ -464,7 +492,7 @@ fn build_sid_rootfs(rootfs: &Path) -> Result<()> {
             .arg(format!("--include={}", SID_PYTHONS.join(",")))
             .arg("sid")
             .arg(&tmp)
-            .arg("http://deb.debian.org/debian")
+            .arg(&mirror)
             .stdout(log.try_clone()?)
             .stderr(log),
         "building the sid rootfs",
@@ -622,7 +650,7 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     let bin = build_only(p)?;
     let bin = fs::canonicalize(&bin).unwrap_or(bin);
 
-    step("test: unit tests (cargo test --release -p profiler-common -p profiler-user)");
+    step("test: unit tests (cargo test --release -p profiler-common -p profiler-user -p xtask)");
     let unit = status_of(
         cargo().current_dir(&p.root).args([
             "test",
@@ -631,6 +659,8 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
             "profiler-common",
             "-p",
             "profiler-user",
+            "-p",
+            "xtask",
         ]),
         "running the unit tests",
     )?;
@@ -670,5 +700,17 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
         (false, true) => bail!("the unit tests failed ({})", describe(unit)),
         (true, false) => bail!("the end-to-end tests failed ({})", describe(e2e)),
         (false, false) => bail!("the unit tests and the end-to-end tests failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_pinned_bpf_linker_is_reused() {
+        assert!(is_pinned_bpf_linker(&format!("bpf-linker {BPF_LINKER_VERSION}")));
+        assert!(!is_pinned_bpf_linker("bpf-linker 0.9.15"));
+        assert!(!is_pinned_bpf_linker(""));
     }
 }

@@ -146,7 +146,8 @@ pub fn in_root(pid: u32, path: &str) -> PathBuf {
     proc_path(pid, "root").join(path.trim_start_matches('/'))
 }
 
-/// The file behind one mapping, even if deleted or replaced (needs CAP_SYS_ADMIN).
+/// The file behind one mapping, even if deleted or replaced (needs CAP_CHECKPOINT_RESTORE or
+/// CAP_SYS_ADMIN).
 pub fn map_file(pid: u32, mapping: &Mapping) -> PathBuf {
     proc_path(pid, &format!("map_files/{:x}-{:x}", mapping.start, mapping.end))
 }
