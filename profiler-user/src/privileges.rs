@@ -182,7 +182,16 @@ fn thread_count() -> usize {
 /// after the kernel program is attached and any command is launched, while pyperch has
 /// one thread.
 pub fn drop_after_attach(keep: &Keep) -> Result<Kept, PrivilegeError> {
-    let threads = thread_count();
+    // A helper thread that has just returned its result (a budgeted inspection) may take a
+    // moment to leave the thread list.
+    let mut threads = thread_count();
+    for _ in 0..50 {
+        if threads <= 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        threads = thread_count();
+    }
     if threads > 1 {
         return Err(PrivilegeError::Threads { threads });
     }

@@ -71,25 +71,34 @@ impl Budgeted {
             // The caller may have stopped waiting; then the result is dropped here.
             let _ = send.send(result);
         });
-        if spawned.is_err() {
+        let Ok(handle) = spawned else {
             self.running.fetch_sub(1, Ordering::Relaxed);
             return Err(Overrun::NoThread);
-        }
+        };
         let started = Instant::now();
+        // A thread that delivered its result is about to end: joined, so that callers that
+        // must be single-threaded afterwards (dropping capabilities) are.
+        let finish = |result: T| {
+            let _ = handle.join();
+            Ok(result)
+        };
         match receive.recv_timeout(budget) {
-            Ok(result) => return Ok(result),
+            Ok(result) => return finish(result),
             Err(mpsc::RecvTimeoutError::Disconnected) => return Err(Overrun::TimedOut),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         // Still at work: wait on while it is runnable (slow), give up once it waits.
         while started.elapsed() < budget * SLOW_BUDGET_FACTOR && is_runnable(tid.load(Ordering::Relaxed)) {
             match receive.recv_timeout(SLOW_CHECK) {
-                Ok(result) => return Ok(result),
+                Ok(result) => return finish(result),
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
         }
-        receive.try_recv().map_err(|_| Overrun::TimedOut)
+        match receive.try_recv() {
+            Ok(result) => finish(result),
+            Err(_) => Err(Overrun::TimedOut),
+        }
     }
 
     /// Threads that overran their budget and are still blocked.
