@@ -979,3 +979,51 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fuzzing::config;
+
+    /// A segment from the pieces real cgroup paths are made of, or anything.
+    fn segment() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("docker".to_owned()),
+            Just("kubepods".to_owned()),
+            Just("burstable".to_owned()),
+            Just("..".to_owned()),
+            Just("libpod_parent".to_owned()),
+            "(docker-|crio-|libpod-|cri-containerd-)?[0-9a-f]{62,66}(\\.scope)?",
+            "(kubelet-)?kubepods(-burstable|-besteffort)?-pod[0-9a-f_]{30,40}\\.slice",
+            "pod[0-9a-f-]{30,40}",
+            "[^/\\n]{0,12}",
+        ]
+    }
+
+    fn path() -> impl Strategy<Value = String> {
+        prop::collection::vec(segment(), 0..8).prop_map(|s| format!("/{}", s.join("/")))
+    }
+
+    proptest! {
+        #![proptest_config(config(512))]
+
+        #[test]
+        fn fuzz_cgroup_path(path in path()) {
+            let info = attribute(&path);
+            prop_assert!(info.container_id.as_ref().is_none_or(|id| id.len() == CONTAINER_ID_LEN));
+            prop_assert!(info.pod_uid.as_ref().is_none_or(|uid| uid.len() <= 36));
+        }
+
+        #[test]
+        fn fuzz_cgroup_file(
+            lines in prop::collection::vec(("[0-9]{0,3}|x", "(cpu|memory|name=systemd|cpu,cpuacct|)", path()), 0..6),
+            noise in ".{0,80}",
+        ) {
+            let text: String = lines.iter().map(|(h, c, p)| format!("{h}:{c}:{p}\n")).collect::<String>() + &noise;
+            prop_assert!(parse_cgroup_file(&text).len() <= text.len());
+            prop_assert!(parse_nspid(&text).len() <= text.len());
+        }
+    }
+}

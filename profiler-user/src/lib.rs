@@ -13,6 +13,8 @@ pub mod completion;
 pub mod containers;
 pub mod discovery;
 pub mod filter;
+#[cfg(test)]
+mod fuzzing;
 pub mod layout;
 pub mod list;
 pub mod loader;

@@ -33,7 +33,7 @@ mod bench;
 #[command(
     name = "cargo xtask",
     bin_name = "cargo xtask",
-    about = "pyperch's developer tasks: setup, build, run, test, fixtures, bench."
+    about = "pyperch's developer tasks: setup, build, run, test, fixtures, fuzz, bench."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -60,6 +60,12 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         filters: Vec<OsString>,
     },
+    /// Long fuzz run: every parser's proptest target with overflow checks (debug build),
+    /// CASES cases each (default 20000; the unit tests run a few hundred).
+    Fuzz {
+        #[arg(long, default_value_t = 20_000)]
+        cases: u64,
+    },
     /// Benchmarks against py-spy, Austin and CPython's profiler (writes BENCHMARKS.md).
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -79,6 +85,7 @@ fn main() {
             )),
         }),
         Cmd::Run { args } => Paths::new().and_then(|p| run(&p, &args)),
+        Cmd::Fuzz { cases } => Paths::new().and_then(|p| fuzz(&p, cases)),
         Cmd::Test { filters } => Paths::new().and_then(|p| test(&p, &filters)),
         Cmd::Bench { args } => Paths::new().and_then(|p| {
             bench::run(&p, &args.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>())
@@ -641,6 +648,27 @@ fn run(p: &Paths, args: &[OsString]) -> Result<()> {
     // becomes ours.
     let err = Command::new(&bin).args(args).exec();
     Err(anyhow!("could not run {}: {err}", bin.display()))
+}
+
+/// The fuzz targets (`fuzz` test modules of profiler-user) in a debug build, which has
+/// overflow checks, with `cases` cases each. Not part of `test`: a debug build of the
+/// workspace's dependencies takes minutes on a small machine; `test` runs the same targets
+/// with a few hundred cases in its release unit tests.
+fn fuzz(p: &Paths, cases: u64) -> Result<()> {
+    setup(p)?;
+    step(format!("fuzz: PYPERCH_FUZZ_CASES={cases} cargo test -p profiler-user --lib fuzz"));
+    let status = status_of(
+        cargo()
+            .current_dir(&p.root)
+            .args(["test", "-p", "profiler-user", "--lib", "fuzz"])
+            .env("PYPERCH_FUZZ_CASES", cases.to_string()),
+        "running the fuzz targets",
+    )?;
+    if !status.success() {
+        bail!("a fuzz target failed ({}): its minimal failing input is printed above", describe(status));
+    }
+    step("fuzz: all targets passed");
+    Ok(())
 }
 
 fn test(p: &Paths, filters: &[OsString]) -> Result<()> {

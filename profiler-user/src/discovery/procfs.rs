@@ -263,3 +263,52 @@ garbage line
         assert_eq!(in_root(7, "/usr/bin/python3"), PathBuf::from("/proc/7/root/usr/bin/python3"));
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fuzzing::config;
+
+    /// Lines near the real shape (fields from plausible and hostile pieces), and any text.
+    fn maps_line() -> impl Strategy<Value = String> {
+        let hex = prop_oneof!["[0-9a-f]{1,16}", "[0-9a-fA-F]{17,24}", ".{0,4}"];
+        let path = prop_oneof!["", "/[^\n]{0,40}", "/[^\n]{0,40} \\(deleted\\)", "\\[[a-z]{0,8}\\]", " {0,3}"];
+        prop_oneof![
+            (hex.clone(), hex.clone(), "[-rwxps]{0,5}", hex.clone(), hex.clone(), hex, "[0-9]{0,22}", path).prop_map(
+                |(start, end, perms, offset, major, minor, inode, path)| {
+                    format!("{start}-{end} {perms} {offset} {major}:{minor} {inode}                  {path}")
+                }
+            ),
+            ".{0,200}",
+        ]
+    }
+
+    fn stat_line() -> impl Strategy<Value = String> {
+        prop_oneof![
+            ("[0-9]{1,7}", "[^\\n]{0,20}", prop::collection::vec("-?[0-9]{0,21}|[A-Z]", 0..60))
+                .prop_map(|(pid, comm, fields)| format!("{pid} ({comm}) {}", fields.join(" "))),
+            ".{0,300}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config(512))]
+
+        #[test]
+        fn fuzz_maps_line(line in maps_line()) {
+            if let Some(m) = parse_maps_line(&line) {
+                prop_assert!(m.path.len() <= line.len());
+                let _ = (m.is_file(), m.key(), m.contains(m.start));
+            }
+            prop_assert!(parse_maps(&line).len() <= line.lines().count());
+        }
+
+        #[test]
+        fn fuzz_stat_line(line in stat_line()) {
+            let _ = parse_stat(&line);
+            let _ = parse_status_threads(&line);
+        }
+    }
+}

@@ -212,3 +212,37 @@ mod tests {
         assert_eq!(decode_tss_key(DEBIAN_3_15, 0x42fa7d, 0xc408a0, 0x549c8, none), None);
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fuzzing::config;
+
+    /// Code made of known instruction forms with random operands, and random bytes.
+    fn code() -> impl Strategy<Value = Vec<u8>> {
+        let form = (0..FORMS.len(), any::<[u8; 8]>()).prop_map(|(i, operand)| {
+            let (opcode, _, len, _, _) = FORMS[i];
+            let mut bytes = opcode.to_vec();
+            bytes.extend_from_slice(&operand[..len.saturating_sub(opcode.len()).min(8)]);
+            bytes
+        });
+        prop_oneof![
+            prop::collection::vec(form, 0..24).prop_map(|forms| forms.concat()),
+            prop::collection::vec(any::<u8>(), 0..96),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        #[test]
+        fn fuzz_accessor_decoding(code in code(), vaddr in any::<u64>(), runtime in any::<u64>(), size in any::<u64>(), got in any::<bool>()) {
+            let _ = decode_tls_word(&code, vaddr);
+            if let Some(key) = decode_tss_key(&code, vaddr, runtime, size, |_| got) {
+                prop_assert!(u64::from(key) < size);
+            }
+        }
+    }
+}

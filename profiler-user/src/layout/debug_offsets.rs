@@ -825,3 +825,58 @@ mod tests {
         assert!(matches!(decode(&b), Err(DebugOffsetsError::OutOfRange { .. })));
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fuzzing::config;
+
+    /// An encoding of a known version, cookie intact, fields mostly plausible offsets.
+    fn encoding() -> impl Strategy<Value = Vec<u8>> {
+        let field = prop_oneof![8 => 0u64..0x400, 1 => any::<u64>(), 1 => Just(u64::MAX), 1 => 0u64..(1 << 25)];
+        (0..FIELD_LISTS.len(), prop::collection::vec(field, MAX_ENCODED_SIZE / 8), any::<u8>(), prop_oneof![3 => Just(0u64), 1 => any::<u64>()], any::<bool>())
+            .prop_map(|(i, fields, serial, free_threaded, pre_release)| {
+                let list = &FIELD_LISTS[i];
+                let version = if pre_release { list.min_hex - 1 } else { list.min_hex | u64::from(serial & 0x0f) };
+                let mut bytes = COOKIE.to_vec();
+                bytes.extend_from_slice(&version.to_le_bytes());
+                bytes.extend_from_slice(&free_threaded.to_le_bytes());
+                for value in &fields[..list.field_count()] {
+                    bytes.extend_from_slice(&value.to_le_bytes());
+                }
+                bytes
+            })
+    }
+
+    proptest! {
+        #![proptest_config(config(512))]
+
+        /// A layout built from any table keeps every invariant the kernel and the readers rely on.
+        #[test]
+        fn fuzz_debug_offsets(mut bytes in encoding(), cut in any::<prop::sample::Index>(), flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4)) {
+            for (at, value) in flips {
+                let at = at.index(bytes.len());
+                bytes[at] = value;
+            }
+            if cut.index(4) == 0 {
+                bytes.truncate(cut.index(bytes.len() + 1));
+            }
+            let _ = peek_version(&bytes);
+            if let Ok(layout) = layout_from_bytes(&bytes) {
+                prop_assert!((layout.frame.read_size as usize) < FRAME_READ_MAX);
+                prop_assert!(layout.code.size <= 1 << 12);
+                let objects = &layout.objects;
+                for offset in [objects.ob_type, objects.str_length, objects.str_state, objects.str_ascii_data, objects.str_compact_data, objects.bytes_size, objects.bytes_data] {
+                    prop_assert!(offset <= 1 << 8, "{offset:#x}");
+                }
+            }
+        }
+
+        #[test]
+        fn fuzz_debug_offsets_bytes(bytes in prop::collection::vec(any::<u8>(), 0..MAX_ENCODED_SIZE + 16)) {
+            let _ = decode(&bytes);
+        }
+    }
+}

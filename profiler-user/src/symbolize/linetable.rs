@@ -176,22 +176,22 @@ mod tests {
 
     /// One code object of a fixture (see `fixtures/gen_linetables.py`).
     #[derive(serde::Deserialize)]
-    struct FixtureCode {
+    pub(super) struct FixtureCode {
         qualname: String,
         firstlineno: u32,
-        code_len: u32,
+        pub(super) code_len: u32,
         /// `PyCode_Addr2Line(code, -2)`.
         negative: i64,
-        table: String,
+        pub(super) table: String,
         /// `[start, end, line]` byte ranges, end exclusive; `None` = no line.
         lines: Vec<(u32, u32, Option<u32>)>,
     }
 
     #[derive(serde::Deserialize)]
-    struct Fixture {
+    pub(super) struct Fixture {
         python: String,
         format: String,
-        functions: Vec<FixtureCode>,
+        pub(super) functions: Vec<FixtureCode>,
     }
 
     const FIXTURES: [(&str, &str); 8] = [
@@ -214,11 +214,11 @@ mod tests {
         }
     }
 
-    fn unhex(s: &str) -> Vec<u8> {
+    pub(super) fn unhex(s: &str) -> Vec<u8> {
         (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("fixture hex")).collect()
     }
 
-    fn load() -> Vec<(Fixture, LineTableFormat)> {
+    pub(super) fn load() -> Vec<(Fixture, LineTableFormat)> {
         FIXTURES
             .iter()
             .map(|(minor, text)| {
@@ -354,6 +354,72 @@ mod tests {
                     let _ = line_for_offset(format, &table, code.firstlineno, (next() % 4096) as i32);
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod fuzz {
+    use std::sync::LazyLock;
+
+    use proptest::prelude::*;
+
+    use super::tests::{load, unhex};
+    use super::*;
+    use crate::fuzzing::config;
+
+    /// Real tables of every fixture, by format: `(format, table, code length)`.
+    static TABLES: LazyLock<Vec<(LineTableFormat, Vec<u8>, u32)>> = LazyLock::new(|| {
+        load()
+            .into_iter()
+            .flat_map(|(fixture, format)| {
+                fixture.functions.into_iter().map(move |code| (format, unhex(&code.table), code.code_len))
+            })
+            .collect()
+    });
+
+    /// A real table with a few bytes changed, cut or extended; or random bytes.
+    fn table() -> impl Strategy<Value = (LineTableFormat, Vec<u8>, u32)> {
+        let formats = vec![LineTableFormat::Lnotab, LineTableFormat::PairTable, LineTableFormat::LocationTable];
+        prop_oneof![
+            (0..TABLES.len(), prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6), any::<prop::sample::Index>())
+                .prop_map(|(i, flips, cut)| {
+                    let (format, mut table, len) = TABLES[i].clone();
+                    if !table.is_empty() {
+                        for (at, value) in flips {
+                            let at = at.index(table.len());
+                            table[at] = value;
+                        }
+                        table.truncate(cut.index(table.len() + 1));
+                    }
+                    (format, table, len)
+                }),
+            (prop::sample::select(formats), prop::collection::vec(any::<u8>(), 0..256), any::<u32>())
+                .prop_map(|(format, table, len)| (format, table, len)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config(512))]
+
+        /// Any table, any first line, any offset: no panic (overflow included, in debug
+        /// builds), and a line is never conjured for a table that has no entry.
+        #[test]
+        fn fuzz_line_tables((format, table, len) in table(), firstlineno in prop_oneof![any::<u32>(), 0u32..1000], offsets in prop::collection::vec(any::<i32>(), 1..8)) {
+            for offset in offsets.into_iter().chain([0, (len / 2) as i32, len as i32, i32::MAX, -1]) {
+                let line = line_for_offset(format, &table, firstlineno, offset);
+                if table.is_empty() && offset >= 0 && format != LineTableFormat::Lnotab {
+                    prop_assert_eq!(line, None);
+                }
+            }
+        }
+
+        #[test]
+        fn fuzz_varints(bytes in prop::collection::vec(any::<u8>(), 0..12)) {
+            if read_varint(&bytes).is_some() {
+                prop_assert!(bytes.iter().take(MAX_VARINT_BYTES).any(|b| b & 0x40 == 0));
+            }
+            let _ = read_svarint(&bytes);
         }
     }
 }

@@ -157,7 +157,7 @@ pub fn read_bytes(
 mod tests {
     use super::*;
 
-    const OBJECTS_312: ObjectLayout = ObjectLayout {
+    pub(super) const OBJECTS_312: ObjectLayout = ObjectLayout {
         ob_type: 8,
         str_length: 0x10,
         str_state: 0x20,
@@ -198,5 +198,45 @@ mod tests {
         assert_eq!(decode_chars(&[0x0d, 0x54, 0x00, 0xd8], h(2, false), 0).unwrap(), "名\u{fffd}");
         assert_eq!(decode_chars(&[0x23, 0xd5, 0x01, 0x00], h(4, false), 0).unwrap(), "𝔣");
         assert!(decode_chars(&[0, 0, 0x11, 0], h(4, false), 0).is_err());
+    }
+}
+
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::tests::OBJECTS_312;
+    use super::*;
+    use crate::fuzzing::config;
+
+    proptest! {
+        #![proptest_config(config(1024))]
+
+        /// Any header: a decoded length never exceeds the caller's bound or one `MAX_READ`.
+        #[test]
+        fn fuzz_str_header(
+            mut buf in prop::collection::vec(any::<u8>(), 0..0x30),
+            len in prop_oneof![any::<u64>(), 0u64..5000],
+            state in any::<u32>(),
+            max_chars in prop_oneof![Just(usize::MAX), 0usize..5000],
+        ) {
+            if buf.len() >= 0x24 {
+                buf[0x10..0x18].copy_from_slice(&len.to_le_bytes());
+                buf[0x20..0x24].copy_from_slice(&state.to_le_bytes());
+            }
+            if let Ok(header) = parse_str_header(&buf, &OBJECTS_312, 1, max_chars) {
+                prop_assert!(header.length <= max_chars);
+                prop_assert!(header.length.checked_mul(header.kind).is_some_and(|n| n <= MAX_READ));
+            }
+        }
+
+        /// Any data: the text is at most twice the bytes (latin-1 to UTF-8).
+        #[test]
+        fn fuzz_str_chars(data in prop::collection::vec(any::<u8>(), 0..256), kind in prop::sample::select(vec![0usize, 1, 2, 3, 4, 8]), ascii in any::<bool>()) {
+            let header = StrHeader { length: data.len(), kind, compact: true, ascii };
+            if let Ok(text) = decode_chars(&data, header, 1) {
+                prop_assert!(text.len() <= 2 * data.len());
+            }
+        }
     }
 }
