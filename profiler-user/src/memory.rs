@@ -72,6 +72,9 @@ impl ProcessMemory {
     }
 
     pub fn read_vec(&self, address: u64, len: usize) -> Result<Vec<u8>, MemoryError> {
+        if len > MAX_READ {
+            return Err(MemoryError::TooLarge { address, len });
+        }
         let mut buf = vec![0u8; len];
         self.read(address, &mut buf)?;
         Ok(buf)

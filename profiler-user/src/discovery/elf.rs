@@ -72,7 +72,6 @@ static OVERSIZED_TABLES: AtomicU64 = AtomicU64::new(0);
 
 /// Tables (and header arrays) not read because they were larger than their cap, or because
 /// the file's read budget was spent, since the process started.
-#[cfg_attr(not(test), expect(dead_code, reason = "read by tests; for statistics"))]
 pub fn oversized_tables() -> u64 {
     OVERSIZED_TABLES.load(Ordering::Relaxed)
 }

@@ -29,6 +29,7 @@ use profiler_common::{ProcessInfo, tstate_lookup};
 use crate::layout::{PythonLayout, Version};
 use crate::memory::{MemoryError, ProcessMemory};
 
+pub use elf::oversized_tables;
 pub use files::cached_files;
 pub use procfs::{Mapping, parse_maps, parse_maps_line};
 

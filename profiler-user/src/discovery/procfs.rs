@@ -152,8 +152,17 @@ pub fn map_file(pid: u32, mapping: &Mapping) -> PathBuf {
     proc_path(pid, &format!("map_files/{:x}-{:x}", mapping.start, mapping.end))
 }
 
+/// At most this much of `/proc/PID/maps` is read: a process with tens of thousands of
+/// mappings of long paths cannot make discovery allocate more. The interpreter's own files
+/// are mapped early, so they are near the start.
+pub const MAX_MAPS_BYTES: u64 = 16 << 20;
+
 pub fn read_maps(pid: u32) -> io::Result<Vec<Mapping>> {
-    Ok(parse_maps(&std::fs::read_to_string(proc_path(pid, "maps"))?))
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(proc_path(pid, "maps"))?.take(MAX_MAPS_BYTES).read_to_end(&mut bytes)?;
+    // A line cut at the cap is dropped by the parser (it does not parse).
+    Ok(parse_maps(&String::from_utf8_lossy(&bytes)))
 }
 
 pub fn read_stat(pid: u32) -> io::Result<Stat> {

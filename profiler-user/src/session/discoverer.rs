@@ -98,13 +98,14 @@ impl DiscoveryStats {
     /// The `--stats` line.
     pub(crate) fn report(&self) -> String {
         format!(
-            "discovery: {} looks at processes, {} did not answer within {:.1} s (skipped, retried later), {} not started (too many blocked), {} still blocked, {} registrations refused by the kernel",
+            "discovery: {} looks at processes, {} did not answer within {:.1} s (skipped, retried later), {} not started (too many blocked), {} still blocked, {} registrations refused by the kernel, {} oversized ELF tables not read",
             self.inspected.load(Relaxed),
             self.timed_out.load(Relaxed),
             INSPECT_BUDGET.as_secs_f64(),
             self.refused.load(Relaxed),
             self.still_blocked.load(Relaxed),
             self.register_failures.load(Relaxed),
+            discovery::oversized_tables(),
         )
     }
 }
