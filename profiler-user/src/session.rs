@@ -536,13 +536,14 @@ impl Session {
             Ok(process) => match self.add_process(process) {
                 Ok(registered) => return registered.then_some(start_time),
                 Err(e) => {
-                    eprintln!("pyperch: warning: {e}");
+                    eprintln!("pyperch: warning: {}", crate::text::lines(&e.to_string()));
                     reject(checks, false)
                 }
             },
             Err(DiscoveryError::NotReady { .. }) => return None,
             Err(DiscoveryError::Unsupported { pid, comm, reason }) => {
                 if self.reported.insert((pid, start_time)) {
+                    let (comm, reason) = (crate::text::field(&comm), crate::text::field(&reason));
                     eprintln!("pyperch: warning: skipping process {pid} ({comm}): {reason}");
                 }
                 reject(checks, false)
