@@ -196,6 +196,22 @@ fn truncated_multibyte_comm_is_still_listed_and_profiled() {
     }
 }
 
+#[test]
+fn unsupported_process_warning_is_escaped() {
+    let Some(old) = first_python(&["3.7", "3.6"]) else { return };
+    let comm: &[u8] = b"old\x1b[5m\x07py\xe2\x80\xae\xff";
+    let hex: String = comm.iter().map(|b| format!("{b:02x}")).collect();
+    let w = Workload::spawn(&old, "hostile.py", &[&hex, "120"]).expect("start the old workload");
+    let rec = record(&["--duration", "2", "--comm", "^old"]);
+    let d = rec.diag();
+    assert_clean(&rec.run.stderr, "record's stderr", &d);
+    let warning = format!("pyperch: warning: skipping process {} (old\\x1b[5m\\x07py\\u{{202e}}\\xff): ", w.pid);
+    assert!(
+        rec.run.stderr.lines().any(|l| l.starts_with(&warning)),
+        "no warning starting `{warning}`{d}"
+    );
+}
+
 /// The `Umask:` of this process (`/proc/self/status`).
 fn umask() -> u32 {
     let status = fs::read_to_string("/proc/self/status").expect("status");

@@ -6,7 +6,7 @@ COMM_HEX: bytes (hex) given to prctl(PR_SET_NAME), or "-" to keep the command na
 busy function is `hostile_leaf` renamed (co_name, and co_qualname from 3.11) to
 FUNCTION_NAME, compiled under the file name FILE_NAME: both hold an escape sequence, control
 characters, a bidi override, a `;` and a newline. Prints "ready <pid>" once spinning; exits
-on SIGTERM or after MAX_SECONDS.
+on SIGTERM or after MAX_SECONDS. Plain Python that also runs on 3.6 and 3.7.
 """
 import ctypes
 import signal
@@ -36,7 +36,9 @@ def main():
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_NAME)")
     namespace = {"time": time}
     exec(compile(SOURCE, FILE_NAME, "exec"), namespace)
-    code = namespace["hostile_leaf"].__code__.replace(co_name=FUNCTION_NAME)
+    code = namespace["hostile_leaf"].__code__
+    if hasattr(code, "replace"):  # 3.8+; 3.6 and 3.7 (unsupported) keep the plain name
+        code = code.replace(co_name=FUNCTION_NAME)
     if hasattr(code, "co_qualname"):
         code = code.replace(co_qualname=FUNCTION_NAME)
     leaf = types.FunctionType(code, namespace, FUNCTION_NAME)
