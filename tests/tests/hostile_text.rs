@@ -166,6 +166,24 @@ fn hostile_names_are_escaped_and_profiles_stay_well_formed() {
 }
 
 #[test]
+fn collapsed_profile_on_a_terminal_is_escaped() {
+    let Some(py) = first_python(&HOST_PYTHONS) else { return };
+    let w = Workload::spawn(&py, "hostile.py", &["-", "120"]).expect("start the hostile workload");
+    // script(1) gives pyperch a terminal for stdout and stderr, and copies what it shows.
+    let command = format!("{} record --pid {} --duration 3", pyperch_bin().display(), w.pid);
+    let mut script = std::process::Command::new("script");
+    script.args(["-qec", &command, "/dev/null"]);
+    let run = Running::start(script).expect("start script").finish(Duration::from_secs(90));
+    let d = run.diag();
+    assert!(run.success(), "pyperch record on a terminal failed{d}");
+    // The terminal adds \r to line ends; the progress line is pyperch's own \r and erase-line.
+    let shown = run.stdout.replace("\x1b[K", "").replace('\r', "");
+    assert_clean(&shown, "the terminal", &d);
+    let frame = "hostile_leaf ]0,pwned  [2J\\u{202e}\\u{2028} ,semi line (/tmp/evil [31m  file\\u{202e}.py:";
+    assert!(shown.contains(frame), "the terminal does not show `{frame}`{d}");
+}
+
+#[test]
 fn truncated_multibyte_comm_is_still_listed_and_profiled() {
     let Some(py) = first_python(&HOST_PYTHONS) else { return };
     let hex: String = TRUNCATED_COMM.iter().map(|b| format!("{b:02x}")).collect();
