@@ -78,7 +78,7 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
             Grouping::Container => "container",
         },
         options.interval,
-        options.upload_url
+        crate::text::field(&options.upload_url)
     );
 
     let mut interval_start = SystemTime::now();
@@ -110,10 +110,10 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
             c.queued
         );
         if let Some(e) = uploader.last_error() {
-            line.push_str(&format!(" (last error: {e})"));
+            line.push_str(&format!(" (last error: {})", crate::text::field(&e.to_string())));
         }
         if !options.filter.is_empty() && session.live_processes() == 0 {
-            line.push_str(&format!("; no Python process matches {}", options.filter.describe()));
+            line.push_str(&format!("; no Python process matches {}", crate::text::field(&options.filter.describe())));
         }
         eprintln!("{line}");
     };

@@ -50,7 +50,10 @@ impl ProcessFilter {
     /// Whether process `pid` passes every filter (reads /proc; a vanished process fails).
     pub fn matches(&self, pid: u32) -> bool {
         if let Some(re) = &self.comm {
-            let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else { return false };
+            // Bytes, not read_to_string: a name cut mid-character must still match.
+            let Ok(comm) = std::fs::read(format!("/proc/{pid}/comm")).map(|b| crate::text::decode(&b)) else {
+                return false;
+            };
             if !re.is_match(comm.trim_end_matches('\n')) {
                 return false;
             }

@@ -8,7 +8,7 @@ use crate::{
     discovery::{self, DiscoveryError, Linkage},
 };
 
-/// One row of the listing.
+/// One row of the listing: raw text (invalid UTF-8 as `\xNN`); [`render`] escapes it.
 #[derive(Debug, Clone)]
 pub struct Row {
     pub pid: u32,
@@ -58,7 +58,7 @@ fn row(pid: u32) -> Option<Row> {
     match discovery::inspect(pid) {
         Ok(p) => Some(Row {
             pid,
-            executable: p.exe.display().to_string(),
+            executable: crate::text::decode(p.exe.as_os_str().as_encoded_bytes()),
             version: p.version.to_string(),
             linkage: match &p.linkage {
                 Linkage::Static => "static".to_string(),
@@ -85,7 +85,7 @@ fn unknown_row(pid: u32, container: &str, pod: &str, namespace_pid: &str) -> Row
     Row {
         pid,
         executable: std::fs::read_link(format!("/proc/{pid}/exe"))
-            .map(|p| p.display().to_string())
+            .map(|p| crate::text::decode(p.as_os_str().as_encoded_bytes()))
             .unwrap_or_else(|_| "?".into()),
         version: "?".into(),
         linkage: "?".into(),
@@ -97,7 +97,8 @@ fn unknown_row(pid: u32, container: &str, pod: &str, namespace_pid: &str) -> Row
     }
 }
 
-/// The rows as an aligned table.
+/// The rows as an aligned table. Every cell is shown through [`crate::text::field`]: a
+/// path, reason or label from a target cannot steer the terminal or break a row.
 pub fn render(rows: &[Row]) -> String {
     let headers = ["PID", "NSPID", "EXECUTABLE", "VERSION", "LIBPYTHON", "THREADS", "CONTAINER", "POD", "STATUS"];
     let cells: Vec<[String; 9]> = rows
@@ -114,6 +115,7 @@ pub fn render(rows: &[Row]) -> String {
                 r.pod.clone(),
                 r.status.clone(),
             ]
+            .map(|cell| crate::text::field(&cell).to_string())
         })
         .collect();
     let mut widths = headers.map(|h| h.len());

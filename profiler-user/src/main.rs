@@ -181,13 +181,14 @@ struct RecordArgs {
 fn main() -> ExitCode {
     // A bug must still read as one sentence, not a backtrace.
     std::panic::set_hook(Box::new(|info| {
-        eprintln!("error: internal error in pyperch ({info}); please report it");
+        eprintln!("error: internal error in pyperch ({}); please report it", pyperch::text::lines(&info.to_string()));
     }));
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", record::describe(e.as_ref()));
+            // Target text inside errors is escaped by their Display; this catches the rest.
+            eprintln!("error: {}", pyperch::text::lines(&record::describe(e.as_ref())));
             ExitCode::from(1)
         }
     }

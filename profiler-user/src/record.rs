@@ -2,8 +2,8 @@
 
 use std::{
     ffi::OsString,
-    fs::File,
-    io::Write,
+    io::{IsTerminal, Write},
+    os::unix::ffi::OsStrExt,
     path::PathBuf,
     process::Command,
     time::{Duration, Instant, SystemTime},
@@ -16,12 +16,14 @@ use crate::{
     loader::{KernelCounters, KernelProgram, LoadError, error_chain},
     memory,
     output::{self, Format},
+    output_file,
     privileges::{self, PrivilegeError},
     session::{
         Budgeted, DISCOVERY_INTERVAL, INSPECT_BUDGET, LAUNCH_DISCOVERY_INTERVAL, LoopControl, LoopEnd, Scope, Session,
         exit_code, run_loop,
     },
     stats::Counters,
+    text,
 };
 
 pub const MAX_RATE: u64 = 100_000;
@@ -56,23 +58,25 @@ pub struct RecordSummary {
     pub samples_ok: u64,
 }
 
+/// Display escapes text from targets and paths (see `text`); `main` shows the chain through
+/// `text::lines` as well.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
     #[error(transparent)]
     Load(#[from] LoadError),
-    #[error("cannot write the profile to {path}: {source}")]
+    #[error("cannot write the profile to {}: {source}", crate::text::field(.path))]
     Output { path: String, source: std::io::Error },
     #[error("could not write the profile: {0}")]
     Format(String),
     #[error("no process with PID {0} exists")]
     NoSuchProcess(u32),
-    #[error("process {pid} ({comm}) is not a Python interpreter: no _PyRuntime in its executable or libraries")]
+    #[error("process {pid} ({}) is not a Python interpreter: no _PyRuntime in its executable or libraries", crate::text::field(.comm))]
     NotPython { pid: u32, comm: String },
-    #[error("process {pid} ({comm}) cannot be profiled: {reason}")]
+    #[error("process {pid} ({}) cannot be profiled: {}", crate::text::field(.comm), crate::text::field(.reason))]
     Unsupported { pid: u32, comm: String, reason: String },
-    #[error("cannot inspect process {pid}: {message}")]
+    #[error("cannot inspect process {pid}: {}", crate::text::field(.message))]
     Inspect { pid: u32, message: String },
-    #[error("could not start {command}: {source}")]
+    #[error("could not start {}: {source}", crate::text::field(.command))]
     Launch { command: String, source: std::io::Error },
     #[error("the sampling rate must be between 1 and {MAX_RATE} Hz (got {0})")]
     Rate(u64),
@@ -82,9 +86,9 @@ pub enum RecordError {
     Upload(String),
     #[error(transparent)]
     Privileges(#[from] PrivilegeError),
-    #[error("no Python process matched {0} during the recording")]
+    #[error("no Python process matched {} during the recording", crate::text::field(.0))]
     NothingMatched(String),
-    #[error("process {pid} does not match {filters}")]
+    #[error("process {pid} does not match {}", crate::text::field(.filters))]
     PidFiltered { pid: u32, filters: String },
 }
 
@@ -94,13 +98,11 @@ pub enum RecordError {
 pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     check_rate(options.rate)?;
     crate::loader::preflight()?;
-    // Fail on an unwritable output before sampling starts.
-    let mut output_file = match &options.output {
-        Some(path) => Some(
-            File::create(path).map_err(|source| RecordError::Output { path: path.display().to_string(), source })?,
-        ),
-        None => None,
-    };
+    // Fail on an unwritable output before sampling starts, leaving an existing file alone.
+    let output_error = |path: &std::path::Path, source| RecordError::Output { path: text::decode(path.as_os_str().as_bytes()), source };
+    if let Some(path) = &options.output {
+        output_file::check(path).map_err(|e| output_error(path, e))?;
+    }
     let initial = inspect_pids(&options.pids, &options.filter)?;
 
     let mut kernel = KernelProgram::load()?;
@@ -152,15 +154,18 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     let plural = if processes == 1 { "" } else { "es" };
     let title = format!("pyperch: {} samples of {processes} Python process{plural} at {} Hz", totals.ok(), options.rate);
     let write_error = |e: output::OutputError| RecordError::Format(e.to_string());
-    match output_file.as_mut() {
-        Some(file) => {
-            output::write_profile(&session.profile, options.format, &title, file).map_err(write_error)?;
-            file.flush().map_err(|e| RecordError::Format(e.to_string()))?;
+    // An empty recording never replaces an existing file (nor creates one).
+    let empty = totals.ok() == 0;
+    match &options.output {
+        Some(_) if empty => {}
+        Some(path) => {
+            output_file::write(path, |file| output::write_profile(&session.profile, options.format, &title, file))
+                .map_err(|e| match e {
+                    output_file::OutputFileError::Io(e) => output_error(path, e),
+                    output_file::OutputFileError::Content(e) => write_error(e),
+                })?;
         }
-        None => {
-            let mut lock = std::io::stdout().lock();
-            output::write_profile(&session.profile, options.format, &title, &mut lock).map_err(write_error)?;
-        }
+        None => write_stdout(&session, options.format, &title).map_err(write_error)?,
     }
 
     let mut summary = format!(
@@ -172,8 +177,9 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     if kernel_counters.ringbuf_full > 0 {
         summary.push_str(&format!(", {} lost (ring buffer full)", kernel_counters.ringbuf_full));
     }
-    if let Some(path) = &options.output {
-        summary.push_str(&format!("; wrote {}", path.display()));
+    match &options.output {
+        Some(path) if !empty => summary.push_str(&format!("; wrote {}", text::path(path))),
+        _ => {}
     }
     eprintln!("{summary}");
     if totals.ok() == 0 {
@@ -182,7 +188,13 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
             (true, false) => "the given processes did not run Python code while recording",
             (true, true) => "no Python process ran on a CPU during the recording",
         };
-        eprintln!("pyperch: warning: the profile is empty: {why}");
+        match &options.output {
+            Some(path) => eprintln!(
+                "pyperch: warning: the profile is empty: {why}; nothing was written to {} (an existing file is left unchanged)",
+                text::path(path)
+            ),
+            None => eprintln!("pyperch: warning: the profile is empty: {why}"),
+        }
     }
     if options.stats {
         eprint!("{}", stats_report(&session, &totals, kernel_counters));
@@ -197,6 +209,22 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
         command_status = c.wait().ok().map(exit_code);
     }
     Ok(RecordSummary { command_status, samples_ok: totals.ok() })
+}
+
+/// The profile on standard output. On a terminal it is shown through `text::lines`, so no
+/// name in it can steer the terminal; into a pipe or file the bytes are exact.
+fn write_stdout(session: &Session, format: Format, title: &str) -> Result<(), output::OutputError> {
+    let mut stdout = std::io::stdout().lock();
+    if !stdout.is_terminal() {
+        return output::write_profile(&session.profile, format, title, &mut stdout);
+    }
+    let mut bytes = Vec::new();
+    output::write_profile(&session.profile, format, title, &mut bytes)?;
+    let shown = text::lines(&text::decode(&bytes)).to_string();
+    stdout
+        .write_all(shown.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|source| output::OutputError::Write { format, source })
 }
 
 pub(crate) fn check_rate(rate: u64) -> Result<(), RecordError> {
@@ -265,6 +293,7 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
         memory::BYTES_READ.load(std::sync::atomic::Ordering::Relaxed)
     );
     for (pid, comm, version, alive, counters) in session.per_process() {
+        let comm = crate::text::field(&comm);
         let _ = writeln!(s, "  process {pid} ({comm}, Python {version}{}):", if alive { "" } else { ", exited" });
         s.push_str(&counters.report("    "));
     }

@@ -83,15 +83,16 @@ pub struct PythonProcess {
     pub tstate_lookup: ThreadStateLookup,
 }
 
+/// Display escapes the target's text (command names, reasons holding paths): see `text`.
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {
     #[error("process {0} exited")]
     Gone(u32),
-    #[error("process {pid} ({comm}) is not a Python process")]
+    #[error("process {pid} ({}) is not a Python process", crate::text::field(.comm))]
     NotPython { pid: u32, comm: String },
-    #[error("process {pid} ({comm}) runs a Python pyperch cannot profile: {reason}")]
+    #[error("process {pid} ({}) runs a Python pyperch cannot profile: {}", crate::text::field(.comm), crate::text::field(.reason))]
     Unsupported { pid: u32, comm: String, reason: String },
-    #[error("process {pid} is not ready to be profiled yet: {reason}")]
+    #[error("process {pid} is not ready to be profiled yet: {}", crate::text::field(.reason))]
     NotReady { pid: u32, reason: String },
     #[error("permission denied reading {what} of process {pid}: pyperch must run as root")]
     Permission { pid: u32, what: String },
@@ -173,9 +174,9 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
         m.path = procfs::target_view(&root, &m.path);
     }
     let exe = procfs::read_exe(pid).map_err(|e| io_error(pid, "executable path", e))?;
-    let exe = PathBuf::from(procfs::target_view(&root, &exe.to_string_lossy()));
+    let exe_str = procfs::target_view(&root, &crate::text::decode(exe.as_os_str().as_encoded_bytes()));
+    let exe = PathBuf::from(&exe_str);
     let exe_inode = std::fs::metadata(procfs::proc_path(pid, "exe")).ok().map(|m| m.ino());
-    let exe_str = exe.to_string_lossy();
     let is_exe = |m: &Mapping| m.path == exe_str || Some(m.inode) == exe_inode;
 
     // Each file once, the executable first.

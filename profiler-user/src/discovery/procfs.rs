@@ -3,6 +3,12 @@
 //! Parsers are pure functions over the text (tested on fixtures); the readers around them
 //! only add the path. Every file here may vanish at any moment (the process exits): readers
 //! return `io::Error` and the caller decides whether the process is gone.
+//!
+//! `/proc` text is never read with `read_to_string`: a command name is any 15 bytes (a
+//! process title cut mid-character is common) and paths are bytes, so a file that is not
+//! UTF-8 must not look like a vanished process. Files are read as bytes and decoded with
+//! [`crate::text::decode`] (invalid bytes become `\xNN`); the numeric fields parsed here are
+//! ASCII either way.
 
 use std::ffi::OsStr;
 use std::io;
@@ -152,27 +158,39 @@ pub fn map_file(pid: u32, mapping: &Mapping) -> PathBuf {
     proc_path(pid, &format!("map_files/{:x}-{:x}", mapping.start, mapping.end))
 }
 
+/// A `/proc` text file as a `String`, invalid UTF-8 decoded as `\xNN`.
+fn read_text(path: &Path) -> io::Result<String> {
+    Ok(crate::text::decode(&std::fs::read(path)?))
+}
+
 /// At most this much of `/proc/PID/maps` is read: a process with tens of thousands of
 /// mappings of long paths cannot make discovery allocate more. The interpreter's own files
 /// are mapped early, so they are near the start.
 pub const MAX_MAPS_BYTES: u64 = 16 << 20;
 
+/// `/proc/PID/maps` (at most `MAX_MAPS_BYTES`; a line cut there does not parse and is
+/// dropped). A path that is not UTF-8 keeps its invalid bytes as `\xNN` text, so it
+/// names no file under `/proc/PID/root`: such a file is opened through
+/// `/proc/PID/map_files` instead (see `files::open_mapped`), found by its inode either way.
 pub fn read_maps(pid: u32) -> io::Result<Vec<Mapping>> {
     use std::io::Read;
     let mut bytes = Vec::new();
     std::fs::File::open(proc_path(pid, "maps"))?.take(MAX_MAPS_BYTES).read_to_end(&mut bytes)?;
-    // A line cut at the cap is dropped by the parser (it does not parse).
-    Ok(parse_maps(&String::from_utf8_lossy(&bytes)))
+    Ok(parse_maps(&crate::text::decode(&bytes)))
 }
 
 pub fn read_stat(pid: u32) -> io::Result<Stat> {
-    let text = std::fs::read_to_string(proc_path(pid, "stat"))?;
+    let text = read_text(&proc_path(pid, "stat"))?;
     parse_stat(&text).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("malformed /proc/{pid}/stat")))
 }
 
+/// `/proc/PID/comm` without its newline; invalid UTF-8 (a name cut mid-character) as `\xNN`.
 pub fn read_comm(pid: u32) -> io::Result<String> {
-    let bytes = std::fs::read(proc_path(pid, "comm"))?;
-    Ok(String::from_utf8_lossy(&bytes).trim_end_matches('\n').to_owned())
+    let mut text = read_text(&proc_path(pid, "comm"))?;
+    if text.ends_with('\n') {
+        text.pop();
+    }
+    Ok(text)
 }
 
 /// `readlink /proc/PID/exe`, as the target sees it (with ` (deleted)` removed).
@@ -184,7 +202,7 @@ pub fn read_exe(pid: u32) -> io::Result<PathBuf> {
 }
 
 pub fn read_thread_count(pid: u32) -> Option<u32> {
-    parse_status_threads(&std::fs::read_to_string(proc_path(pid, "status")).ok()?)
+    parse_status_threads(&read_text(&proc_path(pid, "status")).ok()?)
 }
 
 /// Every numeric entry of `/proc`.
@@ -250,6 +268,18 @@ garbage line
         assert_eq!(parse_stat(line), Some(Stat { ppid: 17, start_time: 987654 }));
         assert_eq!(parse_stat("12 (x) S 1"), None);
         assert_eq!(parse_stat("no parenthesis"), None);
+    }
+
+    #[test]
+    fn stat_and_maps_that_are_not_utf8() {
+        // A process title cut inside a multi-byte character, and a path in Latin-1.
+        let stat = b"4242 (caf\xc3\xa9-\xe2\x82) S 17 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 3 0 987654 1000000 500";
+        assert_eq!(parse_stat(&crate::text::decode(stat)), Some(Stat { ppid: 17, start_time: 987654 }));
+        let maps = b"7f1c2a000000-7f1c2a100000 r-xp 00000000 08:02 42 /opt/caf\xe9/libpython3.12.so\n";
+        let parsed = parse_maps(&crate::text::decode(maps));
+        assert_eq!(parsed.len(), 1);
+        assert_eq!(parsed[0].path, "/opt/caf\\xe9/libpython3.12.so");
+        assert_eq!(parsed[0].inode, 42);
     }
 
     #[test]

@@ -4,6 +4,11 @@
 //! frames root first), coloured with inferno's Python palette (stdlib yellow, site-packages
 //! aqua, the rest red) and a name hash, so the same function keeps its colour between runs.
 //! The SVG is rendered into memory first: if inferno fails, nothing is written to `out`.
+//!
+//! The SVG always parses as XML whatever the targets named their functions and files: the
+//! folded stacks hold no control character (see [`collapsed::sanitize`]), inferno escapes
+//! `&`, `<`, `>` and quotes, and the two remaining characters XML 1.0 forbids, U+FFFE and
+//! U+FFFF, are replaced by U+FFFD here ([`xml_safe`]).
 
 use std::io::Write;
 
@@ -22,7 +27,7 @@ pub fn write(
 ) -> Result<(), OutputError> {
     let lines: Vec<String> = collapsed::folded_stacks(profile)
         .into_iter()
-        .map(|(stack, count)| format!("{stack} {count}"))
+        .map(|(stack, count)| format!("{} {count}", xml_safe(&stack)))
         .collect();
     if lines.is_empty() {
         return Err(OutputError::NoSamples);
@@ -40,6 +45,19 @@ pub fn write(
     out.write_all(&svg)
         .and_then(|()| out.flush())
         .map_err(OutputError::write(Format::Flamegraph))
+}
+
+/// Whether XML 1.0 allows `c` in a document (its `Char` production).
+fn is_xml_char(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}' | '\u{10000}'..)
+}
+
+/// `text` with every character XML forbids replaced by U+FFFD.
+fn xml_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().all(is_xml_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    text.chars().map(|c| if is_xml_char(c) { c } else { '\u{fffd}' }).collect::<String>().into()
 }
 
 #[cfg(test)]
@@ -86,5 +104,29 @@ mod tests {
         let result = write(&Profile::new(), "t", &mut out);
         assert!(matches!(result, Err(OutputError::NoSamples)), "{result:?}");
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn hostile_names_keep_the_svg_well_formed() {
+        use crate::aggregate::{FrameName, ProcessLabel};
+        use std::sync::Arc;
+        let mut p = Profile::new();
+        let f = p.intern(FrameName {
+            function: Arc::from("evil\x1b[2J\u{7}\u{fffe}<x>&\u{202e}\u{ffff}\u{85}"),
+            file: Arc::from("/tmp/a\nb\u{0}.py"),
+            line: 1,
+        });
+        p.set_process(7, ProcessLabel { comm: "py\x1b]0;t\x07\u{fffe}".into(), ..Default::default() });
+        p.add(7, None, &[f], 3);
+        let svg = match svg_of(&p, "t") {
+            Ok(svg) => svg,
+            Err(e) => panic!("flame graph failed: {e}"),
+        };
+        let bad: Vec<char> = svg.chars().filter(|c| !is_xml_char(*c)).collect();
+        assert!(bad.is_empty(), "characters XML forbids: {bad:?}");
+        // inferno folds runs of spaces into one.
+        for part in ["evil [2J \u{fffd}&lt;x&gt;&amp;\u{202e}\u{fffd}", "(/tmp/a b .py:1)", "py ]0,t \u{fffd} (pid 7)"] {
+            assert!(svg.contains(part), "SVG lacks {part:?}");
+        }
     }
 }

@@ -404,7 +404,7 @@ impl Discoverer {
                 if let Err(e) = self.registry.register(pid, &info) {
                     self.stats.register_failures.fetch_add(1, Relaxed);
                     if self.reported.insert((pid, start_time)) {
-                        eprintln!("pyperch: warning: {e}; will retry");
+                        eprintln!("pyperch: warning: {}; will retry", crate::text::lines(&e.to_string()));
                     }
                     self.send(DiscoveryEvent::Replaced(pid));
                     self.back_off(pid, start_time, OVERRUN_DELAYS, None);
@@ -420,7 +420,7 @@ impl Discoverer {
             Ok(Examination::Failed(e)) => e,
             Ok(Examination::Broken(message)) => {
                 if self.reported.insert((pid, start_time)) {
-                    eprintln!("pyperch: warning: cannot inspect process {pid}: {message}");
+                    eprintln!("pyperch: warning: cannot inspect process {pid}: {}", crate::text::field(&message));
                 }
                 self.rejected.insert(pid, Rejection { start_time, exe, checks: checks + 1, recheck_at: None });
                 return Some(start_time);
@@ -449,6 +449,7 @@ impl Discoverer {
             }
             DiscoveryError::Unsupported { pid, comm, reason } => {
                 if self.reported.insert((pid, start_time)) {
+                    let (comm, reason) = (crate::text::field(&comm), crate::text::field(&reason));
                     eprintln!("pyperch: warning: skipping process {pid} ({comm}): {reason}");
                 }
                 reject(checks, false)
