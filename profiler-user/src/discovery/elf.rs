@@ -49,6 +49,10 @@ pub struct PythonFile {
     /// Its size (0 if unknown).
     pub runtime_size: u64,
     pub code_type: Option<u64>,
+    /// `PyUnicode_Type` and `PyBytes_Type`: the `ob_type` of the strings and line tables a
+    /// code object points to.
+    pub str_type: Option<u64>,
+    pub bytes_type: Option<u64>,
     /// The value of `Py_Version` (3.11+).
     pub py_version: Option<u64>,
     /// The first `MAX_ENCODED_SIZE` bytes of `_PyRuntime`, when they start with the
@@ -269,6 +273,8 @@ pub fn parse(file: File) -> io::Result<FileFacts> {
         runtime: runtime.value,
         runtime_size: runtime.size,
         code_type: symbols.get(b"PyCode_Type").map(|f| f.value),
+        str_type: symbols.get(b"PyUnicode_Type").map(|f| f.value),
+        bytes_type: symbols.get(b"PyBytes_Type").map(|f| f.value),
         py_version,
         debug_offsets,
         gilstate_tls,
