@@ -83,6 +83,8 @@ pub enum FileFacts {
 const WANTED: &[&[u8]] = &[
     b"_PyRuntime",
     b"PyCode_Type",
+    b"PyUnicode_Type",
+    b"PyBytes_Type",
     b"Py_Version",
     b"PyGILState_GetThisThreadState",
     b"PyCode_NewWithPosOnlyArgs",
@@ -406,6 +408,7 @@ mod tests {
             let FileFacts::Python(facts) = parse(file).expect("parses") else { panic!("{path}: not Python") };
             assert_eq!((facts.tss_key_offset, facts.gilstate_tls), (*key, *tls), "{path}");
             assert!(facts.code_type.is_some(), "{path}");
+            assert!(facts.str_type.is_some() && facts.bytes_type.is_some(), "{path}");
         }
     }
 }
