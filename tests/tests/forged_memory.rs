@@ -49,8 +49,10 @@ const SCENARIOS: [(&str, &str); 19] = [
     ("linetable_churn", "code object changed since the sample"),
 ];
 
-/// The only functions a forging process ever runs.
-const FORGER_FUNCTIONS: [&str; 4] = ["<module>", "main", "spin_forged", "forged_target"];
+/// The only function names a forging process's code objects carry (`churning_name` is the
+/// `co_name` of linetable_churn's forged code object, which is also its qualname up to 3.10:
+/// shown when a sample catches its hash unchanged).
+const FORGER_FUNCTIONS: [&str; 5] = ["<module>", "main", "spin_forged", "forged_target", "churning_name"];
 
 /// Compiles forged_spin.c into a directory the interpreter sees; returns (host dir, the
 /// library's path for the interpreter).
@@ -211,7 +213,7 @@ fn forged(label: &str) {
         expected,
         summary.join(", ")
     ));
-    assert!(expected >= 200.0, "{}: the benign process ran only {cpu:.2} s of CPU{d}", py.describe());
+    assert!(expected >= 100.0, "{}: the benign process ran only {cpu:.2} s of CPU{d}", py.describe());
     assert!(
         right as f64 >= 0.9 * expected,
         "{}: the benign process kept {right} samples of {expected:.0} expected{d}",
