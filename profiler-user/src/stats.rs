@@ -17,6 +17,9 @@ pub enum SampleOutcome {
     Idle,
     /// The stack was deeper than the kernel walks.
     Truncated,
+    /// The frame chain loops back on itself within the frames the kernel sends in full: only
+    /// a forged or corrupt interpreter state does that (longer loops count as `Truncated`).
+    CyclicChain,
     /// The kernel could not read a frame.
     KernelReadFault,
     /// The frames below the kernel's full ones changed before userspace could read them,
@@ -31,11 +34,12 @@ pub enum SampleOutcome {
 }
 
 impl SampleOutcome {
-    pub const ALL: [SampleOutcome; 9] = [
+    pub const ALL: [SampleOutcome; 10] = [
         SampleOutcome::Ok,
         SampleOutcome::NoThreadState,
         SampleOutcome::Idle,
         SampleOutcome::Truncated,
+        SampleOutcome::CyclicChain,
         SampleOutcome::KernelReadFault,
         SampleOutcome::StaleTail,
         SampleOutcome::BadCodeObject,
@@ -49,6 +53,7 @@ impl SampleOutcome {
             SampleOutcome::NoThreadState => "no thread state",
             SampleOutcome::Idle => "idle (no Python frame)",
             SampleOutcome::Truncated => "truncated (too deep)",
+            SampleOutcome::CyclicChain => "cyclic frame chain",
             SampleOutcome::KernelReadFault => "read fault (kernel)",
             SampleOutcome::StaleTail => "stale tail (completion did not validate)",
             SampleOutcome::BadCodeObject => "bad code object",

@@ -5,7 +5,9 @@
 //! - `build`  setup, then `cargo build --release -p profiler-user` (→ `target/release/pyperch`).
 //! - `run -- ARGS`  build, then run `target/release/pyperch ARGS` (its exit status is ours).
 //! - `test [-- FILTER...]`  setup, test fixtures (the Debian sid root filesystem with
-//!   python3.13/3.14/3.15), build, unit tests, then the end-to-end tests serially.
+//!   python3.13/3.14/3.15), build, unit tests, then the end-to-end tests serially; then the
+//!   forged-memory tests again against pyperch built with overflow checks (`release-checked`
+//!   profile, `target/release-checked/pyperch`), when the filters select them.
 //! - `fixtures`  only the test fixtures (the sid rootfs), created when missing.
 //! - `bench [-- OPTIONS]`  pyperch beside py-spy, Austin and CPython's own profiler; writes
 //!   `BENCHMARKS.md` and `bench/results.json` (see `bench/README.md`).
@@ -642,6 +644,32 @@ fn build_only(p: &Paths) -> Result<PathBuf> {
     Ok(bin)
 }
 
+/// The end-to-end tests that also run against the overflow-checked build.
+const CHECKED_TEST_FILE: &str = "forged_memory";
+const CHECKED_TEST_NAMES: [&str; 4] =
+    ["forged_memory_3_9", "forged_memory_3_12", "forged_memory_sid_3_14", "forged_memory_sid_3_15"];
+
+/// Whether libtest `filters` select any of the checked-build tests.
+fn selects_checked_tests(filters: &[OsString]) -> bool {
+    let names: Vec<String> =
+        filters.iter().map(|f| f.to_string_lossy().into_owned()).filter(|f| !f.starts_with('-')).collect();
+    names.is_empty() || names.iter().any(|f| CHECKED_TEST_NAMES.iter().any(|t| t.contains(f.as_str())))
+}
+
+/// `cargo build --profile release-checked -p profiler-user`: pyperch with overflow checks.
+fn build_checked(p: &Paths) -> Result<PathBuf> {
+    step("build: cargo build --profile release-checked -p profiler-user (overflow checks)");
+    run_checked(
+        cargo().current_dir(&p.root).args(["build", "--profile", "release-checked", "-p", "profiler-user"]),
+        "building pyperch with overflow checks",
+    )?;
+    let bin = p.target.join("release-checked/pyperch");
+    if !bin.is_file() {
+        bail!("the build succeeded but {} does not exist", bin.display());
+    }
+    Ok(fs::canonicalize(&bin).unwrap_or(bin))
+}
+
 fn run(p: &Paths, args: &[OsString]) -> Result<()> {
     let bin = build(p)?;
     // Replace this process: pyperch gets the terminal's signals directly and its exit status
@@ -718,7 +746,30 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
         Some(r) => e2e.env("PYPERCH_SID_ROOTFS", r),
         None => e2e.env_remove("PYPERCH_SID_ROOTFS"),
     };
-    let e2e = status_of(&mut e2e, "running the end-to-end tests")?;
+    let mut e2e = status_of(&mut e2e, "running the end-to-end tests")?;
+
+    if selects_checked_tests(filters) {
+        let checked = build_checked(p)?;
+        step(format!(
+            "test: forged-memory tests against the overflow-checked build (PYPERCH_BIN={})",
+            checked.display()
+        ));
+        let mut again = cargo();
+        again
+            .current_dir(&p.root)
+            .args(["test", "--release", "-p", "pyperch-tests", "--test", CHECKED_TEST_FILE, "--", "--test-threads=1"])
+            .args(filters)
+            .env("PYPERCH_BIN", &checked)
+            .env("PYPERCH_TEST_VENV", p.cache.join("test-venv"));
+        match &rootfs {
+            Some(r) => again.env("PYPERCH_SID_ROOTFS", r),
+            None => again.env_remove("PYPERCH_SID_ROOTFS"),
+        };
+        let again = status_of(&mut again, "running the forged-memory tests against the checked build")?;
+        if e2e.success() && !again.success() {
+            e2e = again;
+        }
+    }
 
     match (unit.success(), e2e.success()) {
         (true, true) => {

@@ -206,6 +206,10 @@ pub struct PythonFile {
     /// Its size (0 if unknown).
     pub runtime_size: u64,
     pub code_type: Option<u64>,
+    /// `PyUnicode_Type` and `PyBytes_Type`: the `ob_type` of the strings and line tables a
+    /// code object points to.
+    pub str_type: Option<u64>,
+    pub bytes_type: Option<u64>,
     /// The value of `Py_Version` (3.11+).
     pub py_version: Option<u64>,
     /// The first `MAX_ENCODED_SIZE` bytes of `_PyRuntime`, when they start with the
@@ -236,6 +240,8 @@ pub enum FileFacts {
 const WANTED: &[&[u8]] = &[
     b"_PyRuntime",
     b"PyCode_Type",
+    b"PyUnicode_Type",
+    b"PyBytes_Type",
     b"Py_Version",
     b"PyGILState_GetThisThreadState",
     b"PyCode_NewWithPosOnlyArgs",
@@ -450,6 +456,8 @@ fn parse_data(data: Data<'_>) -> FileFacts {
         runtime: runtime.value,
         runtime_size: runtime.size,
         code_type: symbols.get(b"PyCode_Type").map(|f| f.value),
+        str_type: symbols.get(b"PyUnicode_Type").map(|f| f.value),
+        bytes_type: symbols.get(b"PyBytes_Type").map(|f| f.value),
         py_version,
         debug_offsets,
         gilstate_tls,
@@ -593,6 +601,7 @@ mod tests {
             let FileFacts::Python(facts) = parse(file).expect("parses") else { panic!("{path}: not Python") };
             assert_eq!((facts.tss_key_offset, facts.gilstate_tls), (*key, *tls), "{path}");
             assert!(facts.code_type.is_some(), "{path}");
+            assert!(facts.str_type.is_some() && facts.bytes_type.is_some(), "{path}");
         }
     }
 }

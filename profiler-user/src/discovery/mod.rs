@@ -79,6 +79,10 @@ pub struct PythonProcess {
     pub runtime_address: u64,
     /// Address of `PyCode_Type`: a code object's `ob_type` must equal it.
     pub code_type_address: u64,
+    /// Addresses of `PyUnicode_Type` / `PyBytes_Type` when exported: the `str` and `bytes`
+    /// objects a code object points to must have these types (unchecked when `None`).
+    pub str_type_address: Option<u64>,
+    pub bytes_type_address: Option<u64>,
     pub layout: PythonLayout,
     pub tstate_lookup: ThreadStateLookup,
 }
@@ -264,6 +268,8 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
         linkage,
         runtime_address,
         code_type_address,
+        str_type_address: file.str_type.map(|v| v.wrapping_add(bias)),
+        bytes_type_address: file.bytes_type.map(|v| v.wrapping_add(bias)),
         layout,
         tstate_lookup,
     })
@@ -353,6 +359,8 @@ mod tests {
             runtime: 0,
             runtime_size: 0,
             code_type: None,
+            str_type: None,
+            bytes_type: None,
             py_version: None,
             debug_offsets: None,
             gilstate_tls: None,

@@ -109,6 +109,8 @@ mod tests {
             runtime: 0,
             runtime_size: 0,
             code_type: None,
+            str_type: None,
+            bytes_type: None,
             py_version: None,
             debug_offsets: None,
             gilstate_tls: None,

@@ -13,7 +13,7 @@ use crate::{
     layout::STR_HASH_OFFSET,
     memory::ProcessMemory,
     stats::{Counters, SampleOutcome},
-    symbolize::{self, CodeInfo, SymbolError},
+    symbolize::{self, CodeInfo, SymbolError, TypeAddresses},
 };
 
 /// Bounds on the per-process symbol caches (emptied and refilled when reached).
@@ -74,6 +74,7 @@ impl Target {
             sample_status::COMPLETE => {}
             sample_status::NO_THREAD_STATE => return SampleOutcome::NoThreadState,
             sample_status::NO_FRAME => return SampleOutcome::Idle,
+            sample_status::TRUNCATED if full_frames_repeat(header, body) => return SampleOutcome::CyclicChain,
             sample_status::TRUNCATED => return SampleOutcome::Truncated,
             _ => return SampleOutcome::KernelReadFault,
         }
@@ -202,10 +203,17 @@ impl Target {
         }
         self.counters.code_cache_misses += 1;
         let layout = &self.process.layout;
-        let info = symbolize::read_code(&self.mem, layout, self.process.code_type_address, address)
-            .map_err(|_: SymbolError| FrameError::BadCode)?;
-        let name = self.mem.read_u64(address + layout.code.name as u64).map_err(|_| FrameError::BadCode)?;
-        let check = self.mem.read_u64(name + STR_HASH_OFFSET as u64).map_err(|_| FrameError::BadCode)? as u16;
+        let types = TypeAddresses {
+            code: self.process.code_type_address,
+            str: self.process.str_type_address,
+            bytes: self.process.bytes_type_address,
+        };
+        let info =
+            symbolize::read_code(&self.mem, layout, &types, address).map_err(|_: SymbolError| FrameError::BadCode)?;
+        // Target pointers: wrapping, since a forged one may sit at the top of the address space.
+        let name = self.mem.read_u64(address.wrapping_add(layout.code.name as u64)).map_err(|_| FrameError::BadCode)?;
+        let check =
+            self.mem.read_u64(name.wrapping_add(STR_HASH_OFFSET as u64)).map_err(|_| FrameError::BadCode)? as u16;
         let code = Arc::new(CodeEntry { info, check });
         if self.codes.len() >= MAX_CACHED_CODES {
             self.codes.clear();
@@ -217,4 +225,19 @@ impl Target {
         }
         Ok(code)
     }
+}
+
+/// Whether the full frames of a record visit one frame address twice: the chain loops (a
+/// forged or corrupt interpreter state), rather than being deeper than the kernel walks.
+fn full_frames_repeat(header: &SampleHeader, body: &[u8]) -> bool {
+    let n = (header.n_full as usize).min(MAX_FULL_FRAMES).min(body.len() / FRAME_ENTRY_SIZE);
+    let mut addresses = [0u64; MAX_FULL_FRAMES];
+    for (i, slot) in addresses.iter_mut().enumerate().take(n) {
+        // `FrameEntry::frame` is the entry's first field.
+        let at = i * FRAME_ENTRY_SIZE;
+        *slot = body.get(at..at + 8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_le_bytes);
+    }
+    let addresses = &mut addresses[..n];
+    addresses.sort_unstable();
+    addresses.windows(2).any(|w| w[0] == w[1])
 }

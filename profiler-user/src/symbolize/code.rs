@@ -32,15 +32,26 @@ impl CodeInfo {
     }
 }
 
-/// Reads and validates one code object: its `ob_type` must equal `code_type_address`
-/// (`&PyCode_Type` in the target), else `NotCode`.
+/// The addresses of the target's type objects a code object and its fields must have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TypeAddresses {
+    /// `&PyCode_Type`.
+    pub code: u64,
+    /// `&PyUnicode_Type` / `&PyBytes_Type`, when known (unchecked when `None`).
+    pub str: Option<u64>,
+    pub bytes: Option<u64>,
+}
+
+/// Reads and validates one code object: its `ob_type` must equal `types.code`
+/// (`&PyCode_Type` in the target), else `NotCode`; its names must be `str` objects and its
+/// line table a `bytes` object (`WrongType`) when those types are known.
 ///
 /// One read of `layout.code.size` bytes covers the code object's fields; then one or two
 /// reads per string (`read_str`) and two for the line table (`read_bytes`).
 pub fn read_code(
     mem: &ProcessMemory,
     layout: &PythonLayout,
-    code_type_address: u64,
+    types: &TypeAddresses,
     code_address: u64,
 ) -> Result<CodeInfo, SymbolError> {
     let code = &layout.code;
@@ -68,7 +79,7 @@ pub fn read_code(
     };
 
     let ob_type = field("ob_type", objects.ob_type)?;
-    if ob_type != code_type_address {
+    if ob_type != types.code {
         return Err(SymbolError::NotCode { address: code_address, ob_type });
     }
     let (name_field, name_offset) = match code.qualname {
@@ -84,9 +95,9 @@ pub fn read_code(
         None => 0,
     };
 
-    let qualname = read_str(mem, objects, name_ptr, MAX_NAME_CHARS)?;
-    let filename = read_str(mem, objects, filename_ptr, MAX_PATH_CHARS)?;
-    let table = read_bytes(mem, objects, linetable_ptr, MAX_LINETABLE_BYTES)?;
+    let qualname = read_str(mem, objects, name_ptr, MAX_NAME_CHARS, types.str)?;
+    let filename = read_str(mem, objects, filename_ptr, MAX_PATH_CHARS, types.str)?;
+    let table = read_bytes(mem, objects, linetable_ptr, MAX_LINETABLE_BYTES, types.bytes)?;
     Ok(CodeInfo {
         qualname: qualname.into(),
         filename: filename.into(),

@@ -94,6 +94,8 @@ codes = [{
 print(json.dumps({
     "version": list(sys.version_info[:3]),
     "code_type": id(type(keep[0])),
+    "str_type": id(str),
+    "bytes_type": id(bytes),
     "non_code": id(keep),
     "codes": codes,
     "strs": [[id(s), str(s)] for s in strs],
@@ -119,6 +121,8 @@ struct LiveCode {
 struct LiveReport {
     version: (u8, u8, u8),
     code_type: u64,
+    str_type: u64,
+    bytes_type: u64,
     non_code: u64,
     codes: Vec<LiveCode>,
     strs: Vec<(u64, String)>,
@@ -170,12 +174,13 @@ fn check(argv: &[&str], exe: &str, minor: u8) {
     assert_eq!((report.version.0, report.version.1), (3, minor), "{argv:?}");
     let mem = ProcessMemory::new(target.0.id());
     let layout = target_layout(&mem, &report);
+    let types = TypeAddresses { code: report.code_type, str: Some(report.str_type), bytes: Some(report.bytes_type) };
     assert_eq!(layout.code.line_format, format_for(minor));
 
     // Every code object, names and tables as the interpreter reports them.
     let mut non_bmp_names = 0;
     for expected in &report.codes {
-        let info = read_code(&mem, &layout, report.code_type, expected.address)
+        let info = read_code(&mem, &layout, &types, expected.address)
             .unwrap_or_else(|e| panic!("3.{minor} {}: {e}", expected.qualname));
         assert_eq!(&*info.qualname, expected.qualname, "3.{minor}");
         assert_eq!(&*info.filename, expected.filename, "3.{minor}");
@@ -191,33 +196,43 @@ fn check(argv: &[&str], exe: &str, minor: u8) {
     assert!(report.codes.iter().any(|c| c.firsttraceable > 0) || minor < 11, "3.{minor}: firsttraceable");
 
     // Not code objects: a list, a str, a garbage and a null address.
-    let not_code = |address| read_code(&mem, &layout, report.code_type, address);
+    let not_code = |address| read_code(&mem, &layout, &types, address);
     assert!(matches!(not_code(report.non_code), Err(SymbolError::NotCode { .. })), "3.{minor} list");
     assert!(matches!(not_code(report.strs[1].0), Err(SymbolError::NotCode { .. })), "3.{minor} str");
     assert!(matches!(not_code(0x10), Err(SymbolError::Memory(_))), "3.{minor} garbage address");
     assert!(matches!(not_code(0), Err(SymbolError::Memory(_))), "3.{minor} null");
 
-    // Strings of every kind, compact and not (str subclass instances are legacy strings).
+    // Strings of every kind, compact and not (str subclass instances are legacy strings,
+    // accepted through their type's subclass flag).
     for (address, expected) in &report.strs {
-        let got = read_str(&mem, &layout.objects, *address, 10_000).unwrap_or_else(|e| panic!("3.{minor}: {e}"));
+        let got = read_str(&mem, &layout.objects, *address, 10_000, Some(report.str_type)).unwrap_or_else(|e| panic!("3.{minor}: {e}"));
         assert_eq!(&got, expected, "3.{minor}");
     }
     let (long, _) = report.strs[5];
     assert!(matches!(
-        read_str(&mem, &layout.objects, long, MAX_NAME_CHARS),
+        read_str(&mem, &layout.objects, long, MAX_NAME_CHARS, Some(report.str_type)),
         Err(SymbolError::TooLong { len: 5000, .. })
     ));
     assert!(matches!(
-        read_str(&mem, &layout.objects, report.fake_str, MAX_NAME_CHARS),
+        read_str(&mem, &layout.objects, report.fake_str, MAX_NAME_CHARS, None),
         Err(SymbolError::BadString { .. })
+    ));
+    // A bytes object is not a str (and a str is not bytes), whatever its header says.
+    assert!(matches!(
+        read_str(&mem, &layout.objects, report.fake_str, MAX_NAME_CHARS, Some(report.str_type)),
+        Err(SymbolError::WrongType { expected: "str", .. })
+    ));
+    assert!(matches!(
+        read_bytes(&mem, &layout.objects, report.strs[1].0, 4096, Some(report.bytes_type)),
+        Err(SymbolError::WrongType { expected: "bytes", .. })
     ));
 
     for (address, expected) in &report.blobs {
-        let got = read_bytes(&mem, &layout.objects, *address, 4096).unwrap_or_else(|e| panic!("3.{minor}: {e}"));
+        let got = read_bytes(&mem, &layout.objects, *address, 4096, Some(report.bytes_type)).unwrap_or_else(|e| panic!("3.{minor}: {e}"));
         assert_eq!(got, unhex(expected), "3.{minor}");
     }
     let (big, _) = report.blobs[1];
-    assert!(matches!(read_bytes(&mem, &layout.objects, big, 100), Err(SymbolError::TooLong { len: 768, .. })));
+    assert!(matches!(read_bytes(&mem, &layout.objects, big, 100, Some(report.bytes_type)), Err(SymbolError::TooLong { len: 768, .. })));
 
     drop(target); // Kills and reaps the interpreter.
 }

@@ -16,7 +16,7 @@ mod strings;
 #[cfg(test)]
 mod live_tests;
 
-pub use code::{CodeInfo, read_code};
+pub use code::{CodeInfo, TypeAddresses, read_code};
 pub use strings::{read_bytes, read_str};
 
 use crate::memory::MemoryError;
@@ -37,6 +37,9 @@ pub enum SymbolError {
     NotCode { address: u64, ob_type: u64 },
     #[error(transparent)]
     Memory(#[from] MemoryError),
+    /// A `str` or `bytes` field of a code object points to an object of another type.
+    #[error("object at {address:#x} is not a {expected} (type {ob_type:#x})")]
+    WrongType { address: u64, expected: &'static str, ob_type: u64 },
     #[error("malformed str object at {address:#x}: {reason}")]
     BadString { address: u64, reason: &'static str },
     #[error("malformed bytes object at {address:#x}: {reason}")]

@@ -2,9 +2,9 @@
 //!
 //! Invariants: at most two reads per object (header, then data; a third for the data
 //! pointer of a non-compact `str`); no read is larger than the caller's bound and
-//! `memory::MAX_READ`; the object's type is not checked (callers reach these objects through
-//! a validated code object), but every header field is: length sign and bound, `kind`,
-//! the compact/ASCII bits, and ASCII-ness of ASCII data.
+//! `memory::MAX_READ`; the object's type is checked when the caller knows the type's address
+//! (a forged code object can point anywhere), and every header field is: length sign and
+//! bound, `kind`, the compact/ASCII bits, and ASCII-ness of ASCII data.
 
 use super::SymbolError;
 use crate::layout::ObjectLayout;
@@ -69,6 +69,43 @@ fn parse_str_header(
     Ok(StrHeader { length, kind, compact, ascii })
 }
 
+/// `PyTypeObject.tp_flags` (an `unsigned long`) in every 3.8-3.15 x86_64 build, and the
+/// flags that mark subclasses of `str` and `bytes` (stable since 2.6).
+const TP_FLAGS_OFFSET: u64 = 0xa8;
+const TPFLAGS_UNICODE_SUBCLASS: u64 = 1 << 28;
+const TPFLAGS_BYTES_SUBCLASS: u64 = 1 << 27;
+
+/// What `check_type` accepts: objects of exactly `address`, or of a type with `subclass_flag`.
+#[derive(Clone, Copy)]
+struct ExpectedType {
+    address: u64,
+    subclass_flag: u64,
+    name: &'static str,
+}
+
+/// `WrongType` unless the `ob_type` word in the header `buf` is the expected type (when
+/// given) or a subclass of it (`compile()` keeps a `str` subclass as `co_filename`): one
+/// more read, of the type's `tp_flags`, only when the type is not the exact one.
+fn check_type(
+    mem: &ProcessMemory,
+    buf: &[u8],
+    objects: &ObjectLayout,
+    address: u64,
+    expected: Option<ExpectedType>,
+) -> Result<(), SymbolError> {
+    let Some(expected) = expected else { return Ok(()) };
+    let ob_type = field_u64(buf, objects.ob_type as usize).unwrap_or(0);
+    if ob_type == expected.address {
+        return Ok(());
+    }
+    let subclass = ob_type != 0
+        && mem.read_u64(ob_type.wrapping_add(TP_FLAGS_OFFSET)).is_ok_and(|flags| flags & expected.subclass_flag != 0);
+    if !subclass {
+        return Err(SymbolError::WrongType { address, expected: expected.name, ob_type });
+    }
+    Ok(())
+}
+
 /// Decodes `header.length` characters of `header.kind` bytes each.
 ///
 /// Lone surrogates (legal in a Python `str`, e.g. a `surrogateescape`d file name) become
@@ -106,15 +143,19 @@ fn decode_chars(data: &[u8], header: StrHeader, address: u64) -> Result<String, 
 
 /// Reads the `str` object at `address`: compact ASCII, compact latin-1 / UCS-2 / UCS-4, or
 /// a ready non-compact (legacy) string through its data pointer. At most `max_chars`
-/// characters (else `TooLong`).
+/// characters (else `TooLong`); its `ob_type` must be `str_type` when that is given (else
+/// `WrongType`).
 pub fn read_str(
     mem: &ProcessMemory,
     objects: &ObjectLayout,
     address: u64,
     max_chars: usize,
+    str_type: Option<u64>,
 ) -> Result<String, SymbolError> {
-    let header_len = (objects.str_length as usize + 8).max(objects.str_state as usize + 4);
+    let header_len = (objects.str_length as usize + 8).max(objects.str_state as usize + 4).max(objects.ob_type as usize + 8);
     let buf = mem.read_vec(address, header_len)?;
+    let expected = str_type.map(|a| ExpectedType { address: a, subclass_flag: TPFLAGS_UNICODE_SUBCLASS, name: "str" });
+    check_type(mem, &buf, objects, address, expected)?;
     let header = parse_str_header(&buf, objects, address, max_chars)?;
     let data_address = if !header.compact {
         // PyUnicodeObject.data.any follows the compact header.
@@ -134,14 +175,17 @@ pub fn read_str(
 }
 
 /// Reads the contents of the `bytes` object at `address`: at most `max_len` bytes (else
-/// `TooLong`).
+/// `TooLong`); its `ob_type` must be `bytes_type` when that is given (else `WrongType`).
 pub fn read_bytes(
     mem: &ProcessMemory,
     objects: &ObjectLayout,
     address: u64,
     max_len: usize,
+    bytes_type: Option<u64>,
 ) -> Result<Vec<u8>, SymbolError> {
-    let header = mem.read_vec(address, objects.bytes_size as usize + 8)?;
+    let header = mem.read_vec(address, (objects.bytes_size as usize + 8).max(objects.ob_type as usize + 8))?;
+    let expected = bytes_type.map(|a| ExpectedType { address: a, subclass_flag: TPFLAGS_BYTES_SUBCLASS, name: "bytes" });
+    check_type(mem, &header, objects, address, expected)?;
     let bad = |reason| SymbolError::BadBytes { address, reason };
     let raw_len = field_u64(&header, objects.bytes_size as usize).ok_or(bad("size outside the header"))?;
     if (raw_len as i64) < 0 {
