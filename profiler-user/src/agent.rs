@@ -132,13 +132,18 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     let unsent = last.queued;
     if unsent > 0 {
         eprintln!("pyperch agent: {unsent} profiles could not be delivered before exit");
+    } else if last.rejected > 0 {
+        eprintln!("pyperch agent: queue drained; {} profiles were rejected by the ingest endpoint", last.rejected);
     } else {
         eprintln!("pyperch agent: all profiles delivered");
     }
     if options.stats {
         let totals = session.totals();
         eprint!("{}", stats_report(&session, &totals, kernel_counters));
-        eprintln!("  uploads: {}", upload_counts(&UploadCounters { queued: 0, ..last }));
+        eprintln!(
+            "  uploads: sent {}, failed attempts {}, rejected {}, dropped {} ({unsent} of them not delivered at exit)",
+            last.sent, last.failed_attempts, last.rejected, last.dropped
+        );
     }
     Ok(())
 }
