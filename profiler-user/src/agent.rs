@@ -3,7 +3,8 @@
 //!
 //! Sampling never waits for the network: profiles go through `upload::Uploader`'s bounded
 //! queue. On SIGTERM (or Ctrl-C, or the end of `--duration`) the current partial interval is
-//! flushed and the queue is given a few seconds to drain before exiting.
+//! flushed and the queue is given [`FINAL_DRAIN`] to drain before exiting; a request still
+//! waiting for an answer then is abandoned (its profile counted as not delivered).
 
 use std::{
     collections::BTreeMap,

@@ -310,6 +310,27 @@ mod tests {
     }
 
     #[test]
+    fn upload_https_speaks_tls_only() {
+        // A plain-HTTP server behind an https:// URL: the handshake fails, nothing is sent
+        // in clear text, and the server's bytes are not taken as an answer.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let first_byte = thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut b = [0u8; 1];
+            conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let got = conn.read_exact(&mut b).ok().map(|_| b[0]);
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+            got
+        });
+        let url = Endpoint::parse(&format!("https://127.0.0.1:{port}")).unwrap().ingest_url(&[]);
+        let e = Client::with_deadline(Duration::from_secs(5)).post(&url, b"profile").unwrap_err();
+        assert!(matches!(e, UploadError::Network(_)), "{e}");
+        // 0x16: a TLS handshake record (the ClientHello), not an HTTP request line.
+        assert_eq!(first_byte.join().unwrap(), Some(0x16));
+    }
+
+    #[test]
     fn upload_huge_headers_are_refused() {
         let client = Client::with_deadline(Duration::from_secs(5));
         let mut answer = b"HTTP/1.1 200 OK\r\nX-Big: ".to_vec();
