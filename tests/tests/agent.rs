@@ -5,6 +5,11 @@
 //! receiver refuses for 30 s, then accepts: no crash, bounded memory, the loss counted, data
 //! after the recovery arrives, and SIGTERM in the middle of an interval flushes it.
 //!
+//! Network faults, against tests/fixtures/faulty_ingest.py: a server that never answers
+//! (SIGTERM still exits within the 10 s grace), one that answers 400 (profiles dropped and
+//! counted as rejected, one try each), a redirect (not followed), an endless answer (memory
+//! bounded, no hang); and an IPv6 literal URL, and credentials in the URL (refused).
+//!
 //! Needs the test virtualenv with `protobuf` and `grpcio-tools` (`cargo xtask test` creates
 //! it); without it the tests SKIP.
 
