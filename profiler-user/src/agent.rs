@@ -3,7 +3,8 @@
 //!
 //! Sampling never waits for the network: profiles go through `upload::Uploader`'s bounded
 //! queue. On SIGTERM (or Ctrl-C, or the end of `--duration`) the current partial interval is
-//! flushed and the queue is given a few seconds to drain before exiting.
+//! flushed and the queue is given [`FINAL_DRAIN`] to drain before exiting; a request still
+//! waiting for an answer then is abandoned (its profile counted as not delivered).
 
 use std::{
     collections::BTreeMap,
@@ -17,7 +18,7 @@ use crate::{
     output::{self, Format},
     record::{RecordError, check_rate, inspect_pids, runtime, stats_report},
     session::{DISCOVERY_INTERVAL, LoopControl, Scope, Session, run_loop},
-    upload::{Endpoint, Upload, Uploader, encode_component, pyroscope_name},
+    upload::{Endpoint, Upload, UploadCounters, Uploader, pyroscope_name},
 };
 
 /// How profiles are split before upload.
@@ -48,8 +49,10 @@ pub struct AgentOptions {
     pub duration: Option<Duration>,
 }
 
-/// Seconds the queue gets to drain at exit.
-const FINAL_DRAIN: Duration = Duration::from_secs(10);
+/// How long the queue gets to drain at exit (after SIGTERM, Ctrl-C or `--duration`). The
+/// agent exits by then (plus the time to flush the last interval), even when a request is
+/// still waiting for a silent server: that request is abandoned.
+pub const FINAL_DRAIN: Duration = Duration::from_secs(10);
 
 pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     check_rate(options.rate)?;
@@ -69,6 +72,7 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     session.kernel.attach(options.rate)?;
     // Attached: keep only what sampling needs, before the uploader's thread starts.
     crate::privileges::drop_after_attach(&crate::privileges::Keep::default())?;
+    let endpoint_text = crate::text::field(endpoint.as_str()).to_string();
     let uploader = Uploader::start(endpoint, options.queue_profiles, options.queue_bytes);
     eprintln!(
         "pyperch agent: sampling at {} Hz, one profile per {} every {:?} to {}",
@@ -78,7 +82,7 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
             Grouping::Container => "container",
         },
         options.interval,
-        crate::text::field(&options.upload_url)
+        endpoint_text
     );
 
     let mut interval_start = SystemTime::now();
@@ -101,13 +105,10 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         session.prune_exited();
         let c = uploader.counters();
         let mut line = format!(
-            "pyperch agent: interval {interval_number}: {} samples from {} processes, {queued} profiles queued; sent {}, failed attempts {}, dropped {}, waiting {}",
+            "pyperch agent: interval {interval_number}: {} samples from {} processes, {queued} profiles queued; {}",
             part.total_samples(),
             part.pids().iter().filter(|p| part.samples_of(**p) > 0).count(),
-            c.sent,
-            c.failed_attempts,
-            c.dropped,
-            c.queued
+            upload_counts(&c),
         );
         if let Some(e) = uploader.last_error() {
             line.push_str(&format!(" (last error: {})", crate::text::field(&e.to_string())));
@@ -130,17 +131,32 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     flush(&mut session);
     let kernel_counters = session.kernel.counters();
     session.kernel.detach();
-    let unsent = uploader.finish(FINAL_DRAIN);
+    let last = uploader.finish(FINAL_DRAIN);
+    let unsent = last.queued;
     if unsent > 0 {
         eprintln!("pyperch agent: {unsent} profiles could not be delivered before exit");
+    } else if last.rejected > 0 {
+        eprintln!("pyperch agent: queue drained; {} profiles were rejected by the ingest endpoint", last.rejected);
     } else {
         eprintln!("pyperch agent: all profiles delivered");
     }
     if options.stats {
         let totals = session.totals();
         eprint!("{}", stats_report(&session, &totals, kernel_counters));
+        eprintln!(
+            "  uploads: sent {}, failed attempts {}, rejected {}, dropped {} ({unsent} of them not delivered at exit)",
+            last.sent, last.failed_attempts, last.rejected, last.dropped
+        );
     }
     Ok(())
+}
+
+/// The upload counts of the status line and `--stats`.
+fn upload_counts(c: &UploadCounters) -> String {
+    format!(
+        "sent {}, failed attempts {}, rejected {}, dropped {}, waiting {}",
+        c.sent, c.failed_attempts, c.rejected, c.dropped, c.queued
+    )
 }
 
 /// The labels of one uploaded profile and the processes it holds.
@@ -194,14 +210,15 @@ fn interval_uploads(part: &Profile, options: &AgentOptions, from: SystemTime, un
             continue;
         }
         let name = pyroscope_name(&options.app_name, &labels);
-        let query = format!(
-            "name={}&from={}&until={}&format=pprof&sampleRate={}&spyName=pyperch",
-            encode_component(&name),
-            secs(from),
-            secs(until).max(secs(from) + 1),
-            options.rate
-        );
-        uploads.push(Upload { query, body });
+        let params = vec![
+            ("name", name),
+            ("from", secs(from).to_string()),
+            ("until", secs(until).max(secs(from) + 1).to_string()),
+            ("format", "pprof".to_string()),
+            ("sampleRate", options.rate.to_string()),
+            ("spyName", "pyperch".to_string()),
+        ];
+        uploads.push(Upload { params, body });
     }
     uploads
 }

@@ -83,7 +83,7 @@ impl FilterArgs {
 
 #[derive(clap::Args, Debug)]
 struct AgentArgs {
-    /// Base URL of the ingest endpoint (profiles go to URL/ingest); http only.
+    /// Base URL of the ingest endpoint (profiles go to URL/ingest): http:// or https://, no credentials.
     #[arg(long, value_name = "URL")]
     upload_url: String,
     /// Length of one profile, e.g. 15s, 1m, 500ms.

@@ -2,81 +2,30 @@
 //!
 //! Uploads run on their own thread behind a bounded queue: when the backend is down or slow,
 //! the queue keeps at most `max_items` profiles and `max_bytes` bytes, dropping the oldest
-//! first and counting them, so memory stays bounded however long the outage lasts. Each
-//! upload is retried with exponential backoff until it succeeds or is pushed out.
+//! first and counting them, so memory stays bounded however long the outage lasts. An upload
+//! that fails for a reason that may pass (network error, no answer within the deadline, 5xx,
+//! 408, 429, a redirect, which is never followed) is retried with exponential backoff until it
+//! succeeds or is pushed out; one the endpoint refuses for good (any other 4xx) is dropped at
+//! once and counted as rejected, so it never blocks the queue.
 //!
-//! Only plain `http://` endpoints are supported (a node-local or in-cluster ingest; put a
-//! TLS-terminating proxy in front for anything else).
+//! The HTTP side (URL, deadline, bounded reads, escaping) is in [`http`].
+
+mod http;
 
 use std::{
     collections::VecDeque,
-    io::{BufRead, BufReader, Read, Write},
-    net::{TcpStream, ToSocketAddrs},
     sync::{Arc, Condvar, Mutex},
     thread,
     time::{Duration, Instant},
 };
 
-#[derive(Debug, thiserror::Error)]
-pub enum UploadError {
-    #[error("the upload URL must start with http:// (got {0}); https is not supported, use a local proxy")]
-    Scheme(String),
-    #[error("the upload URL {0} has no host")]
-    NoHost(String),
-    #[error("cannot reach {address}: {source}")]
-    Connect { address: String, source: std::io::Error },
-    #[error("the ingest endpoint answered {status}: {body}")]
-    Status { status: u16, body: String },
-    #[error("the ingest endpoint sent a malformed response")]
-    Malformed,
-    #[error("network error: {0}")]
-    Io(#[from] std::io::Error),
-}
-
-/// A parsed `http://host:port/base` endpoint.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Endpoint {
-    pub host: String,
-    pub port: u16,
-    /// Path prefix without a trailing slash ("" for the root).
-    pub base_path: String,
-}
-
-impl Endpoint {
-    pub fn parse(url: &str) -> Result<Self, UploadError> {
-        let rest = url.strip_prefix("http://").ok_or_else(|| UploadError::Scheme(url.to_string()))?;
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        };
-        if authority.is_empty() {
-            return Err(UploadError::NoHost(url.to_string()));
-        }
-        let bad = || UploadError::NoHost(url.to_string());
-        let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
-            let (host, after) = rest.split_once(']').ok_or_else(bad)?;
-            let port = match after.strip_prefix(':') {
-                Some(p) => p.parse().map_err(|_| bad())?,
-                None => 80,
-            };
-            (host.to_string(), port)
-        } else if let Some((host, port)) = authority.rsplit_once(':') {
-            (host.to_string(), port.parse().map_err(|_| bad())?)
-        } else {
-            (authority.to_string(), 80)
-        };
-        if host.is_empty() {
-            return Err(bad());
-        }
-        Ok(Self { host, port, base_path: path.trim_end_matches('/').to_string() })
-    }
-}
+pub use http::{Client, Endpoint, MAX_KEPT_BODY, UPLOAD_DEADLINE, UploadError, printable};
 
 /// One profile to push: the ingest query (already encoded) and the pprof bytes.
 #[derive(Clone, Debug)]
 pub struct Upload {
-    /// `name=...&from=...&until=...&format=pprof`, percent-encoded.
-    pub query: String,
+    /// The ingest query parameters (`name`, `from`, `until`, `format`...), not encoded.
+    pub params: Vec<(&'static str, String)>,
     pub body: Vec<u8>,
 }
 
@@ -84,7 +33,11 @@ pub struct Upload {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct UploadCounters {
     pub sent: u64,
+    /// Attempts that failed for a reason that may pass (the profile is retried).
     pub failed_attempts: u64,
+    /// Profiles the endpoint refused for good (a 4xx other than 408/429): dropped, not
+    /// retried.
+    pub rejected: u64,
     /// Profiles dropped because the queue was full (oldest first).
     pub dropped: u64,
     pub queued: u64,
@@ -111,8 +64,6 @@ pub struct Uploader {
     max_bytes: usize,
 }
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const IO_TIMEOUT: Duration = Duration::from_secs(20);
 const MIN_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -175,8 +126,10 @@ impl Uploader {
     }
 
     /// Tries to send what is queued within `timeout`, then stops the worker. Returns the
-    /// profiles still unsent.
-    pub fn finish(mut self, timeout: Duration) -> u64 {
+    /// final counters, where `queued` is the profiles left unsent (counted as dropped too). Returns by `timeout` plus a few
+    /// milliseconds, whatever the endpoint does: a request still in flight then is abandoned
+    /// with its thread (which ends by itself within [`UPLOAD_DEADLINE`], or with the process).
+    pub fn finish(mut self, timeout: Duration) -> UploadCounters {
         let deadline = Instant::now() + timeout;
         {
             let (lock, cv) = &*self.shared;
@@ -192,26 +145,40 @@ impl Uploader {
             }
             thread::sleep(Duration::from_millis(50));
         }
-        let left = self.counters().queued;
+        let mut last = UploadCounters::default();
         {
             let (lock, cv) = &*self.shared;
             if let Ok(mut s) = lock.lock() {
                 s.give_up = true;
+                let left = s.queue.len() as u64 + u64::from(s.in_flight);
+                // The profile in flight, if any, is counted as dropped by the worker when its
+                // attempt fails, or as sent if it succeeds after all.
                 s.counters.dropped += s.queue.len() as u64;
                 s.queue.clear();
                 s.queued_bytes = 0;
+                // The profile in flight is counted as dropped here (it cannot be waited for).
+                last = UploadCounters { queued: left, queued_bytes: 0, ..s.counters };
+                last.dropped += u64::from(s.in_flight);
                 cv.notify_all();
             }
         }
         if let Some(w) = self.worker.take() {
-            let _ = w.join();
+            // A worker that is waiting ends at once; one in a request is not waited for.
+            let until = Instant::now() + Duration::from_millis(200);
+            while !w.is_finished() && Instant::now() < until {
+                thread::sleep(Duration::from_millis(10));
+            }
+            if w.is_finished() {
+                let _ = w.join();
+            }
         }
-        left
+        last
     }
 }
 
 fn worker_loop(endpoint: Endpoint, shared: Arc<(Mutex<Shared>, Condvar)>, max_items: usize) {
     let (lock, cv) = &*shared;
+    let client = Client::new();
     let mut backoff = MIN_BACKOFF;
     loop {
         // Take the oldest profile out of the queue while it is being sent, so that the
@@ -219,6 +186,9 @@ fn worker_loop(endpoint: Endpoint, shared: Arc<(Mutex<Shared>, Condvar)>, max_it
         let next = {
             let Ok(mut s) = lock.lock() else { return };
             loop {
+                if s.give_up {
+                    return;
+                }
                 if let Some(front) = s.queue.pop_front() {
                     s.queued_bytes -= front.body.len();
                     s.in_flight = true;
@@ -233,7 +203,7 @@ fn worker_loop(endpoint: Endpoint, shared: Arc<(Mutex<Shared>, Condvar)>, max_it
                 };
             }
         };
-        let result = post(&endpoint, &next);
+        let result = client.post(&endpoint.ingest_url(&next.params), &next.body);
         let Ok(mut s) = lock.lock() else { return };
         s.in_flight = false;
         match result {
@@ -241,10 +211,15 @@ fn worker_loop(endpoint: Endpoint, shared: Arc<(Mutex<Shared>, Condvar)>, max_it
                 backoff = MIN_BACKOFF;
                 s.counters.sent += 1;
             }
+            Err(e) if e.is_permanent() => {
+                // Sending it again would be refused again: drop it and go on with the next.
+                s.counters.rejected += 1;
+                s.last_error = Some(e.to_string());
+            }
             Err(e) => {
                 s.counters.failed_attempts += 1;
                 s.last_error = Some(e.to_string());
-                if s.closing && s.queue.is_empty() && s.give_up {
+                if s.give_up {
                     s.counters.dropped += 1;
                     return;
                 }
@@ -267,66 +242,6 @@ fn worker_loop(endpoint: Endpoint, shared: Arc<(Mutex<Shared>, Condvar)>, max_it
     }
 }
 
-/// One `POST {base}/ingest?{query}` with the pprof body; Ok on any 2xx.
-pub fn post(endpoint: &Endpoint, upload: &Upload) -> Result<(), UploadError> {
-    let address = format!("{}:{}", endpoint.host, endpoint.port);
-    let addrs: Vec<_> = address
-        .to_socket_addrs()
-        .map_err(|source| UploadError::Connect { address: address.clone(), source })?
-        .collect();
-    let mut last = None;
-    let mut stream = None;
-    for a in addrs {
-        match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
-            Ok(s) => {
-                stream = Some(s);
-                break;
-            }
-            Err(e) => last = Some(e),
-        }
-    }
-    let mut stream = stream.ok_or_else(|| UploadError::Connect {
-        address: address.clone(),
-        source: last.unwrap_or_else(|| std::io::Error::other("no address")),
-    })?;
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
-    let head = format!(
-        "POST {}/ingest?{} HTTP/1.1\r\nHost: {}\r\nUser-Agent: pyperch/{}\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        endpoint.base_path,
-        upload.query,
-        address,
-        env!("CARGO_PKG_VERSION"),
-        upload.body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(&upload.body)?;
-    stream.flush()?;
-    let mut reader = BufReader::new(stream);
-    let mut status_line = String::new();
-    reader.read_line(&mut status_line)?;
-    let status: u16 = status_line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or(UploadError::Malformed)?;
-    if (200..300).contains(&status) {
-        return Ok(());
-    }
-    let mut body = String::new();
-    let _ = reader.take(4096).read_to_string(&mut body);
-    let body = body.split("\r\n\r\n").nth(1).unwrap_or("").trim().chars().take(200).collect();
-    Err(UploadError::Status { status, body })
-}
-
-/// Percent-encodes a query component.
-pub fn encode_component(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(b as char),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
 /// The Pyroscope application name with labels: `app{key="value",...}`.
 pub fn pyroscope_name(app: &str, labels: &[(String, String)]) -> String {
     let mut name = app.to_string();
@@ -347,38 +262,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn endpoints() {
-        assert_eq!(
-            Endpoint::parse("http://pyroscope:4040").unwrap(),
-            Endpoint { host: "pyroscope".into(), port: 4040, base_path: "".into() }
-        );
-        assert_eq!(
-            Endpoint::parse("http://127.0.0.1:9/base/").unwrap(),
-            Endpoint { host: "127.0.0.1".into(), port: 9, base_path: "/base".into() }
-        );
-        assert_eq!(Endpoint::parse("http://host").unwrap().port, 80);
-        assert!(matches!(Endpoint::parse("https://host"), Err(UploadError::Scheme(_))));
-        assert!(matches!(Endpoint::parse("http:///x"), Err(UploadError::NoHost(_))));
-    }
-
-    #[test]
-    fn names_and_encoding() {
+    fn upload_names() {
         let n = pyroscope_name("app", &[("container.id".into(), "ab\"c".into()), ("k8s.pod.uid".into(), "u".into())]);
         assert_eq!(n, "app{container.id=\"ab_c\",k8s.pod.uid=\"u\"}");
-        assert_eq!(encode_component("a{b=\"c\"}"), "a%7Bb%3D%22c%22%7D");
     }
 
     #[test]
-    fn queue_is_bounded_and_counts_drops() {
+    fn upload_queue_is_bounded_and_counts_drops() {
         // Nothing listens on port 9 of 127.0.0.1 (discard is not running): uploads fail.
         let up = Uploader::start(Endpoint::parse("http://127.0.0.1:9").unwrap(), 3, 1 << 20);
         for i in 0..10 {
-            up.push(Upload { query: format!("n={i}"), body: vec![0; 10] });
+            up.push(Upload { params: vec![("n", i.to_string())], body: vec![0; 10] });
         }
         let c = up.counters();
         assert!(c.queued <= 3, "{c:?}");
         assert!(c.dropped >= 7, "{c:?}");
-        let left = up.finish(Duration::from_millis(200));
-        assert!(left <= 3);
+        let last = up.finish(Duration::from_millis(200));
+        assert!(last.queued <= 3, "{last:?}");
+        assert_eq!(last.sent, 0, "{last:?}");
+        assert_eq!(last.dropped, 10, "{last:?}");
     }
 }

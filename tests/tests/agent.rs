@@ -5,6 +5,11 @@
 //! receiver refuses for 30 s, then accepts: no crash, bounded memory, the loss counted, data
 //! after the recovery arrives, and SIGTERM in the middle of an interval flushes it.
 //!
+//! Network faults, against tests/fixtures/faulty_ingest.py: a server that never answers
+//! (SIGTERM still exits within the 10 s grace), one that answers 400 (profiles dropped and
+//! counted as rejected, one try each), a redirect (not followed), an endless answer (memory
+//! bounded, no hang); and an IPv6 literal URL, and credentials in the URL (refused).
+//!
 //! Needs the test virtualenv with `protobuf` and `grpcio-tools` (`cargo xtask test` creates
 //! it); without it the tests SKIP.
 
@@ -274,6 +279,7 @@ struct Status {
     queued: u64,
     sent: u64,
     failed: u64,
+    rejected: u64,
     dropped: u64,
     waiting: u64,
     /// What follows the counts (`(last error: ...)`, `; no Python process matches ...`).
@@ -288,7 +294,8 @@ impl Status {
         let (processes, rest) = rest.split_once(" processes, ")?;
         let (queued, rest) = rest.split_once(" profiles queued; sent ")?;
         let (sent, rest) = rest.split_once(", failed attempts ")?;
-        let (failed, rest) = rest.split_once(", dropped ")?;
+        let (failed, rest) = rest.split_once(", rejected ")?;
+        let (rejected, rest) = rest.split_once(", dropped ")?;
         let (dropped, rest) = rest.split_once(", waiting ")?;
         let digits = rest
             .find(|c: char| !c.is_ascii_digit())
@@ -300,6 +307,7 @@ impl Status {
             queued: queued.parse().ok()?,
             sent: sent.parse().ok()?,
             failed: failed.parse().ok()?,
+            rejected: rejected.parse().ok()?,
             dropped: dropped.parse().ok()?,
             waiting: rest[..digits].parse().ok()?,
             tail: rest[digits..].to_string(),
@@ -666,6 +674,10 @@ fn agent_survives_an_outage_and_flushes_on_sigterm() {
         during.dropped > 0 && during.failed > 0 && during.sent == 0,
         "during the outage the status should count dropped profiles and failed attempts, with none sent: {during:?}{d}"
     );
+    assert_eq!(
+        last.rejected, 0,
+        "a 503 is retried, never counted as a rejection{d}"
+    );
     assert!(
         outage_statuses.iter().all(|s| s.waiting <= 4),
         "more than --queue-size 4 profiles waiting{d}"
@@ -1028,5 +1040,484 @@ fn agent_sigterm_during_an_outage_reports_what_was_not_delivered() {
     assert!(
         receiver.accepted().is_empty(),
         "the receiver accepted something during its outage{d}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Network faults: misbehaving endpoints (tests/fixtures/faulty_ingest.py), an IPv6 literal,
+// credentials in the URL.
+// ---------------------------------------------------------------------------------------
+
+/// The agent's overall deadline for one upload attempt (see profiler-user/src/upload/http.rs).
+const UPLOAD_DEADLINE: Duration = Duration::from_secs(10);
+/// The agent's grace for draining its queue at exit (see README, `pyperch agent`).
+const FINAL_DRAIN: Duration = Duration::from_secs(10);
+
+/// A Python server fixture that prints `port N ...` first and logs one JSON line per
+/// request; stopped on drop.
+struct FixtureServer {
+    child: Child,
+    port: u16,
+    log: std::path::PathBuf,
+    dir: std::path::PathBuf,
+}
+
+impl FixtureServer {
+    /// `python SCRIPT ARGS...`, where `{log}` in `args` stands for the log file.
+    fn start(python: &std::path::Path, script: &str, args: &[&str]) -> FixtureServer {
+        let dir = std::env::temp_dir()
+            .join("pyperch-tests")
+            .join(format!("net-{}", random_hex(8)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("requests.jsonl");
+        let log_text = log.display().to_string();
+        let mut child = Command::new(python)
+            .arg(fixture_path(script))
+            .args(args.iter().map(|a| a.replace("{log}", &log_text)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {script}: {e}"));
+        let mut first = String::new();
+        let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut first);
+        let port = first
+            .strip_prefix("port ")
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|p| p.parse().ok());
+        let Some(port) = port else {
+            stop_child(&mut child, libc::SIGKILL, Duration::from_secs(1));
+            panic!("{script} {args:?} did not start (it printed {first:?})");
+        };
+        FixtureServer {
+            child,
+            port,
+            log,
+            dir,
+        }
+    }
+
+    /// The misbehaving endpoint on 127.0.0.1 in `mode` (see faulty_ingest.py).
+    fn faulty(python: &std::path::Path, mode: &[&str]) -> FixtureServer {
+        let mut args = vec!["--log", "{log}", "--lifetime", "120"];
+        args.extend_from_slice(mode);
+        FixtureServer::start(python, "faulty_ingest.py", &args)
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Every request logged so far.
+    fn entries(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+impl Drop for FixtureServer {
+    fn drop(&mut self) {
+        stop_child(&mut self.child, libc::SIGTERM, Duration::from_secs(3));
+        if !thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A spinning Python process with a unique command-line tag, for `--cmdline TAG`.
+fn tagged_spinner() -> Option<(Workload, String)> {
+    let py = first_python(&["sid-3.14", "3.12", "3.11", "3.13", "3.10", "3.9", "3.8"])?;
+    let tag = format!("e2e{}", random_hex(10));
+    let w = Workload::spawn(&py, "spin.py", &["leaf_red", "60", &tag])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    Some((w, tag))
+}
+
+/// Waits (up to `timeout`) for a status line that satisfies `pred`; panics with `what`.
+fn wait_status(
+    agent: &mut Agent,
+    timeout: Duration,
+    what: &str,
+    pred: impl Fn(&Status) -> bool,
+) -> Status {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(s) = agent.statuses().into_iter().find(|s| pred(s)) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline && agent.exited().is_none(),
+            "no status line with {what} within {:.0} s{}",
+            timeout.as_secs_f64(),
+            agent.diag()
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// No line of the agent holds an escape or other control character, and none is long.
+fn assert_clean_lines(agent: &Agent) {
+    for l in agent.lines() {
+        assert!(
+            !l.contains(|c: char| c.is_control()),
+            "a control character reached the agent's stderr: {l:?}"
+        );
+        assert!(
+            l.len() < 1500,
+            "an agent line of {} bytes: {l:.300}...",
+            l.len()
+        );
+    }
+}
+
+/// The `  uploads: ...` line of `--stats`: (sent, failed attempts, rejected, dropped, unsent).
+fn stats_uploads(agent: &Agent) -> Option<(u64, u64, u64, u64, u64)> {
+    let lines = agent.lines();
+    let rest = lines
+        .iter()
+        .find_map(|l| l.trim_start().strip_prefix("uploads: sent "))?;
+    let (sent, rest) = rest.split_once(", failed attempts ")?;
+    let (failed, rest) = rest.split_once(", rejected ")?;
+    let (rejected, rest) = rest.split_once(", dropped ")?;
+    let (dropped, rest) = rest.split_once(" (")?;
+    let (unsent, _) = rest.split_once(" of them not delivered at exit)")?;
+    Some((
+        sent.parse().ok()?,
+        failed.parse().ok()?,
+        rejected.parse().ok()?,
+        dropped.parse().ok()?,
+        unsent.parse().ok()?,
+    ))
+}
+
+#[test]
+fn agent_sigterm_while_the_server_is_silent_exits_within_grace() {
+    let Some(python) = skip_without_receiver() else {
+        return;
+    };
+    let Some((mut spinner, tag)) = tagged_spinner() else {
+        return;
+    };
+    // Accepts connections and reads requests, never answers.
+    let server = FixtureServer::faulty(&python, &["silent"]);
+    let url = server.url();
+    let mut agent = Agent::start(&[
+        "--upload-url",
+        &url,
+        "--interval",
+        "1s",
+        "--cmdline",
+        &tag,
+        "--stats",
+    ]);
+    // The first attempt gives up at the upload deadline: a counted failure, and the
+    // status says why.
+    let failed = wait_status(
+        &mut agent,
+        UPLOAD_DEADLINE + Duration::from_secs(15),
+        "a failed attempt",
+        |s| s.failed > 0,
+    );
+    assert!(
+        failed.tail.contains("no complete answer within 10 s"),
+        "the last error should be the deadline: {failed:?}{}",
+        agent.diag()
+    );
+    // A second attempt is under way (the backoff after the first is 0.5 s): SIGTERM now.
+    thread::sleep(Duration::from_millis(1500));
+    let sigterm = Instant::now();
+    agent.signal(libc::SIGTERM);
+    let status = agent.wait_exit(FINAL_DRAIN + Duration::from_secs(15));
+    let took = sigterm.elapsed();
+    spinner.terminate();
+    let d = agent.diag();
+    let status = status.unwrap_or_else(|| {
+        panic!("pyperch agent did not exit within 25 s of SIGTERM (silent server){d}")
+    });
+    assert!(
+        status.success(),
+        "pyperch agent: {}{d}",
+        describe_status(status)
+    );
+    // The grace (10 s) plus the final flush; a request in flight must not extend it.
+    assert!(
+        took < FINAL_DRAIN + Duration::from_secs(4),
+        "pyperch agent took {:.1} s to exit after SIGTERM (grace 10 s){d}",
+        took.as_secs_f64()
+    );
+    let (sent, failed_attempts, rejected, dropped, unsent) =
+        stats_uploads(&agent).unwrap_or_else(|| panic!("no `uploads:` line in --stats{d}"));
+    assert_eq!((sent, rejected), (0, 0), "nothing can be sent or rejected{d}");
+    assert!(failed_attempts >= 1, "failed attempts not counted{d}");
+    assert!(unsent >= 1, "profiles were waiting at exit{d}");
+    assert!(dropped >= unsent, "undelivered profiles are counted as dropped{d}");
+    assert!(
+        agent
+            .lines()
+            .iter()
+            .any(|l| l == &format!("pyperch agent: {unsent} profiles could not be delivered before exit")),
+        "the agent should say how many profiles were not delivered{d}"
+    );
+    let requests = server.entries().len() as u64;
+    assert!(
+        requests >= failed_attempts,
+        "{requests} requests reached the server, but {failed_attempts} failed attempts were counted{d}"
+    );
+    assert_clean_lines(&agent);
+}
+
+#[test]
+fn agent_drops_profiles_the_endpoint_rejects() {
+    let Some(python) = skip_without_receiver() else {
+        return;
+    };
+    let Some((mut spinner, tag)) = tagged_spinner() else {
+        return;
+    };
+    // 400 to everything, with escape sequences and 5000 bytes in the body.
+    let server = FixtureServer::faulty(&python, &["status", "400"]);
+    let url = server.url();
+    let mut agent = Agent::start(&[
+        "--upload-url",
+        &url,
+        "--interval",
+        "1s",
+        "--duration",
+        "4s",
+        "--cmdline",
+        &tag,
+        "--stats",
+    ]);
+    let status = agent.wait_exit(Duration::from_secs(30));
+    spinner.terminate();
+    let d = agent.diag();
+    let status = status.unwrap_or_else(|| panic!("pyperch agent --duration 4s did not exit{d}"));
+    assert!(
+        status.success(),
+        "pyperch agent: {}{d}",
+        describe_status(status)
+    );
+    let statuses = agent.statuses();
+    let queued: u64 = statuses.iter().map(|s| s.queued).sum();
+    assert!(queued >= 3, "too few profiles made in 4 s{d}");
+    let (sent, failed, rejected, dropped, unsent) =
+        stats_uploads(&agent).unwrap_or_else(|| panic!("no `uploads:` line in --stats{d}"));
+    // Every profile had exactly one try, was refused and dropped: never retried, never
+    // blocking the ones after it.
+    assert_eq!(
+        (sent, failed, rejected, dropped, unsent),
+        (0, 0, queued, 0, 0),
+        "(sent, failed, rejected, dropped, unsent) of {queued} profiles{d}"
+    );
+    let entries = server.entries();
+    assert_eq!(
+        entries.len() as u64,
+        queued,
+        "one request per profile, no retry{d}"
+    );
+    let intervals: BTreeSet<(String, String)> = entries
+        .iter()
+        .map(|e| {
+            (
+                e["query"]["from"].as_str().unwrap_or("").to_string(),
+                e["query"]["until"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        intervals.len() as u64,
+        queued,
+        "the same profile was sent twice{d}"
+    );
+    assert!(
+        statuses.windows(2).all(|w| w[0].rejected <= w[1].rejected)
+            && statuses.iter().any(|s| s.rejected > 0 && s.tail
+                .contains("rejected the profile with 400, not retried: [31mrefused [0m ]0;title xxx")),
+        "the status lines should count rejections and show the escaped answer{d}"
+    );
+    assert_eq!(
+        agent.lines().iter().find(|l| l.starts_with("pyperch agent: queue drained")).map(String::as_str),
+        Some(format!("pyperch agent: queue drained; {queued} profiles were rejected by the ingest endpoint").as_str()),
+        "{d}"
+    );
+    assert_clean_lines(&agent);
+}
+
+#[test]
+fn agent_does_not_follow_redirects() {
+    let Some(python) = skip_without_receiver() else {
+        return;
+    };
+    let Some((mut spinner, tag)) = tagged_spinner() else {
+        return;
+    };
+    // A working receiver, and an endpoint that redirects there.
+    let receiver = IngestReceiver::start(&python, 0.0).unwrap_or_else(|e| panic!("{e:#}"));
+    let target = format!("{}/ingest", receiver.url());
+    let server = FixtureServer::faulty(&python, &["redirect", &target]);
+    let url = server.url();
+    let mut agent = Agent::start(&["--upload-url", &url, "--interval", "1s", "--cmdline", &tag]);
+    let failing = wait_status(&mut agent, Duration::from_secs(20), "2 failed attempts", |s| {
+        s.failed >= 2
+    });
+    spinner.terminate();
+    let d = agent.diag();
+    assert!(
+        failing.tail.contains(&format!(
+            "answered 302 (a redirect to {target}), which is not followed"
+        )),
+        "the status should say the redirect was not followed: {failing:?}{d}"
+    );
+    assert_eq!(failing.sent, 0, "{d}");
+    assert_eq!(failing.rejected, 0, "{d}");
+    assert!(
+        server.entries().len() as u64 >= failing.failed,
+        "attempts counted that never reached the server{d}"
+    );
+    assert!(
+        receiver.entries().is_empty(),
+        "the redirect target got requests: {:?}{d}",
+        receiver.entries()
+    );
+    assert_clean_lines(&agent);
+}
+
+#[test]
+fn agent_uploads_to_an_ipv6_literal() {
+    let Some(python) = skip_without_receiver() else {
+        return;
+    };
+    if let Err(e) = std::net::TcpListener::bind("[::1]:0") {
+        skip(format!("no IPv6 loopback on this machine ([::1]: {e})"));
+        return;
+    }
+    let Some((mut spinner, tag)) = tagged_spinner() else {
+        return;
+    };
+    let receiver = FixtureServer::start(
+        &python,
+        "ingest_receiver.py",
+        &["serve", "--log", "{log}", "--host", "::1"],
+    );
+    let url = format!("http://[::1]:{}", receiver.port);
+    let app = format!("e2e-{}", random_hex(6));
+    let mut agent = Agent::start(&[
+        "--upload-url",
+        &url,
+        "--app-name",
+        &app,
+        "--interval",
+        "1s",
+        "--duration",
+        "3s",
+        "--cmdline",
+        &tag,
+    ]);
+    let status = agent.wait_exit(Duration::from_secs(30));
+    spinner.terminate();
+    let d = agent.diag();
+    let status = status.unwrap_or_else(|| panic!("pyperch agent --duration 3s did not exit{d}"));
+    assert!(
+        status.success(),
+        "pyperch agent: {}{d}",
+        describe_status(status)
+    );
+    assert_eq!(
+        agent.lines().last().map(String::as_str),
+        Some("pyperch agent: all profiles delivered"),
+        "{d}"
+    );
+    let accepted: Vec<Value> = receiver
+        .entries()
+        .into_iter()
+        .filter(|e| e["status"] == 200)
+        .collect();
+    assert!(!accepted.is_empty(), "no profile arrived over IPv6{d}");
+    let queued: u64 = agent.statuses().iter().map(|s| s.queued).sum();
+    assert_eq!(accepted.len() as u64, queued, "profiles lost{d}");
+    for e in &accepted {
+        check_request(e, &app, &d);
+        let up = Upload::of(e).unwrap();
+        assert_eq!(
+            up.name_labels.get("process.pid"),
+            Some(&spinner.pid.to_string()),
+            "{}{d}",
+            up.brief()
+        );
+    }
+}
+
+#[test]
+fn agent_memory_stays_bounded_against_an_endless_answer() {
+    let Some(python) = skip_without_receiver() else {
+        return;
+    };
+    let Some((mut spinner, tag)) = tagged_spinner() else {
+        return;
+    };
+    // 503 and then body bytes (escape sequences among them) until the agent hangs up.
+    let server = FixtureServer::faulty(&python, &["endless"]);
+    let url = server.url();
+    let mut agent = Agent::start(&["--upload-url", &url, "--interval", "1s", "--cmdline", &tag]);
+    let pid = agent.pid();
+    let mut max_hwm = 0;
+    let deadline = Instant::now() + Duration::from_secs(25);
+    // Attempts at about 1, 1.5, 2.5, 4.5 s: each cut short, far before the 10 s deadline.
+    while agent.statuses().last().is_none_or(|s| s.failed < 3) {
+        assert!(
+            Instant::now() < deadline && agent.exited().is_none(),
+            "no 3 failed attempts within 25 s: the agent hangs on the endless answer?{}",
+            agent.diag()
+        );
+        max_hwm = max_hwm.max(status_kb(pid, "VmHWM").unwrap_or(0));
+        thread::sleep(Duration::from_millis(100));
+    }
+    max_hwm = max_hwm.max(status_kb(pid, "VmHWM").unwrap_or(0));
+    spinner.terminate();
+    let d = agent.diag();
+    let last = agent.statuses().last().cloned().unwrap();
+    assert!(
+        last.tail.contains("the ingest endpoint answered 503: [2J ]0;pwned AAAA") && last.tail.contains("..."),
+        "the last error should show the escaped, cut answer: {last:?}{d}"
+    );
+    assert!(max_hwm > 0, "could not read the agent's VmHWM{d}");
+    assert!(
+        max_hwm < ENDLESS_MAX_HWM_KB,
+        "the agent's peak RSS {} MB is over {} MB{d}",
+        max_hwm / 1024,
+        ENDLESS_MAX_HWM_KB / 1024
+    );
+    eprintln!("agent peak RSS against the endless answer: {} MB", max_hwm / 1024);
+    assert_clean_lines(&agent);
+}
+
+/// The agent's peak RSS while an endpoint streams an endless answer (kB).
+const ENDLESS_MAX_HWM_KB: u64 = 150 * 1024;
+
+#[test]
+fn agent_refuses_credentials_in_the_url() {
+    let secret = format!("pw{}", random_hex(8));
+    let url = format!("http://user:{secret}@127.0.0.1:9/");
+    let mut agent = Agent::start(&["--upload-url", &url, "--interval", "1s"]);
+    let status = agent.wait_exit(Duration::from_secs(10));
+    let d = agent.diag().replace(&secret, "<secret>");
+    let status = status.unwrap_or_else(|| panic!("pyperch agent did not exit{d}"));
+    assert!(
+        !status.success() && status.code().is_some(),
+        "pyperch agent: {}{d}",
+        describe_status(status)
+    );
+    let lines = agent.lines();
+    assert_eq!(lines.len(), 1, "one sentence expected{d}");
+    assert!(
+        lines[0].contains("the upload URL must not contain a user name or password"),
+        "{d}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains(&secret)),
+        "the password was printed{d}"
     );
 }

@@ -1,0 +1,384 @@
+//! One ingest request: the endpoint URL (parsed by the `url` crate) and the HTTP client
+//! (`ureq`, over plain TCP or rustls with Mozilla's root certificates built in).
+//!
+//! Invariants of [`Client::post`], whatever the server does:
+//! - it returns within [`UPLOAD_DEADLINE`] (connect, send and receive together);
+//! - it keeps at most [`MAX_HEADER_BYTES`] of response headers and [`MAX_KEPT_BODY`] of a
+//!   response body, and reads nothing more (an endless body is cut, not drained);
+//! - it follows no redirect and uses no proxy: it talks to the URL it was given, only;
+//! - every text it returns (in [`UploadError`]) that came from the server is escaped and
+//!   bounded by [`printable`]: no control or escape character, at most [`MAX_TEXT_CHARS`].
+//!
+//! URLs with credentials (`user:password@`) are refused at parse time, so a URL that is
+//! printed never holds a password.
+
+use std::{io::Read, time::Duration};
+
+use url::Url;
+
+/// The overall deadline of one upload attempt (connect + send + receive).
+pub const UPLOAD_DEADLINE: Duration = Duration::from_secs(10);
+/// The most response-header bytes read.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+/// The most response-body bytes kept (for the error message of a refused upload).
+pub const MAX_KEPT_BODY: u64 = 64 * 1024;
+/// The most characters of server-provided text put into an error message.
+pub const MAX_TEXT_CHARS: usize = 200;
+
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    #[error("the upload URL is not valid: {0}")]
+    Url(#[from] url::ParseError),
+    #[error("the upload URL must start with http:// or https:// (not {0}://)")]
+    Scheme(String),
+    #[error("the upload URL must not contain a user name or password: credentials in URLs are not supported")]
+    Credentials,
+    #[error("the upload URL must not have a query (?...) or fragment (#...): pyperch adds the ingest query itself")]
+    QueryOrFragment,
+    #[error("no complete answer within {secs} s ({which} timeout)")]
+    Timeout { secs: u64, which: String },
+    #[error("network error: {0}")]
+    Network(String),
+    #[error("the ingest endpoint answered {status} (a redirect to {location}), which is not followed: check --upload-url")]
+    Redirect { status: u16, location: String },
+    #[error("the ingest endpoint answered {status}: {body}")]
+    Status { status: u16, body: String },
+    #[error("the ingest endpoint rejected the profile with {status}, not retried: {body}")]
+    Rejected { status: u16, body: String },
+}
+
+impl UploadError {
+    /// A refusal that sending the same profile again cannot change (a 4xx other than 408
+    /// Request Timeout and 429 Too Many Requests): the profile is dropped, not retried.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, UploadError::Rejected { .. })
+    }
+}
+
+/// A parsed `http(s)://host[:port][/base]` ingest endpoint, without credentials, query or
+/// fragment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// `{base}/ingest`, with no query.
+    ingest: Url,
+}
+
+impl Endpoint {
+    pub fn parse(text: &str) -> Result<Self, UploadError> {
+        let url = Url::parse(text)?;
+        match url.scheme() {
+            "http" | "https" => {}
+            other => return Err(UploadError::Scheme(printable(other.as_bytes()))),
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(UploadError::Credentials);
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(UploadError::QueryOrFragment);
+        }
+        if url.host().is_none() {
+            return Err(UploadError::Url(url::ParseError::EmptyHost));
+        }
+        let mut ingest = url;
+        let base = ingest.path().trim_end_matches('/').to_string();
+        ingest.set_path(&format!("{base}/ingest"));
+        Ok(Self { ingest })
+    }
+
+    /// The ingest URL with `params` as its (percent-encoded) query.
+    pub fn ingest_url(&self, params: &[(&str, String)]) -> Url {
+        let mut url = self.ingest.clone();
+        {
+            let mut query = url.query_pairs_mut();
+            for (k, v) in params {
+                query.append_pair(k, v);
+            }
+        }
+        url
+    }
+
+    /// The ingest URL for messages (normalized by the `url` crate: no control character).
+    pub fn as_str(&self) -> &str {
+        self.ingest.as_str()
+    }
+}
+
+/// An HTTP client configured for uploads (see the module's invariants).
+pub struct Client {
+    agent: ureq::Agent,
+    deadline: Duration,
+}
+
+impl Client {
+    pub fn new() -> Self {
+        Self::with_deadline(UPLOAD_DEADLINE)
+    }
+
+    pub fn with_deadline(deadline: Duration) -> Self {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .proxy(None)
+            .timeout_global(Some(deadline))
+            .max_response_header_size(MAX_HEADER_BYTES)
+            .user_agent(format!("pyperch/{}", env!("CARGO_PKG_VERSION")))
+            .max_idle_connections(1)
+            .max_idle_connections_per_host(1)
+            .build();
+        Self { agent: config.new_agent(), deadline }
+    }
+
+    /// One `POST` of `body` to `url`; Ok on any 2xx.
+    pub fn post(&self, url: &Url, body: &[u8]) -> Result<(), UploadError> {
+        let mut response = self
+            .agent
+            .post(url.as_str())
+            .header("Content-Type", "application/octet-stream")
+            .send(body)
+            .map_err(|e| transport_error(e, self.deadline))?;
+        let status = response.status().as_u16();
+        // At most MAX_KEPT_BODY bytes are read; a read error (the deadline, a cut
+        // connection) keeps what came before it.
+        let mut kept = Vec::new();
+        let _ = response.body_mut().as_reader().take(MAX_KEPT_BODY).read_to_end(&mut kept);
+        match status {
+            200..=299 => Ok(()),
+            300..=399 => {
+                let location = response
+                    .headers()
+                    .get("location")
+                    .map(|v| printable(v.as_bytes()))
+                    .unwrap_or_else(|| "nowhere".to_string());
+                Err(UploadError::Redirect { status, location })
+            }
+            408 | 429 => Err(UploadError::Status { status, body: printable(&kept) }),
+            400..=499 => Err(UploadError::Rejected { status, body: printable(&kept) }),
+            _ => Err(UploadError::Status { status, body: printable(&kept) }),
+        }
+    }
+}
+
+impl Default for Client {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn transport_error(e: ureq::Error, deadline: Duration) -> UploadError {
+    match e {
+        ureq::Error::Timeout(which) => {
+            UploadError::Timeout { secs: deadline.as_secs(), which: printable(which.to_string().as_bytes()) }
+        }
+        other => UploadError::Network(printable(other.to_string().as_bytes())),
+    }
+}
+
+/// Server-provided (or otherwise untrusted) bytes made safe for one log line: invalid UTF-8
+/// replaced, every run of whitespace or control/format character (escape, newline, bidi
+/// override...) turned into one space, trimmed, and cut to [`MAX_TEXT_CHARS`] characters
+/// (`...` marks a cut). Empty text becomes `(empty)`.
+pub fn printable(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(4 * MAX_TEXT_CHARS + 4)]);
+    let unsafe_char = |c: char| {
+        c.is_whitespace()
+            || c.is_control()
+            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{FEFF}')
+    };
+    let mut out = String::new();
+    let mut chars = 0;
+    let mut pending_space = false;
+    let mut cut = bytes.len() > 4 * MAX_TEXT_CHARS + 4;
+    for c in text.chars() {
+        if unsafe_char(c) {
+            pending_space = !out.is_empty();
+            continue;
+        }
+        if chars + usize::from(pending_space) >= MAX_TEXT_CHARS {
+            cut = true;
+            break;
+        }
+        if pending_space {
+            out.push(' ');
+            chars += 1;
+            pending_space = false;
+        }
+        out.push(c);
+        chars += 1;
+    }
+    if cut {
+        out.push_str("...");
+    }
+    if out.is_empty() {
+        out.push_str("(empty)");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::{
+        io::Write,
+        net::{TcpListener, TcpStream},
+        thread,
+        time::Instant,
+    };
+
+    /// What the one-connection test server does after reading the request.
+    enum Answer {
+        /// These bytes, then close.
+        Bytes(&'static [u8]),
+        /// Nothing, holding the connection open this long.
+        Silence(Duration),
+        /// A 200 header with no length, then this many bytes of body (or until the client
+        /// goes away).
+        Endless(usize),
+    }
+
+    /// Serves one connection on 127.0.0.1; returns the URL to post to.
+    fn serve_once(answer: Answer) -> Url {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        thread::spawn(move || {
+            let Ok((mut conn, _)) = listener.accept() else { return };
+            read_request(&mut conn);
+            match answer {
+                Answer::Bytes(b) => {
+                    let _ = conn.write_all(b);
+                }
+                Answer::Silence(d) => thread::sleep(d),
+                Answer::Endless(total) => {
+                    let _ = conn.write_all(b"HTTP/1.1 500 Oops\r\nConnection: close\r\n\r\n");
+                    let chunk = [b'\x1b'; 16 * 1024];
+                    let mut sent = 0;
+                    while sent < total && conn.write_all(&chunk).is_ok() {
+                        sent += chunk.len();
+                    }
+                }
+            }
+        });
+        Endpoint::parse(&format!("http://127.0.0.1:{port}")).unwrap().ingest_url(&[("name", "t".into())])
+    }
+
+    /// Reads until the client pauses (the whole request, in these tests).
+    fn read_request(conn: &mut TcpStream) {
+        conn.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        let mut buf = [0u8; 4096];
+        while matches!(conn.read(&mut buf), Ok(n) if n > 0) {}
+    }
+
+    #[test]
+    fn upload_answers_are_classified() {
+        let client = Client::with_deadline(Duration::from_secs(5));
+        let post = |answer| client.post(&serve_once(answer), b"profile");
+        assert!(post(Answer::Bytes(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")).is_ok());
+        assert!(post(Answer::Bytes(b"HTTP/1.1 204 No Content\r\n\r\n")).is_ok());
+        let e = post(Answer::Bytes(b"HTTP/1.1 400 Bad\r\nContent-Length: 13\r\n\r\nbad \x1b[2Jthing")).unwrap_err();
+        assert!(e.is_permanent(), "{e}");
+        assert_eq!(e.to_string(), "the ingest endpoint rejected the profile with 400, not retried: bad [2Jthing");
+        for retried in [&b"HTTP/1.1 429 Slow\r\n\r\n"[..], b"HTTP/1.1 408 T\r\n\r\n", b"HTTP/1.1 503 Down\r\n\r\n"] {
+            let e = post(Answer::Bytes(retried)).unwrap_err();
+            assert!(matches!(e, UploadError::Status { .. }), "{e}");
+        }
+        let e = post(Answer::Bytes(b"HTTP/1.1 302 Found\r\nLocation: http://elsewhere/x\r\nContent-Length: 0\r\n\r\n"))
+            .unwrap_err();
+        assert!(matches!(&e, UploadError::Redirect { status: 302, .. }), "{e}");
+        assert!(e.to_string().contains("a redirect to http://elsewhere/x), which is not followed"), "{e}");
+        // A control character in a header: a protocol error (the header is never printed).
+        let e = post(Answer::Bytes(b"HTTP/1.1 302 Found\r\nLocation: http://x/\x1b]0;x\x07\r\n\r\n")).unwrap_err();
+        assert!(matches!(e, UploadError::Network(_)) && !e.to_string().contains('\x1b'), "{e}");
+        let e = post(Answer::Bytes(b"garbage\r\n\r\n")).unwrap_err();
+        assert!(matches!(e, UploadError::Network(_)), "{e}");
+    }
+
+    #[test]
+    fn upload_deadline_covers_a_silent_server() {
+        let client = Client::with_deadline(Duration::from_secs(1));
+        let start = Instant::now();
+        let e = client.post(&serve_once(Answer::Silence(Duration::from_secs(5))), b"profile").unwrap_err();
+        assert!(matches!(e, UploadError::Timeout { .. }), "{e}");
+        assert!(start.elapsed() < Duration::from_secs(4), "{:?}", start.elapsed());
+    }
+
+    #[test]
+    fn upload_endless_body_is_cut() {
+        let client = Client::with_deadline(Duration::from_secs(5));
+        let start = Instant::now();
+        let e = client.post(&serve_once(Answer::Endless(1 << 30)), b"profile").unwrap_err();
+        assert!(matches!(&e, UploadError::Status { status: 500, body } if body == "..."), "{e}");
+        assert!(start.elapsed() < Duration::from_secs(4), "{:?}", start.elapsed());
+    }
+
+    #[test]
+    fn upload_https_speaks_tls_only() {
+        // A plain-HTTP server behind an https:// URL: the handshake fails, nothing is sent
+        // in clear text, and the server's bytes are not taken as an answer.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let first_byte = thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut b = [0u8; 1];
+            conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let got = conn.read_exact(&mut b).ok().map(|_| b[0]);
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+            got
+        });
+        let url = Endpoint::parse(&format!("https://127.0.0.1:{port}")).unwrap().ingest_url(&[]);
+        let e = Client::with_deadline(Duration::from_secs(5)).post(&url, b"profile").unwrap_err();
+        assert!(matches!(e, UploadError::Network(_)), "{e}");
+        // 0x16: a TLS handshake record (the ClientHello), not an HTTP request line.
+        assert_eq!(first_byte.join().unwrap(), Some(0x16));
+    }
+
+    #[test]
+    fn upload_huge_headers_are_refused() {
+        let client = Client::with_deadline(Duration::from_secs(5));
+        let mut answer = b"HTTP/1.1 200 OK\r\nX-Big: ".to_vec();
+        answer.extend(std::iter::repeat_n(b'a', 4 * MAX_HEADER_BYTES));
+        answer.extend(b"\r\nContent-Length: 0\r\n\r\n");
+        let e = client.post(&serve_once(Answer::Bytes(answer.leak())), b"profile").unwrap_err();
+        assert!(matches!(e, UploadError::Network(_)), "{e}");
+    }
+
+    #[test]
+    fn upload_endpoints() {
+        let e = Endpoint::parse("http://pyroscope:4040").unwrap();
+        assert_eq!(e.as_str(), "http://pyroscope:4040/ingest");
+        let e = Endpoint::parse("http://127.0.0.1:9/base/").unwrap();
+        assert_eq!(e.as_str(), "http://127.0.0.1:9/base/ingest");
+        assert_eq!(Endpoint::parse("http://host").unwrap().as_str(), "http://host/ingest");
+        assert_eq!(Endpoint::parse("http://[::1]:4040").unwrap().as_str(), "http://[::1]:4040/ingest");
+        assert_eq!(Endpoint::parse("https://host/p").unwrap().as_str(), "https://host/p/ingest");
+        assert!(matches!(Endpoint::parse("ftp://host"), Err(UploadError::Scheme(s)) if s == "ftp"));
+        assert!(matches!(Endpoint::parse("http://"), Err(UploadError::Url(_))));
+        assert!(matches!(Endpoint::parse("http://host:99999"), Err(UploadError::Url(_))));
+        assert!(matches!(Endpoint::parse("pyroscope:4040"), Err(UploadError::Scheme(_))));
+        assert!(matches!(Endpoint::parse("http://host/?a=b"), Err(UploadError::QueryOrFragment)));
+        for with_credentials in ["http://user:secret@host", "http://user@host", "http://:secret@host:1/x"] {
+            let e = Endpoint::parse(with_credentials).unwrap_err();
+            assert!(matches!(e, UploadError::Credentials), "{with_credentials}: {e}");
+            assert!(!e.to_string().contains("secret"));
+        }
+    }
+
+    #[test]
+    fn upload_query_is_encoded() {
+        let e = Endpoint::parse("http://h:1/b").unwrap();
+        let url = e.ingest_url(&[("name", "a{b=\"c d\"}".to_string()), ("from", "1".to_string())]);
+        assert_eq!(url.as_str(), "http://h:1/b/ingest?name=a%7Bb%3D%22c+d%22%7D&from=1");
+        let pairs: Vec<(String, String)> = url.query_pairs().into_owned().collect();
+        assert_eq!(pairs[0], ("name".to_string(), "a{b=\"c d\"}".to_string()));
+    }
+
+    #[test]
+    fn upload_printable_text() {
+        assert_eq!(printable(b"bad \x1b[31mred\x1b[0m\r\nline\ttwo"), "bad [31mred [0m line two");
+        assert_eq!(printable(b""), "(empty)");
+        assert_eq!(printable(b" \n "), "(empty)");
+        assert_eq!(printable("a\u{202E}b".as_bytes()), "a b");
+        let long = printable(&[b'x'; 100_000]);
+        assert_eq!(long.len(), MAX_TEXT_CHARS + 3);
+        assert!(long.ends_with("..."));
+        assert_eq!(printable(b"\xff\xfeok"), "\u{FFFD}\u{FFFD}ok");
+    }
+}
