@@ -734,6 +734,7 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
         .args([
             "test",
             "--release",
+            "--no-fail-fast",
             "-p",
             "pyperch-tests",
             "--",
