@@ -13,6 +13,7 @@
 
 mod elf;
 mod files;
+mod leases;
 mod procfs;
 mod tls;
 mod version;
@@ -21,7 +22,6 @@ mod version;
 mod live_tests;
 
 use std::io;
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use profiler_common::{ProcessInfo, tstate_lookup};
@@ -29,7 +29,7 @@ use profiler_common::{ProcessInfo, tstate_lookup};
 use crate::layout::{PythonLayout, Version};
 use crate::memory::{MemoryError, ProcessMemory};
 
-pub use files::cached_files;
+pub use files::{FileCounts, Problem as FileProblem, cached_files, counts as file_counts, hung_files};
 pub use procfs::{Mapping, parse_maps, parse_maps_line};
 
 /// glibc x86_64: offset of `specific_1stblock[0].data` in `struct pthread` (at fsbase).
@@ -173,9 +173,9 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
     }
     let exe = procfs::read_exe(pid).map_err(|e| io_error(pid, "executable path", e))?;
     let exe = PathBuf::from(procfs::target_view(&root, &exe.to_string_lossy()));
-    let exe_inode = std::fs::metadata(procfs::proc_path(pid, "exe")).ok().map(|m| m.ino());
+    let exe_key = procfs::exe_key(pid).ok();
     let exe_str = exe.to_string_lossy();
-    let is_exe = |m: &Mapping| m.path == exe_str || Some(m.inode) == exe_inode;
+    let is_exe = |m: &Mapping| m.path == exe_str || Some(m.key()) == exe_key;
 
     // Each file once, the executable first.
     let mut candidates: Vec<&Mapping> = Vec::new();
@@ -189,6 +189,8 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
     let mut found = None;
     let mut old_python: Option<&Mapping> = None;
     let mut denied = false;
+    // A file that may become readable (leased, hung): not settled as "not Python" yet.
+    let mut unread: Option<files::FileError> = None;
     for mapping in candidates {
         match files::facts(pid, mapping) {
             Ok(facts) => match &*facts {
@@ -199,7 +201,12 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
                 elf::FileFacts::OldPython => old_python = old_python.or(Some(mapping)),
                 elf::FileFacts::Other => {}
             },
-            Err(e) => denied |= e.kind() == io::ErrorKind::PermissionDenied,
+            Err(e) => {
+                denied |= e.is_permission();
+                if e.is_retryable() && unread.is_none() {
+                    unread = Some(e);
+                }
+            }
         }
     }
     let gone_or =
@@ -214,6 +221,10 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
         }
         if denied {
             return Err(gone_or(DiscoveryError::Permission { pid, what: "mapped files".into() }));
+        }
+        if let Some(e) = unread {
+            let source = io::Error::new(io::ErrorKind::WouldBlock, e.to_string());
+            return Err(gone_or(DiscoveryError::Io { pid, what: "mapped files".into(), source }));
         }
         return Err(gone_or(DiscoveryError::NotPython { pid, comm }));
     };
