@@ -1,13 +1,16 @@
 """A minimal FUSE file system server, to be stopped (SIGSTOP) so that it never answers.
 
-Usage: fuse_stall.py MOUNTPOINT SIZE   (as root; needs /dev/fuse)
+Usage: fuse_stall.py MOUNTPOINT SIZE [COMMAND...]   (as root; needs /dev/fuse)
 
-Mounts a file system holding one regular file, MOUNTPOINT/lib.so, of SIZE bytes (all
+In a mount namespace of its own (so that nothing else on the host sees the mount), mounts
+a file system holding one regular file, MOUNTPOINT/lib.so, of SIZE bytes (all
 b"x"), speaking the kernel's FUSE protocol directly on /dev/fuse (no library). Lookups and
 attributes are never cached by the kernel (validity 0), so every path walk and every
-attribute refresh asks the server. Prints "ready <pid>" once mounted, where PID is the
-server process: once it is stopped, whoever touches the file system waits for an answer
-that never comes (until the connection is aborted or the server continues).
+attribute refresh asks the server. COMMAND, if given, is started in that namespace once
+the file system answers (e.g. a program that maps MOUNTPOINT/lib.so). Prints
+"ready server=PID mapper=PID" once COMMAND maps a file of the mount (mapper=0 without
+COMMAND). Once the server is stopped, whoever touches the file system waits for an answer
+that never comes (until the server dies, which aborts the connection, or continues).
 """
 import ctypes
 import ctypes.util
@@ -15,6 +18,7 @@ import errno
 import os
 import struct
 import sys
+import time
 
 LOOKUP, FORGET, GETATTR, OPEN, READ, STATFS, RELEASE, FLUSH, INIT = 1, 2, 3, 14, 15, 17, 18, 25, 26
 OPENDIR, READDIR, RELEASEDIR, ACCESS, INTERRUPT, DESTROY, BATCH_FORGET = 27, 28, 29, 34, 36, 38, 42
@@ -73,9 +77,13 @@ def serve(fd, size):
 
 
 def main():
-    mountpoint, size = sys.argv[1], int(sys.argv[2])
+    mountpoint, size, command = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
     fd = os.open("/dev/fuse", os.O_RDWR)
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    CLONE_NEWNS, MS_REC, MS_PRIVATE = 0x20000, 0x4000, 0x40000
+    if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        sys.exit("unshare: " + os.strerror(ctypes.get_errno()))
     options = "fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other" % fd
     if libc.mount(b"pyperch-stall", mountpoint.encode(), b"fuse.pyperch-stall", 6, options.encode()) != 0:
         # MS_NOSUID | MS_NODEV = 6
@@ -84,9 +92,23 @@ def main():
     if pid == 0:
         serve(fd, size)
         os._exit(0)
-    # The parent only says the file system is up (after a first lookup answered).
+    # The parent starts COMMAND once the file system answers, and says when all is set.
     os.stat(os.path.join(mountpoint, NAME.decode()))
-    print("ready %d" % pid, flush=True)
+    mapper = 0
+    if command:
+        mapper = os.fork()
+        if mapper == 0:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.execvp(command[0], command)
+        for _ in range(1000):
+            with open("/proc/%d/maps" % mapper) as maps:
+                if mountpoint in maps.read():
+                    break
+            time.sleep(0.01)
+        else:
+            sys.exit("%s did not map a file of %s" % (command[0], mountpoint))
+    print("ready server=%d mapper=%d" % (pid, mapper), flush=True)
     os.waitpid(pid, 0)
 
 
