@@ -20,10 +20,11 @@
 //!   a symbolic link, another mount namespace), the file is reached through
 //!   `/proc/PID/map_files/<range>` (needs `CAP_SYS_ADMIN`), with the same checks.
 //! - Opening and parsing run on a short-lived thread of their own; the caller waits at most
-//!   [`OPEN_BUDGET`]. A file that takes longer (a FUSE or network server that does not
-//!   answer) is marked hung: later inspections skip it without touching it until its
-//!   opener returns. At most [`MAX_HUNG`] openers may hang at once; past that, files not
-//!   yet parsed are skipped.
+//!   [`WAIT_BUDGET`] (the file then counts as not answering in time). The opener goes on:
+//!   later inspections skip the file without touching it until it returns (its result is
+//!   then cached), and one running longer than [`OPEN_BUDGET`] (a FUSE or network server
+//!   that does not answer) is hung. At most [`MAX_HUNG`] openers may hang at once; past
+//!   that, files not yet parsed are skipped.
 //! - A file that could not be read is not opened again before a backoff (1 s, doubling to
 //!   60 s). Each kind of problem is counted once per distinct file ([`counts`]).
 //!
@@ -44,9 +45,14 @@ use super::elf::{self, FileFacts};
 use super::leases;
 use super::procfs::{self, FileKey, Mapping};
 
-/// How long an inspection waits for one file to be opened and parsed.
+/// How long an inspection waits for one file to be opened and parsed; the opener goes on
+/// in the background, and its result is cached for a later inspection.
+pub const WAIT_BUDGET: Duration = Duration::from_millis(200);
+/// An opener running longer than this is hung: it counts in [`hung_files`], and against
+/// [`MAX_HUNG`].
 pub const OPEN_BUDGET: Duration = Duration::from_secs(1);
-/// How many openers may be stuck at once (each holds a thread until its file answers).
+/// How many openers may run at once (each holds a thread until its file answers); past that,
+/// files not yet parsed are skipped.
 pub const MAX_HUNG: usize = 16;
 /// Backoff before a failed file is tried again: doubles from the first to the last.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -68,7 +74,7 @@ pub enum Problem {
     Symlink,
     /// Its path leads to another file than the mapped one.
     Replaced,
-    /// Opening or reading it took longer than [`OPEN_BUDGET`].
+    /// Opening or reading it took longer than [`WAIT_BUDGET`].
     Hung,
 }
 
@@ -78,10 +84,10 @@ impl Problem {
     pub fn label(self) -> &'static str {
         match self {
             Problem::Leased => "under a write lease (not opened)",
-            Problem::NotRegular => "path is not a regular file (FIFO, device...)",
+            Problem::NotRegular => "path is not a regular file (FIFO or device)",
             Problem::Symlink => "path is a symbolic link (refused)",
             Problem::Replaced => "path leads to another file",
-            Problem::Hung => "did not answer in time (skipped)",
+            Problem::Hung => "did not answer in time (skipped and retried later)",
         }
     }
 }
@@ -352,7 +358,7 @@ fn load(pid: u32, mapping: &Mapping) -> Result<Arc<FileFacts>, (Option<Problem>,
 }
 
 /// What the file behind `mapping` is, from the cache or parsed now (waiting at most
-/// [`OPEN_BUDGET`]; see the module docs).
+/// [`WAIT_BUDGET`]; see the module docs).
 pub fn facts(pid: u32, mapping: &Mapping) -> Result<Arc<FileFacts>, FileError> {
     let key = mapping.key();
     let skipped = |state: &mut State, problem| {
@@ -373,7 +379,7 @@ pub fn facts(pid: u32, mapping: &Mapping) -> Result<Arc<FileFacts>, FileError> {
                 return skipped(&mut state, problem);
             }
         }
-        if hung_in(&state) >= MAX_HUNG {
+        if state.in_flight.len() >= MAX_HUNG {
             return skipped(&mut state, Problem::Hung);
         }
     }
@@ -406,7 +412,7 @@ pub fn facts(pid: u32, mapping: &Mapping) -> Result<Arc<FileFacts>, FileError> {
         state().in_flight.remove(&key);
         return Err(FileError::Io { path: mapping.path.clone(), source });
     }
-    match outcome.recv_timeout(OPEN_BUDGET) {
+    match outcome.recv_timeout(WAIT_BUDGET) {
         Ok(result) => result,
         Err(_) => {
             let mut state = state();

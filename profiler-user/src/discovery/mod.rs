@@ -223,8 +223,8 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
             return Err(gone_or(DiscoveryError::Permission { pid, what: "mapped files".into() }));
         }
         if let Some(e) = unread {
-            let source = io::Error::new(io::ErrorKind::WouldBlock, e.to_string());
-            return Err(gone_or(DiscoveryError::Io { pid, what: "mapped files".into(), source }));
+            // Maybe Python, once that file can be read: look again later.
+            return Err(gone_or(DiscoveryError::NotReady { pid, reason: format!("a mapped file cannot be read now: {e}") }));
         }
         return Err(gone_or(DiscoveryError::NotPython { pid, comm }));
     };
