@@ -6,8 +6,9 @@
 //! - pyperch ends within the duration plus [`END_MARGIN`] (start-up included);
 //! - the benign process keeps at least 90 % of its expected samples, all in its own leaf
 //!   (expected = rate x duration x the share of a CPU it got while sampled);
-//! - the hostile case is counted on the `mapped files:` line of `--stats`;
-//! and then that SIGTERM during a second recording ends pyperch within [`SIGTERM_GRACE`].
+//! - the hostile case is counted on the `mapped files:` line of `--stats`.
+//!
+//! Then SIGTERM during a second recording must end pyperch within [`SIGTERM_GRACE`].
 //!
 //! The hostile processes are small C programs compiled here with gcc (`cargo xtask test`
 //! installs gcc and libc6-dev) and, for FUSE, `workloads/fuse_stall.py`, a server speaking
@@ -48,9 +49,11 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(tag: &str) -> Scratch {
-        let dir = std::env::temp_dir()
-            .join("pyperch-tests")
-            .join(format!("hostile-{tag}-{}-{}", std::process::id(), random_hex(6)));
+        let dir = std::env::temp_dir().join("pyperch-tests").join(format!(
+            "hostile-{tag}-{}-{}",
+            std::process::id(),
+            random_hex(6)
+        ));
         fs::create_dir_all(&dir).expect("cannot create a scratch directory");
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
         Scratch(dir)
@@ -104,8 +107,12 @@ struct Hostile {
 
 impl Hostile {
     fn start(mut cmd: Command, what: &str) -> Hostile {
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit());
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
         thread::spawn(move || {
@@ -119,7 +126,10 @@ impl Hostile {
         loop {
             match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(line) => {
-                    if let Some(pid) = line.strip_prefix("ready ").and_then(|p| p.trim().parse().ok()) {
+                    if let Some(pid) = line
+                        .strip_prefix("ready ")
+                        .and_then(|p| p.trim().parse().ok())
+                    {
                         return Hostile { child, pid };
                     }
                 }
@@ -142,7 +152,9 @@ impl Drop for Hostile {
 }
 
 fn run(cmd: &mut Command, what: &str) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
     assert!(
         out.status.success(),
         "{what} failed ({}): {}",
@@ -194,9 +206,17 @@ fn record_beside(benign: &Workload, leaf: &str, scenario: &str) -> Checked {
     let sampling = run.wait_until_sampling(Duration::from_secs(30));
     // The benign process's CPU share and pyperch's CPU, over the sampling period (which
     // ends --duration after the event loop starts, just after sampling began).
-    let (t0, cpu0, own0) = (Instant::now(), cpu_ticks(benign.pid), cpu_ticks(pyperch_pid));
+    let (t0, cpu0, own0) = (
+        Instant::now(),
+        cpu_ticks(benign.pid),
+        cpu_ticks(pyperch_pid),
+    );
     thread::sleep(Duration::from_secs_f64(DURATION - 0.5));
-    let (t1, cpu1, own1) = (Instant::now(), cpu_ticks(benign.pid), cpu_ticks(pyperch_pid));
+    let (t1, cpu1, own1) = (
+        Instant::now(),
+        cpu_ticks(benign.pid),
+        cpu_ticks(pyperch_pid),
+    );
     let own_window = (t1 - t0).as_secs_f64();
     let rec = run.finish();
     let elapsed = started.elapsed();
@@ -210,7 +230,9 @@ fn record_beside(benign: &Workload, leaf: &str, scenario: &str) -> Checked {
     rec.assert_ok();
     let tck = clock_ticks_per_second();
     let share = match (cpu0, cpu1) {
-        (Some(a), Some(b)) => ((b.saturating_sub(a)) as f64 / tck / (t1 - t0).as_secs_f64()).min(1.0),
+        (Some(a), Some(b)) => {
+            ((b.saturating_sub(a)) as f64 / tck / (t1 - t0).as_secs_f64()).min(1.0)
+        }
         _ => panic!("{scenario}: cannot read the benign process's CPU time{d}"),
     };
     let pyperch_cpu = match (own0, own1) {
@@ -238,7 +260,12 @@ fn record_beside(benign: &Workload, leaf: &str, scenario: &str) -> Checked {
         share * 100.0
     );
     for other in OTHER_LEAVES.iter().filter(|o| **o != leaf) {
-        assert_eq!(mine.with_function(other), 0, "{scenario}: pid {} has samples in {other}{d}", benign.pid);
+        assert_eq!(
+            mine.with_function(other),
+            0,
+            "{scenario}: pid {} has samples in {other}{d}",
+            benign.pid
+        );
     }
     let files_line = rec
         .run
@@ -248,14 +275,25 @@ fn record_beside(benign: &Workload, leaf: &str, scenario: &str) -> Checked {
         .unwrap_or_else(|| panic!("{scenario}: no `mapped files:` line in --stats{d}"))
         .to_string();
     note(format!("{scenario}: {}", files_line.trim()));
-    Checked { rec, files_line, pyperch_cpu }
+    Checked {
+        rec,
+        files_line,
+        pyperch_cpu,
+    }
 }
 
 /// The count before `label` on the `mapped files:` line (0 when absent).
 fn problem_count(files_line: &str, label: &str) -> u64 {
     files_line
         .split([';', ','])
-        .find_map(|part| part.trim().strip_suffix(label)?.split_whitespace().last()?.parse().ok())
+        .find_map(|part| {
+            part.trim()
+                .strip_suffix(label)?
+                .split_whitespace()
+                .last()?
+                .parse()
+                .ok()
+        })
         .unwrap_or(0)
 }
 
@@ -274,14 +312,28 @@ fn sigterm_ends_it(scenario: &str) {
     let d = rec.diag();
     assert!(sampling, "{scenario}: pyperch never started sampling{d}");
     let after = rec.run.elapsed.saturating_sub(sent);
-    note(format!("{scenario}: pyperch exited {after:.2?} after SIGTERM"));
-    assert!(!rec.run.timed_out(), "{scenario}: pyperch did not exit after SIGTERM{d}");
-    assert!(after <= SIGTERM_GRACE, "{scenario}: pyperch took {after:?} to exit after SIGTERM{d}");
-    assert!(rec.output.is_file(), "{scenario}: no profile written after SIGTERM{d}");
+    note(format!(
+        "{scenario}: pyperch exited {after:.2?} after SIGTERM"
+    ));
+    assert!(
+        !rec.run.timed_out(),
+        "{scenario}: pyperch did not exit after SIGTERM{d}"
+    );
+    assert!(
+        after <= SIGTERM_GRACE,
+        "{scenario}: pyperch took {after:?} to exit after SIGTERM{d}"
+    );
+    assert!(
+        rec.output.is_file(),
+        "{scenario}: no profile written after SIGTERM{d}"
+    );
 }
 
 fn id_of(flag: &str, user: &str) -> u32 {
-    let out = Command::new("id").args([flag, user]).output().expect("cannot run id");
+    let out = Command::new("id")
+        .args([flag, user])
+        .output()
+        .expect("cannot run id");
     String::from_utf8_lossy(&out.stdout)
         .trim()
         .parse()
@@ -295,7 +347,9 @@ fn write_leases_of(pid: u32) -> Vec<String> {
         .lines()
         .filter(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            f.get(1) == Some(&"LEASE") && f.get(3) == Some(&"WRITE") && f.get(4) == Some(&pid.to_string().as_str())
+            f.get(1) == Some(&"LEASE")
+                && f.get(3) == Some(&"WRITE")
+                && f.get(4) == Some(&pid.to_string().as_str())
         })
         .map(str::to_string)
         .collect()
@@ -319,7 +373,9 @@ mod hostile_hosts {
             return;
         }
         let scratch = Scratch::new("lease");
-        let Some(bin) = compile("lease_holder", &scratch.0, &[]) else { return };
+        let Some(bin) = compile("lease_holder", &scratch.0, &[]) else {
+            return;
+        };
         let data = scratch.path("data");
         fs::create_dir_all(&data).expect("mkdir");
         let (uid, gid) = (id_of("-u", "nobody"), id_of("-g", "nobody"));
@@ -333,11 +389,21 @@ mod hostile_hosts {
             .args(["a.so", "b.so", "c.so"].map(|f| data.join(f)));
         let holder = Hostile::start(cmd, "lease_holder as nobody");
         let before = write_leases_of(holder.pid);
-        assert_eq!(before.len(), 3, "lease_holder (pid {}) should hold 3 write leases: {before:?}", holder.pid);
+        assert_eq!(
+            before.len(),
+            3,
+            "lease_holder (pid {}) should hold 3 write leases: {before:?}",
+            holder.pid
+        );
 
         let checked = record_beside(&benign, LEAF, "write leases");
         let leased = problem_count(&checked.files_line, "under a write lease (not opened)");
-        assert!(leased >= 3, "the 3 leased files are not counted: {}{}", checked.files_line, checked.rec.diag());
+        assert!(
+            leased >= 3,
+            "the 3 leased files are not counted: {}{}",
+            checked.files_line,
+            checked.rec.diag()
+        );
         let after = write_leases_of(holder.pid);
         assert!(
             after.len() == 3 && after.iter().all(|l| l.contains("ACTIVE")),
@@ -358,7 +424,9 @@ mod hostile_hosts {
             return;
         }
         let scratch = Scratch::new("swap");
-        let Some(bin) = compile("map_hold", &scratch.0, &[]) else { return };
+        let Some(bin) = compile("map_hold", &scratch.0, &[]) else {
+            return;
+        };
         let (a, b) = (scratch.path("a.so"), scratch.path("b.so"));
         for f in [&a, &b] {
             fs::write(f, vec![b'x'; 65536]).expect("write");
@@ -366,10 +434,16 @@ mod hostile_hosts {
         let fifo = scratch.path("fifo");
         run(Command::new("mkfifo").arg(&fifo), "mkfifo");
         let zero = scratch.path("zero");
-        run(Command::new("mknod").arg(&zero).args(["c", "1", "5"]), "mknod");
+        run(
+            Command::new("mknod").arg(&zero).args(["c", "1", "5"]),
+            "mknod",
+        );
         let Some(mut benign) = benign() else { return };
         let mut cmd = Command::new("unshare");
-        cmd.args(["--mount", "--propagation", "private"]).arg(&bin).arg(&a).arg(&b);
+        cmd.args(["--mount", "--propagation", "private"])
+            .arg(&bin)
+            .arg(&a)
+            .arg(&b);
         let holder = Hostile::start(cmd, "map_hold in a mount namespace");
         for (what, over) in [(&fifo, &a), (&zero, &b)] {
             run(
@@ -384,16 +458,31 @@ mod hostile_hosts {
         let maps = fs::read_to_string(format!("/proc/{}/maps", holder.pid)).unwrap_or_default();
         for f in [&a, &b] {
             let shown = format!("{}\n", f.display());
-            assert!(maps.contains(&shown), "the maps should still show {} (not deleted):\n{maps}", f.display());
+            assert!(
+                maps.contains(&shown),
+                "the maps should still show {} (not deleted):\n{maps}",
+                f.display()
+            );
         }
-        let through_root = |f: &Path| PathBuf::from(format!("/proc/{}/root{}", holder.pid, f.display()));
+        let through_root =
+            |f: &Path| PathBuf::from(format!("/proc/{}/root{}", holder.pid, f.display()));
         use std::os::unix::fs::FileTypeExt;
         assert!(fs::symlink_metadata(through_root(&a)).is_ok_and(|m| m.file_type().is_fifo()));
-        assert!(fs::symlink_metadata(through_root(&b)).is_ok_and(|m| m.file_type().is_char_device()));
+        assert!(
+            fs::symlink_metadata(through_root(&b)).is_ok_and(|m| m.file_type().is_char_device())
+        );
 
         let checked = record_beside(&benign, LEAF, "FIFO and device");
-        let refused = problem_count(&checked.files_line, "path is not a regular file (FIFO or device)");
-        assert!(refused >= 2, "the FIFO and the device are not counted: {}{}", checked.files_line, checked.rec.diag());
+        let refused = problem_count(
+            &checked.files_line,
+            "path is not a regular file (FIFO or device)",
+        );
+        assert!(
+            refused >= 2,
+            "the FIFO and the device are not counted: {}{}",
+            checked.files_line,
+            checked.rec.diag()
+        );
         sigterm_ends_it("FIFO and device");
         benign.terminate();
     }
@@ -411,7 +500,9 @@ mod hostile_hosts {
             for p in paths {
                 let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("path");
                 // SAFETY: as above.
-                let wd = unsafe { libc::inotify_add_watch(fd, c.as_ptr(), libc::IN_OPEN | libc::IN_ACCESS) };
+                let wd = unsafe {
+                    libc::inotify_add_watch(fd, c.as_ptr(), libc::IN_OPEN | libc::IN_ACCESS)
+                };
                 assert!(wd >= 0, "cannot watch {}", p.display());
             }
             Watch { fd }
@@ -429,7 +520,9 @@ mod hostile_hosts {
                 }
                 let mut off = 0usize;
                 while off + 16 <= got as usize {
-                    let len = u32::from_ne_bytes(buf[off + 12..off + 16].try_into().unwrap_or([0; 4])) as usize;
+                    let len =
+                        u32::from_ne_bytes(buf[off + 12..off + 16].try_into().unwrap_or([0; 4]))
+                            as usize;
                     n += 1;
                     off += 16 + len;
                 }
@@ -465,13 +558,20 @@ mod hostile_hosts {
             return;
         };
         // The Python in the root: the benign process of this scenario.
-        let mut contained = Workload::spawn(&py, "spin.py", &["leaf_blue", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+        let mut contained = Workload::spawn(&py, "spin.py", &["leaf_blue", "120"])
+            .unwrap_or_else(|e| panic!("{e:#}"));
         // The hostile process, in the same root, with its own mount and PID namespaces.
-        let guest = format!("/tmp/pyperch-tests/hostile-root-{}-{}", std::process::id(), random_hex(6));
+        let guest = format!(
+            "/tmp/pyperch-tests/hostile-root-{}-{}",
+            std::process::id(),
+            random_hex(6)
+        );
         let host_side = root.join(guest.trim_start_matches('/'));
         let inside = Scratch(host_side.clone());
         fs::create_dir_all(inside.path("real/lib")).expect("mkdir");
-        let Some(_) = compile("map_hold", &inside.0, &["-static"]) else { return };
+        let Some(_) = compile("map_hold", &inside.0, &["-static"]) else {
+            return;
+        };
         fs::write(inside.path("real/lib/a.so"), vec![b'x'; 65536]).expect("write");
         fs::write(inside.path("real/b.so"), vec![b'y'; 65536]).expect("write");
         // Host files the links point at: never to be opened.
@@ -482,11 +582,18 @@ mod hostile_hosts {
         let watch = Watch::new(&[&host.path("lib/a.so"), &host.path("b.so")]);
 
         let mut cmd = Command::new("unshare");
-        cmd.args(["--mount", "--pid", "--fork", "--kill-child", "--propagation", "private"])
-            .arg(format!("--root={}", root.display()))
-            .arg(format!("{guest}/map_hold"))
-            .arg(format!("{guest}/real/lib/a.so"))
-            .arg(format!("{guest}/real/b.so"));
+        cmd.args([
+            "--mount",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--propagation",
+            "private",
+        ])
+        .arg(format!("--root={}", root.display()))
+        .arg(format!("{guest}/map_hold"))
+        .arg(format!("{guest}/real/lib/a.so"))
+        .arg(format!("{guest}/real/b.so"));
         let launcher = Hostile::start(cmd, "map_hold in the sid root");
         // unshare --fork: map_hold is the launcher's only child; `ready` printed its inner pid.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -497,13 +604,22 @@ mod hostile_hosts {
                 .find(|p| {
                     fs::read_to_string(format!("/proc/{p}/stat"))
                         .ok()
-                        .and_then(|s| s[s.rfind(')')? + 1..].split_whitespace().nth(1)?.parse::<u32>().ok())
+                        .and_then(|s| {
+                            s[s.rfind(')')? + 1..]
+                                .split_whitespace()
+                                .nth(1)?
+                                .parse::<u32>()
+                                .ok()
+                        })
                         == Some(launcher.child.id())
                 });
             if let Some(p) = child {
                 break p;
             }
-            assert!(Instant::now() < deadline, "cannot find map_hold under unshare");
+            assert!(
+                Instant::now() < deadline,
+                "cannot find map_hold under unshare"
+            );
             thread::sleep(Duration::from_millis(20));
         };
         let covered = host_side.join("real");
@@ -513,20 +629,41 @@ mod hostile_hosts {
             h = host.0.display()
         );
         run(
-            Command::new("nsenter").arg(format!("--target={holder}")).args(["--mount", "sh", "-c", &script]),
+            Command::new("nsenter")
+                .arg(format!("--target={holder}"))
+                .args(["--mount", "sh", "-c", &script]),
             "nsenter mount tmpfs + ln -s",
         );
         let maps = fs::read_to_string(format!("/proc/{holder}/maps")).unwrap_or_default();
-        assert!(maps.contains("/real/lib/a.so\n") && maps.contains("/real/b.so\n"), "maps of map_hold:\n{maps}");
-        assert_eq!(watch.events(), 0, "the host files were opened before the recording");
+        assert!(
+            maps.contains("/real/lib/a.so\n") && maps.contains("/real/b.so\n"),
+            "maps of map_hold:\n{maps}"
+        );
+        assert_eq!(
+            watch.events(),
+            0,
+            "the host files were opened before the recording"
+        );
 
         let checked = record_beside(&contained, "leaf_blue", "absolute symlinks");
         let events = watch.events();
-        assert_eq!(events, 0, "pyperch opened or read host files through the container's symlinks ({events} events)");
+        assert_eq!(
+            events, 0,
+            "pyperch opened or read host files through the container's symlinks ({events} events)"
+        );
         let refused = problem_count(&checked.files_line, "path is a symbolic link (refused)");
-        assert!(refused >= 1, "the symbolic link is not counted: {}{}", checked.files_line, checked.rec.diag());
+        assert!(
+            refused >= 1,
+            "the symbolic link is not counted: {}{}",
+            checked.files_line,
+            checked.rec.diag()
+        );
         sigterm_ends_it("absolute symlinks");
-        assert_eq!(watch.events(), 0, "pyperch opened or read host files through the container's symlinks");
+        assert_eq!(
+            watch.events(),
+            0,
+            "pyperch opened or read host files through the container's symlinks"
+        );
         contained.terminate();
         drop(launcher);
     }
@@ -549,18 +686,30 @@ mod hostile_hosts {
             return;
         };
         let scratch = Scratch::new("fuse");
-        let Some(mapper) = compile("map_hold", &scratch.0, &[]) else { return };
+        let Some(mapper) = compile("map_hold", &scratch.0, &[]) else {
+            return;
+        };
         let mnt = scratch.path("mnt");
         fs::create_dir_all(&mnt).expect("mkdir");
         let lib = mnt.join("lib.so");
         let server = Workload::spawn(
             &py,
             "fuse_stall.py",
-            &[&mnt.to_string_lossy(), "65536", &mapper.to_string_lossy(), &lib.to_string_lossy()],
+            &[
+                &mnt.to_string_lossy(),
+                "65536",
+                &mapper.to_string_lossy(),
+                &lib.to_string_lossy(),
+            ],
         )
         .unwrap_or_else(|e| panic!("{e:#}"));
         let fields = server.ready_fields();
-        let pid_of = |k: &str| fields.get(k).and_then(|v| v.parse::<u32>().ok()).unwrap_or_else(|| panic!("{k}= in {fields:?}"));
+        let pid_of = |k: &str| {
+            fields
+                .get(k)
+                .and_then(|v| v.parse::<u32>().ok())
+                .unwrap_or_else(|| panic!("{k}= in {fields:?}"))
+        };
         let (server_pid, mapper_pid) = (pid_of("server"), pid_of("mapper"));
         // From now on, nobody answers.
         // SAFETY: kill(2) of the server our workload forked.
@@ -569,8 +718,16 @@ mod hostile_hosts {
         let Some(mut benign) = benign() else { return };
 
         let checked = record_beside(&benign, LEAF, "FUSE");
-        let hung = problem_count(&checked.files_line, "did not answer in time (skipped and retried later)");
-        assert!(hung >= 1, "the hung FUSE file is not counted: {}{}", checked.files_line, checked.rec.diag());
+        let hung = problem_count(
+            &checked.files_line,
+            "did not answer in time (skipped and retried later)",
+        );
+        assert!(
+            hung >= 1,
+            "the hung FUSE file is not counted: {}{}",
+            checked.files_line,
+            checked.rec.diag()
+        );
         sigterm_ends_it("FUSE");
         benign.terminate();
         // Killing the server closes /dev/fuse: the kernel aborts the connection, and whatever
@@ -600,21 +757,28 @@ mod hostile_hosts {
             skip("needs root");
             return;
         }
-        let Some(lib) = HOST_PYTHONS.iter().filter_map(|l| python_quiet(l)).find_map(|py| {
-            let dir = py.exe.parent()?.parent()?.join("lib");
-            let lib = dir.join(format!("libpython{}.{}.so.1.0", py.major, py.minor));
-            lib.is_file().then_some(lib)
-        }) else {
+        let Some(lib) = HOST_PYTHONS
+            .iter()
+            .filter_map(|l| python_quiet(l))
+            .find_map(|py| {
+                let dir = py.exe.parent()?.parent()?.join("lib");
+                let lib = dir.join(format!("libpython{}.{}.so.1.0", py.major, py.minor));
+                lib.is_file().then_some(lib)
+            })
+        else {
             skip("no host python with a shared libpython");
             return;
         };
         let scratch = Scratch::new("dlopen");
-        let Some(bin) = compile("dlopen_idle", &scratch.0, &["-ldl"]) else { return };
+        let Some(bin) = compile("dlopen_idle", &scratch.0, &["-ldl"]) else {
+            return;
+        };
         let Some(mut benign) = benign() else { return };
         let mut cmd = Command::new(&bin);
         cmd.arg(&lib).arg("2000");
         let idle = Hostile::start(cmd, "dlopen_idle 2000");
-        let children = fs::read_to_string(format!("/proc/{}/task/{}/children", idle.pid, idle.pid)).unwrap_or_default();
+        let children = fs::read_to_string(format!("/proc/{}/task/{}/children", idle.pid, idle.pid))
+            .unwrap_or_default();
         let count = children.split_whitespace().count() + 1;
         assert_eq!(count, 2000, "dlopen_idle should run 2,000 processes");
         note(format!("2,000 processes map {}", lib.display()));

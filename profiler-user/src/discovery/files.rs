@@ -79,7 +79,8 @@ pub enum Problem {
 }
 
 impl Problem {
-    pub const ALL: [Problem; 5] = [Problem::Leased, Problem::NotRegular, Problem::Symlink, Problem::Replaced, Problem::Hung];
+    pub const ALL: [Problem; 5] =
+        [Problem::Leased, Problem::NotRegular, Problem::Symlink, Problem::Replaced, Problem::Hung];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -240,12 +241,7 @@ pub fn cached_files() -> usize {
 /// `statx` of an open descriptor without asking a network or FUSE server
 /// (`AT_STATX_DONT_SYNC`): the cached attributes are what we compare.
 fn stat_fd(fd: impl AsFd) -> rustix::io::Result<rustix::fs::Statx> {
-    rustix::fs::statx(
-        fd,
-        "",
-        AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC,
-        StatxFlags::TYPE | StatxFlags::INO,
-    )
+    rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC, StatxFlags::TYPE | StatxFlags::INO)
 }
 
 /// Checks that `fd` is a regular file with the mapping's identity: device and inode, or
@@ -493,8 +489,8 @@ mod tests {
         std::fs::write(&host, b"host").expect("write");
         // root/lib/escape -> /<host dir> (absolute): in the root that is root/<host dir>.
         std::os::unix::fs::symlink(&dir, root.join("lib/escape")).expect("symlink");
-        let root_fd = rustix::fs::open(&root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-            .expect("root");
+        let root_fd =
+            rustix::fs::open(&root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).expect("root");
         let through = rustix::fs::openat2(
             &root_fd,
             "lib/escape/host-secret",

@@ -38,7 +38,8 @@ pub fn parse_write_leases(text: &str) -> HashSet<FileKey> {
             continue;
         }
         // STATE (ACTIVE, BREAKING, BREAKER), then TYPE.
-        let (Some(_state), Some(kind), Some(_pid), Some(file)) = (fields.next(), fields.next(), fields.next(), fields.next())
+        let (Some(_state), Some(kind), Some(_pid), Some(file)) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
         else {
             continue;
         };
