@@ -13,7 +13,8 @@
 //! - Nothing is opened for reading before it is known to be the mapped file: the path is
 //!   first opened `O_PATH` (no device is opened, no lease broken, no filesystem `open`
 //!   runs), checked with `statx(AT_STATX_DONT_SYNC)` (no round trip to a network or FUSE
-//!   server) to be a regular file with the mapping's device and inode, and only then
+//!   server) to be a regular file with the mapping's inode and device (an anonymous device,
+//!   as overlayfs has, may differ: before Linux 6.7 maps showed the backing file's), and only then
 //!   reopened through `/proc/self/fd/N` with `O_RDONLY | O_NONBLOCK | O_NOCTTY` and checked
 //!   again. A lease taken in between makes that open fail at once (`EWOULDBLOCK`).
 //! - If the path does not lead to the mapped file (deleted, replaced by a FIFO or a device,
@@ -244,10 +245,18 @@ fn stat_fd(fd: impl AsFd) -> rustix::io::Result<rustix::fs::Statx> {
     rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC, StatxFlags::TYPE | StatxFlags::INO)
 }
 
-/// Checks that `fd` is a regular file with the mapping's identity: device and inode, or
-/// only the inode (`/proc/PID/map_files`, which by construction is the mapped file, may
-/// report the backing file of a stacked filesystem).
-fn check(fd: impl AsFd, key: FileKey, same_device: bool) -> Result<(), OpenFailure> {
+/// Whether two devices may show the same file: equal, or either one an anonymous device
+/// (major 0: overlayfs, btrfs subvolumes...), whose file `/proc/PID/maps` showed by its
+/// backing file's device before Linux 6.7 while `stat` through the path shows the stacked
+/// one.
+fn same_device(a: (u32, u32), b: (u32, u32)) -> bool {
+    a == b || a.0 == 0 || b.0 == 0
+}
+
+/// Checks that `fd` is a regular file with the mapping's identity: its inode, and its device
+/// when `check_device` (see [`same_device`]); `/proc/PID/map_files`, which by construction
+/// is the mapped file, is checked by inode only.
+fn check(fd: impl AsFd, key: FileKey, check_device: bool) -> Result<(), OpenFailure> {
     let st = stat_fd(fd)?;
     let kind = FileType::from_raw_mode(st.stx_mode.into());
     match kind {
@@ -256,7 +265,7 @@ fn check(fd: impl AsFd, key: FileKey, same_device: bool) -> Result<(), OpenFailu
         _ => return Err(OpenFailure::Problem(Problem::NotRegular)),
     }
     let device = (st.stx_dev_major, st.stx_dev_minor);
-    if st.stx_ino != key.inode || (same_device && device != key.dev) {
+    if st.stx_ino != key.inode || (check_device && !same_device(device, key.dev)) {
         return Err(OpenFailure::Problem(Problem::Replaced));
     }
     Ok(())
@@ -264,13 +273,13 @@ fn check(fd: impl AsFd, key: FileKey, same_device: bool) -> Result<(), OpenFailu
 
 /// Reopens a checked `O_PATH` descriptor for reading, without blocking (a lease taken
 /// since gives `EWOULDBLOCK` at once), and checks the result is still that file.
-fn reopen(path_fd: &OwnedFd, key: FileKey, same_device: bool) -> Result<File, OpenFailure> {
+fn reopen(path_fd: &OwnedFd, key: FileKey, check_device: bool) -> Result<File, OpenFailure> {
     let fd = rustix::fs::open(
         format!("/proc/self/fd/{}", path_fd.as_raw_fd()),
         OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
-    check(&fd, key, same_device)?;
+    check(&fd, key, check_device)?;
     Ok(File::from(fd))
 }
 
@@ -500,6 +509,13 @@ mod tests {
         );
         assert_eq!(through.err(), Some(rustix::io::Errno::NOENT));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn devices() {
+        assert!(same_device((8, 1), (8, 1)));
+        assert!(!same_device((8, 1), (8, 2)));
+        assert!(same_device((0, 52), (8, 1)), "overlayfs before 6.7: maps show the backing device");
     }
 
     #[test]
