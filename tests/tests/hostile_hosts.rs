@@ -711,7 +711,10 @@ mod hostile_hosts {
                 .unwrap_or_else(|| panic!("{k}= in {fields:?}"))
         };
         let (server_pid, mapper_pid) = (pid_of("server"), pid_of("mapper"));
-        // From now on, nobody answers.
+        // From now on, nobody answers. Requests stay queued, so a waiter can still be killed;
+        // a server that reads a request and never answers would leave the waiting thread
+        // unkillable (and pyperch unable to exit): that case is not covered here.
+        note("the FUSE server is stopped (SIGSTOP): requests stay queued and unanswered");
         // SAFETY: kill(2) of the server our workload forked.
         unsafe { libc::kill(server_pid as libc::pid_t, libc::SIGSTOP) };
         let cleanup = KillPids(vec![server_pid, mapper_pid]);
