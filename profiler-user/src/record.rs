@@ -292,6 +292,17 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
         memory::READS.load(std::sync::atomic::Ordering::Relaxed),
         memory::BYTES_READ.load(std::sync::atomic::Ordering::Relaxed)
     );
+    let files = discovery::file_counts();
+    let problems: Vec<String> =
+        files.problems.iter().filter(|(_, n)| *n > 0).map(|(p, n)| format!("{n} {}", p.label())).collect();
+    let _ = writeln!(
+        s,
+        "  mapped files: {} parsed; problem files: {}; {} skips without opening; {} hung now",
+        discovery::cached_files(),
+        if problems.is_empty() { "none".to_string() } else { problems.join(", ") },
+        files.skips,
+        files.hung_now
+    );
     for (pid, comm, version, alive, counters) in session.per_process() {
         let comm = crate::text::field(&comm);
         let _ = writeln!(s, "  process {pid} ({comm}, Python {version}{}):", if alive { "" } else { ", exited" });

@@ -450,6 +450,30 @@ fn setup_test_fixtures(p: &Paths) -> Option<PathBuf> {
     }
 }
 
+/// The hostile-host tests compile small C programs (one of them static): gcc and the static
+/// C library, installed from Debian when missing (idempotent; a failure only makes those
+/// tests skip).
+fn setup_c_compiler() {
+    let static_libc = ["/usr/lib/x86_64-linux-gnu/libc.a", "/usr/lib64/libc.a", "/usr/lib/libc.a"];
+    if find_program("gcc").is_some() && static_libc.iter().any(|p| Path::new(p).exists()) {
+        step("C compiler: present");
+        return;
+    }
+    if !is_root() {
+        warn("gcc or the static C library is missing and apt-get needs root; the hostile-host tests skip");
+        return;
+    }
+    step("C compiler: missing, running `apt-get install -y gcc libc6-dev`");
+    let mut install = Command::new("apt-get");
+    install.args(["install", "-y", "gcc", "libc6-dev"]).env("DEBIAN_FRONTEND", "noninteractive");
+    let installed = status_of(&mut install, "installing gcc").is_ok_and(|s| s.success())
+        || (run_checked(Command::new("apt-get").arg("update"), "apt-get update").is_ok()
+            && status_of(&mut install, "installing gcc").is_ok_and(|s| s.success()));
+    if !installed {
+        warn("could not install gcc and libc6-dev; the hostile-host tests skip");
+    }
+}
+
 fn build_sid_rootfs(rootfs: &Path) -> Result<()> {
     if !is_root() {
         bail!("debootstrap and chroot need root");
@@ -703,6 +727,7 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     setup(p)?;
     let rootfs = setup_test_fixtures(p);
     setup_test_venv(p);
+    setup_c_compiler();
     let bin = build_only(p)?;
     let bin = fs::canonicalize(&bin).unwrap_or(bin);
 

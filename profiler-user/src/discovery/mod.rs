@@ -13,6 +13,7 @@
 
 mod elf;
 mod files;
+mod leases;
 mod procfs;
 mod tls;
 mod version;
@@ -21,7 +22,6 @@ mod version;
 mod live_tests;
 
 use std::io;
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use profiler_common::{ProcessInfo, tstate_lookup};
@@ -30,7 +30,7 @@ use crate::layout::{PythonLayout, Version};
 use crate::memory::{MemoryError, ProcessMemory};
 
 pub use elf::oversized_tables;
-pub use files::cached_files;
+pub use files::{FileCounts, Problem as FileProblem, cached_files, counts as file_counts, hung_files};
 pub use procfs::{Mapping, parse_maps, parse_maps_line};
 
 /// glibc x86_64: offset of `specific_1stblock[0].data` in `struct pthread` (at fsbase).
@@ -180,8 +180,8 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
     let exe = procfs::read_exe(pid).map_err(|e| io_error(pid, "executable path", e))?;
     let exe_str = procfs::target_view(&root, &crate::text::decode(exe.as_os_str().as_encoded_bytes()));
     let exe = PathBuf::from(&exe_str);
-    let exe_inode = std::fs::metadata(procfs::proc_path(pid, "exe")).ok().map(|m| m.ino());
-    let is_exe = |m: &Mapping| m.path == exe_str || Some(m.inode) == exe_inode;
+    let exe_key = procfs::exe_key(pid).ok();
+    let is_exe = |m: &Mapping| m.path == exe_str || Some(m.key()) == exe_key;
 
     // Each file once, the executable first.
     let mut candidates: Vec<&Mapping> = Vec::new();
@@ -195,6 +195,8 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
     let mut found = None;
     let mut old_python: Option<&Mapping> = None;
     let mut denied = false;
+    // A file that may become readable (leased, hung): not settled as "not Python" yet.
+    let mut unread: Option<files::FileError> = None;
     for mapping in candidates {
         match files::facts(pid, mapping) {
             Ok(facts) => match &*facts {
@@ -205,7 +207,12 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
                 elf::FileFacts::OldPython => old_python = old_python.or(Some(mapping)),
                 elf::FileFacts::Other => {}
             },
-            Err(e) => denied |= e.kind() == io::ErrorKind::PermissionDenied,
+            Err(e) => {
+                denied |= e.is_permission();
+                if e.is_retryable() && unread.is_none() {
+                    unread = Some(e);
+                }
+            }
         }
     }
     let gone_or =
@@ -220,6 +227,10 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
         }
         if denied {
             return Err(gone_or(DiscoveryError::Permission { pid, what: "mapped files".into() }));
+        }
+        if let Some(e) = unread {
+            // Maybe Python, once that file can be read: look again later.
+            return Err(gone_or(DiscoveryError::NotReady { pid, reason: format!("a mapped file cannot be read now: {e}") }));
         }
         return Err(gone_or(DiscoveryError::NotPython { pid, comm }));
     };

@@ -147,13 +147,23 @@ pub fn target_view(root: &Path, path: &str) -> String {
 }
 
 /// A path of the target's file system, reached through `/proc/PID/root` (so files of
-/// chrooted and containerised processes are found).
+/// chrooted and containerised processes are found). For display and tests only: opening it
+/// would follow symbolic links out of the target's root; `files` opens with `openat2`.
+#[cfg(test)]
 pub fn in_root(pid: u32, path: &str) -> PathBuf {
     proc_path(pid, "root").join(path.trim_start_matches('/'))
 }
 
-/// The file behind one mapping, even if deleted or replaced (needs CAP_CHECKPOINT_RESTORE or
-/// CAP_SYS_ADMIN).
+/// A path as the target sees it, relative to its root (for `openat2` from a descriptor of
+/// `/proc/PID/root`): without its leading slashes.
+pub fn root_relative(path: &str) -> &str {
+    match path.trim_start_matches('/') {
+        "" => ".",
+        rest => rest,
+    }
+}
+
+/// The file behind one mapping, even if deleted or replaced (needs CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN).
 pub fn map_file(pid: u32, mapping: &Mapping) -> PathBuf {
     proc_path(pid, &format!("map_files/{:x}-{:x}", mapping.start, mapping.end))
 }
@@ -191,6 +201,19 @@ pub fn read_comm(pid: u32) -> io::Result<String> {
         text.pop();
     }
     Ok(text)
+}
+
+/// The device and inode of the target's executable, from the kernel's cached attributes
+/// (`statx` with `AT_STATX_DONT_SYNC` through the `/proc/PID/exe` magic link: no path is
+/// walked and no FUSE or network server is asked), as `/proc/PID/maps` shows them.
+pub fn exe_key(pid: u32) -> io::Result<FileKey> {
+    let st = rustix::fs::statx(
+        rustix::fs::CWD,
+        proc_path(pid, "exe"),
+        rustix::fs::AtFlags::STATX_DONT_SYNC,
+        rustix::fs::StatxFlags::INO,
+    )?;
+    Ok(FileKey { dev: (st.stx_dev_major, st.stx_dev_minor), inode: st.stx_ino })
 }
 
 /// `readlink /proc/PID/exe`, as the target sees it (with ` (deleted)` removed).
@@ -300,6 +323,8 @@ garbage line
     #[test]
     fn root_paths() {
         assert_eq!(in_root(7, "/usr/bin/python3"), PathBuf::from("/proc/7/root/usr/bin/python3"));
+        assert_eq!(root_relative("//usr/bin/python3"), "usr/bin/python3");
+        assert_eq!(root_relative("/"), ".");
     }
 }
 
