@@ -62,6 +62,11 @@ fn launch_forever(py: &Python, dir: &WorkDir, mode: &str, extra: &[&str]) -> (Ru
     args.push(out.to_string_lossy().into_owned());
     args.extend(extra.iter().map(|a| a.to_string()));
     args.push("--".into());
+    if extra.contains(&"--keep-running") {
+        // The command outlives pyperch: it must not hold the pipes this test reads pyperch's
+        // output from (the same holds for any pipeline around `--keep-running`).
+        args.extend(["sh".into(), "-c".into(), "exec \"$@\" >/dev/null 2>&1".into(), "sh".into()]);
+    }
     args.extend(py.argv().into_iter().map(|a: OsString| a.to_string_lossy().into_owned()));
     args.extend([dir.guest_path("forever.py"), mode.into(), dir.guest_path("state")]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();

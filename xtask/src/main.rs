@@ -543,6 +543,7 @@ fn setup_test_venv(p: &Paths) {
     };
     if usable() {
         step(format!("test venv: present ({})", venv.display()));
+        setup_perfetto(&python);
         return;
     }
     step(format!(
