@@ -216,9 +216,9 @@ struct RecordArgs {
     /// Samples per second per CPU (1 to 100000).
     #[arg(short, long, default_value_t = 99, value_name = "HZ")]
     rate: u64,
-    /// Output format. Default: from the output file's extension (.svg flamegraph, .json
-    /// speedscope, .txt/.folded collapsed, .pb.gz pprof), else flamegraph (collapsed on
-    /// standard output).
+    /// Output format (`raw` is py-spy's name for collapsed). Default: from the output file's
+    /// extension (.svg flamegraph, .json speedscope, .txt/.folded collapsed, .pb.gz pprof,
+    /// .trace.json chrometrace), else flamegraph (collapsed on standard output).
     #[arg(short, long, value_enum)]
     format: Option<Format>,
     /// Where to write the profile. Default: pyperch.svg for a flamegraph, pyperch.json for
@@ -293,7 +293,13 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             Ok(ExitCode::SUCCESS)
         }
         Commands::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "pyperch", &mut std::io::stdout());
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "pyperch", &mut script);
+            use std::io::Write as _;
+            std::io::stdout()
+                .write_all(&script)
+                .and_then(|()| std::io::stdout().flush())
+                .map_err(|e| format!("cannot write the completion script: {e}"))?;
             Ok(ExitCode::SUCCESS)
         }
         Commands::Agent(args) => {

@@ -26,36 +26,41 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<(), OutputError> 
     let mut out = BufWriter::new(out);
     let empty = Timeline::default();
     let timeline = profile.timeline().unwrap_or(&empty);
-    let events = events(profile, timeline);
     let result = (|| -> std::io::Result<()> {
         out.write_all(b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n")?;
-        for (i, event) in events.iter().enumerate() {
-            if i > 0 {
+        let mut first = true;
+        // Streamed: the events are never all in memory at once.
+        events(profile, timeline, &mut |event| {
+            if !first {
                 out.write_all(b",\n")?;
             }
-            serde_json::to_writer(&mut out, event).map_err(std::io::Error::other)?;
-        }
+            first = false;
+            serde_json::to_writer(&mut out, &event).map_err(std::io::Error::other)
+        })?;
         out.write_all(b"\n]}\n")?;
         out.flush()
     })();
     result.map_err(wrap)
 }
 
-/// Every event of the trace, metadata first, then each thread's begin/end events.
-fn events(profile: &Profile, timeline: &Timeline) -> Vec<Value> {
+/// Emits every event of the trace, metadata first, then each thread's begin/end events.
+fn events(
+    profile: &Profile,
+    timeline: &Timeline,
+    emit: &mut dyn FnMut(Value) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let base = timeline.first_ns().unwrap_or(0);
     let us = |ns: u64| (ns.saturating_sub(base)) as f64 / 1000.0;
     let period = timeline.period_ns();
-    let mut events = Vec::new();
     let threads = timeline.threads();
     let mut named = std::collections::BTreeSet::new();
     for &((pid, tid), _) in &threads {
         if named.insert(pid) {
-            events.push(json!({"ph": "M", "name": "process_name", "pid": pid, "tid": pid,
-                "args": {"name": process_name(profile, pid)}}));
+            emit(json!({"ph": "M", "name": "process_name", "pid": pid, "tid": pid,
+                "args": {"name": process_name(profile, pid)}}))?;
         }
-        events.push(json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-            "args": {"name": format!("thread {tid}")}}));
+        emit(json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+            "args": {"name": format!("thread {tid}")}}))?;
     }
     for ((pid, tid), runs) in threads {
         let mut open: Vec<FrameId> = Vec::new();
@@ -71,21 +76,21 @@ fn events(profile: &Profile, timeline: &Timeline) -> Vec<Value> {
             let end_at = open_end.min(run.first_ns);
             while open.len() > common {
                 if let Some(id) = open.pop() {
-                    events.push(frame_event(profile, "E", id, pid, tid, us(end_at)));
+                    emit(frame_event(profile, "E", id, pid, tid, us(end_at)))?;
                 }
             }
             for &id in &frames[common..] {
-                events.push(frame_event(profile, "B", id, pid, tid, us(run.first_ns)));
+                emit(frame_event(profile, "B", id, pid, tid, us(run.first_ns)))?;
                 open.push(id);
             }
             let next_start = runs.get(i + 1).map_or(u64::MAX, |r| r.first_ns);
             open_end = run.last_ns.saturating_add(period).min(next_start);
         }
         while let Some(id) = open.pop() {
-            events.push(frame_event(profile, "E", id, pid, tid, us(open_end)));
+            emit(frame_event(profile, "E", id, pid, tid, us(open_end)))?;
         }
     }
-    events
+    Ok(())
 }
 
 fn frame_event(profile: &Profile, phase: &str, id: FrameId, pid: u32, tid: u32, ts: f64) -> Value {
