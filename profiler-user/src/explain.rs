@@ -16,6 +16,9 @@ pub struct RecordingFacts {
     pub registered: u64,
     /// Samples the kernel took of them (whatever became of them).
     pub kernel_samples: u64,
+    /// Samples one thread busy on a CPU for the whole recording would have had
+    /// (rate × duration).
+    pub busy_thread_samples: u64,
 }
 
 /// How `--idle` would help, until the wall-clock mode exists.
@@ -37,7 +40,9 @@ pub fn empty_recording(facts: RecordingFacts) -> String {
             "no Python process was found during the recording (see `pyperch list`)".to_owned()
         };
     }
-    if facts.kernel_samples == 0 {
+    // Asleep: on a CPU less than a tenth of the time (a few samples of start-up or
+    // shutdown, outside Python code, do not make a process busy).
+    if facts.kernel_samples.saturating_mul(10) <= facts.busy_thread_samples || facts.kernel_samples == 0 {
         let who = if facts.launched {
             "the command's Python processes"
         } else if facts.explicit_pids {
@@ -45,7 +50,11 @@ pub fn empty_recording(facts: RecordingFacts) -> String {
         } else {
             "the Python processes found"
         };
-        return format!("{who} were asleep the whole time: {ASLEEP_HINT}");
+        let when = match facts.kernel_samples {
+            0 => "the whole time".to_owned(),
+            n => format!("nearly the whole time ({n} sample{} on a CPU, none in Python code)", if n == 1 { "" } else { "s" }),
+        };
+        return format!("{who} were asleep {when}: {ASLEEP_HINT}");
     }
     "the sampled threads were never running Python code (they were in C code, starting up or \
      shutting down), or every sample was dropped (see --stats)"
@@ -93,7 +102,9 @@ mod tests {
         let f = RecordingFacts { explicit_pids: true, registered: 1, ..Default::default() };
         let s = empty_recording(f);
         assert!(s.contains("asleep the whole time") && s.contains("--idle"), "{s}");
-        let f = RecordingFacts { registered: 1, kernel_samples: 5, ..Default::default() };
+        let f = RecordingFacts { registered: 1, kernel_samples: 1, busy_thread_samples: 200, ..Default::default() };
+        assert!(empty_recording(f).contains("asleep nearly the whole time (1 sample on a CPU"));
+        let f = RecordingFacts { registered: 1, kernel_samples: 50, busy_thread_samples: 200, ..Default::default() };
         assert!(empty_recording(f).contains("never running Python code"));
     }
 

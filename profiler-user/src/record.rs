@@ -212,6 +212,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
             explicit_pids: !options.pids.is_empty(),
             registered: session.registered,
             kernel_samples: kernel_counters.sampled,
+            busy_thread_samples: (elapsed.as_secs_f64() * options.rate as f64) as u64,
         });
         eprintln!("pyperch: warning: the profile is empty: {why}");
     } else if let Some(warning) = explain::dropped_warning(&totals, kernel_counters.ringbuf_full) {

@@ -102,7 +102,8 @@ fn check_launch_ends(mode: &str, function: Option<&str>) {
             // Asleep the whole time: empty, and pyperch says why.
             assert_eq!(profile.total(), 0, "samples of a sleeping script{d}");
             assert!(
-                run.stderr.contains("asleep the whole time") && run.stderr.contains("--idle"),
+                run.stderr.contains("the profile is empty: the command's Python processes were asleep")
+                    && run.stderr.contains("--idle"),
                 "an empty recording of a sleeping script should say it was asleep and name --idle{d}"
             );
         }
