@@ -45,6 +45,32 @@ pub struct ProcessLabel {
     pub container_id: Option<String>,
     /// Kubernetes pod UID, when the process runs in a pod.
     pub pod_uid: Option<String>,
+    /// The working directory as the process sees it, for short file names.
+    pub cwd: Option<String>,
+}
+
+/// Which line a frame shows (`--function`, `--nolineno`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LineNumbers {
+    /// The line being executed (default).
+    #[default]
+    Current,
+    /// The function's first line: one frame per function (`--function`).
+    FunctionStart,
+    /// None: one frame per function, shown without a line (`--nolineno`).
+    Hidden,
+}
+
+impl LineNumbers {
+    /// The line to show, given the current line (computed only when needed) and the
+    /// function's first line.
+    pub fn pick(self, current: impl FnOnce() -> u32, first: u32) -> u32 {
+        match self {
+            LineNumbers::Current => current(),
+            LineNumbers::FunctionStart => first,
+            LineNumbers::Hidden => 0,
+        }
+    }
 }
 
 /// When and how fast a profile was sampled.
@@ -94,6 +120,10 @@ pub struct Profile {
     /// Returned by [`Profile::frame`] for an id this profile never handed out, so that a
     /// caller's mistake shows up as a visible `[unknown frame]` rather than a panic.
     unknown: FrameName,
+    /// Which line frames show; read when frames are interned.
+    line_numbers: LineNumbers,
+    /// Per-thread sample times, kept only for formats that show time (chrometrace).
+    timeline: Option<crate::timeline::Timeline>,
 }
 
 impl Default for Profile {
@@ -130,6 +160,47 @@ impl Profile {
                 file: Arc::from(""),
                 line: 0,
             },
+            line_numbers: LineNumbers::Current,
+            timeline: None,
+        }
+    }
+
+    /// An empty profile with the same settings (container root, timing, line numbers) and no
+    /// timeline.
+    pub fn empty_like(&self) -> Profile {
+        let mut p = Profile::new();
+        p.container_root = self.container_root;
+        p.timing = self.timing.clone();
+        p.line_numbers = self.line_numbers;
+        p
+    }
+
+    pub fn set_line_numbers(&mut self, mode: LineNumbers) {
+        self.line_numbers = mode;
+    }
+
+    pub fn line_numbers(&self) -> LineNumbers {
+        self.line_numbers
+    }
+
+    /// Starts keeping per-thread sample times (see [`crate::timeline`]).
+    pub fn keep_timeline(&mut self, period_ns: u64) {
+        self.timeline = Some(crate::timeline::Timeline::new(period_ns));
+    }
+
+    pub fn set_timeline(&mut self, timeline: crate::timeline::Timeline) {
+        self.timeline = Some(timeline);
+    }
+
+    pub fn timeline(&self) -> Option<&crate::timeline::Timeline> {
+        self.timeline.as_ref()
+    }
+
+    /// Notes when a stack already counted with [`Profile::add`] was sampled, if a timeline
+    /// is kept.
+    pub fn add_time(&mut self, pid: u32, tid: u32, time_ns: u64, frames_root_first: &[FrameId]) {
+        if let Some(t) = self.timeline.as_mut() {
+            t.add(pid, tid, time_ns, frames_root_first);
         }
     }
 
@@ -261,6 +332,8 @@ impl Profile {
             container_root: self.container_root,
             timing: self.timing.clone(),
             unknown: self.unknown.clone(),
+            line_numbers: self.line_numbers,
+            timeline: None,
         };
         for (pid, entry) in self.processes.iter_mut() {
             taken.processes.insert(*pid, ProcessEntry { label: entry.label.clone(), samples: std::mem::take(&mut entry.samples) });
@@ -280,6 +353,8 @@ impl Profile {
             container_root: self.container_root,
             timing: self.timing.clone(),
             unknown: self.unknown.clone(),
+            line_numbers: self.line_numbers,
+            timeline: None,
         };
         for (key, count) in self.stacks() {
             if keep(key) {

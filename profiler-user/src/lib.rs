@@ -12,9 +12,12 @@ pub mod aggregate;
 pub mod completion;
 pub mod containers;
 pub mod discovery;
+pub mod explain;
+pub mod filenames;
 pub mod filter;
 #[cfg(test)]
 mod fuzzing;
+pub mod launch;
 pub mod layout;
 pub mod list;
 pub mod loader;
@@ -27,4 +30,5 @@ mod session;
 pub mod stats;
 pub mod symbolize;
 pub mod text;
+pub mod timeline;
 pub mod upload;

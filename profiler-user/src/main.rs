@@ -2,9 +2,10 @@
 
 use std::{ffi::OsString, path::PathBuf, process::ExitCode, time::Duration};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use pyperch::{
     agent::{self, AgentOptions, Grouping},
+    aggregate::LineNumbers,
     filter::ProcessFilter,
     output::Format,
     record::{self, RecordOptions},
@@ -42,6 +43,68 @@ enum Commands {
     ///   pyperch agent --upload-url http://pyroscope:4040 --interval 15s --app-name node-python
     #[command(verbatim_doc_comment)]
     Agent(AgentArgs),
+    /// Print a shell completion script for bash, zsh, fish, elvish or powershell.
+    ///
+    /// Examples:
+    ///   pyperch completions bash > /etc/bash_completion.d/pyperch
+    ///   pyperch completions zsh > "${fpath[1]}/_pyperch"
+    ///   pyperch completions fish > ~/.config/fish/completions/pyperch.fish
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// The shell to complete in.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// py-spy's sampling modes, which pyperch does not have yet.
+#[derive(clap::Args, Debug, Clone)]
+struct ModeArgs {
+    /// Include threads that are not on a CPU (py-spy's --idle): needs the wall-clock mode
+    /// (--mode wall), not available yet: refused.
+    #[arg(long)]
+    idle: bool,
+    /// Only samples of the thread holding the GIL (py-spy's --gil): needs the GIL mode
+    /// (--mode gil), not available yet: refused.
+    #[arg(long)]
+    gil: bool,
+}
+
+impl ModeArgs {
+    /// Refuses, before anything is sampled, the modes pyperch does not have yet.
+    fn check(&self) -> Result<(), Box<dyn std::error::Error>> {
+        if self.idle {
+            return Err("--idle needs the wall-clock sampling mode (--mode wall), which this version of pyperch does not have yet: it samples threads only while they run on a CPU".into());
+        }
+        if self.gil {
+            return Err("--gil needs the GIL sampling mode (--mode gil), which this version of pyperch does not have yet: it samples every thread running on a CPU".into());
+        }
+        Ok(())
+    }
+}
+
+/// How frames show their line (py-spy's --function and --nolineno).
+#[derive(clap::Args, Debug, Clone)]
+struct LineArgs {
+    /// One frame per function, shown at the function's first line (py-spy's --function):
+    /// samples on different lines of a function merge.
+    #[arg(short = 'F', long)]
+    function: bool,
+    /// One frame per function, shown without a line number (py-spy's --nolineno).
+    #[arg(long)]
+    nolineno: bool,
+}
+
+impl LineArgs {
+    fn mode(&self) -> LineNumbers {
+        if self.nolineno {
+            LineNumbers::Hidden
+        } else if self.function {
+            LineNumbers::FunctionStart
+        } else {
+            LineNumbers::Current
+        }
+    }
 }
 
 /// Which processes to profile; all given filters must match.
@@ -112,6 +175,8 @@ struct AgentArgs {
     /// Stop after this long (default: until SIGTERM or Ctrl-C, flushing the last interval).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     duration: Option<Duration>,
+    #[command(flatten)]
+    modes: ModeArgs,
     /// Print counts of every sample outcome and cache at exit.
     #[arg(long)]
     stats: bool,
@@ -151,9 +216,9 @@ struct RecordArgs {
     /// Samples per second per CPU (1 to 100000).
     #[arg(short, long, default_value_t = 99, value_name = "HZ")]
     rate: u64,
-    /// Output format. Default: from the output file's extension (.svg flamegraph, .json
-    /// speedscope, .txt/.folded collapsed, .pb.gz pprof), else flamegraph (collapsed on
-    /// standard output).
+    /// Output format (`raw` is py-spy's name for collapsed). Default: from the output file's
+    /// extension (.svg flamegraph, .json speedscope, .txt/.folded collapsed, .pb.gz pprof,
+    /// .trace.json chrometrace), else flamegraph (collapsed on standard output).
     #[arg(short, long, value_enum)]
     format: Option<Format>,
     /// Where to write the profile. Default: pyperch.svg for a flamegraph, pyperch.json for
@@ -166,6 +231,26 @@ struct RecordArgs {
     /// Start every stack with `container <short id>` (or `host`).
     #[arg(long)]
     by_container: bool,
+    /// With --pid: also profile every descendant of the given processes, including those
+    /// started while recording (a launched command is always followed into its children).
+    #[arg(short, long)]
+    subprocesses: bool,
+    #[command(flatten)]
+    lines: LineArgs,
+    /// Show full file paths. Default: short names (the part after site-packages/,
+    /// dist-packages/ or the standard library's directory, else relative to the process's
+    /// working directory); pprof always keeps full paths.
+    #[arg(long)]
+    full_filenames: bool,
+    #[command(flatten)]
+    modes: ModeArgs,
+    /// When the recording ends before the launched command (--duration, Ctrl-C, SIGTERM),
+    /// leave the command running. Default: end it (SIGTERM, then SIGKILL 2 s later).
+    #[arg(long)]
+    keep_running: bool,
+    /// Accepted for py-spy compatibility: pyperch never pauses the processes it samples.
+    #[arg(long, hide = true)]
+    nonblocking: bool,
     #[command(flatten)]
     filter: FilterArgs,
     /// Print counts of every sample outcome, caches and target reads, for the run and per
@@ -173,7 +258,8 @@ struct RecordArgs {
     #[arg(long)]
     stats: bool,
     /// Launch this command and profile it and its Python children until it exits; pyperch
-    /// then exits with the command's status.
+    /// then exits with the command's status. If the recording ends first, the command is
+    /// ended (see --keep-running) and pyperch exits with 0 once the profile is written.
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<OsString>,
 }
@@ -207,7 +293,18 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Commands::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "pyperch", &mut script);
+            use std::io::Write as _;
+            std::io::stdout()
+                .write_all(&script)
+                .and_then(|()| std::io::stdout().flush())
+                .map_err(|e| format!("cannot write the completion script: {e}"))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Commands::Agent(args) => {
+            args.modes.check()?;
             agent::agent(AgentOptions {
                 upload_url: args.upload_url,
                 interval: args.interval,
@@ -225,6 +322,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             Ok(ExitCode::SUCCESS)
         }
         Commands::Record(args) => {
+            args.modes.check()?;
             let (format, output) = resolve_output(args.format, args.output);
             let duration = match args.duration {
                 Some(d) if !(d > 0.0 && d.is_finite()) => {
@@ -244,6 +342,10 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 output,
                 filter: args.filter.build()?,
                 by_container: args.by_container,
+                subprocesses: args.subprocesses,
+                keep_running: args.keep_running,
+                line_numbers: args.lines.mode(),
+                full_filenames: args.full_filenames,
             })?;
             Ok(match summary.command_status {
                 Some(code) => ExitCode::from(code.clamp(0, 255) as u8),

@@ -10,8 +10,10 @@ use std::{
 };
 
 use crate::{
-    aggregate::Timing,
+    aggregate::{LineNumbers, Timing},
     discovery::{self, DiscoveryError},
+    explain::{self, RecordingFacts},
+    launch::{self, Ending, RecordingEnd},
     filter::ProcessFilter,
     loader::{KernelCounters, KernelProgram, LoadError, error_chain},
     memory,
@@ -20,7 +22,7 @@ use crate::{
     privileges::{self, PrivilegeError},
     session::{
         Budgeted, DISCOVERY_INTERVAL, INSPECT_BUDGET, LAUNCH_DISCOVERY_INTERVAL, LoopControl, LoopEnd, Scope, Session,
-        exit_code, run_loop,
+        run_loop,
     },
     stats::Counters,
     text,
@@ -48,6 +50,14 @@ pub struct RecordOptions {
     pub filter: ProcessFilter,
     /// Start every stack with the process's container.
     pub by_container: bool,
+    /// With `pids`: also every descendant of them, present and future (`--subprocesses`).
+    pub subprocesses: bool,
+    /// Leave a launched command running when the recording ends (`--keep-running`).
+    pub keep_running: bool,
+    /// Which line frames show (`--function`, `--nolineno`).
+    pub line_numbers: LineNumbers,
+    /// Show full file paths instead of short names (`--full-filenames`).
+    pub full_filenames: bool,
 }
 
 /// How the session ended.
@@ -103,13 +113,34 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     if let Some(path) = &options.output {
         output_file::check(path).map_err(|e| output_error(path, e))?;
     }
-    let initial = inspect_pids(&options.pids, &options.filter)?;
+    let initial = if options.subprocesses {
+        // The given processes need not be Python, nor match the filters: their descendants may.
+        let mut ready = Vec::new();
+        for &pid in &options.pids {
+            match inspect_pids(&[pid], &options.filter) {
+                Ok(mut p) => ready.append(&mut p),
+                Err(RecordError::NotPython { .. } | RecordError::PidFiltered { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        ready
+    } else {
+        inspect_pids(&options.pids, &options.filter)?
+    };
 
     let mut kernel = KernelProgram::load()?;
     let ring = kernel.take_ring_buffer()?;
-    let scope = if options.pids.is_empty() { Scope::Host } else { Scope::Pids(options.pids.iter().copied().collect()) };
+    let scope = match (options.pids.is_empty(), options.subprocesses) {
+        (true, _) => Scope::Host,
+        (false, false) => Scope::Pids(options.pids.iter().copied().collect()),
+        (false, true) => Scope::Trees(options.pids.iter().copied().collect()),
+    };
     let mut session = Session::new(kernel, scope, options.filter.clone(), options.threads);
     session.profile.set_container_root(options.by_container);
+    session.profile.set_line_numbers(options.line_numbers);
+    if options.format == Format::Chrometrace {
+        session.profile.keep_timeline(1_000_000_000 / options.rate.max(1));
+    }
     for p in initial {
         session.add_process(p)?;
     }
@@ -154,18 +185,26 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     let plural = if processes == 1 { "" } else { "es" };
     let title = format!("pyperch: {} samples of {processes} Python process{plural} at {} Hz", totals.ok(), options.rate);
     let write_error = |e: output::OutputError| RecordError::Format(e.to_string());
+    // Short file names for people; pprof keeps full paths (its readers shorten them).
+    let short;
+    let shown = if options.full_filenames || options.format == Format::Pprof {
+        &session.profile
+    } else {
+        short = crate::filenames::with_short_names(&session.profile);
+        &short
+    };
     // An empty recording never replaces an existing file (nor creates one).
     let empty = totals.ok() == 0;
     match &options.output {
         Some(_) if empty => {}
         Some(path) => {
-            output_file::write(path, |file| output::write_profile(&session.profile, options.format, &title, file))
+            output_file::write(path, |file| output::write_profile(shown, options.format, &title, file))
                 .map_err(|e| match e {
                     output_file::OutputFileError::Io(e) => output_error(path, e),
                     output_file::OutputFileError::Content(e) => write_error(e),
                 })?;
         }
-        None => write_stdout(&session, options.format, &title).map_err(write_error)?,
+        None => write_stdout(shown, options.format, &title).map_err(write_error)?,
     }
 
     let mut summary = format!(
@@ -183,11 +222,14 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     }
     eprintln!("{summary}");
     if totals.ok() == 0 {
-        let why = match (options.command.is_empty(), options.pids.is_empty()) {
-            (false, _) => "the command started no Python process that ran long enough to be sampled",
-            (true, false) => "the given processes did not run Python code while recording",
-            (true, true) => "no Python process ran on a CPU during the recording",
-        };
+        let why = explain::empty_recording(RecordingFacts {
+            launched: child.is_some(),
+            command_exited: matches!(end, LoopEnd::CommandExited(_)),
+            explicit_pids: !options.pids.is_empty(),
+            registered: session.registered,
+            kernel_samples: kernel_counters.sampled,
+            busy_thread_samples: (elapsed.as_secs_f64() * options.rate as f64) as u64,
+        });
         match &options.output {
             Some(path) => eprintln!(
                 "pyperch: warning: the profile is empty: {why}; nothing was written to {} (an existing file is left unchanged)",
@@ -195,31 +237,46 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
             ),
             None => eprintln!("pyperch: warning: the profile is empty: {why}"),
         }
+    } else if let Some(warning) = explain::dropped_warning(&totals, kernel_counters.ringbuf_full) {
+        eprintln!("pyperch: warning: {warning}");
     }
     if options.stats {
         eprint!("{}", stats_report(&session, &totals, kernel_counters));
     }
-    let mut command_status = match end {
-        LoopEnd::CommandExited(code) => Some(code),
-        _ => None,
+    // A launched command still running is ended with the recording (see `launch`); pyperch
+    // then exits with 0, the profile being written. A command that ended the recording by
+    // exiting gives pyperch its status.
+    let command_status = match (end, child.as_mut()) {
+        (LoopEnd::CommandExited(code), _) => Some(code),
+        (_, None) => None,
+        (end, Some(c)) => {
+            let why = match end {
+                LoopEnd::Interrupted => RecordingEnd::Interrupted,
+                LoopEnd::Terminated => RecordingEnd::Terminated,
+                _ => RecordingEnd::DurationElapsed,
+            };
+            let pid = c.id();
+            match launch::end_command(c, why, options.keep_running) {
+                Ending::LeftRunning => eprintln!("pyperch: the command (pid {pid}) keeps running (--keep-running)"),
+                Ending::Exited(status) => {
+                    eprintln!("pyperch: the recording ended; the command (pid {pid}) was ended (status {status})")
+                }
+            }
+            None
+        }
     };
-    if let (Some(c), None) = (child.as_mut(), command_status) {
-        // The recording ended before the command: let it finish, and report its status.
-        eprintln!("pyperch: the recording ended; waiting for the command (pid {}) to exit", c.id());
-        command_status = c.wait().ok().map(exit_code);
-    }
     Ok(RecordSummary { command_status, samples_ok: totals.ok() })
 }
 
 /// The profile on standard output. On a terminal it is shown through `text::lines`, so no
 /// name in it can steer the terminal; into a pipe or file the bytes are exact.
-fn write_stdout(session: &Session, format: Format, title: &str) -> Result<(), output::OutputError> {
+fn write_stdout(profile: &crate::aggregate::Profile, format: Format, title: &str) -> Result<(), output::OutputError> {
     let mut stdout = std::io::stdout().lock();
     if !stdout.is_terminal() {
-        return output::write_profile(&session.profile, format, title, &mut stdout);
+        return output::write_profile(profile, format, title, &mut stdout);
     }
     let mut bytes = Vec::new();
-    output::write_profile(&session.profile, format, title, &mut bytes)?;
+    output::write_profile(profile, format, title, &mut bytes)?;
     let shown = text::lines(&text::decode(&bytes)).to_string();
     stdout
         .write_all(shown.as_bytes())
@@ -286,6 +343,16 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
         kernel.sampled, kernel.ringbuf_full, session.malformed_records
     );
     let _ = writeln!(s, "  {}", session.discovery_stats.report());
+    if let Some(t) = session.profile.timeline() {
+        let _ = writeln!(
+            s,
+            "  timeline (chrometrace): {} runs kept (cap {}), {} samples dropped over the cap, {} out of order",
+            t.run_count(),
+            crate::timeline::MAX_RUNS,
+            t.dropped_over_cap,
+            t.out_of_order
+        );
+    }
     let _ = writeln!(
         s,
         "  all target memory reads: {} reads, {} bytes (discovery included)",

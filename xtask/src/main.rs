@@ -604,6 +604,7 @@ fn setup_test_venv(p: &Paths) {
     };
     if usable() {
         step(format!("test venv: present ({})", venv.display()));
+        setup_perfetto(&python);
         return;
     }
     step(format!(
@@ -639,6 +640,31 @@ fn setup_test_venv(p: &Paths) {
         Err(err) => warn(format!(
             "{err:#}; the tests that decode pprof (tests/agent.rs, part of tests/containers.rs) will skip"
         )),
+    }
+    setup_perfetto(&python);
+}
+
+/// Installs Perfetto's Python trace processor (PyPI `perfetto`) in the test venv, for the
+/// chrometrace test; without it that test checks the trace event schema only (and says so).
+fn setup_perfetto(python: &Path) {
+    let importable = || {
+        Command::new(python)
+            .args(["-c", "import perfetto.trace_processor"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !python.is_file() || importable() {
+        return;
+    }
+    step("test venv: installing perfetto (trace processor, for the chrometrace test)");
+    let installed = run_checked(
+        Command::new(python).args(["-m", "pip", "install", "--quiet", "perfetto"]),
+        "installing perfetto in the test virtualenv",
+    );
+    if let Err(err) = installed.and_then(|()| if importable() { Ok(()) } else { bail!("perfetto is still not importable") }) {
+        warn(format!("{err:#}; the chrometrace test will check the trace event schema only"));
     }
 }
 

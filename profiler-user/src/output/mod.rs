@@ -8,6 +8,7 @@
 //! Every writer is deterministic: the same profile always produces the same bytes (stacks are
 //! sorted, never emitted in hash-map order).
 
+pub mod chrometrace;
 pub mod collapsed;
 pub mod flamegraph;
 pub mod pprof;
@@ -33,7 +34,8 @@ pub const NO_PYTHON_FRAMES: &str = "[no Python frames]";
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     /// Folded stacks (`frame;frame;frame count`), as read by flamegraph.pl, inferno and
-    /// speedscope.
+    /// speedscope (`raw` is another name for it, as in py-spy).
+    #[value(alias = "raw")]
     Collapsed,
     /// speedscope's JSON file format; open it at <https://www.speedscope.app>.
     Speedscope,
@@ -41,13 +43,21 @@ pub enum Format {
     Flamegraph,
     /// gzip-compressed profile.proto, as Go's pprof, Pyroscope and Parca read it.
     Pprof,
+    /// Chrome trace event JSON, one track per thread over time; open it in Perfetto
+    /// (ui.perfetto.dev) or chrome://tracing.
+    Chrometrace,
 }
 
 impl Format {
     /// Guesses the format from a file name's extension (case-insensitively):
     /// `.svg` → [`Format::Flamegraph`], `.json` / `.speedscope` → [`Format::Speedscope`],
-    /// `.txt` / `.folded` / `.collapsed` → [`Format::Collapsed`]. Anything else is `None`.
+    /// `.txt` / `.folded` / `.collapsed` → [`Format::Collapsed`], `.gz` / `.pprof` / `.pb` →
+    /// [`Format::Pprof`], `.trace.json` → [`Format::Chrometrace`]. Anything else is `None`.
     pub fn from_path(path: &Path) -> Option<Format> {
+        let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+        if name.ends_with(".trace.json") || name.ends_with(".chrometrace.json") {
+            return Some(Format::Chrometrace);
+        }
         let extension = path.extension()?.to_str()?;
         let is = |candidate: &str| extension.eq_ignore_ascii_case(candidate);
         if is("svg") {
@@ -71,6 +81,7 @@ impl Format {
             Format::Speedscope => "json",
             Format::Flamegraph => "svg",
             Format::Pprof => "pb.gz",
+            Format::Chrometrace => "trace.json",
         }
     }
 
@@ -81,6 +92,7 @@ impl Format {
             Format::Speedscope => "speedscope",
             Format::Flamegraph => "flamegraph",
             Format::Pprof => "pprof",
+            Format::Chrometrace => "chrometrace",
         }
     }
 }
@@ -137,6 +149,7 @@ pub fn write_profile(
         Format::Collapsed => collapsed::write(profile, out),
         Format::Speedscope => speedscope::write(profile, title, out),
         Format::Flamegraph => flamegraph::write(profile, title, out),
+        Format::Chrometrace => chrometrace::write(profile, out),
         Format::Pprof => {
             let timing = profile
                 .timing()
@@ -248,7 +261,9 @@ pub(crate) mod tests {
         assert_eq!(f("dir/p.collapsed"), Some(Format::Collapsed));
         assert_eq!(f("p.html"), None);
         assert_eq!(f("profile"), None);
-        for format in [Format::Collapsed, Format::Speedscope, Format::Flamegraph] {
+        assert_eq!(f("p.trace.json"), Some(Format::Chrometrace));
+        assert_eq!(f("profile.trace.json"), Some(Format::Chrometrace));
+        for format in [Format::Collapsed, Format::Speedscope, Format::Flamegraph, Format::Chrometrace] {
             let path = format!("profile.{}", format.extension());
             assert_eq!(Format::from_path(Path::new(&path)), Some(format));
         }

@@ -501,6 +501,7 @@ fn ready(process: PythonProcess) -> Examination {
         version: process.version.to_string(),
         container_id: container.container_id,
         pod_uid: container.pod_uid,
+        cwd: crate::filenames::process_cwd(pid),
     };
     Examination::Ready(Box::new(NewTarget { process, exe_link, label }), info)
 }

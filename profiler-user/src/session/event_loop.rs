@@ -46,8 +46,10 @@ pub(crate) enum LoopEnd {
     DurationElapsed,
     /// The launched command exited with this status (128 + signal when killed).
     CommandExited(i32),
-    /// Ctrl-C or SIGTERM.
+    /// Ctrl-C (SIGINT).
     Interrupted,
+    /// SIGTERM.
+    Terminated,
 }
 
 /// Runs the session: reads samples as the kernel sends them, scans for processes, until
@@ -125,7 +127,7 @@ pub(crate) async fn run_loop(
             }
             _ = sleep => break LoopEnd::DurationElapsed,
             _ = &mut ctrl_c => break LoopEnd::Interrupted,
-            _ = sigterm.recv() => break LoopEnd::Interrupted,
+            _ = sigterm.recv() => break LoopEnd::Terminated,
         }
     };
     if interactive && control.progress {

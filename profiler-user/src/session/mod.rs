@@ -53,6 +53,9 @@ pub(crate) enum Scope {
     Pids(HashSet<u32>),
     /// A launched command and its descendants.
     Launched { root: u32 },
+    /// These processes and their descendants, present and future (`--pid` with
+    /// `--subprocesses`).
+    Trees(HashSet<u32>),
 }
 
 impl Scope {
@@ -60,21 +63,25 @@ impl Scope {
         match self {
             Scope::Host => true,
             Scope::Pids(pids) => pids.contains(&pid),
-            Scope::Launched { root } => {
-                let mut p = pid;
-                for _ in 0..64 {
-                    if p == *root {
-                        return true;
-                    }
-                    match discovery::parent_pid(p) {
-                        Some(parent) if parent > 1 => p = parent,
-                        _ => return false,
-                    }
-                }
-                false
-            }
+            Scope::Launched { root } => descends_from(pid, |p| p == *root),
+            Scope::Trees(roots) => descends_from(pid, |p| roots.contains(&p)),
         }
     }
+}
+
+/// Whether `pid` or one of its first 64 ancestors is a root (init is never one).
+fn descends_from(pid: u32, is_root: impl Fn(u32) -> bool) -> bool {
+    let mut p = pid;
+    for _ in 0..64 {
+        if is_root(p) {
+            return true;
+        }
+        match discovery::parent_pid(p) {
+            Some(parent) if parent > 1 => p = parent,
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// The state of a recording, on the sampling loop's thread. Discovery runs on a thread of its
@@ -146,6 +153,7 @@ impl Session {
             version: process.version.to_string(),
             container_id: container.container_id,
             pod_uid: container.pod_uid,
+            cwd: crate::filenames::process_cwd(pid),
         };
         let exe_link = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
         self.kernel.register(pid, &info)?;

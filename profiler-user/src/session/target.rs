@@ -144,6 +144,7 @@ impl Target {
             Ok(()) if stack.is_empty() => SampleOutcome::Idle,
             Ok(()) => {
                 profile.add(header.tgid, threads.then_some(header.tid), &stack, 1);
+                profile.add_time(header.tgid, header.tid, header.time_ns, &stack);
                 SampleOutcome::Ok
             }
         };
@@ -180,7 +181,7 @@ impl Target {
         let id = if incomplete {
             None
         } else {
-            let line = info.line(entry.instr_offset).unwrap_or(0);
+            let line = profile.line_numbers().pick(|| info.line(entry.instr_offset).unwrap_or(0), info.firstlineno);
             Some(profile.intern(FrameName { function: info.qualname.clone(), file: info.filename.clone(), line }))
         };
         if self.positions.len() >= MAX_CACHED_POSITIONS {
