@@ -13,7 +13,7 @@
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicI32, AtomicUsize, Ordering},
+        atomic::{AtomicI32, AtomicU8, AtomicUsize, Ordering},
         mpsc,
     },
     thread,
@@ -42,8 +42,24 @@ pub(crate) enum Overrun {
 /// Runs budgeted work and keeps count of the threads that overran.
 #[derive(Clone, Default)]
 pub(crate) struct Budgeted {
-    /// Threads started and not yet finished (including the one waited on).
-    running: Arc<AtomicUsize>,
+    /// Threads that overran their budget and have not finished yet.
+    overrunning: Arc<AtomicUsize>,
+}
+
+/// The life of one piece of budgeted work, decided once: whoever moves it out of `RUNNING`
+/// first (the thread finishing, or the caller giving up) decides whether it overran.
+const RUNNING: u8 = 0;
+const FINISHED: u8 = 1;
+const ABANDONED: u8 = 2;
+
+/// Budgeted work started on its own thread; `wait` for its result.
+pub(crate) struct Started<T> {
+    receive: mpsc::Receiver<T>,
+    handle: thread::JoinHandle<()>,
+    tid: Arc<AtomicI32>,
+    state: Arc<AtomicU8>,
+    overrunning: Arc<AtomicUsize>,
+    started: Instant,
 }
 
 impl Budgeted {
@@ -53,57 +69,77 @@ impl Budgeted {
         budget: Duration,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, Overrun> {
-        // Every running thread but the one we are about to start has overrun (the caller
-        // waits for each in turn), so this bounds the blocked ones.
-        if self.running.load(Ordering::Relaxed) >= MAX_OVERRUNNING {
+        self.start(work)?.wait(budget)
+    }
+
+    /// Starts `work` on its own thread; several may run at once (their budgets then overlap).
+    pub(crate) fn start<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> Result<Started<T>, Overrun> {
+        if self.overrunning.load(Ordering::Relaxed) >= MAX_OVERRUNNING {
             return Err(Overrun::TooManyBlocked);
         }
         let (send, receive) = mpsc::sync_channel(1);
-        let running = self.running.clone();
-        running.fetch_add(1, Ordering::Relaxed);
         let tid = Arc::new(AtomicI32::new(0));
-        let thread_tid = tid.clone();
+        let state = Arc::new(AtomicU8::new(RUNNING));
+        let (thread_tid, thread_state, overrunning) = (tid.clone(), state.clone(), self.overrunning.clone());
         let spawned = thread::Builder::new().name("pyperch-inspect".into()).stack_size(256 << 10).spawn(move || {
             // SAFETY: gettid has no preconditions.
             thread_tid.store(unsafe { libc::gettid() }, Ordering::Relaxed);
             let result = work();
-            running.fetch_sub(1, Ordering::Relaxed);
             // The caller may have stopped waiting; then the result is dropped here.
             let _ = send.send(result);
-        });
-        let Ok(handle) = spawned else {
-            self.running.fetch_sub(1, Ordering::Relaxed);
-            return Err(Overrun::NoThread);
-        };
-        let started = Instant::now();
-        // A thread that delivered its result is about to end: joined, so that callers that
-        // must be single-threaded afterwards (dropping capabilities) are.
-        let finish = |result: T| {
-            let _ = handle.join();
-            Ok(result)
-        };
-        match receive.recv_timeout(budget) {
-            Ok(result) => return finish(result),
-            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(Overrun::TimedOut),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-        }
-        // Still at work: wait on while it is runnable (slow), give up once it waits.
-        while started.elapsed() < budget * SLOW_BUDGET_FACTOR && is_runnable(tid.load(Ordering::Relaxed)) {
-            match receive.recv_timeout(SLOW_CHECK) {
-                Ok(result) => return finish(result),
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            if thread_state.swap(FINISHED, Ordering::AcqRel) == ABANDONED {
+                overrunning.fetch_sub(1, Ordering::Relaxed);
             }
-        }
-        match receive.try_recv() {
-            Ok(result) => finish(result),
-            Err(_) => Err(Overrun::TimedOut),
-        }
+        });
+        let handle = spawned.map_err(|_| Overrun::NoThread)?;
+        Ok(Started { receive, handle, tid, state, overrunning: self.overrunning.clone(), started: Instant::now() })
     }
 
     /// Threads that overran their budget and are still blocked.
     pub(crate) fn blocked(&self) -> usize {
-        self.running.load(Ordering::Relaxed)
+        self.overrunning.load(Ordering::Relaxed)
+    }
+}
+
+impl<T> Started<T> {
+    /// The result, if the work finishes within `budget` of its start (longer while its thread
+    /// is still running rather than waiting, up to `SLOW_BUDGET_FACTOR` budgets).
+    pub(crate) fn wait(self, budget: Duration) -> Result<T, Overrun> {
+        let deadline = self.started + budget;
+        let first = deadline.saturating_duration_since(Instant::now());
+        match self.receive.recv_timeout(first) {
+            Ok(result) => return self.finish(result),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return self.give_up(),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        // Still at work: wait on while it is runnable (slow), give up once it waits.
+        while self.started.elapsed() < budget * SLOW_BUDGET_FACTOR && is_runnable(self.tid.load(Ordering::Relaxed)) {
+            match self.receive.recv_timeout(SLOW_CHECK) {
+                Ok(result) => return self.finish(result),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+        }
+        self.give_up()
+    }
+
+    /// A thread that delivered its result is about to end: joined, so that callers that
+    /// must be single-threaded afterwards (dropping capabilities) are.
+    fn finish(self, result: T) -> Result<T, Overrun> {
+        let _ = self.handle.join();
+        Ok(result)
+    }
+
+    fn give_up(self) -> Result<T, Overrun> {
+        if self.state.compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            self.overrunning.fetch_add(1, Ordering::Relaxed);
+            return Err(Overrun::TimedOut);
+        }
+        // It finished just now.
+        match self.receive.try_recv() {
+            Ok(result) => self.finish(result),
+            Err(_) => Err(Overrun::TimedOut),
+        }
     }
 }
 

@@ -28,7 +28,7 @@ use profiler_common::ProcessInfo;
 
 use super::{
     Scope,
-    budget::{Budgeted, Overrun},
+    budget::{Budgeted, Overrun, Started},
 };
 use crate::{
     aggregate::ProcessLabel,
@@ -141,6 +141,25 @@ struct Backoff {
     /// The interpreter found at the last look, not yet initialised: only its memory needs
     /// another look.
     inspected: Option<PythonProcess>,
+}
+
+/// Looks at processes run at once, at most.
+const PARALLEL_LOOKS: usize = 8;
+
+/// What a look knows before its examination ends.
+struct Look {
+    pid: u32,
+    start_time: u64,
+    young: bool,
+    exe: PathBuf,
+    checks: u32,
+}
+
+/// The first half of a look at a process.
+enum Prepared {
+    Settled(u64),
+    Pending,
+    Look(Look, Result<Started<Examination>, Overrun>),
 }
 
 /// What one budgeted look at a process found.
@@ -267,9 +286,8 @@ impl Discoverer {
         if !full && unchanged {
             // The same processes as at the last scan: only pending ones need another look.
             let now = self.clock.now_ticks();
-            for pid in self.pending.clone() {
-                self.look_at(pid, now);
-            }
+            let pending: Vec<u32> = self.pending.iter().copied().collect();
+            self.look_at_all(&pending, now);
             return;
         }
         if full {
@@ -320,20 +338,41 @@ impl Discoverer {
                 return;
             }
         }
-        for pid in listing {
-            // Young processes stay under watch: a shell about to exec Python looks settled.
-            let settled_and_old =
-                self.settled.get(&pid).is_some_and(|start| now.saturating_sub(*start) > YOUNG_PROCESS_TICKS);
-            if pid == self.own_pid || (!full && settled_and_old) {
-                continue;
+        let to_look: Vec<u32> = listing
+            .into_iter()
+            .filter(|pid| {
+                // Young processes stay under watch: a shell about to exec Python looks settled.
+                let settled_and_old =
+                    self.settled.get(pid).is_some_and(|start| now.saturating_sub(*start) > YOUNG_PROCESS_TICKS);
+                *pid != self.own_pid && (full || !settled_and_old)
+            })
+            .collect();
+        self.look_at_all(&to_look, now);
+    }
+
+    /// Looks at these processes, several at once (their budgets overlap: on a loaded machine
+    /// a look waits mostly for a CPU), and files each as settled or pending.
+    fn look_at_all(&mut self, pids: &[u32], now: u64) {
+        for chunk in pids.chunks(PARALLEL_LOOKS) {
+            let prepared: Vec<(u32, Prepared)> = chunk.iter().map(|&pid| (pid, self.prepare(pid, now))).collect();
+            for (pid, prepared) in prepared {
+                let verdict = match prepared {
+                    Prepared::Settled(start_time) => Some(start_time),
+                    Prepared::Pending => None,
+                    Prepared::Look(look, started) => {
+                        let examination = started.and_then(|s| s.wait(INSPECT_BUDGET));
+                        self.stats.still_blocked.store(self.budgeted.blocked() as u64, Relaxed);
+                        self.conclude(look, examination)
+                    }
+                };
+                self.file(pid, verdict);
             }
-            self.look_at(pid, now);
         }
     }
 
-    /// Considers one process and files it as settled or pending.
-    fn look_at(&mut self, pid: u32, now: u64) {
-        match self.consider(pid, now) {
+    /// Files a process as settled (`Some(start time)`) or pending.
+    fn file(&mut self, pid: u32, verdict: Option<u64>) {
+        match verdict {
             Some(start_time) => {
                 self.settled.insert(pid, start_time);
                 self.pending.remove(&pid);
@@ -346,19 +385,17 @@ impl Discoverer {
         }
     }
 
-    /// Looks at one process: registers it if it is a Python process to profile. Returns its
-    /// start time when its state is settled (registered, or rejected for good), `None` while
-    /// it is pending (an interpreter still starting, a verdict to check again soon, a process
-    /// that did not answer in time).
-    fn consider(&mut self, pid: u32, now: u64) -> Option<u64> {
-        let start_time = discovery::start_time(pid)?;
+    /// The first half of a look at one process: what is known without touching its files
+    /// (settled, or pending until its backoff ends), or the budgeted examination, started.
+    fn prepare(&mut self, pid: u32, now: u64) -> Prepared {
+        let Some(start_time) = discovery::start_time(pid) else { return Prepared::Pending };
         // Only a young process can be caught in the middle of exec.
         let young = now.saturating_sub(start_time) <= YOUNG_PROCESS_TICKS;
         if !self.scope.accepts(pid) {
-            return Some(start_time);
+            return Prepared::Settled(start_time);
         }
         if self.registered.get(&pid).is_some_and(|r| r.start_time == start_time) {
-            return Some(start_time);
+            return Prepared::Settled(start_time);
         }
         if self.registered.remove(&pid).is_some() {
             // The PID was reused (or the process exec'd): the old process is gone.
@@ -369,7 +406,7 @@ impl Discoverer {
         if let Some(backoff) = self.backoff.get_mut(&pid) {
             if backoff.start_time == start_time {
                 if Instant::now() < backoff.next_look {
-                    return None;
+                    return Prepared::Pending;
                 }
                 inspected = backoff.inspected.take();
             } else {
@@ -382,19 +419,27 @@ impl Discoverer {
             if r.start_time == start_time && r.exe == exe {
                 match r.recheck_at {
                     Some(at) if Instant::now() >= at => checks = r.checks,
-                    Some(_) => return None,
-                    None => return Some(start_time),
+                    Some(_) => return Prepared::Pending,
+                    None => return Prepared::Settled(start_time),
                 }
             }
         }
         self.stats.inspected.fetch_add(1, Relaxed);
         let filter = self.filter.clone();
-        let examination = self.budgeted.run(INSPECT_BUDGET, move || match inspected {
+        let started = self.budgeted.start(move || match inspected {
             // Only its memory can have changed since the last look.
             Some(process) => ready(process),
             None => examine(pid, &filter),
         });
-        self.stats.still_blocked.store(self.budgeted.blocked() as u64, Relaxed);
+        Prepared::Look(Look { pid, start_time, young, exe, checks }, started)
+    }
+
+    /// The second half of a look: registers a Python process to profile. Returns its start
+    /// time when its state is settled (registered, or rejected for good), `None` while it is
+    /// pending (an interpreter still starting, a verdict to check again soon, a process that
+    /// did not answer in time).
+    fn conclude(&mut self, look: Look, examination: Result<Examination, Overrun>) -> Option<u64> {
+        let Look { pid, start_time, young, exe, checks } = look;
         let failure = match examination {
             Ok(Examination::Filtered) => return Some(start_time),
             Ok(Examination::Ready(target, info)) => {
