@@ -2,6 +2,7 @@
 //! kernel registrations, and the path of every sample from the ring buffer to the profile
 //! (completion → symbolization → aggregation).
 
+mod budget;
 mod event_loop;
 mod target;
 
@@ -430,6 +431,7 @@ impl Session {
             self.late_samples += 1;
         }
         target.counters.memory_bytes += memory::BYTES_READ.load(Relaxed) - read_bytes;
+        self.enforce_cache_budget();
     }
 
     pub(crate) fn totals(&self) -> Counters {
