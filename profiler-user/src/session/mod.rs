@@ -248,6 +248,9 @@ impl Session {
         }
         self.settled.retain(|pid, _| present.contains(pid));
         self.pending.retain(|pid| present.contains(pid));
+        // Verdicts about processes gone: their pids may come back as other processes.
+        self.rejected.retain(|pid, _| present.contains(pid));
+        self.reported.retain(|(pid, _)| present.contains(pid));
         let now = self.clock.now_ticks();
         if let Scope::Pids(pids) = &self.scope {
             if pids.iter().all(|p| self.targets.get(p).is_some_and(|t| t.alive)) {
