@@ -1,6 +1,7 @@
 //! Soak: `pyperch agent --interval 1s` against code objects with unique 4 KiB names created
 //! continuously (two processes) and processes churning (one short-lived interpreter started
-//! every ~100 ms, each with its own 4 KiB-named function), uploading to a local receiver.
+//! every ~100 ms, each with its own 4 KiB-named function), uploading to a local receiver
+//! (one profile per interval: `--per container`, all of them being host processes).
 //! The agent's resident memory (VmRSS) is read every second; after a warm-up (the first
 //! half), its growth is fitted by least squares and must stay under `MAX_GROWTH_MIB_PER_HOUR`,
 //! and its peak (VmHWM) under `PEAK_BUDGET_MIB`. The measured numbers are printed.
@@ -75,6 +76,8 @@ fn soak_agent_memory_stays_flat() {
         &format!("{seconds}s"),
         "--app-name",
         &app,
+        "--per",
+        "container",
         "--cmdline",
         r"soak\.py",
         "--stats",
@@ -152,7 +155,7 @@ fn soak_agent_memory_stays_flat() {
         "soak: {seconds} s, {} profiles, {samples} samples; RSS after warm-up {first:.1} → {last:.1} MiB, \
          growth {growth:+.1} MiB/hour (least squares over the second half), peak {peak:.1} MiB; {}",
         accepted.len(),
-        evictions.last().map_or("", |s| s.trim())
+        evictions.first().map_or("", |s| s.trim())
     ));
     assert!(peak < PEAK_BUDGET_MIB, "peak RSS {peak:.1} MiB over the {PEAK_BUDGET_MIB} MiB budget{d}");
     assert!(

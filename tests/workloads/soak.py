@@ -5,11 +5,11 @@ Usage: soak.py names SECONDS
 
 `names`: until SECONDS have passed, compiles a function whose name (and so qualified name)
 is 4096 characters long and unique (a counter in it), from a unique file name, runs it for
-about 20 ms of CPU time, then drops it: a continuous stream of code objects a profiler has
-never seen, each with a long name.
+about 20 ms of CPU time, then drops it and sleeps 20 ms: a continuous stream of code
+objects a profiler has never seen, each with a long name, at half a CPU.
 `churn`: every ~100 ms starts a short-lived interpreter (this same script, mode `child`)
-that runs one uniquely named 4 KiB function for ~300 ms and exits; exited children are
-reaped as it goes.
+that runs one uniquely named 4 KiB function for ~30 ms of CPU and exits; exited children
+are reaped as it goes. (Light enough for a shared 2-core machine.)
 Prints "ready <pid>" once started. Runs on CPython 3.8 ... 3.15.
 """
 import os
@@ -39,6 +39,7 @@ def names(seconds):
     i = 0
     while time.monotonic() < end:
         run_one("n", i, 0.02)
+        time.sleep(0.02)
         i += 1
 
 
@@ -58,7 +59,7 @@ def churn(seconds):
 def main():
     mode, seconds = sys.argv[1], float(sys.argv[2])
     if mode == "child":
-        run_one("c", 0, 0.3)
+        run_one("c", 0, 0.03)
         return
     print("ready %d" % os.getpid(), flush=True)
     if mode == "names":
