@@ -1,5 +1,5 @@
 //! Soak: `pyperch agent --interval 1s` against code objects with unique 4 KiB names created
-//! continuously (two processes) and processes churning (one short-lived interpreter started
+//! continuously (~100 a second) and processes churning (one short-lived interpreter started
 //! every ~100 ms, each with its own 4 KiB-named function), uploading to a local receiver
 //! (one profile per interval: `--per container`, all of them being host processes).
 //! The agent's resident memory (VmRSS) is read every second; after a warm-up (the first
@@ -57,7 +57,7 @@ fn soak_agent_memory_stays_flat() {
     };
     let seconds = soak_seconds();
     let workload_seconds = (seconds + 60).to_string();
-    let mut workloads: Vec<Workload> = ["names", "names", "churn"]
+    let mut workloads: Vec<Workload> = ["names", "churn"]
         .iter()
         .map(|mode| {
             Workload::spawn(&py, "soak.py", &[mode, &workload_seconds])
@@ -72,6 +72,8 @@ fn soak_agent_memory_stays_flat() {
         &receiver.url(),
         "--interval",
         "1s",
+        "--rate",
+        "199",
         "--duration",
         &format!("{seconds}s"),
         "--app-name",

@@ -5,8 +5,8 @@ Usage: soak.py names SECONDS
 
 `names`: until SECONDS have passed, compiles a function whose name (and so qualified name)
 is 4096 characters long and unique (a counter in it), from a unique file name, runs it for
-about 20 ms of CPU time, then drops it and sleeps 20 ms: a continuous stream of code
-objects a profiler has never seen, each with a long name, at half a CPU.
+about 5 ms of CPU time, then drops it and sleeps 5 ms: a continuous stream (~100 a second)
+of code objects a profiler has never seen, each with a long name, at half a CPU.
 `churn`: every ~100 ms starts a short-lived interpreter (this same script, mode `child`)
 that runs one uniquely named 4 KiB function for ~30 ms of CPU and exits; exited children
 are reaped as it goes. (Light enough for a shared 2-core machine.)
@@ -38,8 +38,8 @@ def names(seconds):
     end = time.monotonic() + seconds
     i = 0
     while time.monotonic() < end:
-        run_one("n", i, 0.02)
-        time.sleep(0.02)
+        run_one("n", i, 0.005)
+        time.sleep(0.005)
         i += 1
 
 
