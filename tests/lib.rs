@@ -1692,6 +1692,16 @@ pub struct IngestReceiver {
 impl IngestReceiver {
     /// Starts the receiver, answering 503 for the first `refuse_seconds`.
     pub fn start(python: &Path, refuse_seconds: f64) -> Result<Self> {
+        Self::start_with(python, refuse_seconds, &[])
+    }
+
+    /// Starts the receiver logging counts only for each profile (`--brief`: no samples), for
+    /// long runs.
+    pub fn start_brief(python: &Path) -> Result<Self> {
+        Self::start_with(python, 0.0, &["--brief"])
+    }
+
+    fn start_with(python: &Path, refuse_seconds: f64, extra: &[&str]) -> Result<Self> {
         let dir = env::temp_dir().join("pyperch-tests").join(unique("ingest"));
         fs::create_dir_all(&dir)?;
         let log = dir.join("requests.jsonl");
@@ -1702,6 +1712,7 @@ impl IngestReceiver {
             .arg(&log)
             .arg("--refuse-seconds")
             .arg(refuse_seconds.to_string())
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

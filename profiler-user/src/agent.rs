@@ -12,7 +12,7 @@ use std::{
 };
 
 use crate::{
-    aggregate::{Profile, Timing},
+    aggregate::{AGENT_INTERVAL_BUDGET, Profile, Timing},
     filter::ProcessFilter,
     loader::KernelProgram,
     output::{self, Format},
@@ -66,6 +66,7 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     let ring = kernel.take_ring_buffer()?;
     let scope = if options.pids.is_empty() { Scope::Host } else { Scope::Pids(options.pids.iter().copied().collect()) };
     let mut session = Session::new(kernel, scope, options.filter.clone(), options.threads);
+    session.profile.set_budget(AGENT_INTERVAL_BUDGET);
     for p in initial {
         session.add_process(p)?;
     }
@@ -90,7 +91,9 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     let mut flush = |session: &mut Session| {
         let now = SystemTime::now();
         interval_number += 1;
-        let mut part = session.profile.take_stacks();
+        // The whole interval (frames, stacks) leaves the session here and is freed once
+        // encoded; the next interval interns afresh.
+        let mut part = session.take_interval();
         part.set_timing(Timing {
             start: interval_start,
             duration: now.duration_since(interval_start).unwrap_or_default(),

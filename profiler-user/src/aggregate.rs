@@ -8,12 +8,31 @@
 //!
 //! Frames are interned ([`Profile::intern`]) so that a stack is a small slice of `u32`s and a
 //! frame's strings are stored once however many stacks contain it.
+//!
+//! Memory: a profile counts the bytes of its interned frames (their strings' lengths plus a
+//! fixed overhead) and of its stacks, and refuses to grow past its byte budget
+//! ([`Profile::try_intern`] and [`Profile::add`] say no to a NEW frame or stack; known ones
+//! are still counted). The session drops such a sample and counts it, so a profile over its
+//! budget stays true, only incomplete, visibly. `record` keeps one profile for the whole run
+//! ([`RECORD_PROFILE_BUDGET`]); the agent starts a new one every interval
+//! ([`Profile::take_interval`]), so what an interval used is freed once it is uploaded.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
+
+/// Bytes a `record` profile may hold (interned frames and stacks).
+pub const RECORD_PROFILE_BUDGET: usize = 128 << 20;
+/// Bytes one interval's profile may hold in the agent.
+pub const AGENT_INTERVAL_BUDGET: usize = 32 << 20;
+/// Accounted per interned frame beside its strings: the `frames` slot, the `frame_ids` entry
+/// (key, id, control byte, spare capacity) and the two strings' allocation headers.
+const FRAME_OVERHEAD: usize = 160;
+/// Accounted per stack beside its frame ids: the table slot (key, count) and the boxed slice's
+/// allocation header.
+const STACK_OVERHEAD: usize = 80;
 
 /// One Python frame as shown to users.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -124,6 +143,13 @@ pub struct Profile {
     line_numbers: LineNumbers,
     /// Per-thread sample times, kept only for formats that show time (chrometrace).
     timeline: Option<crate::timeline::Timeline>,
+    /// Accounted bytes of the interned frames and the stacks (see the module doc).
+    bytes: usize,
+    /// No new frame or stack is taken once `bytes` would exceed this.
+    budget: usize,
+    /// Which generation of interning this is: `FrameId`s are only valid within one epoch,
+    /// and caches holding them are emptied when it changes ([`Profile::take_interval`]).
+    epoch: u64,
 }
 
 impl Default for Profile {
@@ -139,6 +165,7 @@ impl std::fmt::Debug for Profile {
             .field("processes", &self.processes.len())
             .field("stacks", &self.stacks.len())
             .field("total", &self.total)
+            .field("bytes", &self.bytes)
             .finish()
     }
 }
@@ -162,6 +189,9 @@ impl Profile {
             },
             line_numbers: LineNumbers::Current,
             timeline: None,
+            bytes: 0,
+            budget: RECORD_PROFILE_BUDGET,
+            epoch: 0,
         }
     }
 
@@ -172,6 +202,8 @@ impl Profile {
         p.container_root = self.container_root;
         p.timing = self.timing.clone();
         p.line_numbers = self.line_numbers;
+        // A copy of a profile that was within its budget.
+        p.budget = usize::MAX;
         p
     }
 
@@ -204,6 +236,33 @@ impl Profile {
         }
     }
 
+    /// Sets the byte budget (see the module doc); what is already held stays.
+    pub fn set_budget(&mut self, bytes: usize) {
+        self.budget = bytes;
+    }
+
+    /// Accounted bytes of the interned frames and stacks.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The interning generation `FrameId`s belong to.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Like [`Profile::intern`], but `None` for a frame not interned yet that would take the
+    /// profile past its byte budget.
+    pub fn try_intern(&mut self, frame: FrameName) -> Option<FrameId> {
+        if let Some(&id) = self.frame_ids.get(&frame) {
+            return Some(id);
+        }
+        if self.bytes.saturating_add(frame_bytes(&frame)) > self.budget {
+            return None;
+        }
+        Some(self.intern(frame))
+    }
+
     /// Returns the id of `frame`, interning it on first sight. Equal frames get equal ids.
     ///
     /// Should more than `u32::MAX` distinct frames ever be interned (impossible in practice),
@@ -215,6 +274,7 @@ impl Profile {
         let Ok(id) = FrameId::try_from(self.frames.len()) else {
             return FrameId::MAX;
         };
+        self.bytes = self.bytes.saturating_add(frame_bytes(&frame));
         self.frames.push(frame.clone());
         self.frame_ids.insert(frame, id);
         id
@@ -253,9 +313,12 @@ impl Profile {
     /// A repeat stack costs one hash of the slice and no allocation. `count == 0` records
     /// nothing (no empty entry is created). Counters saturate at `u64::MAX`. An empty
     /// `frames_root_first` is a valid stack: the process was sampled outside Python code.
-    pub fn add(&mut self, pid: u32, tid: Option<u32>, frames_root_first: &[FrameId], count: u64) {
+    ///
+    /// Returns `false`, counting nothing, for a stack not seen before that would take the
+    /// profile past its byte budget.
+    pub fn add(&mut self, pid: u32, tid: Option<u32>, frames_root_first: &[FrameId], count: u64) -> bool {
         if count == 0 {
-            return;
+            return true;
         }
         let hash = stack_hash(&self.hasher, pid, tid, frames_root_first);
         let same = |(key, _): &(StackKey, u64)| {
@@ -264,6 +327,11 @@ impl Profile {
         if let Some((_, n)) = self.stacks.find_mut(hash, same) {
             *n = n.saturating_add(count);
         } else {
+            let cost = stack_bytes(frames_root_first.len());
+            if self.bytes.saturating_add(cost) > self.budget {
+                return false;
+            }
+            self.bytes += cost;
             let key = StackKey {
                 pid,
                 tid,
@@ -277,6 +345,7 @@ impl Profile {
         self.total = self.total.saturating_add(count);
         let process = self.processes.entry(pid).or_default();
         process.samples = process.samples.saturating_add(count);
+        true
     }
 
     /// All samples counted so far, over every process.
@@ -318,50 +387,53 @@ impl Profile {
         self.timing.as_ref()
     }
 
-    /// Moves the stacks counted so far into a new profile and starts counting afresh.
-    /// Interned frames and process labels are kept on both sides, so `FrameId`s handed out
-    /// before stay valid here (the agent uses this at every interval).
-    pub fn take_stacks(&mut self) -> Profile {
-        let mut taken = Profile {
-            frames: self.frames.clone(),
-            frame_ids: HashMap::new(),
-            processes: HashMap::new(),
-            stacks: std::mem::take(&mut self.stacks),
-            hasher: self.hasher.clone(),
-            total: std::mem::take(&mut self.total),
-            container_root: self.container_root,
-            timing: self.timing.clone(),
-            unknown: self.unknown.clone(),
-            line_numbers: self.line_numbers,
-            timeline: None,
-        };
-        for (pid, entry) in self.processes.iter_mut() {
-            taken.processes.insert(*pid, ProcessEntry { label: entry.label.clone(), samples: std::mem::take(&mut entry.samples) });
+    /// Hands over everything counted so far (stacks, interned frames, labels) and starts
+    /// afresh in a new epoch, with the same settings and budget, keeping the labels of the
+    /// processes `keep_label` accepts (those still profiled). Nothing of the interval stays
+    /// behind: its frames and stacks are freed with the returned profile. `FrameId`s handed
+    /// out before are valid in the returned profile only (the agent, at every interval).
+    pub fn take_interval(&mut self, keep_label: impl Fn(u32) -> bool) -> Profile {
+        let mut fresh = Profile::new();
+        fresh.container_root = self.container_root;
+        fresh.budget = self.budget;
+        fresh.line_numbers = self.line_numbers;
+        fresh.epoch = self.epoch.wrapping_add(1);
+        for (pid, entry) in &self.processes {
+            if let Some(label) = entry.label.as_ref().filter(|_| keep_label(*pid)) {
+                fresh.set_process(*pid, label.clone());
+            }
         }
-        taken
+        std::mem::replace(self, fresh)
     }
 
-    /// A profile holding only the stacks `keep` accepts (labels and frames kept).
+    /// A profile holding only the stacks `keep` accepts, their processes' labels and only the
+    /// frames they use (ids renumbered), without a byte budget.
     pub fn filtered(&self, keep: impl Fn(&StackKey) -> bool) -> Profile {
-        let mut part = Profile {
-            frames: self.frames.clone(),
-            frame_ids: HashMap::new(),
-            processes: HashMap::new(),
-            stacks: HashTable::new(),
-            hasher: self.hasher.clone(),
-            total: 0,
-            container_root: self.container_root,
-            timing: self.timing.clone(),
-            unknown: self.unknown.clone(),
-            line_numbers: self.line_numbers,
-            timeline: None,
-        };
+        let mut part = Profile::new();
+        part.container_root = self.container_root;
+        part.timing = self.timing.clone();
+        part.budget = usize::MAX;
+        part.line_numbers = self.line_numbers;
+        let mut ids: HashMap<FrameId, FrameId> = HashMap::new();
+        let mut frames = Vec::new();
         for (key, count) in self.stacks() {
             if keep(key) {
                 if let Some(label) = self.process(key.pid) {
                     part.set_process(key.pid, label.clone());
                 }
-                part.add(key.pid, key.tid, &key.frames, count);
+                frames.clear();
+                for id in key.frames.iter() {
+                    let new = match ids.get(id) {
+                        Some(new) => *new,
+                        None => {
+                            let new = part.intern(self.frame(*id).clone());
+                            ids.insert(*id, new);
+                            new
+                        }
+                    };
+                    frames.push(new);
+                }
+                part.add(key.pid, key.tid, &frames, count);
             }
         }
         part
@@ -371,6 +443,16 @@ impl Profile {
     pub fn stacks(&self) -> impl Iterator<Item = (&StackKey, u64)> {
         self.stacks.iter().map(|(key, count)| (key, *count))
     }
+}
+
+/// Accounted bytes of one interned frame.
+fn frame_bytes(frame: &FrameName) -> usize {
+    frame.function.len() + frame.file.len() + FRAME_OVERHEAD
+}
+
+/// Accounted bytes of one stack of `depth` frames.
+fn stack_bytes(depth: usize) -> usize {
+    depth * std::mem::size_of::<FrameId>() + STACK_OVERHEAD
 }
 
 /// The hash of a stack identity. Used both for borrowed lookups in [`Profile::add`] and for
@@ -499,5 +581,61 @@ mod tests {
         assert_eq!(p.total_samples(), u64::MAX);
         assert_eq!(p.samples_of(1), u64::MAX);
         assert_eq!(p.stacks().next().map(|(_, n)| n), Some(u64::MAX));
+    }
+
+    #[test]
+    fn budget_refuses_new_frames_and_stacks_but_counts_known_ones() {
+        let mut p = Profile::new();
+        let long = "f".repeat(4096);
+        let a = p.try_intern(name(&long, "m.py", 1)).unwrap();
+        assert!(p.add(1, None, &[a], 1));
+        // A 4 KiB name is counted by its bytes.
+        assert!(p.bytes() >= 4096 + "m.py".len());
+        p.set_budget(p.bytes());
+        assert_eq!(p.try_intern(name("g", "m.py", 2)), None, "a new frame past the budget");
+        assert_eq!(p.try_intern(name(&long, "m.py", 1)), Some(a), "a known frame is still found");
+        assert!(p.add(1, None, &[a], 2), "a known stack is still counted");
+        assert!(!p.add(1, None, &[a, a], 1), "a new stack past the budget");
+        assert_eq!(p.total_samples(), 3);
+        assert_eq!(p.stack_count(), 1);
+    }
+
+    #[test]
+    fn take_interval_hands_over_everything_and_starts_a_new_epoch() {
+        let mut p = Profile::new();
+        p.set_budget(1 << 20);
+        let label = |comm: &str| ProcessLabel { comm: comm.into(), ..Default::default() };
+        p.set_process(1, label("alive"));
+        p.set_process(2, label("gone"));
+        let a = p.intern(name("main", "app.py", 1));
+        p.add(1, None, &[a], 4);
+        p.add(2, None, &[a], 1);
+        let epoch = p.epoch();
+        let part = p.take_interval(|pid| pid == 1);
+        assert_eq!(part.total_samples(), 5);
+        assert_eq!(part.frame(a), &name("main", "app.py", 1));
+        assert_eq!(part.process(2).map(|l| l.comm.as_str()), Some("gone"));
+        assert_ne!(p.epoch(), epoch);
+        assert_eq!((p.frame_count(), p.stack_count(), p.total_samples(), p.bytes()), (0, 0, 0, 0));
+        assert_eq!(p.pids(), vec![1], "only the labels of processes still profiled stay");
+        assert_eq!(p.samples_of(1), 0);
+        let _ = p.try_intern(name(&"x".repeat(2 << 20), "big.py", 1)).map(|_| panic!("the budget carries over"));
+    }
+
+    #[test]
+    fn filtered_keeps_only_the_frames_it_uses() {
+        let mut p = Profile::new();
+        let a = p.intern(name("a", "m.py", 1));
+        let b = p.intern(name("b", "m.py", 2));
+        let c = p.intern(name("c", "m.py", 3));
+        p.add(1, None, &[a, c], 2);
+        p.add(2, None, &[b], 1);
+        let part = p.filtered(|k| k.pid == 1);
+        assert_eq!(part.frame_count(), 2);
+        let stacks: Vec<(Vec<String>, u64)> = part
+            .stacks()
+            .map(|(k, n)| (k.frames.iter().map(|id| part.frame(*id).function.to_string()).collect(), n))
+            .collect();
+        assert_eq!(stacks, vec![(vec!["a".to_string(), "c".to_string()], 2)]);
     }
 }

@@ -21,10 +21,17 @@ use profiler_common::{FRAME_READ_MAX, FrameBytes, FrameEntry, FrameLayout, HASH_
 
 use crate::{aggregate::FrameId, memory::ProcessMemory};
 
-/// Frames kept per process (summed over the cached tails) before the cache is emptied.
-const MAX_CACHED_FRAMES: usize = 1 << 20;
+/// Bytes of cached tails kept per process (see `TailCache::bytes`) before the cache is
+/// emptied.
+const MAX_TAIL_BYTES: usize = 8 << 20;
 /// Tails kept per process before the cache is emptied.
 const MAX_TAILS: usize = 8192;
+/// Accounted per cached frame: the entry in its tail, its shown id once symbolized, and its
+/// `suffixes` entry (key, tail pointer, index, control byte, spare capacity).
+const FRAME_BYTES: usize = std::mem::size_of::<FrameEntry>() + std::mem::size_of::<FrameId>() + 48;
+/// Accounted per cached tail: its `tails` entry and the shared allocation (counts, header,
+/// the frames' and symbols' allocation headers).
+const TAIL_BYTES: usize = 128;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CompletionError {
@@ -77,6 +84,8 @@ pub struct TailCache {
     /// the suffix's index in it.
     suffixes: HashMap<(u64, u32), (Rc<CachedTail>, u32)>,
     cached_frames: usize,
+    /// Times the cache was emptied to stay within its bounds.
+    pub evictions: u64,
 }
 
 impl TailCache {
@@ -132,12 +141,25 @@ impl TailCache {
         Ok(Tail { tail, source, frames_from_memory: read })
     }
 
+    /// Accounted bytes held: a fixed amount per tail and per frame (`TAIL_BYTES`,
+    /// `FRAME_BYTES`), never below what the maps and tails hold while their spare capacity
+    /// stays under the hash maps' usual load.
+    pub fn bytes(&self) -> usize {
+        self.tails.len() * TAIL_BYTES + self.cached_frames * FRAME_BYTES
+    }
+
+    /// Empties the cache and frees its memory (the maps' capacity too).
+    pub fn clear(&mut self) {
+        self.tails = HashMap::new();
+        self.suffixes = HashMap::new();
+        self.cached_frames = 0;
+    }
+
     fn insert(&mut self, key: TailKey, tail: Rc<CachedTail>) {
         let n = tail.frames.len();
-        if self.tails.len() >= MAX_TAILS || self.cached_frames + n > MAX_CACHED_FRAMES {
-            self.tails.clear();
-            self.suffixes.clear();
-            self.cached_frames = 0;
+        if self.tails.len() >= MAX_TAILS || self.bytes() + TAIL_BYTES + n * FRAME_BYTES > MAX_TAIL_BYTES {
+            self.clear();
+            self.evictions += 1;
         }
         self.cached_frames += n;
         for (i, frame) in tail.frames.iter().enumerate() {

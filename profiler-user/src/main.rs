@@ -316,7 +316,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 filter: args.filter.build()?,
                 group_by: args.per,
                 queue_profiles: args.queue_size,
-                queue_bytes: 256 << 20,
+                queue_bytes: 128 << 20,
                 duration: args.duration,
             })?;
             Ok(ExitCode::SUCCESS)

@@ -31,10 +31,12 @@ pub enum SampleOutcome {
     ChangedCodeObject,
     /// The process was not (or no longer) known to userspace.
     UnknownProcess,
+    /// The stack needed a frame or stack new to the profile, which is at its byte budget.
+    ProfileFull,
 }
 
 impl SampleOutcome {
-    pub const ALL: [SampleOutcome; 10] = [
+    pub const ALL: [SampleOutcome; 11] = [
         SampleOutcome::Ok,
         SampleOutcome::NoThreadState,
         SampleOutcome::Idle,
@@ -45,6 +47,7 @@ impl SampleOutcome {
         SampleOutcome::BadCodeObject,
         SampleOutcome::ChangedCodeObject,
         SampleOutcome::UnknownProcess,
+        SampleOutcome::ProfileFull,
     ];
 
     pub fn label(&self) -> &'static str {
@@ -59,6 +62,7 @@ impl SampleOutcome {
             SampleOutcome::BadCodeObject => "bad code object",
             SampleOutcome::ChangedCodeObject => "code object changed since the sample",
             SampleOutcome::UnknownProcess => "unknown process",
+            SampleOutcome::ProfileFull => "dropped: profile at its memory budget",
         }
     }
 }
@@ -87,6 +91,8 @@ pub struct Counters {
     pub code_cache_misses: u64,
     /// Code objects whose cached symbol was found stale and re-read.
     pub stale_invalidations: u64,
+    /// Times a symbol or frame cache was emptied to stay within its byte budget.
+    pub cache_evictions: u64,
 }
 
 impl Counters {
@@ -118,6 +124,7 @@ impl Counters {
         self.code_cache_hits += other.code_cache_hits;
         self.code_cache_misses += other.code_cache_misses;
         self.stale_invalidations += other.stale_invalidations;
+        self.cache_evictions += other.cache_evictions;
     }
 
     /// A multi-line report, indented by `indent`.
@@ -144,8 +151,8 @@ impl Counters {
         );
         let _ = writeln!(
             s,
-            "{indent}code-object cache: {} hits, {} misses, {} stale invalidations",
-            self.code_cache_hits, self.code_cache_misses, self.stale_invalidations
+            "{indent}code-object cache: {} hits, {} misses, {} stale invalidations; cache evictions (byte budget): {}",
+            self.code_cache_hits, self.code_cache_misses, self.stale_invalidations, self.cache_evictions
         );
         let per_sample = |v: u64| if total > 0 { v as f64 / total as f64 } else { 0.0 };
         let _ = writeln!(

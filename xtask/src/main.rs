@@ -9,6 +9,9 @@
 //!   forged-memory tests again against pyperch built with overflow checks (`release-checked`
 //!   profile, `target/release-checked/pyperch`), when the filters select them.
 //! - `fixtures`  only the test fixtures (the sid rootfs), created when missing.
+//! - `soak [-- --minutes N]`  the memory soak test (`tests/tests/soak.rs`) run for N minutes
+//!   (default 10): `pyperch agent --interval 1s` under code-object and process churn, its
+//!   RSS growth per hour and peak printed. `test` runs it too, for 75 s.
 //! - `bench [-- OPTIONS]`  pyperch beside py-spy, Austin and CPython's own profiler; writes
 //!   `BENCHMARKS.md` and `bench/results.json` (see `bench/README.md`).
 //!
@@ -35,7 +38,7 @@ mod bench;
 #[command(
     name = "cargo xtask",
     bin_name = "cargo xtask",
-    about = "pyperch's developer tasks: setup, build, run, test, fixtures, fuzz, bench."
+    about = "pyperch's developer tasks: setup, build, run, test, fixtures, fuzz, soak, bench."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -68,6 +71,12 @@ enum Cmd {
         #[arg(long, default_value_t = 20_000)]
         cases: u64,
     },
+    /// The memory soak test for N minutes: the agent under churn, RSS growth and peak.
+    Soak {
+        /// `--minutes N` (default 10), after `--`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Benchmarks against py-spy, Austin and CPython's profiler (writes BENCHMARKS.md).
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -89,6 +98,7 @@ fn main() {
         Cmd::Run { args } => Paths::new().and_then(|p| run(&p, &args)),
         Cmd::Fuzz { cases } => Paths::new().and_then(|p| fuzz(&p, cases)),
         Cmd::Test { filters } => Paths::new().and_then(|p| test(&p, &filters)),
+        Cmd::Soak { args } => Paths::new().and_then(|p| soak(&p, soak_minutes(&args)?)),
         Cmd::Bench { args } => Paths::new().and_then(|p| {
             bench::run(&p, &args.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>())
         }),
@@ -747,6 +757,35 @@ fn fuzz(p: &Paths, cases: u64) -> Result<()> {
     }
     step("fuzz: all targets passed");
     Ok(())
+}
+
+/// The minutes of `cargo xtask soak -- --minutes N` (10 by default).
+fn soak_minutes(args: &[String]) -> Result<u64> {
+    match args {
+        [] => Ok(10),
+        [flag, n] if flag == "--minutes" => {
+            n.parse().map_err(|_| anyhow!("--minutes takes a whole number of minutes, not {n:?}"))
+        }
+        _ => bail!("usage: cargo xtask soak [-- --minutes N]"),
+    }
+}
+
+fn soak(p: &Paths, minutes: u64) -> Result<()> {
+    setup(p)?;
+    setup_test_venv(p);
+    let bin = build_only(p)?;
+    let bin = fs::canonicalize(&bin).unwrap_or(bin);
+    let seconds = minutes.max(1) * 60;
+    step(format!("soak: tests/tests/soak.rs for {seconds} s (PYPERCH_SOAK_SECONDS) with PYPERCH_BIN={}", bin.display()));
+    run_checked(
+        cargo()
+            .current_dir(&p.root)
+            .args(["test", "--release", "-p", "pyperch-tests", "--test", "soak", "--", "--nocapture", "--test-threads=1"])
+            .env("PYPERCH_BIN", &bin)
+            .env("PYPERCH_TEST_VENV", p.cache.join("test-venv"))
+            .env("PYPERCH_SOAK_SECONDS", seconds.to_string()),
+        "running the soak test",
+    )
 }
 
 fn test(p: &Paths, filters: &[OsString]) -> Result<()> {

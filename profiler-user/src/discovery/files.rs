@@ -165,9 +165,34 @@ struct Failure {
     seen: Instant,
 }
 
+/// A parsed file, with its accounted size and when it was last used.
+struct Parsed {
+    facts: Arc<FileFacts>,
+    bytes: usize,
+    used: Instant,
+}
+
+/// Accounted bytes the parsed-file cache may hold.
+const PARSED_BUDGET: usize = 4 << 20;
+/// Parsed files unused this long are dropped (typically mapped by no process any more; a
+/// file dropped is parsed again if a process maps it later).
+const PARSED_IDLE_EXPIRY: Duration = Duration::from_secs(600);
+/// Accounted per entry beside its variable parts: key, map slot, `FileFacts`, headers.
+const PARSED_OVERHEAD: usize = 512;
+
+fn parsed_bytes(facts: &FileFacts) -> usize {
+    PARSED_OVERHEAD
+        + match facts {
+            FileFacts::Python(p) => {
+                p.loads.len() * std::mem::size_of::<elf::Segment>() + p.debug_offsets.as_ref().map_or(0, |d| d.len())
+            }
+            _ => 0,
+        }
+}
+
 #[derive(Default)]
 struct State {
-    parsed: HashMap<FileKey, Arc<FileFacts>>,
+    parsed: HashMap<FileKey, Parsed>,
     /// Files whose opener runs now, and since when.
     in_flight: HashMap<FileKey, Instant>,
     failed: HashMap<FileKey, Failure>,
@@ -179,6 +204,27 @@ struct State {
 }
 
 impl State {
+    /// Caches a parsed file, first dropping idle entries, then the least recently used ones
+    /// until it fits in `PARSED_BUDGET`.
+    fn remember(&mut self, key: FileKey, facts: Arc<FileFacts>) {
+        let now = Instant::now();
+        let bytes = parsed_bytes(&facts);
+        self.parsed.retain(|_, p| now.duration_since(p.used) < PARSED_IDLE_EXPIRY);
+        let mut total: usize = self.parsed.values().map(|p| p.bytes).sum::<usize>() + bytes;
+        if total > PARSED_BUDGET {
+            let mut by_age: Vec<(Instant, FileKey, usize)> = self.parsed.iter().map(|(k, p)| (p.used, *k, p.bytes)).collect();
+            by_age.sort_unstable_by_key(|(used, _, _)| *used);
+            for (_, old, old_bytes) in by_age {
+                if total <= PARSED_BUDGET {
+                    break;
+                }
+                self.parsed.remove(&old);
+                total -= old_bytes;
+            }
+        }
+        self.parsed.insert(key, Parsed { facts, bytes, used: now });
+    }
+
     fn note(&mut self, key: FileKey, problem: Problem) {
         if self.seen.len() < MAX_REMEMBERED * 4 && self.seen.insert((key, problem)) {
             *self.counts.entry(problem).or_default() += 1;
@@ -372,8 +418,9 @@ pub fn facts(pid: u32, mapping: &Mapping) -> Result<Arc<FileFacts>, FileError> {
     };
     {
         let mut state = state();
-        if let Some(found) = state.parsed.get(&key) {
-            return Ok(found.clone());
+        if let Some(found) = state.parsed.get_mut(&key) {
+            found.used = Instant::now();
+            return Ok(found.facts.clone());
         }
         if state.in_flight.contains_key(&key) {
             return skipped(&mut state, Problem::Hung);
@@ -403,7 +450,7 @@ pub fn facts(pid: u32, mapping: &Mapping) -> Result<Arc<FileFacts>, FileError> {
         state.in_flight.remove(&key);
         match &result {
             Ok(parsed) => {
-                state.parsed.insert(key, parsed.clone());
+                state.remember(key, parsed.clone());
                 state.failed.remove(&key);
             }
             Err((Some(problem), _)) => state.fail(key, *problem),

@@ -3,6 +3,7 @@
 //! (completion → symbolization → aggregation).
 
 mod budget;
+mod cache_budget;
 mod discoverer;
 mod event_loop;
 mod target;
@@ -316,6 +317,7 @@ impl Session {
             self.late_samples += 1;
         }
         target.counters.memory_bytes += memory::BYTES_READ.load(Relaxed) - read_bytes;
+        self.enforce_cache_budget();
     }
 
     pub(crate) fn totals(&self) -> Counters {

@@ -2,7 +2,7 @@
 //! the first 64 through the frame cache (`completion`), turned into named frames through the
 //! code-object cache (`symbolize`), added to the profile (`aggregate`).
 
-use std::{collections::HashMap, path::PathBuf, sync::Arc};
+use std::{path::PathBuf, sync::Arc};
 
 use profiler_common::{FRAME_ENTRY_SIZE, FrameEntry, MAX_FULL_FRAMES, SampleHeader, sample_status};
 
@@ -16,20 +16,23 @@ use crate::{
     symbolize::{self, CodeInfo, SymbolError, TypeAddresses},
 };
 
-/// Bounds on the per-process symbol caches (emptied and refilled when reached).
-const MAX_CACHED_CODES: usize = 1 << 16;
-const MAX_CACHED_POSITIONS: usize = 1 << 20;
+use super::cache_budget::{self, CACHE_BYTES, LedgerShare, PROCESS_BUDGET, SizedMap};
 
 /// One Python process being profiled, with its caches.
 pub(crate) struct Target {
     pub(super) process: PythonProcess,
     mem: ProcessMemory,
     /// Code objects by address, with their validation word.
-    codes: HashMap<u64, Arc<CodeEntry>>,
+    codes: SizedMap<u64, Arc<CodeEntry>>,
     /// (code, validation word, instruction offset, owned by a generator) → the frame shown,
-    /// or `None` for a frame CPython itself hides (not started yet).
-    positions: HashMap<(u64, u16, i32, bool), Option<FrameId>>,
+    /// or `None` for a frame CPython itself hides (not started yet). Ids of `epoch`.
+    positions: SizedMap<(u64, u16, i32, bool), Option<FrameId>>,
+    /// Validated deep-stack tails; their symbolized forms hold ids of `epoch`.
     tails: TailCache,
+    /// The profile epoch the cached frame ids belong to (`Profile::epoch`).
+    epoch: Option<u64>,
+    /// The caches' bytes as last reported to the process-wide ledger (`budget`).
+    ledger: LedgerShare,
     pub(super) counters: Counters,
     /// Still running and registered with the kernel.
     pub(super) alive: bool,
@@ -51,6 +54,8 @@ enum FrameError {
     BadCode,
     /// The code object at that address is not the one the kernel saw.
     Changed,
+    /// The profile is at its byte budget and this frame is new to it.
+    ProfileFull,
 }
 
 impl Target {
@@ -60,9 +65,11 @@ impl Target {
             process,
             mem,
             exe_link,
-            codes: HashMap::new(),
-            positions: HashMap::new(),
+            codes: SizedMap::default(),
+            positions: SizedMap::default(),
             tails: TailCache::default(),
+            epoch: None,
+            ledger: LedgerShare::new(&CACHE_BYTES),
             counters: Counters::default(),
             alive: true,
             stack: Vec::with_capacity(64),
@@ -70,6 +77,44 @@ impl Target {
     }
 
     pub(super) fn process_sample(&mut self, header: &SampleHeader, body: &[u8], profile: &mut Profile, threads: bool) -> SampleOutcome {
+        if self.epoch != Some(profile.epoch()) {
+            // A new interval's profile: the cached frame ids belong to the previous one.
+            self.positions.clear();
+            self.tails.clear();
+            self.epoch = Some(profile.epoch());
+        }
+        let outcome = self.process_sample_inner(header, body, profile, threads);
+        self.account();
+        outcome
+    }
+
+    /// Bytes held by this process's caches.
+    pub(super) fn cache_bytes(&self) -> usize {
+        self.codes.bytes() + self.positions.bytes() + self.tails.bytes()
+    }
+
+    /// Empties this process's caches (over a byte budget); they refill from the target.
+    pub(super) fn clear_caches(&mut self) {
+        self.codes.clear();
+        self.positions.clear();
+        self.tails.clear();
+        self.counters.cache_evictions += 1;
+        self.account();
+    }
+
+    /// Reports the caches' bytes to the process-wide ledger.
+    fn account(&mut self) {
+        self.ledger.report(self.cache_bytes());
+    }
+
+    /// Makes room for `bytes` more: empties the caches if they would exceed `PROCESS_BUDGET`.
+    fn reserve(&mut self, bytes: usize) {
+        if self.cache_bytes().saturating_add(bytes) > PROCESS_BUDGET {
+            self.clear_caches();
+        }
+    }
+
+    fn process_sample_inner(&mut self, header: &SampleHeader, body: &[u8], profile: &mut Profile, threads: bool) -> SampleOutcome {
         match header.status {
             sample_status::COMPLETE => {}
             sample_status::NO_THREAD_STATE => return SampleOutcome::NoThreadState,
@@ -91,6 +136,7 @@ impl Target {
         let mut result = Ok(());
         if header.n_hashed > 0 {
             let layout = self.process.layout.frame;
+            let evictions = self.tails.evictions;
             let tail = match self.tails.complete(&self.mem, &layout, header.tail_first, header.n_hashed, header.tail_hash) {
                 Ok(tail) => tail,
                 Err(_) => {
@@ -98,6 +144,9 @@ impl Target {
                     return SampleOutcome::StaleTail;
                 }
             };
+            self.counters.cache_evictions += self.tails.evictions - evictions;
+            // The tail cache has its own bound; this keeps the process's sum within its budget.
+            self.reserve(0);
             match tail.source {
                 TailSource::Hit => self.counters.frame_cache_hits += 1,
                 TailSource::Partial => self.counters.frame_cache_partial_hits += 1,
@@ -141,9 +190,10 @@ impl Target {
         let outcome = match result {
             Err(FrameError::BadCode) => SampleOutcome::BadCodeObject,
             Err(FrameError::Changed) => SampleOutcome::ChangedCodeObject,
+            Err(FrameError::ProfileFull) => SampleOutcome::ProfileFull,
             Ok(()) if stack.is_empty() => SampleOutcome::Idle,
+            Ok(()) if !profile.add(header.tgid, threads.then_some(header.tid), &stack, 1) => SampleOutcome::ProfileFull,
             Ok(()) => {
-                profile.add(header.tgid, threads.then_some(header.tid), &stack, 1);
                 profile.add_time(header.tgid, header.tid, header.time_ns, &stack);
                 SampleOutcome::Ok
             }
@@ -182,12 +232,11 @@ impl Target {
             None
         } else {
             let line = profile.line_numbers().pick(|| info.line(entry.instr_offset).unwrap_or(0), info.firstlineno);
-            Some(profile.intern(FrameName { function: info.qualname.clone(), file: info.filename.clone(), line }))
+            let name = FrameName { function: info.qualname.clone(), file: info.filename.clone(), line };
+            Some(profile.try_intern(name).ok_or(FrameError::ProfileFull)?)
         };
-        if self.positions.len() >= MAX_CACHED_POSITIONS {
-            self.positions.clear();
-        }
-        self.positions.insert(key, id);
+        self.reserve(cache_budget::position_bytes());
+        self.positions.insert(key, id, cache_budget::position_bytes());
         Ok(id)
     }
 
@@ -216,10 +265,9 @@ impl Target {
         let check =
             self.mem.read_u64(name.wrapping_add(STR_HASH_OFFSET as u64)).map_err(|_| FrameError::BadCode)? as u16;
         let code = Arc::new(CodeEntry { info, check });
-        if self.codes.len() >= MAX_CACHED_CODES {
-            self.codes.clear();
-        }
-        self.codes.insert(address, code.clone());
+        let bytes = cache_budget::code_bytes(&code.info);
+        self.reserve(bytes);
+        self.codes.insert(address, code.clone(), bytes);
         if expected.is_some_and(|e| e != check) {
             // It changed again after the sample: what we read is not what was sampled.
             return Err(FrameError::Changed);
