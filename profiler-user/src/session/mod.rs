@@ -167,12 +167,15 @@ impl Session {
     pub(crate) fn add_process(&mut self, process: PythonProcess) -> Result<bool, RecordError> {
         let pid = process.pid;
         let mem = ProcessMemory::new(pid);
+        let generation = target::next_generation(self.registered);
         let info = match process.kernel_info(&mem) {
-            Ok(info) => profiler_common::ProcessInfo { frame: process.layout.kernel_frame_layout(), ..info },
+            Ok(info) => profiler_common::ProcessInfo { frame: process.layout.kernel_frame_layout(), generation, ..info },
             Err(DiscoveryError::NotReady { .. }) => return Ok(false),
             Err(e) => return Err(RecordError::Inspect { pid, message: e.to_string() }),
         };
-        self.kernel.register(pid, &info)?;
+        if !target::register(&mut self.kernel, &process, &info)? {
+            return Ok(false);
+        }
         let container = containers::for_process(pid);
         self.profile.set_process(
             pid,
@@ -184,7 +187,7 @@ impl Session {
                 pod_uid: container.pod_uid,
             },
         );
-        self.targets.insert(pid, Target::new(process));
+        self.targets.insert(pid, Target::new(process, generation));
         self.registered += 1;
         Ok(true)
     }
@@ -416,7 +419,8 @@ impl Session {
         }
         // SAFETY: the record starts with a SampleHeader (plain data), checked for length.
         let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
-        let Some(target) = self.targets.get_mut(&header.tgid) else {
+        // Only the registration the sample was taken under: never a reused PID's successor.
+        let Some(target) = self.targets.get_mut(&header.tgid).filter(|t| t.generation == header.generation) else {
             self.unknown_process_samples += 1;
             return;
         };
