@@ -340,3 +340,56 @@ mod pod {
 const _: () = assert!(SAMPLE_HEADER_SIZE == 64);
 const _: () = assert!(FRAME_ENTRY_SIZE == 32);
 const _: () = assert!(core::mem::size_of::<FrameLayout>() == 64);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(version: u32) -> FrameLayout {
+        FrameLayout { check_start: 0x40, check_size: 0x40, check_name: 0x38, check_filename: 0x30, check_version: version, check_str: 0x10, shim_owner: 3, ..Default::default() }
+    }
+
+    #[test]
+    fn code_check_depends_on_every_input() {
+        let l = layout(NO_FIELD);
+        let mut w: FrameBytes = [0; FRAME_READ_MAX + 8];
+        w[..0x40].iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+        let base = code_check(&l, &w, [4, 5], [6, 7]);
+        assert_ne!(base, 0);
+        assert_eq!(base, code_check(&l, &w, [4, 5], [6, 7]));
+        assert_ne!(base, code_check(&l, &w, [4, 6], [6, 7]), "name hash");
+        assert_ne!(base, code_check(&l, &w, [4, 5], [7, 7]), "filename length");
+        assert_ne!(base, code_check(&l, &w, [4, 5], [6, 8]), "filename hash");
+        let mut w2 = w;
+        w2[0x3f] ^= 1;
+        assert_ne!(base, code_check(&l, &w2, [4, 5], [6, 7]), "last window byte");
+        // Bytes past the window do not count.
+        let mut w3 = w;
+        w3[0x40] ^= 1;
+        assert_eq!(base, code_check(&l, &w3, [4, 5], [6, 7]));
+    }
+
+    #[test]
+    fn strings_are_needed_only_without_a_version() {
+        let mut w: FrameBytes = [0; FRAME_READ_MAX + 8];
+        assert!(code_check_needs_strings(&layout(NO_FIELD), &w));
+        assert!(code_check_needs_strings(&layout(0x1c), &w), "version 0: the counter ran out");
+        w[0x1c] = 7;
+        assert!(!code_check_needs_strings(&layout(0x1c), &w));
+        // The neighbouring u32 (co_nfreevars at 0x18) does not count as the version.
+        w[0x1c] = 0;
+        w[0x18] = 1;
+        assert!(code_check_needs_strings(&layout(0x1c), &w));
+    }
+
+    #[test]
+    fn shims_get_no_check_and_the_tail_hash_covers_the_check() {
+        let l = layout(0x1c);
+        let shim = FrameEntry { code: 0x1000, owner: 3, ..Default::default() };
+        assert!(!code_check_applies(&l, &shim));
+        let frame = FrameEntry { code: 0x1000, owner: 0, check: 5, ..Default::default() };
+        assert!(code_check_applies(&l, &frame));
+        let other = FrameEntry { check: 6, ..frame };
+        assert_ne!(frame_hash(HASH_SEED, &frame), frame_hash(HASH_SEED, &other));
+    }
+}

@@ -404,6 +404,31 @@ mod tests {
         assert_eq!(l38.code.size, 0x80);
     }
 
+    /// The validation window of every version: where the notes put `co_firstlineno`,
+    /// `co_filename`, `co_name`, `co_linetable` (3.8-3.11) and `co_version` (3.12+), one read
+    /// below `FRAME_READ_MAX`, holding only fields set at creation.
+    #[test]
+    fn check_windows_cover_the_fields_in_one_read() {
+        use crate::layout::check_window;
+        let expected = [(8, (0x28, 0x58)), (9, (0x28, 0x58)), (10, (0x28, 0x58)), (11, (0x48, 0x48)), (12, (0x40, 0x40))];
+        for (minor, window) in expected {
+            let l = layout_for(Version::new(3, minor, 0)).expect("row");
+            assert_eq!(check_window(&l.code), window, "3.{minor}");
+            let k = l.kernel_frame_layout();
+            assert_eq!((k.check_start, k.check_size), window);
+            assert!((k.check_size as usize) < FRAME_READ_MAX);
+            assert_eq!(k.check_start + k.check_name, l.code.name);
+            assert_eq!(k.check_start + k.check_filename, l.code.filename);
+            assert_eq!(k.check_version == NO_FIELD, minor < 12);
+            // The (length, hash) pair is read at once: the hash follows the length.
+            assert_eq!(k.check_str + 8, crate::layout::STR_HASH_OFFSET);
+            assert_eq!(k.shim_owner, if minor >= 12 { 3 } else { NO_FIELD });
+        }
+        for minor in 13..=15 {
+            assert_eq!(extras_for(Version::new(3, minor, 0)).expect("row").code_version, 0x5c);
+        }
+    }
+
     #[test]
     fn per_version_facts_match_the_notes() {
         let keys: Vec<_> = all_legacy().map(|l| l.pthread_key).collect();
