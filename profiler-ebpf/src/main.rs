@@ -189,7 +189,15 @@ fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch
     }
 
     scratch.layout = info.frame;
-    scratch.walk = WalkState { frame, hash: HASH_SEED, n_full: 0, n_hashed: 0, status: sample_status::TRUNCATED };
+    scratch.walk = WalkState {
+        frame,
+        hash: HASH_SEED,
+        n_full: 0,
+        n_hashed: 0,
+        status: sample_status::TRUNCATED,
+        last_check: 0,
+        last_code: 0,
+    };
     // SAFETY: bpf_loop calls the callbacks with our (unused) context; they find the walk state
     // in this CPU's scratch value.
     unsafe {
@@ -227,6 +235,11 @@ struct WalkState {
     n_full: u32,
     n_hashed: u32,
     status: u32,
+    /// The check of the last code object computed in this walk, and its address: a code
+    /// object met again in the same walk (recursion) has the same check, since the stopped
+    /// thread's frames keep it and its strings alive and all the fields read are immutable.
+    last_check: u32,
+    last_code: u64,
 }
 
 fn scratch_mut() -> Option<&'static mut Scratch> {
@@ -250,7 +263,7 @@ extern "C" fn full_frame_step(index: u64, _ctx: *mut c_void) -> i64 {
         s.walk.status = sample_status::READ_FAULT;
         return 1;
     };
-    entry.check = frame_code_check(&s.layout, entry, &mut s.code);
+    entry.check = walk_code_check(&s.layout, entry, &mut s.code, &mut s.walk);
     s.walk.n_full = i as u32 + 1;
     s.walk.frame = previous;
     0
@@ -268,7 +281,7 @@ extern "C" fn hashed_frame_step(_index: u64, _ctx: *mut c_void) -> i64 {
         s.walk.status = sample_status::READ_FAULT;
         return 1;
     };
-    entry.check = frame_code_check(&s.layout, &entry, &mut s.code);
+    entry.check = walk_code_check(&s.layout, &entry, &mut s.code, &mut s.walk);
     s.walk.hash = frame_hash(s.walk.hash, &entry);
     s.walk.n_hashed += 1;
     s.walk.frame = previous;
@@ -309,6 +322,22 @@ fn read_frame(layout: &FrameLayout, frame: u64, buf: &mut FrameBytes, entry: &mu
         return None;
     }
     Some(decode_frame(layout, frame, buf, entry))
+}
+
+/// `frame_code_check`, computed once per run of equal code addresses in a walk (the common
+/// deep stack is recursion: one code object, hundreds of frames).
+#[inline(always)]
+fn walk_code_check(layout: &FrameLayout, entry: &FrameEntry, window: &mut FrameBytes, walk: &mut WalkState) -> u32 {
+    if !code_check_applies(layout, entry) {
+        return 0;
+    }
+    if entry.code == walk.last_code {
+        return walk.last_check;
+    }
+    let check = frame_code_check(layout, entry, window);
+    walk.last_code = entry.code;
+    walk.last_check = check;
+    check
 }
 
 /// The validation word of the frame's code object (`profiler_common::code_check`): one read

@@ -106,6 +106,10 @@ impl TailCache {
         let mut source = TailSource::Miss;
         let mut read = 0usize;
         let size = (layout.read_size as usize).min(FRAME_READ_MAX);
+        // The check of the last code object read, by address (recursion repeats it; if the
+        // object changed meanwhile, the kernel's first read of it already differs and so
+        // does the hash).
+        let mut last: Option<(u64, u32)> = None;
         while frames.len() < count as usize {
             if address == 0 {
                 return Err(CompletionError::Mismatch);
@@ -127,7 +131,16 @@ impl TailCache {
             read += 1;
             let mut entry = FrameEntry::default();
             let previous = decode_frame(layout, address, &buf, &mut entry);
-            entry.check = read_code_check(mem, layout, &entry);
+            entry.check = match last {
+                Some((code, check)) if code == entry.code && code_check_applies(layout, &entry) => check,
+                _ => {
+                    let check = read_code_check(mem, layout, &entry);
+                    if code_check_applies(layout, &entry) {
+                        last = Some((entry.code, check));
+                    }
+                    check
+                }
+            };
             running = frame_hash(running, &entry);
             frames.push(entry);
             address = previous;
