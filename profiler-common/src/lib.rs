@@ -57,12 +57,27 @@ pub struct FrameLayout {
     pub owner: u32,
     /// Offset of `co_code_adaptive` in a code object (for `instr_kind::POINTER`).
     pub code_adaptive: u32,
-    /// Offset of `co_name` in a code object, for the per-frame validation word; `NO_FIELD`
-    /// disables the word (it is then 0).
+    /// The validation word of each frame's code object (see [`code_check`]) is computed from
+    /// one read of `check_size` bytes at `code + check_start` (the "window"), which covers
+    /// `co_firstlineno`, `co_filename`, `co_name` and, where the version has it, `co_version`.
+    /// Every 8-byte word of the window must be immutable for the code object's life.
+    /// `check_size == 0` disables the word (it is then 0).
+    pub check_start: u32,
+    /// Bytes of the window: a multiple of 8, below `FRAME_READ_MAX`.
+    pub check_size: u32,
+    /// Offset of the `co_name` pointer in the window.
     pub check_name: u32,
-    /// Offset of the cached hash in a `str` object (`co_name` is interned, so it is set).
-    pub check_hash: u32,
-    pub _pad: u32,
+    /// Offset of the `co_filename` pointer in the window.
+    pub check_filename: u32,
+    /// Offset in the window of a `u32` that the interpreter sets once per code object from a
+    /// counter and never reuses (`co_version`, 3.12+), or `NO_FIELD`. When present and non-zero
+    /// the window alone identifies the code object and the strings are not read.
+    pub check_version: u32,
+    /// Offset in a `str` of its length; its cached hash follows (16 bytes read at once).
+    pub check_str: u32,
+    /// Frames whose owner is at least this are interpreter shims: their "code" is not a code
+    /// object (None, or the trampoline), so they get no check. `NO_FIELD`: no shims.
+    pub shim_owner: u32,
     /// Applied to the code pointer: clears the `_PyStackRef` tag bits in 3.14+.
     pub code_mask: u64,
 }
@@ -104,6 +119,11 @@ pub struct ProcessInfo {
     pub interpreters_head_addr: u64,
     pub thread: ThreadLayout,
     pub frame: FrameLayout,
+    /// Set by userspace at registration, unique per registration, never 0: copied into every
+    /// `SampleHeader` so that a sample is attributed to the registration (not merely the pid)
+    /// it was taken under. A PID reused by another process never matches the old target.
+    pub generation: u32,
+    pub _pad: u32,
 }
 
 /// Slots of the kernel program's per-CPU `COUNTERS` array.
@@ -118,8 +138,11 @@ pub mod counter {
     /// Registered processes that exec'd: the kernel stopped sampling them (their layout no
     /// longer applies) and userspace must look at them again.
     pub const REGISTERED_EXECS: u32 = 3;
+    /// Registered processes whose last thread exited: the kernel removed their entry from
+    /// `PROCESSES` at once, so the slot is free and a reused PID is never sampled with it.
+    pub const REGISTERED_EXITS: u32 = 4;
     /// Number of slots.
-    pub const SLOTS: u32 = 4;
+    pub const SLOTS: u32 = 5;
 }
 
 /// Outcome of one kernel walk.
@@ -155,6 +178,9 @@ pub struct SampleHeader {
     pub tail_first: u64,
     /// `frame_hash` folded over the hashed frames, starting from `HASH_SEED`.
     pub tail_hash: u64,
+    /// `ProcessInfo::generation` of the registration this sample was taken under.
+    pub generation: u32,
+    pub _pad: u32,
 }
 
 /// One frame as the kernel read it.
@@ -168,13 +194,13 @@ pub struct FrameEntry {
     /// Byte offset of the instruction in the code (meaning depends on the version; see the
     /// userspace layout). `i32::MIN` when it could not be computed.
     pub instr_offset: i32,
-    /// Validation word of the code object (full frames only; 0 in hashed frames): the low
-    /// 16 bits of the hash of its `co_name`. A code object freed and replaced by another at
-    /// the same address almost always changes it, so a cached symbol is never reused blindly.
-    pub check: u16,
+    /// Validation word of the code object ([`code_check`]), for every frame the kernel walks
+    /// (full frames carry it; hashed frames fold it into the tail hash). 0 for shims and when
+    /// the code object could not be read.
+    pub check: u32,
     /// Frame owner (3.11+), or `u8::MAX` when the version has no owner field.
     pub owner: u8,
-    pub _pad: u8,
+    pub _pad: [u8; 7],
 }
 
 pub const SAMPLE_HEADER_SIZE: usize = core::mem::size_of::<SampleHeader>();
@@ -207,6 +233,68 @@ pub fn decode_frame(layout: &FrameLayout, frame: u64, buf: &FrameBytes, entry: &
     field_u64(buf, layout.previous)
 }
 
+/// Whether the frame's code object gets a validation word at all: not for shims (their
+/// "code" is None or a trampoline), not without a code pointer or a window.
+#[inline(always)]
+pub fn code_check_applies(layout: &FrameLayout, entry: &FrameEntry) -> bool {
+    let shim = layout.shim_owner != NO_FIELD && entry.owner != u8::MAX && entry.owner as u32 >= layout.shim_owner;
+    !shim && entry.code != 0 && layout.check_size != 0
+}
+
+/// Bytes of the check window to read (masked so the BPF verifier sees the bound).
+#[inline(always)]
+pub fn code_check_size(layout: &FrameLayout) -> u32 {
+    layout.check_size & (FRAME_READ_MAX as u32 - 1)
+}
+
+/// Whether [`code_check`] needs the `str` reads: the window has no per-object version, or it
+/// reads 0 (the interpreter's counter ran out).
+#[inline(always)]
+pub fn code_check_needs_strings(layout: &FrameLayout, window: &FrameBytes) -> bool {
+    layout.check_version == NO_FIELD || field_u64(window, layout.check_version) as u32 == 0
+}
+
+/// The `co_name` and `co_filename` pointers in a window.
+#[inline(always)]
+pub fn code_check_strings(layout: &FrameLayout, window: &FrameBytes) -> (u64, u64) {
+    (field_u64(window, layout.check_name), field_u64(window, layout.check_filename))
+}
+
+/// The validation word of one code object, from its window and, when
+/// [`code_check_needs_strings`], the (length, cached hash) pairs of its `co_name` and
+/// `co_filename` (`[0, 0]` when unread or unreadable). Kernel and userspace both call this on
+/// the same bytes, so a code object re-read by userspace checks equal only if it is the one
+/// the kernel saw, as far as these fields tell:
+/// - 3.12+: the window holds `co_version`, set once per code object from a per-interpreter
+///   counter that never repeats (until it runs out at 2^32 code objects and stays 0): two code
+///   objects at one address differ here even with identical name, file and first line;
+/// - before: the window holds `co_firstlineno` and every immutable pointer from it to
+///   `co_name` (3.8-3.10: `co_code`, `co_consts`, ..., `co_lnotab`/`co_linetable`; 3.11 up to
+///   `co_linetable`), and the strings add their content's hash and length. The filename's
+///   hash may be unset (-1: CPython computes it lazily); it is then stable until something
+///   hashes the string, which changes the word once.
+/// Never 0 (0 means "no check").
+#[inline(always)]
+pub fn code_check(layout: &FrameLayout, window: &FrameBytes, name: [u64; 2], filename: [u64; 2]) -> u32 {
+    let size = code_check_size(layout);
+    let mut h = HASH_SEED;
+    let mut offset = 0u32;
+    // At most FRAME_READ_MAX / 8 words; a constant bound for the verifier.
+    for _ in 0..FRAME_READ_MAX / 8 {
+        if offset >= size {
+            break;
+        }
+        h = mix(h ^ field_u64(window, offset));
+        offset += 8;
+    }
+    h = mix(h ^ name[0]);
+    h = mix(h ^ name[1]);
+    h = mix(h ^ filename[0]);
+    h = mix(h ^ filename[1]);
+    let word = (h ^ (h >> 32)) as u32;
+    if word == 0 { 1 } else { word }
+}
+
 /// The little-endian u64 at `offset` in the frame bytes. Offsets are masked into the buffer,
 /// which keeps the BPF verifier satisfied and makes any offset safe.
 #[inline(always)]
@@ -220,13 +308,16 @@ pub const HASH_SEED: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// Folds one frame into a running tail hash. Kernel and userspace call this same function,
 /// so a tail that userspace re-reads from the target hashes equal only if every frame
-/// (address, code, position, owner) is unchanged.
+/// (address, code object address, position, owner) is unchanged and every code object has the
+/// same validation word (`check`): a same-named code object that replaced another at one
+/// address (a module reload, a re-`exec`) changes the hash.
 #[inline(always)]
 pub fn frame_hash(h: u64, e: &FrameEntry) -> u64 {
     let mut h = h;
     h = mix(h ^ e.frame);
     h = mix(h ^ e.code);
-    mix(h ^ ((e.instr_offset as u32 as u64) | ((e.owner as u64) << 32)))
+    h = mix(h ^ (e.instr_offset as u32 as u64));
+    mix(h ^ ((e.check as u64) | ((e.owner as u64) << 32)))
 }
 
 #[inline(always)]
@@ -243,4 +334,62 @@ mod pod {
     unsafe impl aya::Pod for super::ProcessInfo {}
     unsafe impl aya::Pod for super::SampleHeader {}
     unsafe impl aya::Pod for super::FrameEntry {}
+}
+
+// The record layout is shared by two compilers: its sizes are fixed here, padding explicit.
+const _: () = assert!(SAMPLE_HEADER_SIZE == 64);
+const _: () = assert!(FRAME_ENTRY_SIZE == 32);
+const _: () = assert!(core::mem::size_of::<FrameLayout>() == 64);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(version: u32) -> FrameLayout {
+        FrameLayout { check_start: 0x40, check_size: 0x40, check_name: 0x38, check_filename: 0x30, check_version: version, check_str: 0x10, shim_owner: 3, ..Default::default() }
+    }
+
+    #[test]
+    fn code_check_depends_on_every_input() {
+        let l = layout(NO_FIELD);
+        let mut w: FrameBytes = [0; FRAME_READ_MAX + 8];
+        w[..0x40].iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+        let base = code_check(&l, &w, [4, 5], [6, 7]);
+        assert_ne!(base, 0);
+        assert_eq!(base, code_check(&l, &w, [4, 5], [6, 7]));
+        assert_ne!(base, code_check(&l, &w, [4, 6], [6, 7]), "name hash");
+        assert_ne!(base, code_check(&l, &w, [4, 5], [7, 7]), "filename length");
+        assert_ne!(base, code_check(&l, &w, [4, 5], [6, 8]), "filename hash");
+        let mut w2 = w;
+        w2[0x3f] ^= 1;
+        assert_ne!(base, code_check(&l, &w2, [4, 5], [6, 7]), "last window byte");
+        // Bytes past the window do not count.
+        let mut w3 = w;
+        w3[0x40] ^= 1;
+        assert_eq!(base, code_check(&l, &w3, [4, 5], [6, 7]));
+    }
+
+    #[test]
+    fn strings_are_needed_only_without_a_version() {
+        let mut w: FrameBytes = [0; FRAME_READ_MAX + 8];
+        assert!(code_check_needs_strings(&layout(NO_FIELD), &w));
+        assert!(code_check_needs_strings(&layout(0x1c), &w), "version 0: the counter ran out");
+        w[0x1c] = 7;
+        assert!(!code_check_needs_strings(&layout(0x1c), &w));
+        // The neighbouring u32 (co_nfreevars at 0x18) does not count as the version.
+        w[0x1c] = 0;
+        w[0x18] = 1;
+        assert!(code_check_needs_strings(&layout(0x1c), &w));
+    }
+
+    #[test]
+    fn shims_get_no_check_and_the_tail_hash_covers_the_check() {
+        let l = layout(0x1c);
+        let shim = FrameEntry { code: 0x1000, owner: 3, ..Default::default() };
+        assert!(!code_check_applies(&l, &shim));
+        let frame = FrameEntry { code: 0x1000, owner: 0, check: 5, ..Default::default() };
+        assert!(code_check_applies(&l, &frame));
+        let other = FrameEntry { check: 6, ..frame };
+        assert_ne!(frame_hash(HASH_SEED, &frame), frame_hash(HASH_SEED, &other));
+    }
 }

@@ -23,15 +23,22 @@ use aya_ebpf::{
     programs::{PerfEventContext, RawTracePointContext},
 };
 use profiler_common::{
-    FRAME_READ_MAX, FrameBytes, counter, FrameEntry, FrameLayout, HASH_SEED, MAX_FULL_FRAMES, MAX_HASHED_FRAMES,
-    MAX_THREAD_SCAN, NO_FIELD, ProcessInfo, SampleHeader, decode_frame, frame_hash,
-    sample_status, tstate_lookup,
+    FRAME_READ_MAX, FrameBytes, FrameEntry, FrameLayout, HASH_SEED, MAX_FULL_FRAMES, MAX_HASHED_FRAMES,
+    MAX_THREAD_SCAN, NO_FIELD, ProcessInfo, SampleHeader, code_check, code_check_applies, code_check_needs_strings,
+    code_check_size, code_check_strings, counter, decode_frame, frame_hash, sample_status, tstate_lookup,
 };
 
 /// Offset of `thread.fsbase` in `struct task_struct`, read from the kernel's BTF by
 /// userspace and frozen at load time.
 #[unsafe(no_mangle)]
 static TASK_FSBASE_OFFSET: u64 = 0;
+
+/// Offsets of `task_struct.signal` and `signal_struct.live` (from BTF; 0 when unknown): a
+/// thread group is dead when the exiting task leaves `live` at 0.
+#[unsafe(no_mangle)]
+static TASK_SIGNAL_OFFSET: u64 = 0;
+#[unsafe(no_mangle)]
+static SIGNAL_LIVE_OFFSET: u64 = 0;
 
 /// Registered processes, by tgid.
 #[map]
@@ -63,6 +70,8 @@ struct Scratch {
     layout: FrameLayout,
     walk: WalkState,
     frame: FrameBytes,
+    /// The check window of the frame's code object (see `code_check`).
+    code: FrameBytes,
 }
 
 #[map]
@@ -84,12 +93,48 @@ pub fn pyperch_sample(_ctx: PerfEventContext) -> u32 {
     0
 }
 
-/// Attached by userspace to the `sched_process_fork` and `sched_process_exit` tracepoints:
-/// counts changes to the set of processes.
+/// Attached by userspace to the `sched_process_fork` tracepoint: counts changes to the set of
+/// processes.
 #[raw_tracepoint]
 pub fn pyperch_process_event(_ctx: RawTracePointContext) -> i32 {
     bump(counter::PROCESS_EVENTS);
     0
+}
+
+/// Attached to `sched_process_exit`, which fires for every exiting thread (in its context,
+/// after `do_exit` decremented `signal->live`): counts it, and when the whole thread group is
+/// gone removes the process from `PROCESSES`. The slot is free at once (the map never fills
+/// with dead processes), and a PID reused later is not sampled with the old layout.
+#[raw_tracepoint]
+pub fn pyperch_process_exit(_ctx: RawTracePointContext) -> i32 {
+    bump(counter::PROCESS_EVENTS);
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if thread_group_dead(pid_tgid as u32 == tgid) && PROCESSES.remove(&tgid).is_ok() {
+        bump(counter::REGISTERED_EXITS);
+    }
+    0
+}
+
+/// Whether the exiting current task was the last live thread of its group. Without the BTF
+/// offsets, falls back to "the group leader exits" (in a normal exit the process is dying).
+fn thread_group_dead(is_leader: bool) -> bool {
+    // SAFETY: read_volatile of frozen globals; the kernel reads tolerate any address.
+    unsafe {
+        let signal_offset = core::ptr::read_volatile(&TASK_SIGNAL_OFFSET) as usize;
+        let live_offset = core::ptr::read_volatile(&SIGNAL_LIVE_OFFSET) as usize;
+        if signal_offset == 0 || live_offset == 0 {
+            return is_leader;
+        }
+        let task = bpf_get_current_task() as *const u8;
+        let Ok(signal) = bpf_probe_read_kernel(task.add(signal_offset) as *const u64) else {
+            return is_leader;
+        };
+        match bpf_probe_read_kernel((signal as *const u8).add(live_offset) as *const i32) {
+            Ok(live) => live == 0,
+            Err(_) => is_leader,
+        }
+    }
 }
 
 /// Attached to `sched_process_exec`: counts it, and stops sampling the process if it was
@@ -113,6 +158,8 @@ fn bump(index: u32) {
 
 fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch) {
     let header = &mut scratch.record.header;
+    header.generation = info.generation;
+    header._pad = 0;
     header.time_ns = unsafe { bpf_ktime_get_ns() };
     header.tgid = tgid;
     header.tid = tid;
@@ -142,7 +189,15 @@ fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch
     }
 
     scratch.layout = info.frame;
-    scratch.walk = WalkState { frame, hash: HASH_SEED, n_full: 0, n_hashed: 0, status: sample_status::TRUNCATED };
+    scratch.walk = WalkState {
+        frame,
+        hash: HASH_SEED,
+        n_full: 0,
+        n_hashed: 0,
+        status: sample_status::TRUNCATED,
+        last_check: 0,
+        last_code: 0,
+    };
     // SAFETY: bpf_loop calls the callbacks with our (unused) context; they find the walk state
     // in this CPU's scratch value.
     unsafe {
@@ -180,6 +235,11 @@ struct WalkState {
     n_full: u32,
     n_hashed: u32,
     status: u32,
+    /// The check of the last code object computed in this walk, and its address: a code
+    /// object met again in the same walk (recursion) has the same check, since the stopped
+    /// thread's frames keep it and its strings alive and all the fields read are immutable.
+    last_check: u32,
+    last_code: u64,
 }
 
 fn scratch_mut() -> Option<&'static mut Scratch> {
@@ -203,7 +263,7 @@ extern "C" fn full_frame_step(index: u64, _ctx: *mut c_void) -> i64 {
         s.walk.status = sample_status::READ_FAULT;
         return 1;
     };
-    entry.check = code_check(&s.layout, entry.code);
+    entry.check = walk_code_check(&s.layout, entry, &mut s.code, &mut s.walk);
     s.walk.n_full = i as u32 + 1;
     s.walk.frame = previous;
     0
@@ -221,6 +281,7 @@ extern "C" fn hashed_frame_step(_index: u64, _ctx: *mut c_void) -> i64 {
         s.walk.status = sample_status::READ_FAULT;
         return 1;
     };
+    entry.check = walk_code_check(&s.layout, &entry, &mut s.code, &mut s.walk);
     s.walk.hash = frame_hash(s.walk.hash, &entry);
     s.walk.n_hashed += 1;
     s.walk.frame = previous;
@@ -263,17 +324,60 @@ fn read_frame(layout: &FrameLayout, frame: u64, buf: &mut FrameBytes, entry: &mu
     Some(decode_frame(layout, frame, buf, entry))
 }
 
-/// The validation word of a code object: low bits of its name's cached hash (0 if unset).
+/// `frame_code_check`, computed once per run of equal code addresses in a walk (the common
+/// deep stack is recursion: one code object, hundreds of frames).
 #[inline(always)]
-fn code_check(layout: &FrameLayout, code: u64) -> u16 {
-    if layout.check_name == NO_FIELD || code == 0 {
+fn walk_code_check(layout: &FrameLayout, entry: &FrameEntry, window: &mut FrameBytes, walk: &mut WalkState) -> u32 {
+    if !code_check_applies(layout, entry) {
         return 0;
     }
-    let name = read_u64(code + layout.check_name as u64);
-    if name == 0 {
+    if entry.code == walk.last_code {
+        return walk.last_check;
+    }
+    let check = frame_code_check(layout, entry, window);
+    walk.last_code = entry.code;
+    walk.last_check = check;
+    check
+}
+
+/// The validation word of the frame's code object (`profiler_common::code_check`): one read
+/// of the code object's window and, only when the window has no per-object version (before
+/// 3.12), one 16-byte read of each of `co_name` and `co_filename`. 0: no check (a shim) or
+/// the window was unreadable.
+#[inline(always)]
+fn frame_code_check(layout: &FrameLayout, entry: &FrameEntry, window: &mut FrameBytes) -> u32 {
+    if !code_check_applies(layout, entry) {
         return 0;
     }
-    read_u64(name + layout.check_hash as u64) as u16
+    let size = code_check_size(layout);
+    if size == 0 {
+        return 0;
+    }
+    // SAFETY: the helper writes at most `size` < FRAME_READ_MAX bytes into `window`.
+    let ret = unsafe {
+        generated::bpf_probe_read_user(
+            window.as_mut_ptr() as *mut _,
+            size,
+            (entry.code + layout.check_start as u64) as *const _,
+        )
+    };
+    if ret != 0 {
+        return 0;
+    }
+    let (mut name, mut filename) = ([0u64; 2], [0u64; 2]);
+    if code_check_needs_strings(layout, window) {
+        let (name_ptr, filename_ptr) = code_check_strings(layout, window);
+        name = read_str_key(name_ptr + layout.check_str as u64);
+        filename = read_str_key(filename_ptr + layout.check_str as u64);
+    }
+    code_check(layout, window, name, filename)
+}
+
+/// A `str`'s (length, cached hash), or zeros when unreadable.
+#[inline(always)]
+fn read_str_key(address: u64) -> [u64; 2] {
+    // SAFETY: bpf_probe_read_user tolerates any address; failure reads as zeros.
+    unsafe { bpf_probe_read_user(address as *const [u64; 2]) }.unwrap_or([0, 0])
 }
 
 fn read_u64(address: u64) -> u64 {

@@ -12,12 +12,19 @@
 //! - miss: the whole tail is read from memory and kept only if it hashes the same.
 //!
 //! Two call chains that reuse frame addresses therefore never splice: any difference in a
-//! frame's address, code object, instruction offset or owner changes the hash, and a tail
-//! that does not hash like the kernel's walk is dropped, never emitted.
+//! frame's address, code object address, instruction offset, owner or code-object validation
+//! word (`profiler_common::code_check`, which the kernel computes for every tail frame too)
+//! changes the hash, and a tail that does not hash like the kernel's walk is dropped, never
+//! emitted. A function replaced by a same-named one at the same address (a module reload)
+//! below the full frames is therefore caught like one among them. Every cached frame keeps
+//! the check it was validated with, so its symbols are looked up under that check.
 
 use std::{cell::OnceCell, collections::HashMap, rc::Rc};
 
-use profiler_common::{FRAME_READ_MAX, FrameBytes, FrameEntry, FrameLayout, HASH_SEED, decode_frame, frame_hash};
+use profiler_common::{
+    FRAME_READ_MAX, FrameBytes, FrameEntry, FrameLayout, HASH_SEED, code_check, code_check_applies,
+    code_check_needs_strings, code_check_size, code_check_strings, decode_frame, frame_hash,
+};
 
 use crate::{aggregate::FrameId, memory::ProcessMemory};
 
@@ -108,6 +115,10 @@ impl TailCache {
         let mut source = TailSource::Miss;
         let mut read = 0usize;
         let size = (layout.read_size as usize).min(FRAME_READ_MAX);
+        // The check of the last code object read, by address (recursion repeats it; if the
+        // object changed meanwhile, the kernel's first read of it already differs and so
+        // does the hash).
+        let mut last: Option<(u64, u32)> = None;
         while frames.len() < count as usize {
             if address == 0 {
                 return Err(CompletionError::Mismatch);
@@ -129,6 +140,16 @@ impl TailCache {
             read += 1;
             let mut entry = FrameEntry::default();
             let previous = decode_frame(layout, address, &buf, &mut entry);
+            entry.check = match last {
+                Some((code, check)) if code == entry.code && code_check_applies(layout, &entry) => check,
+                _ => {
+                    let check = read_code_check(mem, layout, &entry);
+                    if code_check_applies(layout, &entry) {
+                        last = Some((entry.code, check));
+                    }
+                    check
+                }
+            };
             running = frame_hash(running, &entry);
             frames.push(entry);
             address = previous;
@@ -167,4 +188,38 @@ impl TailCache {
         }
         self.tails.insert(key, tail);
     }
+}
+
+/// The validation word of `entry`'s code object as it is in memory now, computed exactly as
+/// the kernel does (same reads, same rule for unreadable parts: an unreadable window gives 0,
+/// an unreadable string `[0, 0]`), so that it equals the kernel's word iff the fields agree.
+pub fn read_code_check(mem: &ProcessMemory, layout: &FrameLayout, entry: &FrameEntry) -> u32 {
+    if !code_check_applies(layout, entry) {
+        return 0;
+    }
+    let size = code_check_size(layout) as usize;
+    if size == 0 {
+        return 0;
+    }
+    let mut window: FrameBytes = [0; FRAME_READ_MAX + 8];
+    if mem.read(entry.code.wrapping_add(layout.check_start as u64), &mut window[..size]).is_err() {
+        return 0;
+    }
+    let (mut name, mut filename) = ([0u64; 2], [0u64; 2]);
+    if code_check_needs_strings(layout, &window) {
+        let (name_ptr, filename_ptr) = code_check_strings(layout, &window);
+        name = read_str_key(mem, name_ptr.wrapping_add(layout.check_str as u64));
+        filename = read_str_key(mem, filename_ptr.wrapping_add(layout.check_str as u64));
+    }
+    code_check(layout, &window, name, filename)
+}
+
+/// A `str`'s (length, cached hash), or zeros when unreadable (as in the kernel).
+fn read_str_key(mem: &ProcessMemory, address: u64) -> [u64; 2] {
+    let mut bytes = [0u8; 16];
+    if mem.read(address, &mut bytes).is_err() {
+        return [0, 0];
+    }
+    let word = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap_or([0; 8]));
+    [word(0), word(8)]
 }

@@ -7,7 +7,7 @@ use std::{
     fs,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
     },
 };
 
@@ -50,6 +50,10 @@ pub enum LoadError {
     MissingMap(&'static str),
     #[error("could not register process {pid} with the kernel program: {message}")]
     Register { pid: u32, message: String },
+    /// The kernel's process map has no free slot: the caller retries later (slots free up as
+    /// registered processes exit).
+    #[error("could not register process {pid}: the kernel's process map is full ({slots} processes)")]
+    MapFull { pid: u32, slots: u32 },
 }
 
 /// Checks what a user can fix before anything is loaded: privileges, BTF, kernel version.
@@ -82,8 +86,9 @@ pub fn has_capabilities() -> bool {
     crate::privileges::missing_to_start().is_none()
 }
 
-/// Offset of `thread.fsbase` in `struct task_struct`, from the running kernel's BTF.
-pub fn task_fsbase_offset() -> Result<u64, LoadError> {
+/// Offsets of `thread.fsbase` (required), `signal` and `signal_struct.live` (optional) in
+/// `struct task_struct`, from the running kernel's BTF.
+pub fn kernel_offsets() -> Result<KernelOffsets, LoadError> {
     use btf_rs::{Btf, Type};
     // Parsing from memory: the file-backed reader seeks for every type (100,000+ syscalls).
     let bytes = fs::read(BTF_PATH).map_err(|e| LoadError::Btf(e.to_string()))?;
@@ -118,7 +123,35 @@ pub fn task_fsbase_offset() -> Result<u64, LoadError> {
     };
     let (thread_offset, _) = member_offset("task_struct", "thread")?;
     let (fsbase_offset, _) = member_offset("thread_struct", "fsbase")?;
-    Ok(thread_offset + fsbase_offset)
+    // Optional: without them the kernel program treats the group leader's exit as the
+    // process's (see `pyperch_process_exit`).
+    let signal = member_offset("task_struct", "signal").map(|(o, _)| o).unwrap_or(0);
+    let live = member_offset("signal_struct", "live").map(|(o, _)| o).unwrap_or(0);
+    Ok(KernelOffsets { fsbase: thread_offset + fsbase_offset, task_signal: signal, signal_live: live })
+}
+
+/// Kernel structure offsets the kernel program needs, from BTF.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelOffsets {
+    /// `task_struct.thread.fsbase`.
+    pub fsbase: u64,
+    /// `task_struct.signal` (0: unknown).
+    pub task_signal: u64,
+    /// `signal_struct.live` (0: unknown).
+    pub signal_live: u64,
+}
+
+/// Slots of the kernel's process map (`PROCESSES`): registered processes at once. The
+/// environment variable `PYPERCH_PROCESS_SLOTS` overrides it (1 to 1,048,576), for hosts with
+/// more Python processes, and for tests of a full map.
+pub const DEFAULT_PROCESS_SLOTS: u32 = 16384;
+
+fn process_slots() -> u32 {
+    std::env::var("PYPERCH_PROCESS_SLOTS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|n| (1..=1 << 20).contains(n))
+        .unwrap_or(DEFAULT_PROCESS_SLOTS)
 }
 
 /// The loaded kernel program and its maps.
@@ -136,18 +169,26 @@ pub struct Registry {
     counters: PerCpuArray<MapData, u64>,
     /// Whether the process-event programs are attached to the scheduler's tracepoints.
     process_events_attached: AtomicBool,
+    /// Slots of `PROCESSES`.
+    slots: u32,
+    /// Registrations refused because `PROCESSES` was full (each is retried later).
+    map_full: AtomicU64,
+    /// Registrations handed out (`ProcessInfo::generation`).
+    generations: AtomicU32,
 }
 
 /// The kernel program's entry points: one per sample, one per fork or exit, one per exec.
 const SAMPLE_PROGRAM: &str = "pyperch_sample";
 const PROCESS_EVENT_PROGRAM: &str = "pyperch_process_event";
 const PROCESS_EXEC_PROGRAM: &str = "pyperch_process_exec";
+const PROCESS_EXIT_PROGRAM: &str = "pyperch_process_exit";
+const TRACEPOINT_PROGRAMS: [&str; 3] = [PROCESS_EVENT_PROGRAM, PROCESS_EXEC_PROGRAM, PROCESS_EXIT_PROGRAM];
 
 /// The scheduler tracepoints that count changes to the set of processes, and the program
-/// attached to each.
+/// attached to each (the exit program also frees the slot of a registered process).
 const PROCESS_TRACEPOINTS: [(&str, &str); 3] = [
     ("sched_process_fork", PROCESS_EVENT_PROGRAM),
-    ("sched_process_exit", PROCESS_EVENT_PROGRAM),
+    ("sched_process_exit", PROCESS_EXIT_PROGRAM),
     ("sched_process_exec", PROCESS_EXEC_PROGRAM),
 ];
 
@@ -163,17 +204,21 @@ pub struct KernelCounters {
 impl KernelProgram {
     /// Loads and verifies the kernel program (not attached yet).
     pub fn load() -> Result<Self, LoadError> {
-        let fsbase = task_fsbase_offset()?;
+        let offsets = kernel_offsets()?;
+        let slots = process_slots();
         // Kernels >= 5.11 charge BPF memory to the memory cgroup; RLIMIT_MEMLOCK only matters
         // on older ones, and raising it needs CAP_SYS_RESOURCE. Try, and go on either way.
         raise_memlock_limit();
         let mut ebpf = EbpfLoader::new()
-            .override_global("TASK_FSBASE_OFFSET", &fsbase, true)
+            .override_global("TASK_FSBASE_OFFSET", &offsets.fsbase, true)
+            .override_global("TASK_SIGNAL_OFFSET", &offsets.task_signal, true)
+            .override_global("SIGNAL_LIVE_OFFSET", &offsets.signal_live, true)
+            .map_max_entries("PROCESSES", slots)
             .load(KERNEL_PROGRAM)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let sample: &mut PerfEvent = program_mut(&mut ebpf, SAMPLE_PROGRAM)?;
         sample.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
-        for name in [PROCESS_EVENT_PROGRAM, PROCESS_EXEC_PROGRAM] {
+        for name in TRACEPOINT_PROGRAMS {
             let program: &mut RawTracePoint = program_mut(&mut ebpf, name)?;
             program.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
         }
@@ -181,7 +226,14 @@ impl KernelProgram {
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").ok_or(LoadError::MissingMap("COUNTERS"))?)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
-        let registry = Arc::new(Registry { processes: Mutex::new(processes), counters, process_events_attached: AtomicBool::new(false) });
+        let registry = Arc::new(Registry {
+            processes: Mutex::new(processes),
+            counters,
+            process_events_attached: AtomicBool::new(false),
+            slots,
+            map_full: AtomicU64::new(0),
+            generations: AtomicU32::new(0),
+        });
         Ok(Self { ebpf, registry, attached_cpus: 0 })
     }
 
@@ -231,6 +283,16 @@ impl KernelProgram {
         self.registry.counters()
     }
 
+    /// Registrations refused because the kernel's process map was full.
+    pub fn map_full(&self) -> u64 {
+        self.registry.map_full()
+    }
+
+    /// Registered processes whose last thread exited (the kernel freed their slots).
+    pub fn registered_exits(&self) -> u64 {
+        self.registry.registered_exits()
+    }
+
     pub fn attached_cpus(&self) -> usize {
         self.attached_cpus
     }
@@ -246,7 +308,7 @@ impl KernelProgram {
         if let Ok(program) = program_mut::<PerfEvent>(&mut self.ebpf, SAMPLE_PROGRAM) {
             let _ = program.unload();
         }
-        for name in [PROCESS_EVENT_PROGRAM, PROCESS_EXEC_PROGRAM] {
+        for name in TRACEPOINT_PROGRAMS {
             if let Ok(program) = program_mut::<RawTracePoint>(&mut self.ebpf, name) {
                 let _ = program.unload();
             }
@@ -274,11 +336,47 @@ impl Registry {
         self.processes().get(&pid, 0).is_ok()
     }
 
-    /// Tells the kernel to sample `pid` with this layout.
+    /// Tells the kernel to sample `pid` with this layout. A full map is counted in
+    /// `map_full` and reported as `LoadError::MapFull` (warned about once), for a later retry.
     pub fn register(&self, pid: u32, info: &ProcessInfo) -> Result<(), LoadError> {
-        self.processes()
-            .insert(pid, *info, 0)
-            .map_err(|e| LoadError::Register { pid, message: error_chain(&e) })
+        let inserted = self.processes().insert(pid, *info, 0);
+        match inserted {
+            Ok(()) => Ok(()),
+            Err(aya::maps::MapError::SyscallError(e))
+                if matches!(e.io_error.raw_os_error(), Some(libc::E2BIG) | Some(libc::ENOSPC) | Some(libc::ENOMEM)) =>
+            {
+                if self.map_full.fetch_add(1, Ordering::Relaxed) == 0 {
+                    eprintln!(
+                        "pyperch: warning: the kernel's process map is full ({} processes); more are registered as others exit (set PYPERCH_PROCESS_SLOTS to raise it)",
+                        self.slots
+                    );
+                }
+                Err(LoadError::MapFull { pid, slots: self.slots })
+            }
+            Err(e) => Err(LoadError::Register { pid, message: error_chain(&e) }),
+        }
+    }
+
+    /// Registrations refused because the kernel's process map was full.
+    pub fn map_full(&self) -> u64 {
+        self.map_full.load(Ordering::Relaxed)
+    }
+
+    /// The generation of a new registration (`ProcessInfo::generation`): unique for the
+    /// session until 2^32 registrations, never 0 (the kernel's samples carry it, and
+    /// userspace attributes a sample only to the registration it was taken under).
+    pub fn next_generation(&self) -> u32 {
+        loop {
+            let g = self.generations.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+            if g != 0 {
+                return g;
+            }
+        }
+    }
+
+    /// Registered processes whose last thread exited (the kernel freed their slots).
+    pub fn registered_exits(&self) -> u64 {
+        self.counter_sum(counter::REGISTERED_EXITS)
     }
 
     /// Stops sampling `pid` (it exited, or its PID was reused). Absent pids are fine.

@@ -355,6 +355,12 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
     }
     let _ = writeln!(
         s,
+        "  kernel process map: {} registrations refused (map full, retried later), {} slots freed by exits",
+        session.kernel.map_full(),
+        session.kernel.registered_exits()
+    );
+    let _ = writeln!(
+        s,
         "  all target memory reads: {} reads, {} bytes (discovery included)",
         memory::READS.load(std::sync::atomic::Ordering::Relaxed),
         memory::BYTES_READ.load(std::sync::atomic::Ordering::Relaxed)

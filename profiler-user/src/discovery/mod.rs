@@ -334,6 +334,9 @@ impl PythonProcess {
             interpreters_head_addr,
             thread: self.layout.thread,
             frame: self.layout.frame,
+            // Set by the session when it registers the process.
+            generation: 0,
+            _pad: 0,
         })
     }
 

@@ -529,7 +529,12 @@ impl DebugOffsets {
             linetable,
             line_format: extras.line_format,
             firsttraceable: Some(extras.firsttraceable),
+            version: Some(extras.code_version),
         };
+        let (_, window) = super::check_window(&code);
+        if window as usize >= FRAME_READ_MAX || extras.code_version + 4 > code_adaptive {
+            return Err(self.out_of_range("code_object", "(validation window)", window.into(), FRAME_READ_MAX as u64 - 1));
+        }
         let str_compact_data = match self.get("unicode_object", "compactunicodeobject_size") {
             Some(_) => o("unicode_object", "compactunicodeobject_size")?,
             None => extras.str_compact_data,

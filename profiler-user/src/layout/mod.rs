@@ -70,6 +70,9 @@ pub struct CodeLayout {
     pub line_format: LineTableFormat,
     /// `int _co_firsttraceable` (3.11+): frames before it are not yet visible to Python.
     pub firsttraceable: Option<u32>,
+    /// `uint32_t co_version` (3.12+): set once per code object from the interpreter's
+    /// function-version counter, which never repeats (it stops at 0 when exhausted).
+    pub version: Option<u32>,
 }
 
 /// Layout of the objects we decode: every object's type pointer, `str` and `bytes`.
@@ -114,12 +117,43 @@ pub struct PythonLayout {
     pub objects: ObjectLayout,
 }
 
-/// Offset of the cached hash (`Py_hash_t`) in every `str` object, 3.8-3.15 default builds.
+/// Offset of the cached hash (`Py_hash_t`) in every `str` object, 3.8-3.15 default builds; it
+/// directly follows the length (`ObjectLayout::str_length`), so one 16-byte read gets both.
 pub const STR_HASH_OFFSET: u32 = 0x18;
 
+/// The code-object window the validation word is computed from (`profiler_common::code_check`):
+/// `(start, size)`, 8-aligned, covering `co_firstlineno`, `co_filename`, `co_name` and
+/// `co_version` (3.12+). Without `co_version` (3.8-3.11) it also reaches `co_linetable`, so
+/// that every immutable pointer from `co_firstlineno` to the line table takes part. Every word
+/// in it is immutable for the code object's life (checked per version in the tests: the
+/// fields between are counts, `co_version` and object pointers set at creation).
+pub fn check_window(code: &CodeLayout) -> (u32, u32) {
+    let mut fields = vec![(code.firstlineno, 4), (code.filename, 8), (code.name, 8)];
+    match code.version {
+        Some(v) => fields.push((v, 4)),
+        None => fields.push((code.linetable, 8)),
+    }
+    let start = fields.iter().map(|(o, _)| *o).min().unwrap_or(0) & !7;
+    let end = fields.iter().map(|(o, w)| o + w).max().unwrap_or(0);
+    (start, ((end - start) + 7) & !7)
+}
+
 impl PythonLayout {
-    /// The frame layout the kernel uses: `frame` plus the validation word's offsets.
+    /// The frame layout the kernel uses: `frame` plus where the validation word's fields are.
     pub fn kernel_frame_layout(&self) -> FrameLayout {
-        FrameLayout { check_name: self.code.name, check_hash: STR_HASH_OFFSET, ..self.frame }
+        let (start, size) = check_window(&self.code);
+        let fits = (size as usize) < profiler_common::FRAME_READ_MAX;
+        FrameLayout {
+            check_start: start,
+            // A window that does not fit is refused when the layout is built (see
+            // `debug_offsets`, and the tables' tests); never read past the buffer here.
+            check_size: if fits { size } else { 0 },
+            check_name: self.code.name - start,
+            check_filename: self.code.filename - start,
+            check_version: self.code.version.map_or(profiler_common::NO_FIELD, |v| v - start),
+            check_str: self.objects.str_length,
+            shim_owner: self.frame_semantics.shim_owner.map_or(profiler_common::NO_FIELD, u32::from),
+            ..self.frame
+        }
     }
 }

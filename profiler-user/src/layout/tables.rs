@@ -41,6 +41,8 @@ pub struct Extras {
     pub pthread_key: Option<u32>,
     /// Offset of `int _co_firsttraceable` in a code object.
     pub firsttraceable: u32,
+    /// Offset of `uint32_t co_version` in a code object (not in `_Py_DebugOffsets`).
+    pub code_version: u32,
     pub frame_semantics: FrameSemantics,
     pub line_format: LineTableFormat,
     /// Applied to the frame's code pointer.
@@ -89,9 +91,13 @@ pub const fn frame_layout(
         owner,
         code_adaptive,
         // Filled in by `PythonLayout::kernel_frame_layout`, which knows the code layout.
-        check_name: profiler_common::NO_FIELD,
-        check_hash: profiler_common::NO_FIELD,
-        _pad: 0,
+        check_start: 0,
+        check_size: 0,
+        check_name: NO_FIELD,
+        check_filename: NO_FIELD,
+        check_version: NO_FIELD,
+        check_str: NO_FIELD,
+        shim_owner: NO_FIELD,
         code_mask,
     }
 }
@@ -129,6 +135,7 @@ const fn code_layout(
     line_format: LineTableFormat,
     firsttraceable: Option<u32>,
     code_adaptive: u32,
+    version: Option<u32>,
 ) -> CodeLayout {
     CodeLayout {
         size: code_read_size(filename, name, qualname, firstlineno, linetable, firsttraceable, code_adaptive),
@@ -139,6 +146,7 @@ const fn code_layout(
         linetable,
         line_format,
         firsttraceable,
+        version,
     }
 }
 
@@ -188,7 +196,7 @@ const fn layout_3_8_or_3_9(minor: u8, pthread_key: u32) -> PythonLayout {
         thread: THREAD_UNTIL_3_10,
         frame: frame_layout(0x18, 0x20, 0x68, instr_kind::LASTI_BYTES, NO_FIELD, 0, CODE_MASK_PLAIN),
         frame_semantics: SEMANTICS_FRAME_OBJECT,
-        code: code_layout(0x68, 0x70, None, 0x28, 0x78, LineTableFormat::Lnotab, None, 0),
+        code: code_layout(0x68, 0x70, None, 0x28, 0x78, LineTableFormat::Lnotab, None, 0, None),
         objects: OBJECTS_UNTIL_3_11,
     }
 }
@@ -208,7 +216,7 @@ pub static LEGACY: &[LegacyRow] = &[
             // `f_lasti` counts 2-byte code units from 3.10 on.
             frame: frame_layout(0x18, 0x20, 0x60, instr_kind::LASTI_UNITS, NO_FIELD, 0, CODE_MASK_PLAIN),
             frame_semantics: SEMANTICS_FRAME_OBJECT,
-            code: code_layout(0x68, 0x70, None, 0x28, 0x78, LineTableFormat::PairTable, None, 0),
+            code: code_layout(0x68, 0x70, None, 0x28, 0x78, LineTableFormat::PairTable, None, 0, None),
             objects: OBJECTS_UNTIL_3_11,
         },
     },
@@ -231,7 +239,7 @@ pub static LEGACY: &[LegacyRow] = &[
             // previous 0x30, f_code 0x20, prev_instr 0x38, owner 0x45 (is_entry 0x44).
             frame: frame_layout(0x30, 0x20, 0x38, instr_kind::POINTER, 0x45, 0xb8, CODE_MASK_PLAIN),
             frame_semantics: SEMANTICS_3_11,
-            code: code_layout(0x70, 0x78, Some(0x80), 0x48, 0x88, LineTableFormat::LocationTable, Some(0xa8), 0xb8),
+            code: code_layout(0x70, 0x78, Some(0x80), 0x48, 0x88, LineTableFormat::LocationTable, Some(0xa8), 0xb8, None),
             objects: OBJECTS_UNTIL_3_11,
         },
     },
@@ -254,7 +262,18 @@ pub static LEGACY: &[LegacyRow] = &[
             // f_code 0x00, previous 0x08, prev_instr 0x38, owner 0x46.
             frame: frame_layout(0x08, 0x00, 0x38, instr_kind::POINTER, 0x46, 0xc0, CODE_MASK_PLAIN),
             frame_semantics: SEMANTICS_3_12,
-            code: code_layout(0x70, 0x78, Some(0x80), 0x44, 0x88, LineTableFormat::LocationTable, Some(0xb0), 0xc0),
+            // `co_version` at 0x5c (after `co_nfreevars`): unique per code object.
+            code: code_layout(
+                0x70,
+                0x78,
+                Some(0x80),
+                0x44,
+                0x88,
+                LineTableFormat::LocationTable,
+                Some(0xb0),
+                0xc0,
+                Some(0x5c),
+            ),
             objects: OBJECTS_3_12,
         },
     },
@@ -266,6 +285,7 @@ pub static EXTRAS: &[Extras] = &[
         minor: 13,
         pthread_key: Some(0x874),
         firsttraceable: 0xb8,
+        code_version: 0x5c,
         frame_semantics: SEMANTICS_3_13,
         line_format: LineTableFormat::LocationTable,
         code_mask: CODE_MASK_PLAIN,
@@ -276,6 +296,7 @@ pub static EXTRAS: &[Extras] = &[
         minor: 14,
         pthread_key: Some(0x924),
         firsttraceable: 0xc0,
+        code_version: 0x5c,
         frame_semantics: SEMANTICS_3_13,
         line_format: LineTableFormat::LocationTable,
         code_mask: CODE_MASK_STACKREF,
@@ -287,6 +308,7 @@ pub static EXTRAS: &[Extras] = &[
         // `autoTSSkey` is gone: the bound thread state is the TLS word `_Py_tss_gilstate`.
         pthread_key: None,
         firsttraceable: 0xc0,
+        code_version: 0x5c,
         frame_semantics: SEMANTICS_3_13,
         line_format: LineTableFormat::LocationTable,
         code_mask: CODE_MASK_STACKREF,
@@ -380,6 +402,31 @@ mod tests {
         assert_eq!(l311.code.size, 0xb8);
         let l38 = layout_for(Version::new(3, 8, 18)).expect("row");
         assert_eq!(l38.code.size, 0x80);
+    }
+
+    /// The validation window of every version: where the notes put `co_firstlineno`,
+    /// `co_filename`, `co_name`, `co_linetable` (3.8-3.11) and `co_version` (3.12+), one read
+    /// below `FRAME_READ_MAX`, holding only fields set at creation.
+    #[test]
+    fn check_windows_cover_the_fields_in_one_read() {
+        use crate::layout::check_window;
+        let expected = [(8, (0x28, 0x58)), (9, (0x28, 0x58)), (10, (0x28, 0x58)), (11, (0x48, 0x48)), (12, (0x40, 0x40))];
+        for (minor, window) in expected {
+            let l = layout_for(Version::new(3, minor, 0)).expect("row");
+            assert_eq!(check_window(&l.code), window, "3.{minor}");
+            let k = l.kernel_frame_layout();
+            assert_eq!((k.check_start, k.check_size), window);
+            assert!((k.check_size as usize) < FRAME_READ_MAX);
+            assert_eq!(k.check_start + k.check_name, l.code.name);
+            assert_eq!(k.check_start + k.check_filename, l.code.filename);
+            assert_eq!(k.check_version == NO_FIELD, minor < 12);
+            // The (length, hash) pair is read at once: the hash follows the length.
+            assert_eq!(k.check_str + 8, crate::layout::STR_HASH_OFFSET);
+            assert_eq!(k.shim_owner, if minor >= 12 { 3 } else { NO_FIELD });
+        }
+        for minor in 13..=15 {
+            assert_eq!(extras_for(Version::new(3, minor, 0)).expect("row").code_version, 0x5c);
+        }
     }
 
     #[test]

@@ -77,6 +77,8 @@ pub(crate) struct NewTarget {
     /// `/proc/PID/exe` when registered: a change means the process exec'd another program.
     pub(crate) exe_link: PathBuf,
     pub(crate) label: ProcessLabel,
+    /// The registration's generation (`ProcessInfo::generation`), set when it is registered.
+    pub(crate) generation: u32,
 }
 
 /// Counts of discovery's work, shown by `--stats`.
@@ -442,15 +444,24 @@ impl Discoverer {
         let Look { pid, start_time, young, exe, checks } = look;
         let failure = match examination {
             Ok(Examination::Filtered) => return Some(start_time),
-            Ok(Examination::Ready(target, info)) => {
-                // Announced first, registered second (see the module docs).
+            Ok(Examination::Ready(mut target, mut info)) => {
+                // Announced first, registered second (see the module docs), under a
+                // generation of its own, which every sample of this registration carries.
+                let generation = self.registry.next_generation();
+                info.generation = generation;
+                target.generation = generation;
                 let exe_link = target.exe_link.clone();
+                let process = target.process.clone();
                 self.send(DiscoveryEvent::Added(target));
-                if let Err(e) = self.registry.register(pid, &info) {
+                let registered = super::target::register(&self.registry, &process, &info);
+                if !matches!(registered, Ok(true)) {
                     self.stats.register_failures.fetch_add(1, Relaxed);
-                    if self.reported.insert((pid, start_time)) {
-                        eprintln!("pyperch: warning: {}; will retry", crate::text::lines(&e.to_string()));
+                    if let Err(e) = registered {
+                        if self.reported.insert((pid, start_time)) {
+                            eprintln!("pyperch: warning: {}; will retry", crate::text::lines(&e.to_string()));
+                        }
                     }
+                    // A full map (counted by the registry) or a process that just exited.
                     self.send(DiscoveryEvent::Replaced(pid));
                     self.back_off(pid, start_time, OVERRUN_DELAYS, None);
                     return None;
@@ -548,7 +559,7 @@ fn ready(process: PythonProcess) -> Examination {
         pod_uid: container.pod_uid,
         cwd: crate::filenames::process_cwd(pid),
     };
-    Examination::Ready(Box::new(NewTarget { process, exe_link, label }), info)
+    Examination::Ready(Box::new(NewTarget { process, exe_link, label, generation: 0 }), info)
 }
 
 /// Time since boot in clock ticks, the unit of a process's start time: /proc/uptime read

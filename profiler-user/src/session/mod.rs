@@ -142,8 +142,9 @@ impl Session {
     pub(crate) fn add_process(&mut self, process: PythonProcess) -> Result<bool, RecordError> {
         let pid = process.pid;
         let mem = ProcessMemory::new(pid);
+        let generation = self.kernel.registry().next_generation();
         let info = match process.kernel_info(&mem) {
-            Ok(info) => profiler_common::ProcessInfo { frame: process.layout.kernel_frame_layout(), ..info },
+            Ok(info) => profiler_common::ProcessInfo { frame: process.layout.kernel_frame_layout(), generation, ..info },
             Err(DiscoveryError::NotReady { .. }) => return Ok(false),
             Err(e) => return Err(RecordError::Inspect { pid, message: e.to_string() }),
         };
@@ -157,15 +158,17 @@ impl Session {
             cwd: crate::filenames::process_cwd(pid),
         };
         let exe_link = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-        self.kernel.register(pid, &info)?;
-        self.add_target(process, exe_link, label);
+        if !target::register(&self.kernel.registry(), &process, &info)? {
+            return Ok(false);
+        }
+        self.add_target(process, exe_link, label, generation);
         Ok(true)
     }
 
-    fn add_target(&mut self, process: PythonProcess, exe_link: PathBuf, label: ProcessLabel) {
+    fn add_target(&mut self, process: PythonProcess, exe_link: PathBuf, label: ProcessLabel, generation: u32) {
         let pid = process.pid;
         self.profile.set_process(pid, label);
-        if let Some(old) = self.targets.insert(pid, Target::new(process, exe_link)) {
+        if let Some(old) = self.targets.insert(pid, Target::new(process, exe_link, generation)) {
             self.retire(old);
         }
         self.registered += 1;
@@ -206,8 +209,8 @@ impl Session {
         for event in events {
             match event {
                 DiscoveryEvent::Added(new) => {
-                    let discoverer::NewTarget { process, exe_link, label } = *new;
-                    self.add_target(process, exe_link, label);
+                    let discoverer::NewTarget { process, exe_link, label, generation } = *new;
+                    self.add_target(process, exe_link, label, generation);
                 }
                 DiscoveryEvent::Exited(pid) => {
                     // Kept (not sampled any more) for samples still in flight.
@@ -299,11 +302,12 @@ impl Session {
         }
         // SAFETY: the record starts with a SampleHeader (plain data), checked for length.
         let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
-        if !self.targets.contains_key(&header.tgid) {
-            // Discovery may have announced it after our last look at the channel.
+        if self.targets.get(&header.tgid).is_none_or(|t| t.generation != header.generation) {
+            // Discovery may have announced it (or its successor) after our last look.
             self.apply_discovery();
         }
-        let Some(target) = self.targets.get_mut(&header.tgid) else {
+        // Only the registration the sample was taken under: never a reused PID's successor.
+        let Some(target) = self.targets.get_mut(&header.tgid).filter(|t| t.generation == header.generation) else {
             self.unknown_process_samples += 1;
             return;
         };

@@ -4,13 +4,15 @@
 
 use std::{path::PathBuf, sync::Arc};
 
-use profiler_common::{FRAME_ENTRY_SIZE, FrameEntry, MAX_FULL_FRAMES, SampleHeader, sample_status};
+use profiler_common::{
+    FRAME_ENTRY_SIZE, FrameEntry, FrameLayout, MAX_FULL_FRAMES, ProcessInfo, SampleHeader, sample_status,
+};
 
 use crate::{
     aggregate::{FrameId, FrameName, Profile},
-    completion::{TailCache, TailSource},
-    discovery::PythonProcess,
-    layout::STR_HASH_OFFSET,
+    completion::{TailCache, TailSource, read_code_check},
+    discovery::{self, PythonProcess},
+    loader::{LoadError, Registry},
     memory::ProcessMemory,
     stats::{Counters, SampleOutcome},
     symbolize::{self, CodeInfo, SymbolError, TypeAddresses},
@@ -21,12 +23,19 @@ use super::cache_budget::{self, CACHE_BYTES, LedgerShare, PROCESS_BUDGET, SizedM
 /// One Python process being profiled, with its caches.
 pub(crate) struct Target {
     pub(super) process: PythonProcess,
+    /// The registration this target belongs to (`ProcessInfo::generation`): samples carrying
+    /// another one were taken under an earlier registration of the same PID (another process,
+    /// or this one before an exec) and are never attributed to this target.
+    pub(super) generation: u32,
+    /// The frame layout registered with the kernel, with the validation word's fields.
+    kernel_frame: FrameLayout,
     mem: ProcessMemory,
     /// Code objects by address, with their validation word.
     codes: SizedMap<u64, Arc<CodeEntry>>,
     /// (code, validation word, instruction offset, owned by a generator) → the frame shown,
-    /// or `None` for a frame CPython itself hides (not started yet). Ids of `epoch`.
-    positions: SizedMap<(u64, u16, i32, bool), Option<FrameId>>,
+    /// or `None` for a frame CPython itself hides (not started yet). Ids of `epoch`. Keyed by
+    /// the word the kernel (or the validated tail) saw, so a replaced code object never hits.
+    positions: SizedMap<(u64, u32, i32, bool), Option<FrameId>>,
     /// Validated deep-stack tails; their symbolized forms hold ids of `epoch`.
     tails: TailCache,
     /// The profile epoch the cached frame ids belong to (`Profile::epoch`).
@@ -45,7 +54,25 @@ pub(crate) struct Target {
 /// A symbolized code object and the validation word it had when read.
 struct CodeEntry {
     info: CodeInfo,
-    check: u16,
+    check: u32,
+}
+
+/// Registers `process` with the kernel. `Ok(false)` when it cannot be sampled now but may be
+/// later: the kernel's map is full (counted by the registry; retried on a later scan), or the
+/// process exited before its registration took effect. In the latter case the entry is
+/// removed again: the kernel frees the slots of exiting processes, but one that exited before
+/// its entry existed would otherwise leave it behind, and a reused PID would be sampled with it.
+pub(super) fn register(registry: &Registry, process: &PythonProcess, info: &ProcessInfo) -> Result<bool, LoadError> {
+    match registry.register(process.pid, info) {
+        Ok(()) => {}
+        Err(LoadError::MapFull { .. }) => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    if !discovery::is_alive(process.pid, process.start_time) {
+        registry.unregister(process.pid);
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 /// Why a frame could not be turned into a name.
@@ -59,9 +86,11 @@ enum FrameError {
 }
 
 impl Target {
-    pub(super) fn new(process: PythonProcess, exe_link: PathBuf) -> Self {
+    pub(super) fn new(process: PythonProcess, exe_link: PathBuf, generation: u32) -> Self {
         let mem = ProcessMemory::new(process.pid);
         Self {
+            kernel_frame: process.layout.kernel_frame_layout(),
+            generation,
             process,
             mem,
             exe_link,
@@ -135,7 +164,7 @@ impl Target {
         stack.clear();
         let mut result = Ok(());
         if header.n_hashed > 0 {
-            let layout = self.process.layout.frame;
+            let layout = self.kernel_frame;
             let evictions = self.tails.evictions;
             let tail = match self.tails.complete(&self.mem, &layout, header.tail_first, header.n_hashed, header.tail_hash) {
                 Ok(tail) => tail,
@@ -157,8 +186,9 @@ impl Target {
             match tail.tail.symbols.get() {
                 Some(ids) => stack.extend_from_slice(ids),
                 None => {
+                    // Each tail frame carries the check it was validated with (part of the hash).
                     for entry in tail.tail.frames.iter().rev() {
-                        match self.frame_id(entry, None, profile) {
+                        match self.frame_id(entry, entry.check, profile) {
                             Ok(Some(id)) => stack.push(id),
                             Ok(None) => {}
                             Err(e) => {
@@ -177,7 +207,7 @@ impl Target {
         if result.is_ok() {
             for i in (0..n_full).rev() {
                 let entry = full(i);
-                match self.frame_id(&entry, Some(entry.check), profile) {
+                match self.frame_id(&entry, entry.check, profile) {
                     Ok(Some(id)) => stack.push(id),
                     Ok(None) => {}
                     Err(e) => {
@@ -203,9 +233,9 @@ impl Target {
     }
 
     /// The frame shown for one interpreter frame; `None` for frames CPython hides (shims,
-    /// frames not started yet). `check` is the kernel's validation word for the frame's code
-    /// object (full frames), `None` for frames completed in userspace.
-    fn frame_id(&mut self, entry: &FrameEntry, check: Option<u16>, profile: &mut Profile) -> Result<Option<FrameId>, FrameError> {
+    /// frames not started yet). `check` is the validation word the kernel saw for the frame's
+    /// code object (carried by full frames, folded into the tail hash for the others).
+    fn frame_id(&mut self, entry: &FrameEntry, check: u32, profile: &mut Profile) -> Result<Option<FrameId>, FrameError> {
         let semantics = self.process.layout.frame_semantics;
         if let Some(shim) = semantics.shim_owner {
             if entry.owner != u8::MAX && entry.owner >= shim {
@@ -213,13 +243,11 @@ impl Target {
             }
         }
         let generator = semantics.owner_generator.is_some_and(|g| g == entry.owner);
-        if let Some(check) = check {
-            if let Some(id) = self.positions.get(&(entry.code, check, entry.instr_offset, generator)) {
-                self.counters.code_cache_hits += 1;
-                return Ok(*id);
-            }
+        if let Some(id) = self.positions.get(&(entry.code, check, entry.instr_offset, generator)) {
+            self.counters.code_cache_hits += 1;
+            return Ok(*id);
         }
-        let code = self.code_entry(entry.code, check)?;
+        let code = self.code_entry(entry, check)?;
         let key = (entry.code, code.check, entry.instr_offset, generator);
         if let Some(id) = self.positions.get(&key) {
             return Ok(*id);
@@ -240,11 +268,13 @@ impl Target {
         Ok(id)
     }
 
-    /// The code object at `address`, from the cache when its validation word matches
-    /// `expected` (or when no word is expected), else read again.
-    fn code_entry(&mut self, address: u64, expected: Option<u16>) -> Result<Arc<CodeEntry>, FrameError> {
+    /// The frame's code object, from the cache when its validation word matches `expected`
+    /// (the kernel's), else read again; an error when what is in memory now is not what the
+    /// kernel saw.
+    fn code_entry(&mut self, entry: &FrameEntry, expected: u32) -> Result<Arc<CodeEntry>, FrameError> {
+        let address = entry.code;
         if let Some(code) = self.codes.get(&address) {
-            if expected.is_none_or(|e| e == code.check) {
+            if expected == code.check {
                 self.counters.code_cache_hits += 1;
                 return Ok(code.clone());
             }
@@ -252,23 +282,25 @@ impl Target {
             self.counters.stale_invalidations += 1;
         }
         self.counters.code_cache_misses += 1;
-        let layout = &self.process.layout;
+        // The word before and after reading the fields: equal, the fields belong to one code
+        // object with that word (the kernel's, or the sample is dropped below).
+        let before = read_code_check(&self.mem, &self.kernel_frame, entry);
         let types = TypeAddresses {
             code: self.process.code_type_address,
             str: self.process.str_type_address,
             bytes: self.process.bytes_type_address,
         };
-        let info =
-            symbolize::read_code(&self.mem, layout, &types, address).map_err(|_: SymbolError| FrameError::BadCode)?;
-        // Target pointers: wrapping, since a forged one may sit at the top of the address space.
-        let name = self.mem.read_u64(address.wrapping_add(layout.code.name as u64)).map_err(|_| FrameError::BadCode)?;
-        let check =
-            self.mem.read_u64(name.wrapping_add(STR_HASH_OFFSET as u64)).map_err(|_| FrameError::BadCode)? as u16;
-        let code = Arc::new(CodeEntry { info, check });
+        let info = symbolize::read_code(&self.mem, &self.process.layout, &types, address)
+            .map_err(|_: SymbolError| FrameError::BadCode)?;
+        let after = read_code_check(&self.mem, &self.kernel_frame, entry);
+        if after != before {
+            return Err(FrameError::Changed);
+        }
+        let code = Arc::new(CodeEntry { info, check: after });
         let bytes = cache_budget::code_bytes(&code.info);
         self.reserve(bytes);
         self.codes.insert(address, code.clone(), bytes);
-        if expected.is_some_and(|e| e != check) {
+        if expected != after {
             // It changed again after the sample: what we read is not what was sampled.
             return Err(FrameError::Changed);
         }
