@@ -1,5 +1,7 @@
 //! `pyperch agent`: continuous whole-host profiling, pushing one pprof per interval (per
-//! process or per container) to a Pyroscope-compatible ingest endpoint.
+//! process or per container) to a Pyroscope-compatible ingest endpoint, and/or one OTLP
+//! profiles request per interval (one resource per process) to an OpenTelemetry endpoint.
+//! Each destination has its own uploader (queue, backoff and counts).
 //!
 //! Sampling never waits for the network: profiles go through `upload::Uploader`'s bounded
 //! queue. On SIGTERM (or Ctrl-C, or the end of `--duration`) the current partial interval is
@@ -15,7 +17,7 @@ use crate::{
     aggregate::{AGENT_INTERVAL_BUDGET, Profile, Timing},
     filter::ProcessFilter,
     loader::KernelProgram,
-    output::{self, Format},
+    output::{self, Format, otlp},
     record::{RecordError, check_rate, inspect_pids, runtime, stats_report},
     session::{DISCOVERY_INTERVAL, LoopControl, Scope, Session, run_loop},
     upload::{Endpoint, Upload, UploadCounters, Uploader, pyroscope_name},
@@ -32,7 +34,10 @@ pub enum Grouping {
 
 #[derive(Debug, Clone)]
 pub struct AgentOptions {
-    pub upload_url: String,
+    /// Pyroscope ingest base URL (`--upload-url`).
+    pub upload_url: Option<String>,
+    /// OTLP/HTTP base URL (`--otlp-endpoint`); requests go to `{base}`[`otlp::PROFILES_PATH`].
+    pub otlp_endpoint: Option<String>,
     pub interval: Duration,
     pub app_name: String,
     pub rate: u64,
@@ -56,7 +61,18 @@ pub const FINAL_DRAIN: Duration = Duration::from_secs(10);
 
 pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     check_rate(options.rate)?;
-    let endpoint = Endpoint::parse(&options.upload_url).map_err(|e| RecordError::Upload(e.to_string()))?;
+    let upload_error = |e: crate::upload::UploadError| RecordError::Upload(e.to_string());
+    let endpoint = options.upload_url.as_deref().map(Endpoint::parse).transpose().map_err(upload_error)?;
+    let otlp_endpoint = options
+        .otlp_endpoint
+        .as_deref()
+        .map(|url| Endpoint::parse_with_path(url, otlp::PROFILES_PATH, otlp::CONTENT_TYPE))
+        .transpose()
+        .map_err(|e| RecordError::Upload(format!("--otlp-endpoint: {e}")))?;
+    if endpoint.is_none() && otlp_endpoint.is_none() {
+        return Err(RecordError::Upload("give --upload-url URL, --otlp-endpoint URL, or both".into()));
+    }
+    let otlp_info = otlp::ResourceInfo { host_name: otlp::host_name(), service_name: Some(options.app_name.clone()) };
     if options.interval < Duration::from_secs(1) {
         return Err(RecordError::Upload("--interval must be at least 1s".into()));
     }
@@ -73,8 +89,19 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     session.kernel.attach(options.rate)?;
     // Attached: keep only what sampling needs, before the uploader's thread starts.
     crate::privileges::drop_after_attach(&crate::privileges::Keep::default())?;
-    let endpoint_text = crate::text::field(endpoint.as_str()).to_string();
-    let uploader = Uploader::start(endpoint, options.queue_profiles, options.queue_bytes);
+    let endpoint_text = [endpoint.as_ref(), otlp_endpoint.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(|e| crate::text::field(e.as_str()).to_string())
+        .collect::<Vec<_>>()
+        .join(" and ");
+    let uploader = endpoint.map(|e| Uploader::start(e, options.queue_profiles, options.queue_bytes));
+    let otlp_uploader = otlp_endpoint.map(|e| Uploader::start(e, options.queue_profiles, options.queue_bytes));
+    let uploaders = || {
+        [("", uploader.as_ref()), ("otlp ", otlp_uploader.as_ref())]
+            .into_iter()
+            .filter_map(|(name, u)| Some((name, u?)))
+    };
     eprintln!(
         "pyperch agent: sampling at {} Hz, one profile per {} every {:?} to {}",
         options.rate,
@@ -99,22 +126,39 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
             duration: now.duration_since(interval_start).unwrap_or_default(),
             rate_hz: options.rate,
         });
-        let uploads = interval_uploads(&part, &options, interval_start, now);
-        let queued = uploads.len();
-        for u in uploads {
-            uploader.push(u);
+        let mut queued = 0;
+        if let Some(uploader) = &uploader {
+            let uploads = interval_uploads(&part, &options, interval_start, now);
+            queued = uploads.len();
+            for u in uploads {
+                uploader.push(u);
+            }
+        }
+        let mut otlp_queued = 0;
+        if let Some(otlp_uploader) = &otlp_uploader {
+            if part.total_samples() > 0 {
+                otlp_uploader.push(Upload { params: Vec::new(), body: otlp::encode(&part, &otlp_info) });
+                otlp_queued = 1;
+            }
         }
         interval_start = now;
         session.prune_exited();
-        let c = uploader.counters();
         let mut line = format!(
-            "pyperch agent: interval {interval_number}: {} samples from {} processes, {queued} profiles queued; {}",
+            "pyperch agent: interval {interval_number}: {} samples from {} processes",
             part.total_samples(),
             part.pids().iter().filter(|p| part.samples_of(**p) > 0).count(),
-            upload_counts(&c),
         );
-        if let Some(e) = uploader.last_error() {
-            line.push_str(&format!(" (last error: {})", crate::text::field(&e.to_string())));
+        if uploader.is_some() {
+            line.push_str(&format!(", {queued} profiles queued"));
+        }
+        if otlp_uploader.is_some() {
+            line.push_str(&format!(", {otlp_queued} OTLP requests queued"));
+        }
+        for (name, u) in uploaders() {
+            line.push_str(&format!("; {name}{}", upload_counts(&u.counters())));
+            if let Some(e) = u.last_error() {
+                line.push_str(&format!(" ({name}last error: {})", crate::text::field(&e.to_string())));
+            }
         }
         if !options.filter.is_empty() && session.live_processes() == 0 {
             line.push_str(&format!("; no Python process matches {}", crate::text::field(&options.filter.describe())));
@@ -134,22 +178,40 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     flush(&mut session);
     let kernel_counters = session.kernel.counters();
     session.kernel.detach();
-    let last = uploader.finish(FINAL_DRAIN);
-    let unsent = last.queued;
-    if unsent > 0 {
-        eprintln!("pyperch agent: {unsent} profiles could not be delivered before exit");
-    } else if last.rejected > 0 {
-        eprintln!("pyperch agent: queue drained; {} profiles were rejected by the ingest endpoint", last.rejected);
-    } else {
-        eprintln!("pyperch agent: all profiles delivered");
+    // Both queues drain at once, so the exit waits FINAL_DRAIN at most.
+    let drains: Vec<_> = [("", uploader), ("OTLP ", otlp_uploader)]
+        .into_iter()
+        .filter_map(|(name, u)| Some((name, u?)))
+        .map(|(name, u)| (name, std::thread::spawn(move || u.finish(FINAL_DRAIN))))
+        .collect();
+    let mut finals = Vec::new();
+    for (name, drain) in drains {
+        let last = drain.join().unwrap_or_default();
+        let (unsent, what) = (last.queued, if name.is_empty() { "profiles" } else { "OTLP requests" });
+        if unsent > 0 {
+            eprintln!("pyperch agent: {unsent} {what} could not be delivered before exit");
+        } else if last.rejected > 0 {
+            let by = if name.is_empty() { "the ingest endpoint" } else { "the OTLP endpoint" };
+            eprintln!("pyperch agent: queue drained; {} {what} were rejected by {by}", last.rejected);
+        } else {
+            eprintln!("pyperch agent: all {what} delivered");
+        }
+        finals.push((name, last));
     }
     if options.stats {
         let totals = session.totals();
         eprint!("{}", stats_report(&session, &totals, kernel_counters));
-        eprintln!(
-            "  uploads: sent {}, failed attempts {}, rejected {}, dropped {} ({unsent} of them not delivered at exit)",
-            last.sent, last.failed_attempts, last.rejected, last.dropped
-        );
+        for (name, last) in finals {
+            eprintln!(
+                "  {}uploads: sent {}, failed attempts {}, rejected {}, dropped {} ({} of them not delivered at exit)",
+                name.to_ascii_lowercase(),
+                last.sent,
+                last.failed_attempts,
+                last.rejected,
+                last.dropped,
+                last.queued
+            );
+        }
     }
     Ok(())
 }

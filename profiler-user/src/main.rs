@@ -147,8 +147,12 @@ impl FilterArgs {
 #[derive(clap::Args, Debug)]
 struct AgentArgs {
     /// Base URL of the ingest endpoint (profiles go to URL/ingest): http:// or https://, no credentials.
+    #[arg(long, value_name = "URL", required_unless_present = "otlp_endpoint")]
+    upload_url: Option<String>,
+    /// Base URL of an OpenTelemetry OTLP/HTTP endpoint (e.g. a Collector on port 4318): one
+    /// OTLP profiles request per interval is posted to the profiles path under URL.
     #[arg(long, value_name = "URL")]
-    upload_url: String,
+    otlp_endpoint: Option<String>,
     /// Length of one profile, e.g. 15s, 1m, 500ms.
     #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
     interval: Duration,
@@ -307,6 +311,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             args.modes.check()?;
             agent::agent(AgentOptions {
                 upload_url: args.upload_url,
+                otlp_endpoint: args.otlp_endpoint,
                 interval: args.interval,
                 app_name: args.app_name,
                 rate: args.rate,

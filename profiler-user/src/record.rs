@@ -185,9 +185,9 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     let plural = if processes == 1 { "" } else { "es" };
     let title = format!("pyperch: {} samples of {processes} Python process{plural} at {} Hz", totals.ok(), options.rate);
     let write_error = |e: output::OutputError| RecordError::Format(e.to_string());
-    // Short file names for people; pprof keeps full paths (its readers shorten them).
+    // Short file names for people; pprof and OTLP keep full paths (their readers shorten them).
     let short;
-    let shown = if options.full_filenames || options.format == Format::Pprof {
+    let shown = if options.full_filenames || matches!(options.format, Format::Pprof | Format::Otlp) {
         &session.profile
     } else {
         short = crate::filenames::with_short_names(&session.profile);

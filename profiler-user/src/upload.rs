@@ -19,12 +19,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-pub use http::{Client, Endpoint, MAX_KEPT_BODY, UPLOAD_DEADLINE, UploadError, printable};
+pub use http::{Client, Endpoint, INGEST_CONTENT_TYPE, MAX_KEPT_BODY, UPLOAD_DEADLINE, UploadError, printable};
 
-/// One profile to push: the ingest query (already encoded) and the pprof bytes.
+/// One profile to push: the ingest query (already encoded) and the pprof bytes (or, for an
+/// endpoint made by [`Endpoint::parse_with_path`], no query and that endpoint's body).
 #[derive(Clone, Debug)]
 pub struct Upload {
-    /// The ingest query parameters (`name`, `from`, `until`, `format`...), not encoded.
+    /// The ingest query parameters (`name`, `from`, `until`, `format`...), not encoded;
+    /// empty for no query.
     pub params: Vec<(&'static str, String)>,
     pub body: Vec<u8>,
 }
@@ -203,7 +205,7 @@ fn worker_loop(endpoint: Endpoint, shared: Arc<(Mutex<Shared>, Condvar)>, max_it
                 };
             }
         };
-        let result = client.post(&endpoint.ingest_url(&next.params), &next.body);
+        let result = client.post_as(&endpoint.ingest_url(&next.params), endpoint.content_type(), &next.body);
         let Ok(mut s) = lock.lock() else { return };
         s.in_flight = false;
         match result {

@@ -615,6 +615,7 @@ fn setup_test_venv(p: &Paths) {
     if usable() {
         step(format!("test venv: present ({})", venv.display()));
         setup_perfetto(&python);
+        setup_otlp_decoder(&python);
         return;
     }
     step(format!(
@@ -652,6 +653,41 @@ fn setup_test_venv(p: &Paths) {
         )),
     }
     setup_perfetto(&python);
+    setup_otlp_decoder(&python);
+}
+
+/// The PyPI `opentelemetry-proto` release whose OTLP profiles schema (v1development, with
+/// the request-level `ProfilesDictionary`) is the one of the `opentelemetry-proto` crate
+/// pinned in profiler-user/Cargo.toml (both carry opentelemetry-proto 1.10.0's .proto
+/// files). The profiles schema is alpha: move both pins together.
+const OTLP_DECODER_SPEC: &str = "opentelemetry-proto==1.45.2";
+
+/// Installs [`OTLP_DECODER_SPEC`] in the test venv, for tests/otlp.rs's independent
+/// decoder (tests/fixtures/otlp_receiver.py); without it those tests skip.
+fn setup_otlp_decoder(python: &Path) {
+    let version = || {
+        Command::new(python)
+            .args(["-c", "import importlib.metadata as m, opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2; print(m.version('opentelemetry-proto'))"])
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let wanted = OTLP_DECODER_SPEC.rsplit("==").next().unwrap_or_default();
+    if !python.is_file() || version().as_deref() == Some(wanted) {
+        return;
+    }
+    step(format!("test venv: installing {OTLP_DECODER_SPEC} (the OTLP decoder of tests/otlp.rs)"));
+    let installed = run_checked(
+        Command::new(python).args(["-m", "pip", "install", "--quiet", OTLP_DECODER_SPEC]),
+        "installing opentelemetry-proto in the test virtualenv",
+    );
+    if let Err(err) = installed.and_then(|()| {
+        if version().as_deref() == Some(wanted) { Ok(()) } else { bail!("{OTLP_DECODER_SPEC} is still not importable") }
+    }) {
+        warn(format!("{err:#}; the OTLP tests (tests/otlp.rs) will skip"));
+    }
 }
 
 /// Installs Perfetto's Python trace processor (PyPI `perfetto`) in the test venv, for the

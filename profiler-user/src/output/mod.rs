@@ -3,7 +3,8 @@
 //! Three formats, one module each:
 //! - [`collapsed`]: Brendan Gregg's folded stacks, one `frame;frame;frame count` line per stack;
 //! - [`speedscope`]: the JSON file format of <https://www.speedscope.app>;
-//! - [`flamegraph`]: an interactive SVG flame graph drawn by `inferno` from the folded stacks.
+//! - [`flamegraph`]: an interactive SVG flame graph drawn by `inferno` from the folded stacks;
+//! - [`otlp`]: an OpenTelemetry `ExportProfilesServiceRequest` (OTLP profiles, protobuf).
 //!
 //! Every writer is deterministic: the same profile always produces the same bytes (stacks are
 //! sorted, never emitted in hash-map order).
@@ -11,6 +12,7 @@
 pub mod chrometrace;
 pub mod collapsed;
 pub mod flamegraph;
+pub mod otlp;
 pub mod pprof;
 pub mod speedscope;
 
@@ -46,17 +48,24 @@ pub enum Format {
     /// Chrome trace event JSON, one track per thread over time; open it in Perfetto
     /// (ui.perfetto.dev) or chrome://tracing.
     Chrometrace,
+    /// An OpenTelemetry OTLP profiles request (`ExportProfilesServiceRequest`, protobuf), as
+    /// an OpenTelemetry Collector receives it.
+    Otlp,
 }
 
 impl Format {
     /// Guesses the format from a file name's extension (case-insensitively):
     /// `.svg` → [`Format::Flamegraph`], `.json` / `.speedscope` → [`Format::Speedscope`],
     /// `.txt` / `.folded` / `.collapsed` → [`Format::Collapsed`], `.gz` / `.pprof` / `.pb` →
-    /// [`Format::Pprof`], `.trace.json` → [`Format::Chrometrace`]. Anything else is `None`.
+    /// [`Format::Pprof`], `.trace.json` → [`Format::Chrometrace`], `.otlp` / `.otlp.pb` →
+    /// [`Format::Otlp`]. Anything else is `None`.
     pub fn from_path(path: &Path) -> Option<Format> {
         let name = path.file_name()?.to_str()?.to_ascii_lowercase();
         if name.ends_with(".trace.json") || name.ends_with(".chrometrace.json") {
             return Some(Format::Chrometrace);
+        }
+        if name.ends_with(".otlp") || name.ends_with(".otlp.pb") {
+            return Some(Format::Otlp);
         }
         let extension = path.extension()?.to_str()?;
         let is = |candidate: &str| extension.eq_ignore_ascii_case(candidate);
@@ -82,6 +91,7 @@ impl Format {
             Format::Flamegraph => "svg",
             Format::Pprof => "pb.gz",
             Format::Chrometrace => "trace.json",
+            Format::Otlp => "otlp.pb",
         }
     }
 
@@ -93,6 +103,7 @@ impl Format {
             Format::Flamegraph => "flamegraph",
             Format::Pprof => "pprof",
             Format::Chrometrace => "chrometrace",
+            Format::Otlp => "otlp",
         }
     }
 }
@@ -150,6 +161,8 @@ pub fn write_profile(
         Format::Speedscope => speedscope::write(profile, title, out),
         Format::Flamegraph => flamegraph::write(profile, title, out),
         Format::Chrometrace => chrometrace::write(profile, out),
+        Format::Otlp => otlp::write(profile, &otlp::ResourceInfo::of_this_host(), out)
+            .map_err(OutputError::write(Format::Otlp)),
         Format::Pprof => {
             let timing = profile
                 .timing()
@@ -263,7 +276,10 @@ pub(crate) mod tests {
         assert_eq!(f("profile"), None);
         assert_eq!(f("p.trace.json"), Some(Format::Chrometrace));
         assert_eq!(f("profile.trace.json"), Some(Format::Chrometrace));
-        for format in [Format::Collapsed, Format::Speedscope, Format::Flamegraph, Format::Chrometrace] {
+        assert_eq!(f("p.otlp"), Some(Format::Otlp));
+        assert_eq!(f("p.OTLP.pb"), Some(Format::Otlp));
+        assert_eq!(f("p.pb"), Some(Format::Pprof));
+        for format in [Format::Collapsed, Format::Speedscope, Format::Flamegraph, Format::Chrometrace, Format::Otlp] {
             let path = format!("profile.{}", format.extension());
             assert_eq!(Format::from_path(Path::new(&path)), Some(format));
         }
@@ -281,7 +297,7 @@ pub(crate) mod tests {
     #[test]
     fn write_profile_dispatches() {
         let profile = sample_profile();
-        for format in [Format::Collapsed, Format::Speedscope, Format::Flamegraph] {
+        for format in [Format::Collapsed, Format::Speedscope, Format::Flamegraph, Format::Otlp] {
             let mut out = Vec::new();
             let result = write_profile(&profile, format, "t", &mut out);
             assert!(result.is_ok(), "{format}: {result:?}");

@@ -59,12 +59,24 @@ impl UploadError {
 /// fragment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
-    /// `{base}/ingest`, with no query.
+    /// `{base}/ingest` (or `{base}{path}` for [`Endpoint::parse_with_path`]), with no query.
     ingest: Url,
+    /// The `Content-Type` of the bodies posted there.
+    content_type: &'static str,
 }
 
+/// The `Content-Type` of a Pyroscope ingest body.
+pub const INGEST_CONTENT_TYPE: &str = "application/octet-stream";
+
 impl Endpoint {
+    /// A Pyroscope ingest endpoint: bodies go to `{base}/ingest?{query}`.
     pub fn parse(text: &str) -> Result<Self, UploadError> {
+        Self::parse_with_path(text, "/ingest", INGEST_CONTENT_TYPE)
+    }
+
+    /// An endpoint whose bodies (of `content_type`) are posted to `{base}{path}`, e.g. the
+    /// OTLP/HTTP profiles path. `path` starts with `/`.
+    pub fn parse_with_path(text: &str, path: &str, content_type: &'static str) -> Result<Self, UploadError> {
         let url = Url::parse(text)?;
         match url.scheme() {
             "http" | "https" => {}
@@ -81,13 +93,22 @@ impl Endpoint {
         }
         let mut ingest = url;
         let base = ingest.path().trim_end_matches('/').to_string();
-        ingest.set_path(&format!("{base}/ingest"));
-        Ok(Self { ingest })
+        ingest.set_path(&format!("{base}{path}"));
+        Ok(Self { ingest, content_type })
     }
 
-    /// The ingest URL with `params` as its (percent-encoded) query.
+    /// The `Content-Type` of the bodies posted to this endpoint.
+    pub fn content_type(&self) -> &'static str {
+        self.content_type
+    }
+
+    /// The ingest URL with `params` as its (percent-encoded) query; no query when `params`
+    /// is empty.
     pub fn ingest_url(&self, params: &[(&str, String)]) -> Url {
         let mut url = self.ingest.clone();
+        if params.is_empty() {
+            return url;
+        }
         {
             let mut query = url.query_pairs_mut();
             for (k, v) in params {
@@ -128,12 +149,17 @@ impl Client {
         Self { agent: config.new_agent(), deadline }
     }
 
-    /// One `POST` of `body` to `url`; Ok on any 2xx.
+    /// One `POST` of `body` to `url` as [`INGEST_CONTENT_TYPE`]; Ok on any 2xx.
     pub fn post(&self, url: &Url, body: &[u8]) -> Result<(), UploadError> {
+        self.post_as(url, INGEST_CONTENT_TYPE, body)
+    }
+
+    /// One `POST` of `body` (of `content_type`) to `url`; Ok on any 2xx.
+    pub fn post_as(&self, url: &Url, content_type: &str, body: &[u8]) -> Result<(), UploadError> {
         let mut response = self
             .agent
             .post(url.as_str())
-            .header("Content-Type", "application/octet-stream")
+            .header("Content-Type", content_type)
             .send(body)
             .map_err(|e| transport_error(e, self.deadline))?;
         let status = response.status().as_u16();
@@ -347,6 +373,10 @@ mod tests {
         let e = Endpoint::parse("http://127.0.0.1:9/base/").unwrap();
         assert_eq!(e.as_str(), "http://127.0.0.1:9/base/ingest");
         assert_eq!(Endpoint::parse("http://host").unwrap().as_str(), "http://host/ingest");
+        let otlp = Endpoint::parse_with_path("http://[::1]:4318/", "/v1development/profiles", "application/x-protobuf").unwrap();
+        assert_eq!(otlp.ingest_url(&[]).as_str(), "http://[::1]:4318/v1development/profiles");
+        assert_eq!(otlp.content_type(), "application/x-protobuf");
+        assert_eq!(Endpoint::parse("http://host").unwrap().content_type(), INGEST_CONTENT_TYPE);
         assert_eq!(Endpoint::parse("http://[::1]:4040").unwrap().as_str(), "http://[::1]:4040/ingest");
         assert_eq!(Endpoint::parse("https://host/p").unwrap().as_str(), "https://host/p/ingest");
         assert!(matches!(Endpoint::parse("ftp://host"), Err(UploadError::Scheme(s)) if s == "ftp"));
