@@ -181,3 +181,75 @@ fn pprof_readers_go_tool_pprof_reads_record() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The sample counts of the agent's `interval N: S samples from ...` status lines.
+fn interval_samples(stderr: &str) -> Vec<u64> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("pyperch agent: interval ")?;
+            let (_, rest) = rest.split_once(": ")?;
+            rest.split_once(" samples from ")?.0.parse().ok()
+        })
+        .collect()
+}
+
+#[test]
+fn pprof_readers_go_tool_pprof_reads_agent_uploads() {
+    let Some(go) = go() else { return };
+    let python = match pprof_python() {
+        Ok(p) => p,
+        Err(why) => {
+            skip(format!("no ingest receiver: {why}"));
+            return;
+        }
+    };
+    let Some(py) = first_python(&["3.12", "3.11", "3.13", "sid-3.14", "3.10", "3.9", "3.8"]) else {
+        return;
+    };
+    let mut w = Workload::spawn(&py, "spin.py", &["leaf_red", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let receiver = IngestReceiver::start(&python, 0.0).unwrap_or_else(|e| panic!("{e:#}"));
+    let pid = w.pid.to_string();
+    let rate = RATE.to_string();
+    let url = receiver.url();
+    let run = pyperch(
+        &[
+            "agent", "--upload-url", &url, "--app-name", "readers", "--pid", &pid, "--rate", &rate, "--interval",
+            "1s", "--duration", "3s",
+        ],
+        Duration::from_secs(90),
+    );
+    w.terminate();
+    let d = run.diag();
+    assert!(run.success(), "pyperch agent failed{d}");
+    let kept: u64 = interval_samples(&run.stderr).iter().sum();
+    assert!(kept > 0, "the agent kept no sample of the spinning workload{d}");
+    let accepted = receiver.accepted();
+    assert!(!accepted.is_empty(), "the receiver accepted nothing{d}");
+
+    let period = 1_000_000_000 / RATE;
+    let script = w.dir.guest_path("spin.py");
+    let mut total = [0u64; 2];
+    let mut d = d;
+    for entry in &accepted {
+        let file = PathBuf::from(entry["body_file"].as_str().unwrap_or_else(|| panic!("no body_file in {entry}{d}")));
+        let (raw, printed) =
+            go_pprof_raw(&go, &file).unwrap_or_else(|all| panic!("go tool pprof cannot read an upload{d}\n{all}"));
+        d = format!("{d}\n--- query {}\n{printed}", entry["query"]);
+        assert_eq!(raw.sample_types, ["samples/count", "cpu/nanoseconds"], "sample types{d}");
+        assert_eq!(raw.period_type, "cpu nanoseconds", "period type{d}");
+        assert_eq!(raw.period, period, "period{d}");
+        assert_eq!(raw.totals[1], raw.totals[0] * period, "cpu ns = samples × period{d}");
+        assert!(
+            raw.locations.iter().any(|l| l.contains(&format!(" leaf_red {script}:"))),
+            "no location of leaf_red in {script}{d}"
+        );
+        let (app, labels) = parse_pyroscope_name(entry["query"]["name"].as_str().unwrap_or(""))
+            .unwrap_or_else(|| panic!("unreadable ingest name{d}"));
+        assert_eq!(app, "readers", "service name (the part before `{{`){d}");
+        assert_eq!(labels.get("process.pid"), Some(&pid), "process.pid of the upload{d}");
+        total[0] += raw.totals[0];
+        total[1] += raw.totals[1];
+    }
+    assert_eq!(total, [kept, kept * period], "uploaded totals against the agent's {kept} samples{d}");
+}
