@@ -45,7 +45,9 @@ struct Raw {
 /// Runs `go tool pprof -raw FILE` and parses what it prints; `Err` with its output when it
 /// fails.
 fn go_pprof_raw(go: &Path, file: &Path) -> Result<(Raw, String), String> {
-    let scratch = std::env::temp_dir().join("pyperch-tests").join(format!("go-{}", random_hex(8)));
+    let scratch = std::env::temp_dir()
+        .join("pyperch-tests")
+        .join(format!("go-{}", random_hex(8)));
     let _ = std::fs::create_dir_all(&scratch);
     let out = Command::new(go)
         .args(["tool", "pprof", "-raw"])
@@ -110,12 +112,17 @@ fn go_pprof_raw(go: &Path, file: &Path) -> Result<(Raw, String), String> {
                     continue;
                 }
                 // `  v1  v2: loc loc ...`; label lines (`key:[value]`) have no leading number.
-                let Some((values, _)) = trimmed.split_once(':') else { continue };
-                let values: Vec<u64> =
-                    match values.split_whitespace().map(str::parse).collect::<Result<_, _>>() {
-                        Ok(v) => v,
-                        Err(_) => continue,
-                    };
+                let Some((values, _)) = trimmed.split_once(':') else {
+                    continue;
+                };
+                let values: Vec<u64> = match values
+                    .split_whitespace()
+                    .map(str::parse)
+                    .collect::<Result<_, _>>()
+                {
+                    Ok(v) => v,
+                    Err(_) => continue,
+                };
                 if values.len() == raw.totals.len() {
                     for (t, v) in raw.totals.iter_mut().zip(values) {
                         *t += v;
@@ -131,11 +138,17 @@ fn go_pprof_raw(go: &Path, file: &Path) -> Result<(Raw, String), String> {
 
 /// The count of the `ok` line of the whole-run part of a `--stats` report.
 fn stats_ok(stderr: &str) -> Option<u64> {
-    let mut lines = stderr.lines().skip_while(|l| !l.contains("pyperch statistics (whole run):"));
+    let mut lines = stderr
+        .lines()
+        .skip_while(|l| !l.contains("pyperch statistics (whole run):"));
     lines.next()?;
-    lines
-        .map(str::trim)
-        .find_map(|l| l.strip_prefix("ok ")?.split_whitespace().next()?.parse().ok())
+    lines.map(str::trim).find_map(|l| {
+        l.strip_prefix("ok ")?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
 }
 
 #[test]
@@ -144,15 +157,28 @@ fn pprof_readers_go_tool_pprof_reads_record() {
     let Some(py) = first_python(&["3.12", "3.11", "3.13", "sid-3.14", "3.10", "3.9", "3.8"]) else {
         return;
     };
-    let mut w = Workload::spawn(&py, "spin.py", &["leaf_red", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
-    let dir = std::env::temp_dir().join("pyperch-tests").join(format!("pprof-readers-{}", random_hex(8)));
+    let mut w =
+        Workload::spawn(&py, "spin.py", &["leaf_red", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let dir = std::env::temp_dir()
+        .join("pyperch-tests")
+        .join(format!("pprof-readers-{}", random_hex(8)));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("profile.pb.gz");
     let pid = w.pid.to_string();
     let rate = RATE.to_string();
     let run = pyperch(
         &[
-            "record", "--pid", &pid, "--duration", "3", "--rate", &rate, "--stats", "--format", "pprof", "--output",
+            "record",
+            "--pid",
+            &pid,
+            "--duration",
+            "3",
+            "--rate",
+            &rate,
+            "--stats",
+            "--format",
+            "pprof",
+            "--output",
             out.to_str().unwrap(),
         ],
         Duration::from_secs(90),
@@ -160,16 +186,29 @@ fn pprof_readers_go_tool_pprof_reads_record() {
     w.terminate();
     let d = run.diag();
     assert!(run.success(), "pyperch record failed{d}");
-    let kept = stats_ok(&run.stderr).unwrap_or_else(|| panic!("no `ok` count in the --stats report{d}"));
-    assert!(kept > 0, "pyperch kept no sample of the spinning workload{d}");
+    let kept =
+        stats_ok(&run.stderr).unwrap_or_else(|| panic!("no `ok` count in the --stats report{d}"));
+    assert!(
+        kept > 0,
+        "pyperch kept no sample of the spinning workload{d}"
+    );
 
-    let (raw, printed) = go_pprof_raw(&go, &out).unwrap_or_else(|all| panic!("go tool pprof cannot read the file{d}\n{all}"));
+    let (raw, printed) = go_pprof_raw(&go, &out)
+        .unwrap_or_else(|all| panic!("go tool pprof cannot read the file{d}\n{all}"));
     let d = format!("{d}\n{printed}");
-    assert_eq!(raw.sample_types, ["samples/count", "cpu/nanoseconds"], "sample types{d}");
+    assert_eq!(
+        raw.sample_types,
+        ["samples/count", "cpu/nanoseconds"],
+        "sample types{d}"
+    );
     assert_eq!(raw.period_type, "cpu nanoseconds", "period type{d}");
     let period = 1_000_000_000 / RATE;
     assert_eq!(raw.period, period, "period{d}");
-    assert_eq!(raw.totals, [kept, kept * period], "totals (samples, cpu ns) against pyperch's {kept} kept samples{d}");
+    assert_eq!(
+        raw.totals,
+        [kept, kept * period],
+        "totals (samples, cpu ns) against pyperch's {kept} kept samples{d}"
+    );
 
     let script = w.dir.guest_path("spin.py");
     for function in ["leaf_red", "<module>"] {
@@ -207,15 +246,27 @@ fn pprof_readers_go_tool_pprof_reads_agent_uploads() {
     let Some(py) = first_python(&["3.12", "3.11", "3.13", "sid-3.14", "3.10", "3.9", "3.8"]) else {
         return;
     };
-    let mut w = Workload::spawn(&py, "spin.py", &["leaf_red", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let mut w =
+        Workload::spawn(&py, "spin.py", &["leaf_red", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
     let receiver = IngestReceiver::start(&python, 0.0).unwrap_or_else(|e| panic!("{e:#}"));
     let pid = w.pid.to_string();
     let rate = RATE.to_string();
     let url = receiver.url();
     let run = pyperch(
         &[
-            "agent", "--upload-url", &url, "--app-name", "readers", "--pid", &pid, "--rate", &rate, "--interval",
-            "1s", "--duration", "3s",
+            "agent",
+            "--upload-url",
+            &url,
+            "--app-name",
+            "readers",
+            "--pid",
+            &pid,
+            "--rate",
+            &rate,
+            "--interval",
+            "1s",
+            "--duration",
+            "3s",
         ],
         Duration::from_secs(90),
     );
@@ -223,7 +274,10 @@ fn pprof_readers_go_tool_pprof_reads_agent_uploads() {
     let d = run.diag();
     assert!(run.success(), "pyperch agent failed{d}");
     let kept: u64 = interval_samples(&run.stderr).iter().sum();
-    assert!(kept > 0, "the agent kept no sample of the spinning workload{d}");
+    assert!(
+        kept > 0,
+        "the agent kept no sample of the spinning workload{d}"
+    );
     let accepted = receiver.accepted();
     assert!(!accepted.is_empty(), "the receiver accepted nothing{d}");
 
@@ -232,24 +286,46 @@ fn pprof_readers_go_tool_pprof_reads_agent_uploads() {
     let mut total = [0u64; 2];
     let mut d = d;
     for entry in &accepted {
-        let file = PathBuf::from(entry["body_file"].as_str().unwrap_or_else(|| panic!("no body_file in {entry}{d}")));
-        let (raw, printed) =
-            go_pprof_raw(&go, &file).unwrap_or_else(|all| panic!("go tool pprof cannot read an upload{d}\n{all}"));
+        let file = PathBuf::from(
+            entry["body_file"]
+                .as_str()
+                .unwrap_or_else(|| panic!("no body_file in {entry}{d}")),
+        );
+        let (raw, printed) = go_pprof_raw(&go, &file)
+            .unwrap_or_else(|all| panic!("go tool pprof cannot read an upload{d}\n{all}"));
         d = format!("{d}\n--- query {}\n{printed}", entry["query"]);
-        assert_eq!(raw.sample_types, ["samples/count", "cpu/nanoseconds"], "sample types{d}");
+        assert_eq!(
+            raw.sample_types,
+            ["samples/count", "cpu/nanoseconds"],
+            "sample types{d}"
+        );
         assert_eq!(raw.period_type, "cpu nanoseconds", "period type{d}");
         assert_eq!(raw.period, period, "period{d}");
-        assert_eq!(raw.totals[1], raw.totals[0] * period, "cpu ns = samples × period{d}");
+        assert_eq!(
+            raw.totals[1],
+            raw.totals[0] * period,
+            "cpu ns = samples × period{d}"
+        );
         assert!(
-            raw.locations.iter().any(|l| l.contains(&format!(" leaf_red {script}:"))),
+            raw.locations
+                .iter()
+                .any(|l| l.contains(&format!(" leaf_red {script}:"))),
             "no location of leaf_red in {script}{d}"
         );
         let (app, labels) = parse_pyroscope_name(entry["query"]["name"].as_str().unwrap_or(""))
             .unwrap_or_else(|| panic!("unreadable ingest name{d}"));
         assert_eq!(app, "readers", "service name (the part before `{{`){d}");
-        assert_eq!(labels.get("process.pid"), Some(&pid), "process.pid of the upload{d}");
+        assert_eq!(
+            labels.get("process.pid"),
+            Some(&pid),
+            "process.pid of the upload{d}"
+        );
         total[0] += raw.totals[0];
         total[1] += raw.totals[1];
     }
-    assert_eq!(total, [kept, kept * period], "uploaded totals against the agent's {kept} samples{d}");
+    assert_eq!(
+        total,
+        [kept, kept * period],
+        "uploaded totals against the agent's {kept} samples{d}"
+    );
 }

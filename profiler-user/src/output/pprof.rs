@@ -376,7 +376,11 @@ mod tests {
             .sample
             .iter()
             .map(|s| {
-                assert_eq!(s.value.len(), profile.sample_type.len(), "one value per type");
+                assert_eq!(
+                    s.value.len(),
+                    profile.sample_type.len(),
+                    "one value per type"
+                );
                 let frames = s
                     .location_id
                     .iter()
@@ -544,7 +548,9 @@ mod tests {
         // Each value pair is (samples, samples × period).
         let expected: Vec<DecodedSample> = expected
             .into_iter()
-            .map(|(frames, values, labels)| (frames, vec![values[0], values[0] * 10_101_010], labels))
+            .map(|(frames, values, labels)| {
+                (frames, vec![values[0], values[0] * 10_101_010], labels)
+            })
             .collect();
         assert_eq!(decoded.samples, expected);
         let total: u64 = decoded.samples.iter().map(|(_, v, _)| v[0]).sum();
