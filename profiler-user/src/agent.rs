@@ -20,7 +20,7 @@ use crate::{
     output::{self, Format, otlp},
     record::{RecordError, check_rate, inspect_pids, runtime, stats_report},
     session::{DISCOVERY_INTERVAL, LoopControl, Scope, Session, run_loop},
-    upload::{Endpoint, Upload, UploadCounters, Uploader, pyroscope_name},
+    upload::{Endpoint, PROFILE_TYPE_CPU, Upload, UploadCounters, Uploader, pyroscope_labels, pyroscope_name},
 };
 
 /// How profiles are split before upload.
@@ -274,7 +274,7 @@ fn interval_uploads(part: &Profile, options: &AgentOptions, from: SystemTime, un
         if output::write_profile(&sub, Format::Pprof, &options.app_name, &mut body).is_err() {
             continue;
         }
-        let name = pyroscope_name(&options.app_name, &labels);
+        let name = pyroscope_name(&pyroscope_labels(&options.app_name, PROFILE_TYPE_CPU, &labels));
         let params = vec![
             ("name", name),
             ("from", secs(from).to_string()),

@@ -244,11 +244,44 @@ fn worker_loop(endpoint: Endpoint, shared: Arc<(Mutex<Shared>, Condvar)>, max_it
     }
 }
 
-/// The Pyroscope application name with labels: `app{key="value",...}`.
-pub fn pyroscope_name(app: &str, labels: &[(String, String)]) -> String {
+/// Pyroscope's profile type (`__name__`) of pyperch's CPU profiles. Pyroscope files a pprof
+/// whose sample types name `cpu` (pyperch writes `samples/count` and `cpu/nanoseconds`) under
+/// `process_cpu`, whose query-side id is `process_cpu:cpu:nanoseconds:cpu:nanoseconds`.
+pub const PROFILE_TYPE_CPU: &str = "process_cpu";
+
+/// Pyroscope's label naming the service (the `--app-name`).
+pub const SERVICE_NAME: &str = "service_name";
+
+/// Pyroscope's label naming the profile type.
+pub const PROFILE_NAME: &str = "__name__";
+
+/// The full series labels of one profile, as Pyroscope stores them: `__name__` (the profile
+/// type, e.g. [`PROFILE_TYPE_CPU`]), `service_name` (`app`), then `labels` (process and
+/// container labels) in order, any of them named `__name__` or `service_name` left out.
+pub fn pyroscope_labels(app: &str, profile_type: &str, labels: &[(String, String)]) -> Vec<(String, String)> {
+    let mut all = vec![
+        (PROFILE_NAME.to_string(), profile_type.to_string()),
+        (SERVICE_NAME.to_string(), app.to_string()),
+    ];
+    all.extend(labels.iter().filter(|(k, _)| k != PROFILE_NAME && k != SERVICE_NAME).cloned());
+    all
+}
+
+/// The `name` query parameter of Pyroscope's `/ingest` for the series `labels` (from
+/// [`pyroscope_labels`]): `<service_name>{key="value",...}`.
+///
+/// `service_name` is carried by the part before `{` and left out of the braces, and so is
+/// `__name__`: Pyroscope's ingest handler sets `service_name` from that part and `__name__`
+/// from the pprof's sample types (`cpu` → `process_cpu`), drops labels starting with `__`,
+/// and rejects a series with a label name twice. No `.cpu` suffix is added (that convention
+/// of the folded format would end up in `service_name`). Characters of the key syntax in a
+/// value (`"`, `\`, `,`, `{`, `}`) become `_`.
+pub fn pyroscope_name(labels: &[(String, String)]) -> String {
+    let app = labels.iter().find(|(k, _)| k == SERVICE_NAME).map(|(_, v)| v.as_str()).unwrap_or("");
     let mut name = app.to_string();
     name.push('{');
-    for (i, (k, v)) in labels.iter().enumerate() {
+    let rest = labels.iter().filter(|(k, _)| k != SERVICE_NAME && k != PROFILE_NAME);
+    for (i, (k, v)) in rest.enumerate() {
         if i > 0 {
             name.push(',');
         }
@@ -265,8 +298,26 @@ mod tests {
 
     #[test]
     fn upload_names() {
-        let n = pyroscope_name("app", &[("container.id".into(), "ab\"c".into()), ("k8s.pod.uid".into(), "u".into())]);
-        assert_eq!(n, "app{container.id=\"ab_c\",k8s.pod.uid=\"u\"}");
+        let labels = pyroscope_labels(
+            "app",
+            PROFILE_TYPE_CPU,
+            &[("container.id".into(), "ab\"c".into()), ("k8s.pod.uid".into(), "u".into())],
+        );
+        let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(
+            labels,
+            vec![
+                pair("__name__", "process_cpu"),
+                pair("service_name", "app"),
+                pair("container.id", "ab\"c"),
+                pair("k8s.pod.uid", "u")
+            ]
+        );
+        assert_eq!(pyroscope_name(&labels), "app{container.id=\"ab_c\",k8s.pod.uid=\"u\"}");
+        // A caller's own service_name or __name__ never doubles Pyroscope's.
+        let labels = pyroscope_labels("app", PROFILE_TYPE_CPU, &[pair("service_name", "x"), pair("__name__", "y")]);
+        assert_eq!(labels.len(), 2);
+        assert_eq!(pyroscope_name(&labels), "app{}");
     }
 
     #[test]

@@ -422,9 +422,26 @@ fn check_request(entry: &Value, app: &str, d: &str) {
     assert_eq!(p["gzipped"], true, "the body is not gzip{d}");
     assert_eq!(
         p["sample_type"],
-        serde_json::json!([["samples", "count"]]),
+        serde_json::json!([["samples", "count"], ["cpu", "nanoseconds"]]),
         "sample_type{d}"
     );
+    // Pyroscope takes `service_name` from the part of `name` before `{` (the app name) and
+    // `__name__` from the sample types: neither may appear again among the labels.
+    for reserved in ["service_name", "__name__"] {
+        assert!(
+            !up.name_labels.contains_key(reserved),
+            "{reserved} repeated in the ingest name {}{d}",
+            up.brief()
+        );
+    }
+    let period = 1_000_000_000 / RATE as i64;
+    for s in up.samples() {
+        assert_eq!(
+            s["values"][1].as_i64(),
+            s["values"][0].as_i64().map(|n| n * period),
+            "cpu/nanoseconds = samples × period in {s}{d}"
+        );
+    }
     assert_eq!(
         p["period_type"],
         serde_json::json!(["cpu", "nanoseconds"]),

@@ -484,6 +484,29 @@ fn setup_c_compiler() {
     }
 }
 
+/// The pprof tests read every pprof pyperch writes with a third-party reader, `go tool pprof`:
+/// Go from Debian (`golang-go`), installed when `go` is missing (idempotent; a failure only
+/// makes those tests skip).
+fn setup_go() {
+    if find_program("go").is_some() {
+        step("Go (for `go tool pprof`): present");
+        return;
+    }
+    if !is_root() {
+        warn("go is missing and apt-get needs root; the pprof reader tests skip");
+        return;
+    }
+    step("Go: missing, running `apt-get install -y golang-go`");
+    let mut install = Command::new("apt-get");
+    install.args(["install", "-y", "golang-go"]).env("DEBIAN_FRONTEND", "noninteractive");
+    let installed = status_of(&mut install, "installing golang-go").is_ok_and(|s| s.success())
+        || (run_checked(Command::new("apt-get").arg("update"), "apt-get update").is_ok()
+            && status_of(&mut install, "installing golang-go").is_ok_and(|s| s.success()));
+    if !installed {
+        warn("could not install golang-go; the pprof reader tests skip");
+    }
+}
+
 fn build_sid_rootfs(rootfs: &Path) -> Result<()> {
     if !is_root() {
         bail!("debootstrap and chroot need root");
@@ -829,6 +852,7 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     let rootfs = setup_test_fixtures(p);
     setup_test_venv(p);
     setup_c_compiler();
+    setup_go();
     let bin = build_only(p)?;
     let bin = fs::canonicalize(&bin).unwrap_or(bin);
 

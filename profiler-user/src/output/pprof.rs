@@ -1,29 +1,36 @@
 //! pprof's `profile.proto` (github.com/google/pprof, `proto/profile.proto`), gzip-compressed,
 //! as read by `go tool pprof`, Pyroscope, Grafana and most continuous-profiling back ends.
 //!
-//! The protobuf is encoded by hand by a small writer (module `wire`); the field numbers are
-//! those of `profile.proto` (listed next to each constant below).
+//! The messages are those of [`proto`] (the schema declared for the `prost` crate, which does
+//! all of the protobuf encoding); this module only fills them in.
 //!
 //! What the file holds:
-//! - `sample_type`: one value, `samples`/`count`; `period_type`: `cpu`/`nanoseconds`, with
-//!   `period`, `time_nanos` and `duration_nanos` from [`Timing`] (left out when zero);
-//! - one `Function` per distinct (function name, file) pair; `system_name` and `start_line`
-//!   are left out (with `system_name == name`, `go tool pprof` would "demangle" the name and
-//!   strip `<...>` as if it were C++ template arguments, turning `<module>` into nothing);
+//! - `sample_type`: `samples`/`count` and, when the sampling period is known,
+//!   `cpu`/`nanoseconds` (= samples × period), the CPU-profile pair Pyroscope, Grafana and
+//!   `go tool pprof` expect (Pyroscope files a profile whose sample type names `cpu` as
+//!   `process_cpu`); `period_type`: `cpu`/`nanoseconds`, with `period` (10⁹ / rate),
+//!   `time_nanos` and `duration_nanos` from [`Timing`] (left out when zero, i.e. unknown;
+//!   an unknown period leaves out the `cpu` sample type rather than writing zeros);
+//! - one `Function` per distinct (function name, file) pair, `filename` the full path;
+//!   `system_name` and `start_line` are left out (with `system_name == name`, `go tool pprof`
+//!   would "demangle" the name and strip `<...>` as if it were C++ template arguments,
+//!   turning `<module>` into nothing);
 //! - one `Location` per distinct (function, line) pair, with a single `Line`; no mappings
 //!   (`mapping_id` 0: Python code has no binary mapping); an unknown line (0) is left out;
 //! - one `Sample` per distinct [`StackKey`], with `location_id` LEAF FIRST (the pprof
-//!   convention; [`StackKey::frames`] is root first), `value = [count]` (clamped to
-//!   `i64::MAX`), and one string `Label` per pair returned by the caller's `labels` closure
-//!   (pairs with an empty key or value are skipped: an empty string cannot be told apart from
-//!   an absent one in proto3). A stack with no Python frames gets a single
+//!   convention; [`StackKey::frames`] is root first), `value = [count, count × period]`
+//!   (saturating at `i64::MAX`), and one string `Label` per pair returned by the caller's
+//!   `labels` closure (pairs with an empty key or value are skipped: an empty string cannot
+//!   be told apart from an absent one in proto3). A stack with no Python frames gets a single
 //!   [`super::NO_PYTHON_FRAMES`] location, so every sample has at least one location.
 //!
 //! Invariants: `string_table[0]` is `""`; every id is non-zero and ids are dense from 1;
 //! every `location_id` names a written `Location` and every `function_id` a written
-//! `Function`; every string index is `< string_table.len()`. The output is deterministic:
-//! samples are written in [`StackKey`] order, ids and strings are numbered in order of first
-//! use, and the gzip header carries no timestamp.
+//! `Function`; every string index is `< string_table.len()`; every sample has one value per
+//! sample type. The output is deterministic: samples are written in [`StackKey`] order, ids
+//! and strings are numbered in order of first use, and the gzip header carries no timestamp.
+
+pub mod proto;
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -31,49 +38,18 @@ use std::time::{Duration, SystemTime};
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
+use prost::Message as _;
 
 use crate::aggregate::{FrameId, Profile, StackKey};
 
 use super::NO_PYTHON_FRAMES;
 
-/// The only sample type: how many samples landed on a stack.
+/// The first sample type: how many samples landed on a stack.
 pub const SAMPLE_TYPE: (&str, &str) = ("samples", "count");
+/// The second sample type, written when the period is known: CPU time, samples × period.
+pub const CPU_SAMPLE_TYPE: (&str, &str) = ("cpu", "nanoseconds");
 /// What one sample stands for: `period` nanoseconds of CPU time.
 pub const PERIOD_TYPE: (&str, &str) = ("cpu", "nanoseconds");
-
-/// Field numbers of `profile.proto`.
-mod field {
-    // message Profile
-    pub const PROFILE_SAMPLE_TYPE: u32 = 1;
-    pub const PROFILE_SAMPLE: u32 = 2;
-    pub const PROFILE_LOCATION: u32 = 4;
-    pub const PROFILE_FUNCTION: u32 = 5;
-    pub const PROFILE_STRING_TABLE: u32 = 6;
-    pub const PROFILE_TIME_NANOS: u32 = 9;
-    pub const PROFILE_DURATION_NANOS: u32 = 10;
-    pub const PROFILE_PERIOD_TYPE: u32 = 11;
-    pub const PROFILE_PERIOD: u32 = 12;
-    // message ValueType
-    pub const VALUE_TYPE_TYPE: u32 = 1;
-    pub const VALUE_TYPE_UNIT: u32 = 2;
-    // message Sample
-    pub const SAMPLE_LOCATION_ID: u32 = 1;
-    pub const SAMPLE_VALUE: u32 = 2;
-    pub const SAMPLE_LABEL: u32 = 3;
-    // message Label
-    pub const LABEL_KEY: u32 = 1;
-    pub const LABEL_STR: u32 = 2;
-    // message Location
-    pub const LOCATION_ID: u32 = 1;
-    pub const LOCATION_LINE: u32 = 4;
-    // message Line
-    pub const LINE_FUNCTION_ID: u32 = 1;
-    pub const LINE_LINE: u32 = 2;
-    // message Function
-    pub const FUNCTION_ID: u32 = 1;
-    pub const FUNCTION_NAME: u32 = 2;
-    pub const FUNCTION_FILENAME: u32 = 4;
-}
 
 /// Why a pprof profile could not be written.
 #[derive(thiserror::Error, Debug)]
@@ -137,8 +113,8 @@ pub fn write(
 }
 
 /// Writes `profile` to `out` as a gzip-compressed pprof profile, with `timing` in the
-/// `time_nanos`, `duration_nanos` and `period` fields. `out` is flushed before returning
-/// `Ok`.
+/// `time_nanos`, `duration_nanos` and `period` fields (and the `cpu`/`nanoseconds` values).
+/// `out` is flushed before returning `Ok`.
 pub fn write_with_timing(
     profile: &Profile,
     labels: &dyn Fn(&StackKey) -> Vec<(String, String)>,
@@ -146,41 +122,11 @@ pub fn write_with_timing(
     out: &mut dyn Write,
 ) -> Result<(), PprofError> {
     let wrap = |source| PprofError::Write { source };
+    let message = build(profile, labels, timing).encode_to_vec();
     let mut gz = GzEncoder::new(out, Compression::default());
-    encode(profile, labels, timing, &mut gz).map_err(wrap)?;
+    gz.write_all(&message).map_err(wrap)?;
     let out = gz.finish().map_err(wrap)?;
     out.flush().map_err(wrap)
-}
-
-/// Buffers top-level fields and hands them to `out` in large pieces.
-struct Chunked<'a> {
-    out: &'a mut dyn Write,
-    buffer: Vec<u8>,
-}
-
-impl Chunked<'_> {
-    const CHUNK: usize = 64 * 1024;
-
-    /// Appends a length-delimited top-level field holding `message`.
-    fn message(&mut self, field: u32, message: &[u8]) -> io::Result<()> {
-        wire::bytes(&mut self.buffer, field, message);
-        self.drain(Self::CHUNK)
-    }
-
-    /// Appends a varint top-level field (left out when zero).
-    fn int(&mut self, field: u32, value: i64) -> io::Result<()> {
-        wire::int(&mut self.buffer, field, value);
-        self.drain(Self::CHUNK)
-    }
-
-    /// Writes the buffer out once it holds at least `threshold` bytes.
-    fn drain(&mut self, threshold: usize) -> io::Result<()> {
-        if self.buffer.len() >= threshold {
-            self.out.write_all(&self.buffer)?;
-            self.buffer.clear();
-        }
-        Ok(())
-    }
 }
 
 /// The string table: `strings[i]` has index `i`, and `index` maps each string back.
@@ -188,7 +134,7 @@ impl Chunked<'_> {
 /// Invariant: `strings[0]` is `""`, and each string appears once.
 struct Strings {
     strings: Vec<String>,
-    index: HashMap<String, u64>,
+    index: HashMap<String, i64>,
 }
 
 impl Strings {
@@ -199,28 +145,35 @@ impl Strings {
         }
     }
 
-    fn intern(&mut self, s: &str) -> u64 {
+    fn intern(&mut self, s: &str) -> i64 {
         if let Some(&i) = self.index.get(s) {
             return i;
         }
-        let i = self.strings.len() as u64;
+        let i = self.strings.len() as i64;
         self.strings.push(s.to_owned());
         self.index.insert(s.to_owned(), i);
         i
+    }
+
+    fn value_type(&mut self, (kind, unit): (&str, &str)) -> proto::ValueType {
+        proto::ValueType {
+            r#type: self.intern(kind),
+            unit: self.intern(unit),
+        }
     }
 }
 
 /// Functions and locations numbered in order of first use.
 ///
-/// Invariants: `functions[k]` has id `k + 1` and `locations[k]` has id `k + 1`; every
-/// location's function id is `<= functions.len()`.
+/// Invariants: `functions[k].id == k + 1` and `locations[k].id == k + 1`; every location's
+/// function id is `<= functions.len()`.
 struct Table {
     strings: Strings,
-    /// `(name, filename)` string indices.
-    functions: Vec<(u64, u64)>,
-    function_ids: HashMap<(u64, u64), u64>,
-    /// `(function id, line)`.
-    locations: Vec<(u64, u32)>,
+    functions: Vec<proto::Function>,
+    /// `(name, filename)` string indices → function id.
+    function_ids: HashMap<(i64, i64), u64>,
+    locations: Vec<proto::Location>,
+    /// `(function id, line)` → location id.
     location_ids: HashMap<(u64, u32), u64>,
     /// Location of each frame id already seen.
     frame_locations: HashMap<FrameId, u64>,
@@ -246,12 +199,25 @@ impl Table {
         let next = self.functions.len() as u64 + 1;
         let function_id = *self.function_ids.entry(key).or_insert(next);
         if function_id == next {
-            self.functions.push(key);
+            self.functions.push(proto::Function {
+                id: function_id,
+                name: key.0,
+                filename: key.1,
+                ..Default::default()
+            });
         }
         let next = self.locations.len() as u64 + 1;
         let location_id = *self.location_ids.entry((function_id, line)).or_insert(next);
         if location_id == next {
-            self.locations.push((function_id, line));
+            self.locations.push(proto::Location {
+                id: location_id,
+                line: vec![proto::Line {
+                    function_id,
+                    line: i64::from(line),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            });
         }
         location_id
     }
@@ -278,148 +244,62 @@ impl Table {
     }
 }
 
-/// Encodes the (uncompressed) profile message into `out`.
-fn encode(
+/// The (uncompressed) profile message.
+fn build(
     profile: &Profile,
     labels: &dyn Fn(&StackKey) -> Vec<(String, String)>,
     timing: &Timing,
-    out: &mut dyn Write,
-) -> io::Result<()> {
-    let mut out = Chunked {
-        out,
-        buffer: Vec::with_capacity(Chunked::CHUNK * 2),
-    };
+) -> proto::Profile {
     let mut table = Table::new();
-    let mut message = Vec::new();
-
-    let value_type = |strings: &mut Strings, message: &mut Vec<u8>, (kind, unit): (&str, &str)| {
-        message.clear();
-        wire::uint(message, field::VALUE_TYPE_TYPE, strings.intern(kind));
-        wire::uint(message, field::VALUE_TYPE_UNIT, strings.intern(unit));
-    };
-    value_type(&mut table.strings, &mut message, SAMPLE_TYPE);
-    out.message(field::PROFILE_SAMPLE_TYPE, &message)?;
+    let with_cpu = timing.period_nanos > 0;
+    let mut sample_type = vec![table.strings.value_type(SAMPLE_TYPE)];
+    if with_cpu {
+        sample_type.push(table.strings.value_type(CPU_SAMPLE_TYPE));
+    }
 
     let mut stacks: Vec<(&StackKey, u64)> = profile.stacks().collect();
     stacks.sort_unstable();
-    let mut location_ids: Vec<u64> = Vec::new();
-    let mut label = Vec::new();
+    let mut samples = Vec::with_capacity(stacks.len());
     for (key, count) in stacks {
-        location_ids.clear();
+        let mut location_id = Vec::with_capacity(key.frames.len().max(1));
         if key.frames.is_empty() {
-            location_ids.push(table.no_python_location());
+            location_id.push(table.no_python_location());
         }
         for &id in key.frames.iter().rev() {
-            location_ids.push(table.frame_location(profile, id));
+            location_id.push(table.frame_location(profile, id));
         }
-        message.clear();
-        wire::packed(&mut message, field::SAMPLE_LOCATION_ID, &location_ids);
-        let value = i64::try_from(count).unwrap_or(i64::MAX);
-        wire::packed(&mut message, field::SAMPLE_VALUE, &[value as u64]);
-        for (k, v) in labels(key) {
-            if k.is_empty() || v.is_empty() {
-                continue;
-            }
-            label.clear();
-            wire::uint(&mut label, field::LABEL_KEY, table.strings.intern(&k));
-            wire::uint(&mut label, field::LABEL_STR, table.strings.intern(&v));
-            wire::bytes(&mut message, field::SAMPLE_LABEL, &label);
+        let count = i64::try_from(count).unwrap_or(i64::MAX);
+        let mut value = vec![count];
+        if with_cpu {
+            value.push(count.saturating_mul(timing.period_nanos));
         }
-        out.message(field::PROFILE_SAMPLE, &message)?;
+        let label = labels(key)
+            .into_iter()
+            .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+            .map(|(k, v)| proto::Label {
+                key: table.strings.intern(&k),
+                str: table.strings.intern(&v),
+                ..Default::default()
+            })
+            .collect();
+        samples.push(proto::Sample {
+            location_id,
+            value,
+            label,
+        });
     }
-
-    let mut line = Vec::new();
-    for (index, &(function_id, line_number)) in table.locations.iter().enumerate() {
-        line.clear();
-        wire::uint(&mut line, field::LINE_FUNCTION_ID, function_id);
-        wire::uint(&mut line, field::LINE_LINE, u64::from(line_number));
-        message.clear();
-        wire::uint(&mut message, field::LOCATION_ID, index as u64 + 1);
-        wire::bytes(&mut message, field::LOCATION_LINE, &line);
-        out.message(field::PROFILE_LOCATION, &message)?;
-    }
-    for (index, &(name, file)) in table.functions.iter().enumerate() {
-        message.clear();
-        wire::uint(&mut message, field::FUNCTION_ID, index as u64 + 1);
-        wire::uint(&mut message, field::FUNCTION_NAME, name);
-        wire::uint(&mut message, field::FUNCTION_FILENAME, file);
-        out.message(field::PROFILE_FUNCTION, &message)?;
-    }
-
-    // Every string is interned before the table is written: the period type's now.
-    value_type(&mut table.strings, &mut message, PERIOD_TYPE);
-    let period_type = std::mem::take(&mut message);
-    for s in &table.strings.strings {
-        out.message(field::PROFILE_STRING_TABLE, s.as_bytes())?;
-    }
-    out.int(field::PROFILE_TIME_NANOS, timing.start_unix_nanos)?;
-    out.int(field::PROFILE_DURATION_NANOS, timing.duration_nanos)?;
-    out.message(field::PROFILE_PERIOD_TYPE, &period_type)?;
-    out.int(field::PROFILE_PERIOD, timing.period_nanos)?;
-    out.drain(0)
-}
-
-/// A minimal protobuf (proto3) encoder: just what `profile.proto` needs.
-///
-/// Scalars equal to zero are left out, as proto3 does (a reader cannot tell them from
-/// absent ones); length-delimited fields are always written, even when empty.
-mod wire {
-    /// Wire type of varints.
-    const VARINT: u64 = 0;
-    /// Wire type of strings, bytes, embedded messages and packed repeated scalars.
-    const LEN: u64 = 2;
-
-    /// Appends `value` as a base-128 varint.
-    pub fn varint(buf: &mut Vec<u8>, mut value: u64) {
-        while value >= 0x80 {
-            buf.push((value & 0x7f) as u8 | 0x80);
-            value >>= 7;
-        }
-        buf.push(value as u8);
-    }
-
-    /// How many bytes [`varint`] takes for `value`.
-    pub fn varint_len(value: u64) -> usize {
-        let bits = 64 - (value | 1).leading_zeros() as usize;
-        bits.div_ceil(7)
-    }
-
-    fn key(buf: &mut Vec<u8>, field: u32, wire_type: u64) {
-        varint(buf, (u64::from(field) << 3) | wire_type);
-    }
-
-    /// A `uint64` field; left out when zero.
-    pub fn uint(buf: &mut Vec<u8>, field: u32, value: u64) {
-        if value != 0 {
-            key(buf, field, VARINT);
-            varint(buf, value);
-        }
-    }
-
-    /// An `int64` field (negative values take ten bytes, as protobuf specifies); left out
-    /// when zero.
-    pub fn int(buf: &mut Vec<u8>, field: u32, value: i64) {
-        uint(buf, field, value as u64);
-    }
-
-    /// A length-delimited field (string, bytes or embedded message).
-    pub fn bytes(buf: &mut Vec<u8>, field: u32, data: &[u8]) {
-        key(buf, field, LEN);
-        varint(buf, data.len() as u64);
-        buf.extend_from_slice(data);
-    }
-
-    /// A packed repeated `uint64`/`int64` field; left out when `values` is empty.
-    pub fn packed(buf: &mut Vec<u8>, field: u32, values: &[u64]) {
-        if values.is_empty() {
-            return;
-        }
-        let len: usize = values.iter().map(|&v| varint_len(v)).sum();
-        key(buf, field, LEN);
-        varint(buf, len as u64);
-        for &v in values {
-            varint(buf, v);
-        }
+    let period_type = Some(table.strings.value_type(PERIOD_TYPE));
+    proto::Profile {
+        sample_type,
+        sample: samples,
+        location: table.locations,
+        function: table.functions,
+        string_table: table.strings.strings,
+        time_nanos: timing.start_unix_nanos,
+        duration_nanos: timing.duration_nanos,
+        period_type,
+        period: timing.period_nanos,
+        ..Default::default()
     }
 }
 
@@ -429,95 +309,10 @@ mod tests {
     use std::io::Read;
 
     use flate2::read::GzDecoder;
+    use prost::Message;
 
     use super::*;
     use crate::output::tests::sample_profile;
-
-    /// One decoded protobuf field value.
-    #[derive(Debug, Clone)]
-    enum Value {
-        Varint(u64),
-        Bytes(Vec<u8>),
-    }
-
-    /// Decodes a varint at `*pos`.
-    fn read_varint(data: &[u8], pos: &mut usize) -> u64 {
-        let mut value = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = data[*pos];
-            *pos += 1;
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return value;
-            }
-        }
-        panic!("varint too long");
-    }
-
-    /// Decodes one message into `(field number, value)` pairs, in order. Panics on anything
-    /// but wire types 0 and 2 (the writer uses no others).
-    fn fields(data: &[u8]) -> Vec<(u32, Value)> {
-        let mut pos = 0;
-        let mut out = Vec::new();
-        while pos < data.len() {
-            let key = read_varint(data, &mut pos);
-            let field = u32::try_from(key >> 3).expect("field number");
-            match key & 7 {
-                0 => out.push((field, Value::Varint(read_varint(data, &mut pos)))),
-                2 => {
-                    let len = usize::try_from(read_varint(data, &mut pos)).expect("len");
-                    out.push((field, Value::Bytes(data[pos..pos + len].to_vec())));
-                    pos += len;
-                }
-                other => panic!("unexpected wire type {other}"),
-            }
-        }
-        assert_eq!(pos, data.len(), "message overruns");
-        out
-    }
-
-    fn varint_of(fields: &[(u32, Value)], number: u32) -> u64 {
-        let mut result = 0;
-        for (field, value) in fields {
-            if *field == number {
-                match value {
-                    Value::Varint(v) => result = *v,
-                    Value::Bytes(_) => panic!("field {number} is not a varint"),
-                }
-            }
-        }
-        result
-    }
-
-    fn messages_of(fields: &[(u32, Value)], number: u32) -> Vec<Vec<u8>> {
-        fields
-            .iter()
-            .filter(|(field, _)| *field == number)
-            .map(|(_, value)| match value {
-                Value::Bytes(bytes) => bytes.clone(),
-                Value::Varint(_) => panic!("field {number} is not length-delimited"),
-            })
-            .collect()
-    }
-
-    /// A repeated scalar, accepting both packed and unpacked encodings.
-    fn repeated_of(fields: &[(u32, Value)], number: u32) -> Vec<u64> {
-        let mut out = Vec::new();
-        for (field, value) in fields {
-            if *field == number {
-                match value {
-                    Value::Varint(v) => out.push(*v),
-                    Value::Bytes(bytes) => {
-                        let mut pos = 0;
-                        while pos < bytes.len() {
-                            out.push(read_varint(bytes, &mut pos));
-                        }
-                    }
-                }
-            }
-        }
-        out
-    }
 
     /// A sample as read back: frames leaf first as `(function, file, line)`, values, labels.
     type DecodedSample = (Vec<(String, String, i64)>, Vec<u64>, Vec<(String, String)>);
@@ -537,86 +332,78 @@ mod tests {
         location_count: usize,
     }
 
+    /// Reads a written profile back with prost (the independent check, `go tool pprof`,
+    /// is in tests/tests/pprof_readers.rs), checking the module's invariants on the way.
     fn decode(gzipped: &[u8]) -> Decoded {
         let mut raw = Vec::new();
         GzDecoder::new(gzipped)
             .read_to_end(&mut raw)
             .expect("valid gzip");
-        let profile = fields(&raw);
-        let strings: Vec<String> = messages_of(&profile, 6)
-            .into_iter()
-            .map(|bytes| String::from_utf8(bytes).expect("utf-8 string"))
-            .collect();
-        let string = |index: u64| -> String {
+        let profile = proto::Profile::decode(raw.as_slice()).expect("a valid Profile message");
+        let strings = profile.string_table.clone();
+        let string = |index: i64| -> String {
             strings
                 .get(usize::try_from(index).expect("index"))
                 .expect("string index in range")
                 .clone()
         };
-        let value_type = |bytes: &[u8]| {
-            let f = fields(bytes);
-            (string(varint_of(&f, 1)), string(varint_of(&f, 2)))
-        };
+        let value_type = |v: &proto::ValueType| (string(v.r#type), string(v.unit));
 
         // Function id → (name, file).
         let mut functions = BTreeMap::new();
-        for bytes in messages_of(&profile, 5) {
-            let f = fields(&bytes);
-            let id = varint_of(&f, 1);
-            assert_ne!(id, 0, "function ids are non-zero");
-            assert_eq!(varint_of(&f, 3), 0, "no system_name");
-            let previous =
-                functions.insert(id, (string(varint_of(&f, 2)), string(varint_of(&f, 4))));
-            assert!(previous.is_none(), "duplicate function id {id}");
+        for f in &profile.function {
+            assert_ne!(f.id, 0, "function ids are non-zero");
+            assert_eq!(f.system_name, 0, "no system_name");
+            let previous = functions.insert(f.id, (string(f.name), string(f.filename)));
+            assert!(previous.is_none(), "duplicate function id {}", f.id);
         }
         // Location id → (function, file, line).
         let mut locations = BTreeMap::new();
-        for bytes in messages_of(&profile, 4) {
-            let f = fields(&bytes);
-            let id = varint_of(&f, 1);
-            assert_ne!(id, 0, "location ids are non-zero");
-            assert_eq!(varint_of(&f, 2), 0, "no mapping");
-            let lines = messages_of(&f, 4);
-            assert_eq!(lines.len(), 1, "one line per location");
-            let line = fields(&lines[0]);
+        for l in &profile.location {
+            assert_ne!(l.id, 0, "location ids are non-zero");
+            assert_eq!(l.mapping_id, 0, "no mapping");
+            assert_eq!(l.line.len(), 1, "one line per location");
+            let line = &l.line[0];
             let (name, file) = functions
-                .get(&varint_of(&line, 1))
+                .get(&line.function_id)
                 .expect("line names a function")
                 .clone();
-            let number = varint_of(&line, 2) as i64;
-            let previous = locations.insert(id, (name, file, number));
-            assert!(previous.is_none(), "duplicate location id {id}");
+            let previous = locations.insert(l.id, (name, file, line.line));
+            assert!(previous.is_none(), "duplicate location id {}", l.id);
         }
-        let samples = messages_of(&profile, 2)
+        assert!(profile.mapping.is_empty(), "no mappings");
+        let samples = profile
+            .sample
             .iter()
-            .map(|bytes| {
-                let f = fields(bytes);
-                let frames = repeated_of(&f, 1)
-                    .into_iter()
-                    .map(|id| locations.get(&id).expect("location exists").clone())
-                    .collect();
-                let labels = messages_of(&f, 3)
+            .map(|s| {
+                assert_eq!(
+                    s.value.len(),
+                    profile.sample_type.len(),
+                    "one value per type"
+                );
+                let frames = s
+                    .location_id
                     .iter()
-                    .map(|label| {
-                        let l = fields(label);
-                        assert_eq!(varint_of(&l, 3), 0, "no num");
-                        (string(varint_of(&l, 1)), string(varint_of(&l, 2)))
+                    .map(|id| locations.get(id).expect("location exists").clone())
+                    .collect();
+                let labels = s
+                    .label
+                    .iter()
+                    .map(|l| {
+                        assert_eq!(l.num, 0, "no num");
+                        (string(l.key), string(l.str))
                     })
                     .collect();
-                (frames, repeated_of(&f, 2), labels)
+                let values = s.value.iter().map(|&v| v as u64).collect();
+                (frames, values, labels)
             })
             .collect();
-        let period_types = messages_of(&profile, 11);
-        assert_eq!(period_types.len(), 1);
         Decoded {
-            sample_types: messages_of(&profile, 1)
-                .iter()
-                .map(|b| value_type(b))
-                .collect(),
-            period_type: value_type(&period_types[0]),
-            period: varint_of(&profile, 12),
-            time_nanos: varint_of(&profile, 9),
-            duration_nanos: varint_of(&profile, 10),
+            sample_types: profile.sample_type.iter().map(value_type).collect(),
+            period_type: value_type(profile.period_type.as_ref().expect("a period type")),
+            period: profile.period as u64,
+            time_nanos: profile.time_nanos as u64,
+            duration_nanos: profile.duration_nanos as u64,
             function_count: functions.len(),
             location_count: locations.len(),
             strings,
@@ -674,7 +461,10 @@ mod tests {
         unique.sort();
         unique.dedup();
         assert_eq!(unique.len(), decoded.strings.len(), "strings are unique");
-        assert_eq!(decoded.sample_types, pairs(&[("samples", "count")]));
+        assert_eq!(
+            decoded.sample_types,
+            pairs(&[("samples", "count"), ("cpu", "nanoseconds")])
+        );
         assert_eq!(
             decoded.period_type,
             ("cpu".to_owned(), "nanoseconds".to_owned())
@@ -755,9 +545,18 @@ mod tests {
             ),
             (vec![main.clone()], vec![1], with("300", &[])),
         ];
+        // Each value pair is (samples, samples × period).
+        let expected: Vec<DecodedSample> = expected
+            .into_iter()
+            .map(|(frames, values, labels)| {
+                (frames, vec![values[0], values[0] * 10_101_010], labels)
+            })
+            .collect();
         assert_eq!(decoded.samples, expected);
         let total: u64 = decoded.samples.iter().map(|(_, v, _)| v[0]).sum();
         assert_eq!(total, sample_profile().total_samples());
+        let cpu: u64 = decoded.samples.iter().map(|(_, v, _)| v[1]).sum();
+        assert_eq!(cpu, sample_profile().total_samples() * 10_101_010);
     }
 
     #[test]
@@ -810,6 +609,12 @@ mod tests {
         p.add(1, None, &[], u64::MAX);
         let decoded = decode(&written(&p, &Timing::default()));
         assert_eq!(decoded.samples[0].1, vec![i64::MAX as u64]);
+        let timing = Timing {
+            period_nanos: 1_000,
+            ..Timing::default()
+        };
+        let decoded = decode(&written(&p, &timing));
+        assert_eq!(decoded.samples[0].1, vec![i64::MAX as u64, i64::MAX as u64]);
     }
 
     #[test]
@@ -895,32 +700,5 @@ mod tests {
             Timing::new(before, Duration::MAX, 1).duration_nanos,
             i64::MAX
         );
-    }
-
-    #[test]
-    fn varints() {
-        for value in [
-            0,
-            1,
-            127,
-            128,
-            300,
-            16383,
-            16384,
-            u64::from(u32::MAX),
-            u64::MAX,
-        ] {
-            let mut buf = Vec::new();
-            wire::varint(&mut buf, value);
-            assert_eq!(buf.len(), wire::varint_len(value), "{value}");
-            let mut pos = 0;
-            assert_eq!(read_varint(&buf, &mut pos), value);
-        }
-        let mut buf = Vec::new();
-        wire::varint(&mut buf, 300);
-        assert_eq!(buf, [0xac, 0x02]);
-        let mut buf = Vec::new();
-        wire::int(&mut buf, 1, -1);
-        assert_eq!(buf.len(), 11, "negative int64 is a ten-byte varint");
     }
 }
