@@ -11,6 +11,7 @@
 pub mod chrometrace;
 pub mod collapsed;
 pub mod flamegraph;
+pub mod gecko;
 pub mod pprof;
 pub mod speedscope;
 
@@ -46,17 +47,24 @@ pub enum Format {
     /// Chrome trace event JSON, one track per thread over time; open it in Perfetto
     /// (ui.perfetto.dev) or chrome://tracing.
     Chrometrace,
+    /// The Gecko profile format (JSON), one track per thread with each sample's time; open it
+    /// in the Firefox Profiler (profiler.firefox.com).
+    Gecko,
 }
 
 impl Format {
     /// Guesses the format from a file name's extension (case-insensitively):
     /// `.svg` → [`Format::Flamegraph`], `.json` / `.speedscope` → [`Format::Speedscope`],
     /// `.txt` / `.folded` / `.collapsed` → [`Format::Collapsed`], `.gz` / `.pprof` / `.pb` →
-    /// [`Format::Pprof`], `.trace.json` → [`Format::Chrometrace`]. Anything else is `None`.
+    /// [`Format::Pprof`], `.trace.json` → [`Format::Chrometrace`], `.gecko.json` →
+    /// [`Format::Gecko`]. Anything else is `None`.
     pub fn from_path(path: &Path) -> Option<Format> {
         let name = path.file_name()?.to_str()?.to_ascii_lowercase();
         if name.ends_with(".trace.json") || name.ends_with(".chrometrace.json") {
             return Some(Format::Chrometrace);
+        }
+        if name.ends_with(".gecko.json") {
+            return Some(Format::Gecko);
         }
         let extension = path.extension()?.to_str()?;
         let is = |candidate: &str| extension.eq_ignore_ascii_case(candidate);
@@ -82,7 +90,14 @@ impl Format {
             Format::Flamegraph => "svg",
             Format::Pprof => "pb.gz",
             Format::Chrometrace => "trace.json",
+            Format::Gecko => "gecko.json",
         }
+    }
+
+    /// Whether the format shows when each sample was taken, so the recording must keep a
+    /// per-thread [`crate::timeline::Timeline`].
+    pub fn needs_timeline(&self) -> bool {
+        matches!(self, Format::Chrometrace | Format::Gecko)
     }
 
     /// The name used on the command line (`--format <name>`).
@@ -93,6 +108,7 @@ impl Format {
             Format::Flamegraph => "flamegraph",
             Format::Pprof => "pprof",
             Format::Chrometrace => "chrometrace",
+            Format::Gecko => "gecko",
         }
     }
 }
@@ -150,6 +166,7 @@ pub fn write_profile(
         Format::Speedscope => speedscope::write(profile, title, out),
         Format::Flamegraph => flamegraph::write(profile, title, out),
         Format::Chrometrace => chrometrace::write(profile, out),
+        Format::Gecko => gecko::write(profile, out),
         Format::Pprof => {
             let timing = profile
                 .timing()
@@ -263,7 +280,8 @@ pub(crate) mod tests {
         assert_eq!(f("profile"), None);
         assert_eq!(f("p.trace.json"), Some(Format::Chrometrace));
         assert_eq!(f("profile.trace.json"), Some(Format::Chrometrace));
-        for format in [Format::Collapsed, Format::Speedscope, Format::Flamegraph, Format::Chrometrace] {
+        assert_eq!(f("p.gecko.json"), Some(Format::Gecko));
+        for format in [Format::Collapsed, Format::Speedscope, Format::Flamegraph, Format::Chrometrace, Format::Gecko] {
             let path = format!("profile.{}", format.extension());
             assert_eq!(Format::from_path(Path::new(&path)), Some(format));
         }
