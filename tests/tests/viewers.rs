@@ -353,9 +353,18 @@ fn viewers_gecko_profile_schema_and_speedscope() {
         .max_by_key(|t| t["samples"]["data"].as_array().map_or(0, Vec::len))
         .cloned()
         .unwrap_or_default();
+    // speedscope's importer closes a thread's frames only at a sample with no stack (it fails
+    // with "non-empty stack" otherwise), as Firefox's own exports have at the end: the envelope
+    // adds one (a valid Gecko sample: `stack` may be null) one sampling interval after the last.
+    let interval = json["meta"]["interval"].as_f64().unwrap_or(1.0);
+    let last = busiest["samples"]["data"].as_array().and_then(|d| d.last()).and_then(|s| s[1].as_f64()).unwrap_or(0.0);
+    let duration = last + interval;
+    let mut thread = busiest.clone();
+    if let Some(data) = thread["samples"]["data"].as_array_mut() {
+        data.push(serde_json::json!([null, duration, 0]));
+    }
     let mut single = json.clone();
-    single["threads"] = serde_json::Value::Array(vec![busiest.clone()]);
-    let duration = busiest["samples"]["data"].as_array().and_then(|d| d.last()).and_then(|s| s[1].as_f64()).unwrap_or(0.0);
+    single["threads"] = serde_json::Value::Array(vec![thread]);
     let envelope = serde_json::json!({"systemHost": {"name": "Firefox"}, "duration": duration, "profile": single});
     let envelope = serde_json::to_vec(&envelope).expect("JSON");
     let server = serve_with_speedscope(&app, &dir.host_path(""), &[("firefox-export.json", &envelope)])
