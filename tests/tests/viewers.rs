@@ -376,3 +376,47 @@ fn viewers_gecko_profile_schema_and_speedscope() {
     dom_and_screenshot(&server.speedscope_url("firefox-export.json", "left-heavy"), &png, &dir.host_path(""))
         .unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// `--format gecko` of a process with several threads: one Gecko thread (one track) per
+/// sampled thread, each with the workload's native thread id, and each spinner's function
+/// only on its own thread's samples.
+#[test]
+fn viewers_gecko_one_track_per_thread() {
+    const SPINNERS: [&str; 4] = ["spin_alpha", "spin_beta", "spin_gamma", "spin_delta"];
+    let Some(py) = first_python(&PYTHONS) else {
+        skip("no Python interpreter is available");
+        return;
+    };
+    let mut w = Workload::spawn(&py, "threads.py", &["120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    // "ready PID hash_worker=TID spin_alpha=TID ..." with native thread ids.
+    let native: std::collections::BTreeMap<String, u64> =
+        w.ready_fields().into_iter().filter_map(|(k, v)| Some((k, v.parse().ok()?))).collect();
+    let out = w.dir.host_path("threads.gecko.json");
+    let out_str = out.to_string_lossy().into_owned();
+    let pid = w.pid.to_string();
+    let run = pyperch(
+        &["record", "--pid", pid.as_str(), "--duration", "4", "--rate", "199", "-o", out_str.as_str()],
+        Duration::from_secs(90),
+    );
+    w.terminate();
+    let d = format!("{}\n--- native thread ids: {native:?}", run.diag());
+    assert_eq!(run.code(), Some(0), "{}: pyperch failed{d}", py.describe());
+    let json: serde_json::Value = serde_json::from_slice(&fs::read(&out).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{}: the .gecko.json output is not JSON: {e}{d}", py.describe()));
+    check_gecko_schema(&json).unwrap_or_else(|e| panic!("{}: {e}{d}", py.describe()));
+    let threads = json["threads"].as_array().cloned().unwrap_or_default();
+    for spinner in SPINNERS {
+        let tid = native[spinner];
+        let with: Vec<u64> = threads
+            .iter()
+            .filter(|t| {
+                let one = serde_json::json!({"meta": json["meta"], "libs": [], "pausedRanges": [], "processes": [], "threads": [t]});
+                check_gecko_schema(&one).is_ok_and(|names| names.iter().any(|n| n.starts_with(&format!("{spinner} ("))))
+            })
+            .filter_map(|t| t["tid"].as_u64())
+            .collect();
+        assert_eq!(with, vec![tid], "{}: {spinner} should be on its own thread's track only{d}", py.describe());
+    }
+    let pids: std::collections::BTreeSet<u64> = threads.iter().filter_map(|t| t["pid"].as_u64()).collect();
+    assert_eq!(pids.into_iter().collect::<Vec<_>>(), vec![u64::from(w.pid)], "{}: tracks of other processes{d}", py.describe());
+}
