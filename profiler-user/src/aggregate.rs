@@ -141,7 +141,7 @@ pub struct Profile {
     unknown: FrameName,
     /// Which line frames show; read when frames are interned.
     line_numbers: LineNumbers,
-    /// Per-thread sample times, kept only for formats that show time (chrometrace).
+    /// Per-thread sample times, kept only for formats that show time (chrometrace, gecko).
     timeline: Option<crate::timeline::Timeline>,
     /// Accounted bytes of the interned frames and the stacks (see the module doc).
     bytes: usize,

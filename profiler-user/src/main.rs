@@ -222,7 +222,8 @@ struct RecordArgs {
     rate: u64,
     /// Output format (`raw` is py-spy's name for collapsed). Default: from the output file's
     /// extension (.svg flamegraph, .json speedscope, .txt/.folded collapsed, .pb.gz pprof,
-    /// .trace.json chrometrace), else flamegraph (collapsed on standard output).
+    /// .trace.json chrometrace, .gecko.json gecko), else flamegraph (collapsed on standard
+    /// output).
     #[arg(short, long, value_enum)]
     format: Option<Format>,
     /// Where to write the profile. Default: pyperch.svg for a flamegraph, pyperch.json for

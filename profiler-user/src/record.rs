@@ -138,7 +138,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     let mut session = Session::new(kernel, scope, options.filter.clone(), options.threads);
     session.profile.set_container_root(options.by_container);
     session.profile.set_line_numbers(options.line_numbers);
-    if options.format == Format::Chrometrace {
+    if options.format.needs_timeline() {
         session.profile.keep_timeline(1_000_000_000 / options.rate.max(1));
     }
     for p in initial {

@@ -737,6 +737,65 @@ fn setup_perfetto(python: &Path) {
     }
 }
 
+/// The speedscope release the viewer tests open profiles in (npm package `speedscope`, which
+/// carries the built web app under `dist/release`).
+const SPEEDSCOPE_NPM: &str = "speedscope@1.25.0";
+
+/// Where the speedscope web app is installed: `$HOME/.cache/pyperch/npm`.
+fn speedscope_dir(p: &Paths) -> PathBuf {
+    p.cache.join("npm/node_modules/speedscope/dist/release")
+}
+
+/// The viewer tests (tests/tests/viewers.rs) open pyperch's files in headless Chromium
+/// (Debian's `chromium`) and through speedscope's web app (npm). Both are installed when
+/// missing (idempotent); a failure only makes those tests skip.
+fn setup_viewers(p: &Paths) {
+    if Path::new("/usr/bin/chromium").exists() {
+        step("chromium: present");
+    } else if !is_root() {
+        warn("chromium is missing and apt-get needs root; the viewer tests skip");
+    } else {
+        step("chromium: missing, running `apt-get install -y --no-install-recommends chromium`");
+        let mut install = Command::new("apt-get");
+        install
+            .args(["install", "-y", "--no-install-recommends", "chromium"])
+            .env("DEBIAN_FRONTEND", "noninteractive");
+        let installed = status_of(&mut install, "installing chromium").is_ok_and(|s| s.success())
+            || (run_checked(Command::new("apt-get").arg("update"), "apt-get update").is_ok()
+                && status_of(&mut install, "installing chromium").is_ok_and(|s| s.success()));
+        if !installed {
+            warn("could not install chromium; the viewer tests skip");
+        }
+    }
+    let app = speedscope_dir(p);
+    if app.join("index.html").is_file() {
+        step(format!("speedscope: present ({})", app.display()));
+        return;
+    }
+    let Some(npm) = find_program("npm") else {
+        warn("npm is not installed, so speedscope cannot be; the viewer tests that need it skip");
+        return;
+    };
+    let prefix = p.cache.join("npm");
+    step(format!("speedscope: installing {SPEEDSCOPE_NPM} with npm into {}", prefix.display()));
+    let result = fs::create_dir_all(&prefix)
+        .map_err(anyhow::Error::from)
+        .and_then(|()| {
+            run_checked(
+                Command::new(npm)
+                    .args(["install", "--no-audit", "--no-fund", "--prefix"])
+                    .arg(&prefix)
+                    .arg(SPEEDSCOPE_NPM),
+                "installing speedscope with npm",
+            )
+        });
+    match result {
+        Ok(()) if app.join("index.html").is_file() => step("speedscope: ready"),
+        Ok(()) => warn(format!("npm installed speedscope but {} has no index.html; the viewer tests that need it skip", app.display())),
+        Err(err) => warn(format!("{err:#}; the viewer tests that need speedscope skip")),
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // build / run / test
 // ---------------------------------------------------------------------------------------
@@ -853,6 +912,7 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     setup_test_venv(p);
     setup_c_compiler();
     setup_go();
+    setup_viewers(p);
     let bin = build_only(p)?;
     let bin = fs::canonicalize(&bin).unwrap_or(bin);
 
@@ -892,7 +952,8 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
         ])
         .args(filters)
         .env("PYPERCH_BIN", &bin)
-        .env("PYPERCH_TEST_VENV", p.cache.join("test-venv"));
+        .env("PYPERCH_TEST_VENV", p.cache.join("test-venv"))
+        .env("PYPERCH_SPEEDSCOPE_DIR", speedscope_dir(p));
     match &rootfs {
         Some(r) => e2e.env("PYPERCH_SID_ROOTFS", r),
         None => e2e.env_remove("PYPERCH_SID_ROOTFS"),

@@ -12,6 +12,7 @@
 pub mod chrometrace;
 pub mod collapsed;
 pub mod flamegraph;
+pub mod gecko;
 pub mod otlp;
 pub mod pprof;
 pub mod speedscope;
@@ -51,6 +52,9 @@ pub enum Format {
     /// An OpenTelemetry OTLP profiles request (`ExportProfilesServiceRequest`, protobuf), as
     /// an OpenTelemetry Collector receives it.
     Otlp,
+    /// The Gecko profile format (JSON), one track per thread with each sample's time; open it
+    /// in the Firefox Profiler (profiler.firefox.com).
+    Gecko,
 }
 
 impl Format {
@@ -58,11 +62,14 @@ impl Format {
     /// `.svg` → [`Format::Flamegraph`], `.json` / `.speedscope` → [`Format::Speedscope`],
     /// `.txt` / `.folded` / `.collapsed` → [`Format::Collapsed`], `.gz` / `.pprof` / `.pb` →
     /// [`Format::Pprof`], `.trace.json` → [`Format::Chrometrace`], `.otlp` / `.otlp.pb` →
-    /// [`Format::Otlp`]. Anything else is `None`.
+    /// [`Format::Otlp`], `.gecko.json` → [`Format::Gecko`]. Anything else is `None`.
     pub fn from_path(path: &Path) -> Option<Format> {
         let name = path.file_name()?.to_str()?.to_ascii_lowercase();
         if name.ends_with(".trace.json") || name.ends_with(".chrometrace.json") {
             return Some(Format::Chrometrace);
+        }
+        if name.ends_with(".gecko.json") {
+            return Some(Format::Gecko);
         }
         if name.ends_with(".otlp") || name.ends_with(".otlp.pb") {
             return Some(Format::Otlp);
@@ -92,7 +99,14 @@ impl Format {
             Format::Pprof => "pb.gz",
             Format::Chrometrace => "trace.json",
             Format::Otlp => "otlp.pb",
+            Format::Gecko => "gecko.json",
         }
+    }
+
+    /// Whether the format shows when each sample was taken, so the recording must keep a
+    /// per-thread [`crate::timeline::Timeline`].
+    pub fn needs_timeline(&self) -> bool {
+        matches!(self, Format::Chrometrace | Format::Gecko)
     }
 
     /// The name used on the command line (`--format <name>`).
@@ -104,6 +118,7 @@ impl Format {
             Format::Pprof => "pprof",
             Format::Chrometrace => "chrometrace",
             Format::Otlp => "otlp",
+            Format::Gecko => "gecko",
         }
     }
 }
@@ -163,6 +178,7 @@ pub fn write_profile(
         Format::Chrometrace => chrometrace::write(profile, out),
         Format::Otlp => otlp::write(profile, &otlp::ResourceInfo::of_this_host(), out)
             .map_err(OutputError::write(Format::Otlp)),
+        Format::Gecko => gecko::write(profile, out),
         Format::Pprof => {
             let timing = profile
                 .timing()
@@ -276,10 +292,11 @@ pub(crate) mod tests {
         assert_eq!(f("profile"), None);
         assert_eq!(f("p.trace.json"), Some(Format::Chrometrace));
         assert_eq!(f("profile.trace.json"), Some(Format::Chrometrace));
+        assert_eq!(f("p.gecko.json"), Some(Format::Gecko));
         assert_eq!(f("p.otlp"), Some(Format::Otlp));
         assert_eq!(f("p.OTLP.pb"), Some(Format::Otlp));
         assert_eq!(f("p.pb"), Some(Format::Pprof));
-        for format in [Format::Collapsed, Format::Speedscope, Format::Flamegraph, Format::Chrometrace, Format::Otlp] {
+        for format in [Format::Collapsed, Format::Speedscope, Format::Flamegraph, Format::Chrometrace, Format::Otlp, Format::Gecko] {
             let path = format!("profile.{}", format.extension());
             assert_eq!(Format::from_path(Path::new(&path)), Some(format));
         }
