@@ -52,6 +52,8 @@ pub struct AgentOptions {
     pub queue_bytes: usize,
     /// Stop after this long (default: run until SIGTERM / Ctrl-C).
     pub duration: Option<Duration>,
+    /// Which line frames show (`--function`, `--nolineno`).
+    pub line_numbers: crate::aggregate::LineNumbers,
 }
 
 /// How long the queue gets to drain at exit (after SIGTERM, Ctrl-C or `--duration`). The
@@ -83,6 +85,7 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     let scope = if options.pids.is_empty() { Scope::Host } else { Scope::Pids(options.pids.iter().copied().collect()) };
     let mut session = Session::new(kernel, scope, options.filter.clone(), options.threads);
     session.profile.set_budget(AGENT_INTERVAL_BUDGET);
+    session.profile.set_line_numbers(options.line_numbers);
     for p in initial {
         session.add_process(p)?;
     }

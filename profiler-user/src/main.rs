@@ -180,6 +180,8 @@ struct AgentArgs {
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     duration: Option<Duration>,
     #[command(flatten)]
+    lines: LineArgs,
+    #[command(flatten)]
     modes: ModeArgs,
     /// Print counts of every sample outcome and cache at exit.
     #[arg(long)]
@@ -324,6 +326,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 queue_profiles: args.queue_size,
                 queue_bytes: 128 << 20,
                 duration: args.duration,
+                line_numbers: args.lines.mode(),
             })?;
             Ok(ExitCode::SUCCESS)
         }

@@ -550,16 +550,22 @@ fn ready(process: PythonProcess) -> Examination {
         Err(e) => return Examination::Broken(e.to_string()),
     };
     let exe_link = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-    let container = containers::for_process(pid);
-    let label = ProcessLabel {
+    let label = process_label(&process);
+    Examination::Ready(Box::new(NewTarget { process, exe_link, label, generation: 0 }), info)
+}
+
+/// How a process is named in profiles: its command, executable, version, container and pod
+/// (read from its cgroup), and working directory (for short file names).
+pub(super) fn process_label(process: &PythonProcess) -> ProcessLabel {
+    let container = containers::for_process(process.pid);
+    ProcessLabel {
         comm: process.comm.clone(),
         exe: process.exe.display().to_string(),
         version: process.version.to_string(),
         container_id: container.container_id,
         pod_uid: container.pod_uid,
-        cwd: crate::filenames::process_cwd(pid),
-    };
-    Examination::Ready(Box::new(NewTarget { process, exe_link, label, generation: 0 }), info)
+        cwd: crate::filenames::process_cwd(process.pid),
+    }
 }
 
 /// Time since boot in clock ticks, the unit of a process's start time: /proc/uptime read

@@ -19,7 +19,6 @@ use profiler_common::{SAMPLE_HEADER_SIZE, SampleHeader};
 
 use crate::{
     aggregate::{ProcessLabel, Profile},
-    containers,
     discovery::{self, DiscoveryError, PythonProcess},
     filter::ProcessFilter,
     loader::KernelProgram,
@@ -148,15 +147,7 @@ impl Session {
             Err(DiscoveryError::NotReady { .. }) => return Ok(false),
             Err(e) => return Err(RecordError::Inspect { pid, message: e.to_string() }),
         };
-        let container = containers::for_process(pid);
-        let label = ProcessLabel {
-            comm: process.comm.clone(),
-            exe: process.exe.display().to_string(),
-            version: process.version.to_string(),
-            container_id: container.container_id,
-            pod_uid: container.pod_uid,
-            cwd: crate::filenames::process_cwd(pid),
-        };
+        let label = discoverer::process_label(&process);
         let exe_link = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
         if !target::register(&self.kernel.registry(), &process, &info)? {
             return Ok(false);
