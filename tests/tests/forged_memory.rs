@@ -127,6 +127,10 @@ fn forged(label: &str) {
     let mut forgers: Vec<(&str, &str, Workload)> = SCENARIOS
         .iter()
         .map(|&(scenario, outcome)| {
+            // From 3.12 the validation word is the code object's `co_version`, unique per code
+            // object: a name whose cached hash is scribbled over belongs to the same code
+            // object, so its samples are exact (`ok`), not "changed".
+            let outcome = if scenario == "linetable_churn" && py.version() >= (3, 12) { "ok" } else { outcome };
             let w = Workload::spawn(&py, "forged_memory.py", &[&lib, scenario, &max]).unwrap_or_else(|e| panic!("{e:#}"));
             (scenario, outcome, w)
         })
