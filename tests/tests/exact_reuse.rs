@@ -26,7 +26,8 @@ fn same_name(label: &str) {
     let mut w = Workload::spawn(&py, "same_name.py", &["120", "60", "{dir}/same_name.json"])
         .unwrap_or_else(|e| panic!("{e:#}"));
     let pid = w.pid.to_string();
-    let rec = record(&["--pid", &pid, "--duration", "30", "--rate", "4999", "--stats"]);
+    // The workload spins 120 x 60 ms; the recording covers it with room to spare.
+    let rec = record(&["--pid", &pid, "--duration", "12", "--rate", "4999", "--stats"]);
     let status = w.wait_exit(Duration::from_secs(60));
     rec.assert_ok();
     let d = rec.diag_pid(w.pid);
@@ -79,7 +80,8 @@ fn reload_below_64(label: &str) {
     let mut w = Workload::spawn(&py, "reload_deep.py", &["60", "120", "{dir}/reload.json"])
         .unwrap_or_else(|e| panic!("{e:#}"));
     let pid = w.pid.to_string();
-    let rec = record(&["--pid", &pid, "--duration", "40", "--rate", "1999", "--stats"]);
+    // The workload runs 60 phases of 120 ms; the recording covers them with room to spare.
+    let rec = record(&["--pid", &pid, "--duration", "15", "--rate", "1999", "--stats"]);
     let status = w.wait_exit(Duration::from_secs(60));
     rec.assert_ok();
     let d = rec.diag_pid(w.pid);
