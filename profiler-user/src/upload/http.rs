@@ -1,11 +1,14 @@
-//! One ingest request: the endpoint URL (parsed by the `url` crate) and the HTTP client
-//! (`ureq`, over plain TCP or rustls with Mozilla's root certificates built in).
+//! One upload request: the endpoint URL (parsed by the `url` crate) and the HTTP client
+//! (`ureq`, over plain TCP or rustls, with the roots of [`super::tls`]).
 //!
 //! Invariants of [`Client::post`], whatever the server does:
 //! - it returns within [`UPLOAD_DEADLINE`] (connect, send and receive together);
 //! - it keeps at most [`MAX_HEADER_BYTES`] of response headers and [`MAX_KEPT_BODY`] of a
 //!   response body, and reads nothing more (an endless body is cut, not drained);
-//! - it follows no redirect and uses no proxy: it talks to the URL it was given, only;
+//! - it follows no redirect: it talks to the URL it was given (through the proxy of
+//!   [`ClientSettings::proxy`], from `HTTPS_PROXY`/`HTTP_PROXY`/`ALL_PROXY`/`NO_PROXY` in the
+//!   agent), only;
+//! - no secret (the `Authorization` value, extra header values) is ever in an error;
 //! - every text it returns (in [`UploadError`]) that came from the server is escaped and
 //!   bounded by [`printable`]: no control or escape character, at most [`MAX_TEXT_CHARS`].
 //!
@@ -15,6 +18,9 @@
 use std::{io::Read, time::Duration};
 
 use url::Url;
+
+use super::credentials::{Auth, CredentialError, ExtraHeader, TENANT_HEADER};
+use super::push;
 
 /// The overall deadline of one upload attempt (connect + send + receive).
 pub const UPLOAD_DEADLINE: Duration = Duration::from_secs(10);
@@ -45,6 +51,13 @@ pub enum UploadError {
     Status { status: u16, body: String },
     #[error("the ingest endpoint rejected the profile with {status}, not retried: {body}")]
     Rejected { status: u16, body: String },
+    /// 401 or 403: retried with backoff (credentials may be fixed on either side).
+    #[error("authentication failed (the endpoint answered {status}: {body}): check --upload-user/--upload-password-file/--upload-token-file and --tenant-id")]
+    Auth { status: u16, body: String },
+    #[error("TLS error: {0}: check the URL's host name and --upload-ca-file")]
+    Tls(String),
+    #[error("cannot send credentials: {0}")]
+    Credential(#[from] CredentialError),
 }
 
 impl UploadError {
@@ -53,18 +66,41 @@ impl UploadError {
     pub fn is_permanent(&self) -> bool {
         matches!(self, UploadError::Rejected { .. })
     }
+
+    /// The endpoint refused the credentials (401 or 403).
+    pub fn is_auth(&self) -> bool {
+        matches!(self, UploadError::Auth { .. })
+    }
+}
+
+/// Which API of the backend receives the profiles.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Api {
+    /// `POST {URL}/ingest?name=...&from=...` with the pprof as body (Pyroscope's HTTP ingest).
+    #[default]
+    Ingest,
+    /// `POST {URL}/push.v1.PusherService/Push`, Connect protocol with a protobuf
+    /// `PushRequest` body (Pyroscope's push API, used by Grafana Alloy).
+    Push,
 }
 
 /// A parsed `http(s)://host[:port][/base]` ingest endpoint, without credentials, query or
 /// fragment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
-    /// `{base}/ingest`, with no query.
+    /// `{base}/ingest` or `{base}/push.v1.PusherService/Push`, with no query.
     ingest: Url,
+    api: Api,
 }
 
 impl Endpoint {
+    /// The `/ingest` endpoint under `text`.
     pub fn parse(text: &str) -> Result<Self, UploadError> {
+        Self::parse_for(text, Api::Ingest)
+    }
+
+    /// The endpoint of `api` under `text`.
+    pub fn parse_for(text: &str, api: Api) -> Result<Self, UploadError> {
         let url = Url::parse(text)?;
         match url.scheme() {
             "http" | "https" => {}
@@ -81,14 +117,30 @@ impl Endpoint {
         }
         let mut ingest = url;
         let base = ingest.path().trim_end_matches('/').to_string();
-        ingest.set_path(&format!("{base}/ingest"));
-        Ok(Self { ingest })
+        let path = match api {
+            Api::Ingest => "ingest",
+            Api::Push => push::PUSH_PATH,
+        };
+        ingest.set_path(&format!("{base}/{path}"));
+        Ok(Self { ingest, api })
     }
 
-    /// The ingest URL with `params` as its (percent-encoded) query.
+    pub fn api(&self) -> Api {
+        self.api
+    }
+
+    /// The Content-Type of the bodies this endpoint takes.
+    pub fn content_type(&self) -> &'static str {
+        match self.api {
+            Api::Ingest => "application/octet-stream",
+            Api::Push => push::CONTENT_TYPE,
+        }
+    }
+
+    /// The URL with `params` as its (percent-encoded) query (none when `params` is empty).
     pub fn ingest_url(&self, params: &[(&str, String)]) -> Url {
         let mut url = self.ingest.clone();
-        {
+        if !params.is_empty() {
             let mut query = url.query_pairs_mut();
             for (k, v) in params {
                 query.append_pair(k, v);
@@ -103,10 +155,37 @@ impl Endpoint {
     }
 }
 
+/// What every upload request carries besides the profile, and how it connects.
+#[derive(Clone, Debug)]
+pub struct ClientSettings {
+    pub auth: Auth,
+    /// Sent as `X-Scope-OrgID`.
+    pub tenant: Option<String>,
+    pub headers: Vec<ExtraHeader>,
+    pub roots: ureq::tls::RootCerts,
+    /// The proxy to go through (the agent takes it from the environment), if any.
+    pub proxy: Option<ureq::Proxy>,
+    pub deadline: Duration,
+}
+
+impl Default for ClientSettings {
+    fn default() -> Self {
+        Self {
+            auth: Auth::None,
+            tenant: None,
+            headers: Vec::new(),
+            roots: ureq::tls::RootCerts::WebPki,
+            proxy: None,
+            deadline: UPLOAD_DEADLINE,
+        }
+    }
+}
+
 /// An HTTP client configured for uploads (see the module's invariants).
 pub struct Client {
     agent: ureq::Agent,
     deadline: Duration,
+    settings: ClientSettings,
 }
 
 impl Client {
@@ -115,27 +194,48 @@ impl Client {
     }
 
     pub fn with_deadline(deadline: Duration) -> Self {
+        Self::with_settings(ClientSettings { deadline, ..ClientSettings::default() })
+    }
+
+    pub fn with_settings(settings: ClientSettings) -> Self {
+        let deadline = settings.deadline;
+        let tls = ureq::tls::TlsConfig::builder().root_certs(settings.roots.clone()).build();
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
-            .proxy(None)
+            .proxy(settings.proxy.clone())
+            .tls_config(tls)
             .timeout_global(Some(deadline))
             .max_response_header_size(MAX_HEADER_BYTES)
             .user_agent(format!("pyperch/{}", env!("CARGO_PKG_VERSION")))
             .max_idle_connections(1)
             .max_idle_connections_per_host(1)
             .build();
-        Self { agent: config.new_agent(), deadline }
+        Self { agent: config.new_agent(), deadline, settings }
     }
 
-    /// One `POST` of `body` to `url`; Ok on any 2xx.
+    /// One `POST` of `body` to `url` as `application/octet-stream`; Ok on any 2xx.
     pub fn post(&self, url: &Url, body: &[u8]) -> Result<(), UploadError> {
-        let mut response = self
-            .agent
-            .post(url.as_str())
-            .header("Content-Type", "application/octet-stream")
-            .send(body)
-            .map_err(|e| transport_error(e, self.deadline))?;
+        self.post_as(url, "application/octet-stream", body)
+    }
+
+    /// One `POST` of `body` to `url` with this Content-Type and the settings' headers (the
+    /// credentials read now); Ok on any 2xx.
+    pub fn post_as(&self, url: &Url, content_type: &str, body: &[u8]) -> Result<(), UploadError> {
+        let mut request = self.agent.post(url.as_str()).header("Content-Type", content_type);
+        if content_type == push::CONTENT_TYPE {
+            request = request.header("Connect-Protocol-Version", "1");
+        }
+        for h in &self.settings.headers {
+            request = request.header(h.name.as_str(), h.value.expose());
+        }
+        if let Some(tenant) = &self.settings.tenant {
+            request = request.header(TENANT_HEADER, tenant.as_str());
+        }
+        if let Some(authorization) = self.settings.auth.header_value()? {
+            request = request.header("Authorization", authorization.expose());
+        }
+        let mut response = request.send(body).map_err(|e| transport_error(e, self.deadline))?;
         let status = response.status().as_u16();
         // At most MAX_KEPT_BODY bytes are read; a read error (the deadline, a cut
         // connection) keeps what came before it.
@@ -151,6 +251,7 @@ impl Client {
                     .unwrap_or_else(|| "nowhere".to_string());
                 Err(UploadError::Redirect { status, location })
             }
+            401 | 403 => Err(UploadError::Auth { status, body: printable(&kept) }),
             408 | 429 => Err(UploadError::Status { status, body: printable(&kept) }),
             400..=499 => Err(UploadError::Rejected { status, body: printable(&kept) }),
             _ => Err(UploadError::Status { status, body: printable(&kept) }),
@@ -169,7 +270,18 @@ fn transport_error(e: ureq::Error, deadline: Duration) -> UploadError {
         ureq::Error::Timeout(which) => {
             UploadError::Timeout { secs: deadline.as_secs(), which: printable(which.to_string().as_bytes()) }
         }
-        other => UploadError::Network(printable(other.to_string().as_bytes())),
+        e @ (ureq::Error::Tls(_) | ureq::Error::Rustls(_) | ureq::Error::Pem(_)) => {
+            UploadError::Tls(printable(e.to_string().as_bytes()))
+        }
+        other => {
+            let text = other.to_string();
+            // rustls errors may come wrapped in an I/O error.
+            if text.contains("certificate") || text.contains("TLS") || text.contains("tls") {
+                UploadError::Tls(printable(text.as_bytes()))
+            } else {
+                UploadError::Network(printable(text.as_bytes()))
+            }
+        }
     }
 }
 
