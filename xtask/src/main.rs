@@ -474,6 +474,29 @@ fn setup_c_compiler() {
     }
 }
 
+/// The agent's TLS tests (tests/tests/agent_auth.rs) make a throw-away CA and server
+/// certificate with the `openssl` command, installed from Debian when missing (a failure
+/// only makes those tests skip).
+fn setup_openssl() {
+    if find_program("openssl").is_some() {
+        step("openssl: present");
+        return;
+    }
+    if !is_root() {
+        warn("openssl is missing and apt-get needs root; the agent's TLS tests skip");
+        return;
+    }
+    step("openssl: missing, running `apt-get install -y openssl`");
+    let mut install = Command::new("apt-get");
+    install.args(["install", "-y", "openssl"]).env("DEBIAN_FRONTEND", "noninteractive");
+    let installed = status_of(&mut install, "installing openssl").is_ok_and(|s| s.success())
+        || (run_checked(Command::new("apt-get").arg("update"), "apt-get update").is_ok()
+            && status_of(&mut install, "installing openssl").is_ok_and(|s| s.success()));
+    if !installed {
+        warn("could not install openssl; the agent's TLS tests skip");
+    }
+}
+
 fn build_sid_rootfs(rootfs: &Path) -> Result<()> {
     if !is_root() {
         bail!("debootstrap and chroot need root");
@@ -754,6 +777,7 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     let rootfs = setup_test_fixtures(p);
     setup_test_venv(p);
     setup_c_compiler();
+    setup_openssl();
     let bin = build_only(p)?;
     let bin = fs::canonicalize(&bin).unwrap_or(bin);
 
