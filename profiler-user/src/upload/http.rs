@@ -404,6 +404,55 @@ mod tests {
     }
 
     #[test]
+    fn upload_sends_credentials_tenant_and_headers_and_classifies_401() {
+        let dir = std::env::temp_dir().join(format!("pyperch-http-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pw = dir.join("pw");
+        std::fs::write(&pw, "pa55\n").unwrap();
+        let settings = ClientSettings {
+            auth: Auth::from_flags(Some("me".into()), Some(pw), None, None).unwrap(),
+            tenant: Some("team-a".into()),
+            headers: vec![ExtraHeader::parse("X-Extra: yes").unwrap()],
+            deadline: Duration::from_secs(5),
+            ..ClientSettings::default()
+        };
+        let client = Client::with_settings(settings);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let request = thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            conn.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = conn.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            let _ = conn.write_all(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 6\r\n\r\nno\x1bway");
+            String::from_utf8_lossy(&got).to_ascii_lowercase()
+        });
+        let url = Endpoint::parse_for(&format!("http://127.0.0.1:{port}/base"), Api::Push).unwrap().ingest_url(&[]);
+        assert_eq!(url.as_str(), format!("http://127.0.0.1:{port}/base/push.v1.PusherService/Push"));
+        let e = client.post_as(&url, push::CONTENT_TYPE, b"body").unwrap_err();
+        assert!(e.is_auth() && !e.is_permanent(), "{e}");
+        assert!(e.to_string().starts_with("authentication failed (the endpoint answered 401: no way)"), "{e}");
+        let request = request.join().unwrap();
+        // base64("me:pa55")
+        for header in [
+            "authorization: basic bwu6cge1nq==",
+            "x-scope-orgid: team-a",
+            "x-extra: yes",
+            "content-type: application/proto",
+            "connect-protocol-version: 1",
+        ] {
+            assert!(request.contains(header), "{header} not in {request}");
+        }
+        assert!(request.starts_with("post /base/push.v1.pusherservice/push "), "{request}");
+    }
+
+    #[test]
     fn upload_deadline_covers_a_silent_server() {
         let client = Client::with_deadline(Duration::from_secs(1));
         let start = Instant::now();
