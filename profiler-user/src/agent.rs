@@ -85,7 +85,7 @@ fn client_settings(options: &UploadOptions, https: bool) -> Result<(ClientSettin
     let proxy = ureq::Proxy::try_from_env();
     let mut about = Vec::new();
     if https || options.ca_file.is_some() {
-        about.push(format!("trusting {}", roots.description));
+        about.push(format!("certificates checked against {}", roots.description));
     }
     match &auth {
         Auth::None => {}
