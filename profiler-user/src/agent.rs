@@ -20,7 +20,10 @@ use crate::{
     output::{self, Format, otlp},
     record::{RecordError, check_rate, inspect_pids, runtime, stats_report},
     session::{DISCOVERY_INTERVAL, LoopControl, Scope, Session, run_loop},
-    upload::{Endpoint, PROFILE_TYPE_CPU, Upload, UploadCounters, Uploader, pyroscope_labels, pyroscope_name},
+    upload::{
+        Api, Auth, ClientSettings, Endpoint, ExtraHeader, PASSWORD_ENV, PROFILE_TYPE_CPU, Upload, UploadCounters, Uploader,
+        check_tenant, push_body, pyroscope_labels, pyroscope_name,
+    },
 };
 
 /// How profiles are split before upload.
@@ -54,6 +57,67 @@ pub struct AgentOptions {
     pub duration: Option<Duration>,
     /// Which line frames show (`--function`, `--nolineno`).
     pub line_numbers: crate::aggregate::LineNumbers,
+    /// TLS, credentials, headers and API of the uploads.
+    pub upload: UploadOptions,
+}
+
+/// How the agent reaches its backend besides the URL. Holds paths, never secret values.
+#[derive(Debug, Clone, Default)]
+pub struct UploadOptions {
+    pub api: Api,
+    /// A PEM bundle added to the system's CAs.
+    pub ca_file: Option<std::path::PathBuf>,
+    pub user: Option<String>,
+    pub password_file: Option<std::path::PathBuf>,
+    pub token_file: Option<std::path::PathBuf>,
+    pub tenant_id: Option<String>,
+    /// `Name: value` texts.
+    pub headers: Vec<String>,
+}
+
+/// The client settings of `options`, checked (credentials read once, CA files parsed), and a
+/// phrase for the start-up line (no secret in it). The password may come from
+/// [`PASSWORD_ENV`]; proxies come from the environment.
+fn client_settings(options: &UploadOptions, https: bool) -> Result<(ClientSettings, String), RecordError> {
+    let upload_error = |e: &dyn std::fmt::Display| RecordError::Upload(e.to_string());
+    let env_password = std::env::var(PASSWORD_ENV).ok().filter(|v| !v.is_empty());
+    let auth = Auth::from_flags(options.user.clone(), options.password_file.clone(), env_password, options.token_file.clone())
+        .map_err(|e| upload_error(&e))?;
+    if let Some(t) = &options.tenant_id {
+        check_tenant(t).map_err(|e| upload_error(&e))?;
+    }
+    let headers =
+        options.headers.iter().map(|h| ExtraHeader::parse(h)).collect::<Result<Vec<_>, _>>().map_err(|e| upload_error(&e))?;
+    let roots = crate::upload::roots(options.ca_file.as_deref()).map_err(|e| upload_error(&e))?;
+    let proxy = ureq::Proxy::try_from_env();
+    let mut about = Vec::new();
+    if https || options.ca_file.is_some() {
+        about.push(format!("certificates checked against {}", roots.description));
+    }
+    match &auth {
+        Auth::None => {}
+        Auth::Basic { user, .. } => about.push(format!("basic auth as {}", crate::text::field(user))),
+        Auth::Bearer(_) => about.push("a bearer token".to_string()),
+    }
+    if let Some(t) = &options.tenant_id {
+        about.push(format!("tenant {}", crate::text::field(t)));
+    }
+    if !headers.is_empty() {
+        let names: Vec<&str> = headers.iter().map(|h| h.name.as_str()).collect();
+        about.push(format!("headers {}", names.join(", ")));
+    }
+    if let Some(p) = &proxy {
+        about.push(format!("through the proxy {}:{}", crate::text::field(p.host()), p.port()));
+    }
+    let settings = ClientSettings {
+        auth,
+        tenant: options.tenant_id.clone(),
+        headers,
+        roots: roots.roots,
+        proxy,
+        ..ClientSettings::default()
+    };
+    Ok((settings, about.join(", ")))
 }
 
 /// How long the queue gets to drain at exit (after SIGTERM, Ctrl-C or `--duration`). The
@@ -64,7 +128,8 @@ pub const FINAL_DRAIN: Duration = Duration::from_secs(10);
 pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     check_rate(options.rate)?;
     let upload_error = |e: crate::upload::UploadError| RecordError::Upload(e.to_string());
-    let endpoint = options.upload_url.as_deref().map(Endpoint::parse).transpose().map_err(upload_error)?;
+    let endpoint =
+        options.upload_url.as_deref().map(|url| Endpoint::parse_for(url, options.upload.api)).transpose().map_err(upload_error)?;
     let otlp_endpoint = options
         .otlp_endpoint
         .as_deref()
@@ -74,6 +139,12 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     if endpoint.is_none() && otlp_endpoint.is_none() {
         return Err(RecordError::Upload("give --upload-url URL, --otlp-endpoint URL, or both".into()));
     }
+    let https = [options.upload_url.as_deref(), options.otlp_endpoint.as_deref()]
+        .into_iter()
+        .flatten()
+        .any(|url| url.trim_start().to_ascii_lowercase().starts_with("https:"));
+    // TLS, credentials and headers apply to every destination.
+    let (settings, about) = client_settings(&options.upload, https)?;
     let otlp_info = otlp::ResourceInfo { host_name: otlp::host_name(), service_name: Some(options.app_name.clone()) };
     if options.interval < Duration::from_secs(1) {
         return Err(RecordError::Upload("--interval must be at least 1s".into()));
@@ -98,22 +169,24 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         .map(|e| crate::text::field(e.as_str()).to_string())
         .collect::<Vec<_>>()
         .join(" and ");
-    let uploader = endpoint.map(|e| Uploader::start(e, options.queue_profiles, options.queue_bytes));
-    let otlp_uploader = otlp_endpoint.map(|e| Uploader::start(e, options.queue_profiles, options.queue_bytes));
+    let uploader = endpoint.map(|e| Uploader::start_with(e, settings.clone(), options.queue_profiles, options.queue_bytes));
+    let otlp_uploader = otlp_endpoint.map(|e| Uploader::start_with(e, settings.clone(), options.queue_profiles, options.queue_bytes));
     let uploaders = || {
         [("", uploader.as_ref()), ("otlp ", otlp_uploader.as_ref())]
             .into_iter()
             .filter_map(|(name, u)| Some((name, u?)))
     };
     eprintln!(
-        "pyperch agent: sampling at {} Hz, one profile per {} every {:?} to {}",
+        "pyperch agent: sampling at {} Hz, one profile per {} every {:?} to {}{}{}",
         options.rate,
         match options.group_by {
             Grouping::Process => "process",
             Grouping::Container => "container",
         },
         options.interval,
-        endpoint_text
+        endpoint_text,
+        if about.is_empty() { "" } else { " with " },
+        about
     );
 
     let mut interval_start = SystemTime::now();
@@ -206,13 +279,14 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         eprint!("{}", stats_report(&session, &totals, kernel_counters));
         for (name, last) in finals {
             eprintln!(
-                "  {}uploads: sent {}, failed attempts {}, rejected {}, dropped {} ({} of them not delivered at exit)",
+                "  {}uploads: sent {}, failed attempts {}, rejected {}, dropped {} ({} of them not delivered at exit), authentication failures {}",
                 name.to_ascii_lowercase(),
                 last.sent,
                 last.failed_attempts,
                 last.rejected,
                 last.dropped,
-                last.queued
+                last.queued,
+                last.auth_failures
             );
         }
     }
@@ -222,8 +296,8 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
 /// The upload counts of the status line and `--stats`.
 fn upload_counts(c: &UploadCounters) -> String {
     format!(
-        "sent {}, failed attempts {}, rejected {}, dropped {}, waiting {}",
-        c.sent, c.failed_attempts, c.rejected, c.dropped, c.queued
+        "sent {}, failed attempts {}, rejected {}, dropped {}, waiting {}, authentication failures {}",
+        c.sent, c.failed_attempts, c.rejected, c.dropped, c.queued, c.auth_failures
     )
 }
 
@@ -275,6 +349,11 @@ fn interval_uploads(part: &Profile, options: &AgentOptions, from: SystemTime, un
         let sub = part.filtered(|k| pids.contains(&k.pid));
         let mut body = Vec::new();
         if output::write_profile(&sub, Format::Pprof, &options.app_name, &mut body).is_err() {
+            continue;
+        }
+        if options.upload.api == Api::Push {
+            // The labels travel in the PushRequest; the profile type is CPU time.
+            uploads.push(Upload { params: Vec::new(), body: push_body(PROFILE_TYPE_CPU, &options.app_name, &labels, body) });
             continue;
         }
         let name = pyroscope_name(&pyroscope_labels(&options.app_name, PROFILE_TYPE_CPU, &labels));

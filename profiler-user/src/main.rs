@@ -4,7 +4,7 @@ use std::{ffi::OsString, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{CommandFactory, Parser, Subcommand};
 use pyperch::{
-    agent::{self, AgentOptions, Grouping},
+    agent::{self, AgentOptions, Grouping, UploadOptions},
     aggregate::LineNumbers,
     filter::ProcessFilter,
     output::Format,
@@ -146,13 +146,37 @@ impl FilterArgs {
 
 #[derive(clap::Args, Debug)]
 struct AgentArgs {
-    /// Base URL of the ingest endpoint (profiles go to URL/ingest): http:// or https://, no credentials.
+    /// Base URL of a Pyroscope backend (profiles go to URL/ingest, or
+    /// URL/push.v1.PusherService/Push with --upload-api push): http:// or https://, no
+    /// credentials.
     #[arg(long, value_name = "URL", required_unless_present = "otlp_endpoint")]
     upload_url: Option<String>,
     /// Base URL of an OpenTelemetry OTLP/HTTP endpoint (e.g. a Collector on port 4318): one
     /// OTLP profiles request per interval is posted to the profiles path under URL.
     #[arg(long, value_name = "URL")]
     otlp_endpoint: Option<String>,
+    /// The backend's API: Pyroscope's HTTP ingest, or its push API (Connect, protobuf).
+    #[arg(long, value_enum, default_value = "ingest", value_name = "API")]
+    upload_api: pyperch::upload::Api,
+    /// A PEM bundle of CAs trusted for https://, added to the system's CA bundle.
+    #[arg(long, value_name = "FILE")]
+    upload_ca_file: Option<PathBuf>,
+    /// Basic-auth user name; the password comes from --upload-password-file or the
+    /// PYPERCH_UPLOAD_PASSWORD environment variable, never from the command line.
+    #[arg(long, value_name = "NAME")]
+    upload_user: Option<String>,
+    /// File holding the basic-auth password (final newline trimmed; re-read at each upload).
+    #[arg(long, value_name = "FILE")]
+    upload_password_file: Option<PathBuf>,
+    /// File holding a bearer token (final newline trimmed; re-read at each upload).
+    #[arg(long, value_name = "FILE")]
+    upload_token_file: Option<PathBuf>,
+    /// Tenant of a multi-tenant backend, sent as the X-Scope-OrgID header.
+    #[arg(long, value_name = "ID")]
+    tenant_id: Option<String>,
+    /// An extra header on every upload, 'Name: value' (repeatable).
+    #[arg(long = "upload-header", value_name = "HEADER")]
+    upload_headers: Vec<String>,
     /// Length of one profile, e.g. 15s, 1m, 500ms.
     #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
     interval: Duration,
@@ -327,6 +351,15 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 queue_bytes: 128 << 20,
                 duration: args.duration,
                 line_numbers: args.lines.mode(),
+                upload: UploadOptions {
+                    api: args.upload_api,
+                    ca_file: args.upload_ca_file,
+                    user: args.upload_user,
+                    password_file: args.upload_password_file,
+                    token_file: args.upload_token_file,
+                    tenant_id: args.tenant_id,
+                    headers: args.upload_headers,
+                },
             })?;
             Ok(ExitCode::SUCCESS)
         }

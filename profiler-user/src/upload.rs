@@ -8,9 +8,18 @@
 //! succeeds or is pushed out; one the endpoint refuses for good (any other 4xx) is dropped at
 //! once and counted as rejected, so it never blocks the queue.
 //!
+//! A 401 or 403 (the credentials or the tenant are refused) is retried with backoff like an
+//! outage, since a fix on either side (a rotated secret file, a new token on the backend)
+//! makes the same profile welcome; it is counted as a failed attempt and as an
+//! authentication failure, and logged on one line when uploads start failing so, and again
+//! when they succeed after that, not at every attempt.
+//!
 //! The HTTP side (URL, deadline, bounded reads, escaping) is in [`http`].
 
+mod credentials;
 mod http;
+mod push;
+mod tls;
 
 use std::{
     collections::VecDeque,
@@ -19,7 +28,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-pub use http::{Client, Endpoint, INGEST_CONTENT_TYPE, MAX_KEPT_BODY, UPLOAD_DEADLINE, UploadError, printable};
+pub use credentials::{Auth, CredentialError, ExtraHeader, PASSWORD_ENV, TENANT_HEADER, check_tenant};
+pub use http::{Api, Client, ClientSettings, Endpoint, INGEST_CONTENT_TYPE, MAX_KEPT_BODY, UPLOAD_DEADLINE, UploadError, printable};
+pub use push::{label_name, push_body};
+pub use tls::{Roots, TlsError, roots};
 
 /// One profile to push: the ingest query (already encoded) and the pprof bytes (or, for an
 /// endpoint made by [`Endpoint::parse_with_path`], no query and that endpoint's body).
@@ -44,6 +56,9 @@ pub struct UploadCounters {
     pub dropped: u64,
     pub queued: u64,
     pub queued_bytes: u64,
+    /// Failed attempts (counted in `failed_attempts` too) that the endpoint refused with 401
+    /// or 403.
+    pub auth_failures: u64,
 }
 
 struct Shared {
@@ -71,6 +86,11 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 impl Uploader {
     pub fn start(endpoint: Endpoint, max_items: usize, max_bytes: usize) -> Self {
+        Self::start_with(endpoint, ClientSettings::default(), max_items, max_bytes)
+    }
+
+    /// [`Uploader::start`] with the client's TLS roots, proxy, credentials and headers.
+    pub fn start_with(endpoint: Endpoint, settings: ClientSettings, max_items: usize, max_bytes: usize) -> Self {
         let shared = Arc::new((
             Mutex::new(Shared {
                 queue: VecDeque::new(),
@@ -86,7 +106,7 @@ impl Uploader {
         let worker_shared = shared.clone();
         let worker = thread::Builder::new()
             .name("pyperch-upload".into())
-            .spawn(move || worker_loop(endpoint, worker_shared, max_items.max(1)))
+            .spawn(move || worker_loop(endpoint, settings, worker_shared, max_items.max(1)))
             .ok();
         Self { shared, worker, max_items: max_items.max(1), max_bytes }
     }
@@ -178,10 +198,17 @@ impl Uploader {
     }
 }
 
-fn worker_loop(endpoint: Endpoint, shared: Arc<(Mutex<Shared>, Condvar)>, max_items: usize) {
+fn worker_loop(
+    endpoint: Endpoint,
+    settings: ClientSettings,
+    shared: Arc<(Mutex<Shared>, Condvar)>,
+    max_items: usize,
+) {
     let (lock, cv) = &*shared;
-    let client = Client::new();
+    let client = Client::with_settings(settings);
     let mut backoff = MIN_BACKOFF;
+    // The last attempt was refused with 401/403 (logged once until an upload succeeds).
+    let mut auth_failing = false;
     loop {
         // Take the oldest profile out of the queue while it is being sent, so that the
         // queue's bounds never drop (and count) a profile that is in flight.
@@ -212,6 +239,10 @@ fn worker_loop(endpoint: Endpoint, shared: Arc<(Mutex<Shared>, Condvar)>, max_it
             Ok(()) => {
                 backoff = MIN_BACKOFF;
                 s.counters.sent += 1;
+                if auth_failing {
+                    auth_failing = false;
+                    eprintln!("pyperch agent: authentication accepted again: uploads resume");
+                }
             }
             Err(e) if e.is_permanent() => {
                 // Sending it again would be refused again: drop it and go on with the next.
@@ -220,7 +251,15 @@ fn worker_loop(endpoint: Endpoint, shared: Arc<(Mutex<Shared>, Condvar)>, max_it
             }
             Err(e) => {
                 s.counters.failed_attempts += 1;
-                s.last_error = Some(e.to_string());
+                if e.is_auth() {
+                    s.counters.auth_failures += 1;
+                    if !auth_failing {
+                        auth_failing = true;
+                        eprintln!("pyperch agent: {e}; retrying with backoff");
+                    }
+                } else {
+                    s.last_error = Some(e.to_string());
+                }
                 if s.give_up {
                     s.counters.dropped += 1;
                     return;

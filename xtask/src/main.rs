@@ -484,27 +484,39 @@ fn setup_c_compiler() {
     }
 }
 
-/// The pprof tests read every pprof pyperch writes with a third-party reader, `go tool pprof`:
-/// Go from Debian (`golang-go`), installed when `go` is missing (idempotent; a failure only
-/// makes those tests skip).
-fn setup_go() {
-    if find_program("go").is_some() {
-        step("Go (for `go tool pprof`): present");
+/// Installs Debian's `package` when `program` is missing (idempotent; retried once after
+/// `apt-get update`); a failure only makes the tests that need it skip (`purpose` names them).
+fn apt_install_if_missing(program: &str, package: &str, purpose: &str) {
+    if find_program(program).is_some() {
+        step(format!("{program} ({purpose}): present"));
         return;
     }
     if !is_root() {
-        warn("go is missing and apt-get needs root; the pprof reader tests skip");
+        warn(format!("{program} is missing and apt-get needs root; {purpose} skip"));
         return;
     }
-    step("Go: missing, running `apt-get install -y golang-go`");
+    step(format!("{program}: missing, running `apt-get install -y {package}`"));
     let mut install = Command::new("apt-get");
-    install.args(["install", "-y", "golang-go"]).env("DEBIAN_FRONTEND", "noninteractive");
-    let installed = status_of(&mut install, "installing golang-go").is_ok_and(|s| s.success())
+    install.args(["install", "-y", package]).env("DEBIAN_FRONTEND", "noninteractive");
+    let what = format!("installing {package}");
+    let installed = status_of(&mut install, &what).is_ok_and(|s| s.success())
         || (run_checked(Command::new("apt-get").arg("update"), "apt-get update").is_ok()
-            && status_of(&mut install, "installing golang-go").is_ok_and(|s| s.success()));
+            && status_of(&mut install, &what).is_ok_and(|s| s.success()));
     if !installed {
-        warn("could not install golang-go; the pprof reader tests skip");
+        warn(format!("could not install {package}; {purpose} skip"));
     }
+}
+
+/// The pprof tests read every pprof pyperch writes with a third-party reader, `go tool pprof`
+/// (Debian's `golang-go`).
+fn setup_go() {
+    apt_install_if_missing("go", "golang-go", "the pprof reader tests");
+}
+
+/// The agent's TLS tests (tests/tests/agent_auth.rs) make a throw-away CA and server
+/// certificate with the `openssl` command.
+fn setup_openssl() {
+    apt_install_if_missing("openssl", "openssl", "the agent's TLS tests");
 }
 
 fn build_sid_rootfs(rootfs: &Path) -> Result<()> {
@@ -913,6 +925,7 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     setup_c_compiler();
     setup_go();
     setup_viewers(p);
+    setup_openssl();
     let bin = build_only(p)?;
     let bin = fs::canonicalize(&bin).unwrap_or(bin);
 

@@ -1,11 +1,14 @@
-//! One ingest request: the endpoint URL (parsed by the `url` crate) and the HTTP client
-//! (`ureq`, over plain TCP or rustls with Mozilla's root certificates built in).
+//! One upload request: the endpoint URL (parsed by the `url` crate) and the HTTP client
+//! (`ureq`, over plain TCP or rustls, with the roots of [`super::tls`]).
 //!
 //! Invariants of [`Client::post`], whatever the server does:
 //! - it returns within [`UPLOAD_DEADLINE`] (connect, send and receive together);
 //! - it keeps at most [`MAX_HEADER_BYTES`] of response headers and [`MAX_KEPT_BODY`] of a
 //!   response body, and reads nothing more (an endless body is cut, not drained);
-//! - it follows no redirect and uses no proxy: it talks to the URL it was given, only;
+//! - it follows no redirect: it talks to the URL it was given (through the proxy of
+//!   [`ClientSettings::proxy`], from `HTTPS_PROXY`/`HTTP_PROXY`/`ALL_PROXY`/`NO_PROXY` in the
+//!   agent), only;
+//! - no secret (the `Authorization` value, extra header values) is ever in an error;
 //! - every text it returns (in [`UploadError`]) that came from the server is escaped and
 //!   bounded by [`printable`]: no control or escape character, at most [`MAX_TEXT_CHARS`].
 //!
@@ -15,6 +18,9 @@
 use std::{io::Read, time::Duration};
 
 use url::Url;
+
+use super::credentials::{Auth, CredentialError, ExtraHeader, TENANT_HEADER};
+use super::push;
 
 /// The overall deadline of one upload attempt (connect + send + receive).
 pub const UPLOAD_DEADLINE: Duration = Duration::from_secs(10);
@@ -45,6 +51,13 @@ pub enum UploadError {
     Status { status: u16, body: String },
     #[error("the ingest endpoint rejected the profile with {status}, not retried: {body}")]
     Rejected { status: u16, body: String },
+    /// 401 or 403: retried with backoff (credentials may be fixed on either side).
+    #[error("authentication failed (the endpoint answered {status}: {body}): check --upload-user/--upload-password-file/--upload-token-file and --tenant-id")]
+    Auth { status: u16, body: String },
+    #[error("TLS error: {0}: check the URL's host name and --upload-ca-file")]
+    Tls(String),
+    #[error("cannot send credentials: {0}")]
+    Credential(#[from] CredentialError),
 }
 
 impl UploadError {
@@ -53,14 +66,32 @@ impl UploadError {
     pub fn is_permanent(&self) -> bool {
         matches!(self, UploadError::Rejected { .. })
     }
+
+    /// The endpoint refused the credentials (401 or 403).
+    pub fn is_auth(&self) -> bool {
+        matches!(self, UploadError::Auth { .. })
+    }
+}
+
+/// Which API of the backend receives the profiles.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Api {
+    /// `POST {URL}/ingest?name=...&from=...` with the pprof as body (Pyroscope's HTTP ingest).
+    #[default]
+    Ingest,
+    /// `POST {URL}/push.v1.PusherService/Push`, Connect protocol with a protobuf
+    /// `PushRequest` body (Pyroscope's push API, used by Grafana Alloy).
+    Push,
 }
 
 /// A parsed `http(s)://host[:port][/base]` ingest endpoint, without credentials, query or
 /// fragment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
-    /// `{base}/ingest` (or `{base}{path}` for [`Endpoint::parse_with_path`]), with no query.
+    /// `{base}/ingest`, `{base}/push.v1.PusherService/Push`, or `{base}{path}` for
+    /// [`Endpoint::parse_with_path`]; with no query.
     ingest: Url,
+    api: Api,
     /// The `Content-Type` of the bodies posted there.
     content_type: &'static str,
 }
@@ -69,9 +100,20 @@ pub struct Endpoint {
 pub const INGEST_CONTENT_TYPE: &str = "application/octet-stream";
 
 impl Endpoint {
-    /// A Pyroscope ingest endpoint: bodies go to `{base}/ingest?{query}`.
+    /// The `/ingest` endpoint under `text`.
     pub fn parse(text: &str) -> Result<Self, UploadError> {
-        Self::parse_with_path(text, "/ingest", INGEST_CONTENT_TYPE)
+        Self::parse_for(text, Api::Ingest)
+    }
+
+    /// The endpoint of `api` under `text`.
+    pub fn parse_for(text: &str, api: Api) -> Result<Self, UploadError> {
+        let (path, content_type) = match api {
+            Api::Ingest => ("/ingest", INGEST_CONTENT_TYPE),
+            Api::Push => (push::PUSH_PATH, push::CONTENT_TYPE),
+        };
+        let mut endpoint = Self::parse_with_path(text, path, content_type)?;
+        endpoint.api = api;
+        Ok(endpoint)
     }
 
     /// An endpoint whose bodies (of `content_type`) are posted to `{base}{path}`, e.g. the
@@ -94,7 +136,11 @@ impl Endpoint {
         let mut ingest = url;
         let base = ingest.path().trim_end_matches('/').to_string();
         ingest.set_path(&format!("{base}{path}"));
-        Ok(Self { ingest, content_type })
+        Ok(Self { ingest, api: Api::Ingest, content_type })
+    }
+
+    pub fn api(&self) -> Api {
+        self.api
     }
 
     /// The `Content-Type` of the bodies posted to this endpoint.
@@ -102,14 +148,10 @@ impl Endpoint {
         self.content_type
     }
 
-    /// The ingest URL with `params` as its (percent-encoded) query; no query when `params`
-    /// is empty.
+    /// The URL with `params` as its (percent-encoded) query (none when `params` is empty).
     pub fn ingest_url(&self, params: &[(&str, String)]) -> Url {
         let mut url = self.ingest.clone();
-        if params.is_empty() {
-            return url;
-        }
-        {
+        if !params.is_empty() {
             let mut query = url.query_pairs_mut();
             for (k, v) in params {
                 query.append_pair(k, v);
@@ -124,10 +166,37 @@ impl Endpoint {
     }
 }
 
+/// What every upload request carries besides the profile, and how it connects.
+#[derive(Clone, Debug)]
+pub struct ClientSettings {
+    pub auth: Auth,
+    /// Sent as `X-Scope-OrgID`.
+    pub tenant: Option<String>,
+    pub headers: Vec<ExtraHeader>,
+    pub roots: ureq::tls::RootCerts,
+    /// The proxy to go through (the agent takes it from the environment), if any.
+    pub proxy: Option<ureq::Proxy>,
+    pub deadline: Duration,
+}
+
+impl Default for ClientSettings {
+    fn default() -> Self {
+        Self {
+            auth: Auth::None,
+            tenant: None,
+            headers: Vec::new(),
+            roots: ureq::tls::RootCerts::WebPki,
+            proxy: None,
+            deadline: UPLOAD_DEADLINE,
+        }
+    }
+}
+
 /// An HTTP client configured for uploads (see the module's invariants).
 pub struct Client {
     agent: ureq::Agent,
     deadline: Duration,
+    settings: ClientSettings,
 }
 
 impl Client {
@@ -136,17 +205,24 @@ impl Client {
     }
 
     pub fn with_deadline(deadline: Duration) -> Self {
+        Self::with_settings(ClientSettings { deadline, ..ClientSettings::default() })
+    }
+
+    pub fn with_settings(settings: ClientSettings) -> Self {
+        let deadline = settings.deadline;
+        let tls = ureq::tls::TlsConfig::builder().root_certs(settings.roots.clone()).build();
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
-            .proxy(None)
+            .proxy(settings.proxy.clone())
+            .tls_config(tls)
             .timeout_global(Some(deadline))
             .max_response_header_size(MAX_HEADER_BYTES)
             .user_agent(format!("pyperch/{}", env!("CARGO_PKG_VERSION")))
             .max_idle_connections(1)
             .max_idle_connections_per_host(1)
             .build();
-        Self { agent: config.new_agent(), deadline }
+        Self { agent: config.new_agent(), deadline, settings }
     }
 
     /// One `POST` of `body` to `url` as [`INGEST_CONTENT_TYPE`]; Ok on any 2xx.
@@ -154,14 +230,23 @@ impl Client {
         self.post_as(url, INGEST_CONTENT_TYPE, body)
     }
 
-    /// One `POST` of `body` (of `content_type`) to `url`; Ok on any 2xx.
+    /// One `POST` of `body` to `url` with this Content-Type and the settings' headers (the
+    /// credentials read now); Ok on any 2xx.
     pub fn post_as(&self, url: &Url, content_type: &str, body: &[u8]) -> Result<(), UploadError> {
-        let mut response = self
-            .agent
-            .post(url.as_str())
-            .header("Content-Type", content_type)
-            .send(body)
-            .map_err(|e| transport_error(e, self.deadline))?;
+        let mut request = self.agent.post(url.as_str()).header("Content-Type", content_type);
+        if content_type == push::CONTENT_TYPE {
+            request = request.header("Connect-Protocol-Version", "1");
+        }
+        for h in &self.settings.headers {
+            request = request.header(h.name.as_str(), h.value.expose());
+        }
+        if let Some(tenant) = &self.settings.tenant {
+            request = request.header(TENANT_HEADER, tenant.as_str());
+        }
+        if let Some(authorization) = self.settings.auth.header_value()? {
+            request = request.header("Authorization", authorization.expose());
+        }
+        let mut response = request.send(body).map_err(|e| transport_error(e, self.deadline))?;
         let status = response.status().as_u16();
         // At most MAX_KEPT_BODY bytes are read; a read error (the deadline, a cut
         // connection) keeps what came before it.
@@ -177,6 +262,7 @@ impl Client {
                     .unwrap_or_else(|| "nowhere".to_string());
                 Err(UploadError::Redirect { status, location })
             }
+            401 | 403 => Err(UploadError::Auth { status, body: printable(&kept) }),
             408 | 429 => Err(UploadError::Status { status, body: printable(&kept) }),
             400..=499 => Err(UploadError::Rejected { status, body: printable(&kept) }),
             _ => Err(UploadError::Status { status, body: printable(&kept) }),
@@ -195,7 +281,18 @@ fn transport_error(e: ureq::Error, deadline: Duration) -> UploadError {
         ureq::Error::Timeout(which) => {
             UploadError::Timeout { secs: deadline.as_secs(), which: printable(which.to_string().as_bytes()) }
         }
-        other => UploadError::Network(printable(other.to_string().as_bytes())),
+        e @ (ureq::Error::Tls(_) | ureq::Error::Rustls(_) | ureq::Error::Pem(_)) => {
+            UploadError::Tls(printable(e.to_string().as_bytes()))
+        }
+        other => {
+            let text = other.to_string();
+            // rustls errors may come wrapped in an I/O error.
+            if text.contains("certificate") || text.contains("TLS") || text.contains("tls") {
+                UploadError::Tls(printable(text.as_bytes()))
+            } else {
+                UploadError::Network(printable(text.as_bytes()))
+            }
+        }
     }
 }
 
@@ -315,6 +412,55 @@ mod tests {
         assert!(matches!(e, UploadError::Network(_)) && !e.to_string().contains('\x1b'), "{e}");
         let e = post(Answer::Bytes(b"garbage\r\n\r\n")).unwrap_err();
         assert!(matches!(e, UploadError::Network(_)), "{e}");
+    }
+
+    #[test]
+    fn upload_sends_credentials_tenant_and_headers_and_classifies_401() {
+        let dir = std::env::temp_dir().join(format!("pyperch-http-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pw = dir.join("pw");
+        std::fs::write(&pw, "pa55\n").unwrap();
+        let settings = ClientSettings {
+            auth: Auth::from_flags(Some("me".into()), Some(pw), None, None).unwrap(),
+            tenant: Some("team-a".into()),
+            headers: vec![ExtraHeader::parse("X-Extra: yes").unwrap()],
+            deadline: Duration::from_secs(5),
+            ..ClientSettings::default()
+        };
+        let client = Client::with_settings(settings);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let request = thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            conn.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = conn.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            let _ = conn.write_all(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 6\r\n\r\nno\x1bway");
+            String::from_utf8_lossy(&got).to_ascii_lowercase()
+        });
+        let url = Endpoint::parse_for(&format!("http://127.0.0.1:{port}/base"), Api::Push).unwrap().ingest_url(&[]);
+        assert_eq!(url.as_str(), format!("http://127.0.0.1:{port}/base/push.v1.PusherService/Push"));
+        let e = client.post_as(&url, push::CONTENT_TYPE, b"body").unwrap_err();
+        assert!(e.is_auth() && !e.is_permanent(), "{e}");
+        assert!(e.to_string().starts_with("authentication failed (the endpoint answered 401: no way)"), "{e}");
+        let request = request.join().unwrap();
+        // base64("me:pa55")
+        for header in [
+            "authorization: basic bwu6cge1nq==",
+            "x-scope-orgid: team-a",
+            "x-extra: yes",
+            "content-type: application/proto",
+            "connect-protocol-version: 1",
+        ] {
+            assert!(request.contains(header), "{header} not in {request}");
+        }
+        assert!(request.starts_with("post /base/push.v1.pusherservice/push "), "{request}");
     }
 
     #[test]

@@ -1,0 +1,544 @@
+//! `pyperch agent` against an HTTPS ingest server with authentication: the test makes a
+//! throw-away CA and a server certificate for 127.0.0.1 (with the `openssl` command, which
+//! `cargo xtask test` installs when missing), and runs tests/fixtures/ingest_receiver.py with
+//! TLS, required basic auth and a required tenant (`X-Scope-OrgID`).
+//!
+//! - right credentials, tenant and CA file: every profile arrives (decoded as pprof by the
+//!   fixture) with the extra header, and a server stopped and restarted in the middle is
+//!   survived (failed attempts counted, nothing lost);
+//! - a wrong password (from `PYPERCH_UPLOAD_PASSWORD`): 401s counted as authentication
+//!   failures, exactly one clear log line, no password in any output;
+//! - a CA file that did not sign the server's certificate: failed attempts and a TLS error
+//!   line, nothing sent;
+//! - `--upload-api push`: Pyroscope's push API (Connect, protobuf `PushRequest`, read by
+//!   the fixture's own protobuf reader) delivers every profile with Pyroscope's labels.
+//!
+//! Needs the test virtualenv (protobuf, grpcio-tools) and openssl; without them the tests SKIP.
+//! Proxy variables are removed from the agent's environment (the server is local).
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use pyperch_tests::*;
+
+const USER: &str = "instance-4242";
+const HEADER: &str = "X-Pyperch-Test: hello from the test";
+
+/// A CA, a server certificate it signed (for 127.0.0.1 and localhost), and an unrelated CA.
+struct Certs {
+    dir: PathBuf,
+    ca: PathBuf,
+    other_ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl Drop for Certs {
+    fn drop(&mut self) {
+        if !thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run openssl: {e}"));
+    assert!(
+        out.status.success(),
+        "openssl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn make_ca(dir: &Path, name: &str) -> PathBuf {
+    std::fs::write(
+        dir.join(format!("{name}.cnf")),
+        format!(
+            "[req]\ndistinguished_name = dn\nx509_extensions = v3_ca\nprompt = no\n\
+             [dn]\nCN = pyperch test {name}\n\
+             [v3_ca]\nbasicConstraints = critical,CA:TRUE\nkeyUsage = critical,keyCertSign,cRLSign\n\
+             subjectKeyIdentifier = hash\n"
+        ),
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "req", "-x509", "-config", &format!("{name}.cnf"), "-newkey", "ec", "-pkeyopt",
+            "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", &format!("{name}.key"), "-out",
+            &format!("{name}.pem"), "-days", "2",
+        ],
+    );
+    dir.join(format!("{name}.pem"))
+}
+
+fn make_certs() -> Option<Certs> {
+    if Command::new("openssl")
+        .arg("version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| !s.success())
+        .unwrap_or(true)
+    {
+        skip("no openssl command (cargo xtask test installs it from Debian)");
+        return None;
+    }
+    let dir = std::env::temp_dir()
+        .join("pyperch-tests")
+        .join(format!("tls-{}", random_hex(8)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = make_ca(&dir, "ca");
+    let other_ca = make_ca(&dir, "otherca");
+    std::fs::write(
+        dir.join("server.cnf"),
+        "[req]\ndistinguished_name = dn\nprompt = no\n[dn]\nCN = localhost\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName = IP:127.0.0.1, DNS:localhost\nbasicConstraints = CA:FALSE\n\
+         keyUsage = critical,digitalSignature\nextendedKeyUsage = serverAuth\n\
+         authorityKeyIdentifier = keyid\n",
+    )
+    .unwrap();
+    openssl(
+        &dir,
+        &[
+            "req", "-new", "-config", "server.cnf", "-newkey", "ec", "-pkeyopt",
+            "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+        ],
+    );
+    openssl(
+        &dir,
+        &[
+            "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "server.ext",
+        ],
+    );
+    Some(Certs {
+        cert: dir.join("server.pem"),
+        key: dir.join("server.key"),
+        dir,
+        ca,
+        other_ca,
+    })
+}
+
+/// ingest_receiver.py over TLS; restartable on the same port with the same log.
+struct Server {
+    python: PathBuf,
+    args: Vec<String>,
+    child: Option<Child>,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Server {
+    fn start(python: &Path, certs: &Certs, password: &str, tenant: Option<&str>) -> Server {
+        let log = certs.dir.join(format!("requests-{}.jsonl", random_hex(6)));
+        let mut args: Vec<String> = vec![
+            fixture_path("ingest_receiver.py").display().to_string(),
+            "serve".into(),
+            "--log".into(),
+            log.display().to_string(),
+            "--tls-cert".into(),
+            certs.cert.display().to_string(),
+            "--tls-key".into(),
+            certs.key.display().to_string(),
+            "--require-basic".into(),
+            format!("{USER}:{password}"),
+        ];
+        if let Some(t) = tenant {
+            args.extend(["--require-tenant".to_string(), t.to_string()]);
+        }
+        let mut s = Server {
+            python: python.to_path_buf(),
+            args,
+            child: None,
+            port: 0,
+            log,
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new(&self.python);
+        cmd.args(&self.args);
+        if self.port != 0 {
+            cmd.args(["--port", &self.port.to_string()]);
+        }
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start ingest_receiver.py: {e}"));
+        let mut first = String::new();
+        let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut first);
+        let port = first
+            .strip_prefix("port ")
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|p| p.parse().ok());
+        let Some(port) = port else {
+            stop_child(&mut child, libc::SIGKILL, Duration::from_secs(1));
+            panic!("ingest_receiver.py did not start (it printed {first:?})");
+        };
+        self.port = port;
+        self.child = Some(child);
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            stop_child(&mut c, libc::SIGTERM, Duration::from_secs(5));
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    fn entries(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    fn with_status(&self, status: u64) -> Vec<Value> {
+        self.entries()
+            .into_iter()
+            .filter(|e| e["status"].as_u64() == Some(status))
+            .collect()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A spinning Python process with a unique command-line tag, for `--cmdline TAG`.
+fn tagged_spinner() -> Option<(Workload, String)> {
+    let py = first_python(&["sid-3.14", "3.12", "3.11", "3.13", "3.10", "3.9", "3.8"])?;
+    let tag = format!("e2e{}", random_hex(10));
+    let w = Workload::spawn(&py, "spin.py", &["leaf_red", "60", &tag])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    Some((w, tag))
+}
+
+/// Everything the tests need, or a SKIP.
+fn setup() -> Option<(PathBuf, Certs, Workload, String)> {
+    let python = match pprof_python() {
+        Ok(p) => p,
+        Err(why) => {
+            skip(format!("no ingest receiver: {why}"));
+            return None;
+        }
+    };
+    let certs = make_certs()?;
+    let (spinner, tag) = tagged_spinner()?;
+    Some((python, certs, spinner, tag))
+}
+
+/// `pyperch agent ARGS` with `env` and no proxy variables, started.
+fn start_agent(args: &[String], env: &[(&str, &str)]) -> Running {
+    let mut cmd = Command::new(pyperch_bin());
+    cmd.arg("agent").args(args);
+    for v in [
+        "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy",
+        "NO_PROXY", "no_proxy", "PYPERCH_UPLOAD_PASSWORD", "SSL_CERT_FILE",
+    ] {
+        cmd.env_remove(v);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Running::start(cmd).expect("cannot start pyperch agent")
+}
+
+fn diag(run: &Run, server: &Server) -> String {
+    let mut s = format!(
+        "\n--- command: {}\n--- status {:?} after {:.1} s; stderr:\n",
+        run.argv.join(" "),
+        run.status,
+        run.elapsed.as_secs_f64()
+    );
+    for l in run.stderr_lines() {
+        s.push_str("    ");
+        s.push_str(l);
+        s.push('\n');
+    }
+    s.push_str("--- server log (status, path):\n");
+    for e in server.entries() {
+        s.push_str(&format!("    {} {} {}\n", e["status"], e["path"], e["connection_error"]));
+    }
+    s
+}
+
+/// The profiles the agent queued, summed over its status lines.
+fn queued(run: &Run) -> u64 {
+    run.stderr_lines()
+        .iter()
+        .filter(|l| l.starts_with("pyperch agent: interval "))
+        .filter_map(|l| {
+            let before = l.split(" profiles queued;").next()?;
+            before.rsplit(' ').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// The `--stats` upload line: (sent, failed attempts, rejected, authentication failures).
+fn stats(run: &Run) -> Option<(u64, u64, u64, u64)> {
+    let line = run
+        .stderr_lines()
+        .into_iter()
+        .find_map(|l| l.trim_start().strip_prefix("uploads: sent "))?;
+    let num = |after: &str| -> Option<u64> {
+        let rest = line.split(after).nth(1)?;
+        rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    };
+    Some((
+        line.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?,
+        num("failed attempts ")?,
+        num("rejected ")?,
+        num("authentication failures ")?,
+    ))
+}
+
+fn assert_clean(run: &Run, secrets: &[&str], d: &str) {
+    for l in run.stderr.lines().chain(run.stdout.lines()) {
+        assert!(
+            !l.contains(|c: char| c.is_control()),
+            "a control character in the agent's output: {l:?}{d}"
+        );
+        for s in secrets {
+            assert!(!l.contains(s), "a secret in the agent's output: {l:?}{d}");
+        }
+    }
+}
+
+fn agent_args(server: &Server, tag: &str, app: &str, duration: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--upload-url", &server.url(), "--app-name", app, "--interval", "1s", "--duration",
+        duration, "--cmdline", tag, "--stats",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+#[test]
+fn agent_auth_https_delivers_every_profile_and_survives_a_restart() {
+    let Some((python, certs, mut spinner, tag)) = setup() else {
+        return;
+    };
+    let password = format!("pw-{}", random_hex(16));
+    let tenant = format!("team-{}", random_hex(6));
+    let pw_file = certs.dir.join("password");
+    std::fs::write(&pw_file, format!("{password}\n")).unwrap();
+    let mut server = Server::start(&python, &certs, &password, Some(&tenant));
+    let app = format!("e2e-{}", random_hex(6));
+    let ca = certs.ca.display().to_string();
+    let pw = pw_file.display().to_string();
+    let args = agent_args(
+        &server,
+        &tag,
+        &app,
+        "14s",
+        &[
+            "--upload-ca-file", &ca, "--upload-user", USER, "--upload-password-file", &pw,
+            "--tenant-id", &tenant, "--upload-header", HEADER,
+        ],
+    );
+    let agent = start_agent(&args, &[]);
+    // Two profiles in, then an outage of 3 s: the server stops and comes back on its port.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while server.with_status(200).len() < 2 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(100));
+    }
+    let before_outage = server.with_status(200).len();
+    server.stop();
+    thread::sleep(Duration::from_secs(3));
+    server.spawn();
+    let run = agent.finish(Duration::from_secs(90));
+    spinner.terminate();
+    let d = diag(&run, &server);
+    assert!(before_outage >= 2, "no profile arrived before the outage{d}");
+    assert!(run.success(), "the agent failed{d}");
+    assert!(
+        run.stderr_lines().contains(&"pyperch agent: all profiles delivered"),
+        "not every profile was delivered{d}"
+    );
+    let accepted = server.with_status(200);
+    assert_eq!(accepted.len() as u64, queued(&run), "profiles lost or duplicated{d}");
+    let (sent, failed, rejected, auth) = stats(&run).unwrap_or_else(|| panic!("no --stats upload line{d}"));
+    assert_eq!((sent, rejected, auth), (accepted.len() as u64, 0, 0), "{d}");
+    assert!(failed >= 1, "the outage caused no failed attempt{d}");
+    for e in &accepted {
+        assert_eq!(e["path"], "/ingest", "{e}{d}");
+        assert_eq!(e["auth_ok"], true, "{e}{d}");
+        assert_eq!(e["headers"]["x-scope-orgid"], tenant.as_str(), "{d}");
+        assert_eq!(e["headers"]["x-pyperch-test"], "hello from the test", "{d}");
+        assert_eq!(e["profile"]["errors"], serde_json::json!([]), "{d}");
+        assert!(
+            !e["profile"]["samples"].as_array().unwrap().is_empty(),
+            "an empty profile{d}"
+        );
+    }
+    assert!(
+        !run.stderr.contains("authentication failed"),
+        "authentication failed with the right password{d}"
+    );
+    assert_clean(&run, &[&password], &d);
+}
+
+#[test]
+fn agent_auth_wrong_password_is_counted_and_logged_once() {
+    let Some((python, certs, mut spinner, tag)) = setup() else {
+        return;
+    };
+    let right = format!("right-{}", random_hex(16));
+    let wrong = format!("wrong-{}", random_hex(16));
+    let server = Server::start(&python, &certs, &right, None);
+    let app = format!("e2e-{}", random_hex(6));
+    let ca = certs.ca.display().to_string();
+    let args = agent_args(&server, &tag, &app, "5s", &["--upload-ca-file", &ca, "--upload-user", USER]);
+    let run = start_agent(&args, &[("PYPERCH_UPLOAD_PASSWORD", &wrong)]).finish(Duration::from_secs(90));
+    spinner.terminate();
+    let d = diag(&run, &server);
+    assert!(run.success(), "the agent failed{d}");
+    assert!(server.with_status(200).is_empty(), "a profile was accepted with a wrong password{d}");
+    let refused = server.with_status(401).len() as u64;
+    assert!(refused >= 2, "too few attempts reached the server ({refused}){d}");
+    let auth_lines: Vec<&str> = run
+        .stderr_lines()
+        .into_iter()
+        .filter(|l| l.contains("authentication failed"))
+        .collect();
+    assert_eq!(auth_lines.len(), 1, "not exactly one authentication line{d}");
+    assert!(
+        auth_lines[0].contains("401") && auth_lines[0].contains("--upload-user"),
+        "unclear authentication line {:?}{d}",
+        auth_lines[0]
+    );
+    let (sent, failed, rejected, auth) = stats(&run).unwrap_or_else(|| panic!("no --stats upload line{d}"));
+    assert_eq!((sent, rejected), (0, 0), "{d}");
+    // The request in flight at exit may have been answered after the agent gave up on it.
+    assert!(
+        auth <= refused && auth + 1 >= refused && failed >= auth,
+        "{auth} authentication failures and {failed} failed attempts counted for {refused} refusals{d}"
+    );
+    assert!(
+        run.stderr.contains("could not be delivered before exit"),
+        "the undelivered profiles are not reported{d}"
+    );
+    assert_clean(&run, &[&right, &wrong], &d);
+}
+
+#[test]
+fn agent_auth_wrong_ca_fails_clearly() {
+    let Some((python, certs, mut spinner, tag)) = setup() else {
+        return;
+    };
+    let password = format!("pw-{}", random_hex(16));
+    let pw_file = certs.dir.join("password");
+    std::fs::write(&pw_file, &password).unwrap();
+    let server = Server::start(&python, &certs, &password, None);
+    let app = format!("e2e-{}", random_hex(6));
+    let other = certs.other_ca.display().to_string();
+    let pw = pw_file.display().to_string();
+    let args = agent_args(
+        &server,
+        &tag,
+        &app,
+        "3s",
+        &["--upload-ca-file", &other, "--upload-user", USER, "--upload-password-file", &pw],
+    );
+    let run = start_agent(&args, &[]).finish(Duration::from_secs(90));
+    spinner.terminate();
+    let d = diag(&run, &server);
+    assert!(run.success(), "the agent failed{d}");
+    assert!(
+        server.entries().iter().all(|e| e["method"].is_null()),
+        "a request got through an untrusted TLS connection{d}"
+    );
+    assert!(
+        run.stderr_lines()
+            .iter()
+            .any(|l| l.contains("TLS error") && l.contains("--upload-ca-file")),
+        "no clear TLS error line{d}"
+    );
+    let (sent, failed, _, auth) = stats(&run).unwrap_or_else(|| panic!("no --stats upload line{d}"));
+    assert_eq!((sent, auth), (0, 0), "{d}");
+    assert!(failed >= 1, "no failed attempt counted{d}");
+    assert_clean(&run, &[&password], &d);
+}
+
+#[test]
+fn agent_auth_push_api_delivers_with_pyroscope_labels() {
+    let Some((python, certs, mut spinner, tag)) = setup() else {
+        return;
+    };
+    let password = format!("pw-{}", random_hex(16));
+    let tenant = format!("team-{}", random_hex(6));
+    let pw_file = certs.dir.join("password");
+    std::fs::write(&pw_file, format!("{password}\n")).unwrap();
+    let server = Server::start(&python, &certs, &password, Some(&tenant));
+    let app = format!("e2e-{}", random_hex(6));
+    let ca = certs.ca.display().to_string();
+    let pw = pw_file.display().to_string();
+    let args = agent_args(
+        &server,
+        &tag,
+        &app,
+        "4s",
+        &[
+            "--upload-api", "push", "--upload-ca-file", &ca, "--upload-user", USER,
+            "--upload-password-file", &pw, "--tenant-id", &tenant,
+        ],
+    );
+    let run = start_agent(&args, &[]).finish(Duration::from_secs(90));
+    let pid = spinner.pid.to_string();
+    spinner.terminate();
+    let d = diag(&run, &server);
+    assert!(run.success(), "the agent failed{d}");
+    let accepted = server.with_status(200);
+    assert!(!accepted.is_empty(), "nothing was pushed{d}");
+    assert_eq!(accepted.len() as u64, queued(&run), "profiles lost{d}");
+    for e in &accepted {
+        assert_eq!(e["path"], "/push.v1.PusherService/Push", "{d}");
+        assert_eq!(e["content_type"], "application/proto", "{d}");
+        assert_eq!(e["headers"]["x-scope-orgid"], tenant.as_str(), "{d}");
+        let series = e["push"].as_array().unwrap_or_else(|| panic!("no series in {e}{d}"));
+        assert_eq!(series.len(), 1, "{e}{d}");
+        let labels = &series[0]["labels"];
+        assert_eq!(labels["__name__"], "process_cpu", "{labels}{d}");
+        assert_eq!(labels["service_name"], app.as_str(), "{labels}{d}");
+        assert_eq!(labels["process_pid"], pid.as_str(), "{labels}{d}");
+        let samples = series[0]["samples"].as_array().unwrap();
+        assert_eq!(samples.len(), 1, "{d}");
+        assert_eq!(samples[0]["id"].as_str().map(str::len), Some(36), "{d}");
+        let profile = &samples[0]["profile"];
+        assert_eq!(profile["errors"], serde_json::json!([]), "{d}");
+        assert!(!profile["samples"].as_array().unwrap().is_empty(), "{d}");
+    }
+    assert_clean(&run, &[&password], &d);
+}
