@@ -27,9 +27,10 @@ use std::{
 
 use pyperch_tests::*;
 
-/// pyperch's default rate, passed explicitly.
-const RATE: f64 = 99.0;
-const DURATION: f64 = 5.0;
+/// The rate and length of each recording: enough samples that noise and the start-up of
+/// sampling stay well inside the 10 % margin.
+const RATE: f64 = 199.0;
+const DURATION: f64 = 8.0;
 /// Start-up (BTF, loading and attaching the BPF program on a loaded 2-core machine) and
 /// writing the profile, beyond `--duration`.
 const END_MARGIN: Duration = Duration::from_secs(8);
