@@ -141,6 +141,11 @@ pub fn start_time(pid: u32) -> Option<u64> {
     procfs::read_stat(pid).ok().map(|s| s.start_time)
 }
 
+/// The CPU time `pid` has used (user + system, clock ticks), or `None` if it is gone.
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    procfs::read_stat(pid).ok().map(|s| s.cpu_ticks)
+}
+
 /// Whether the process `pid` that started at `start_time` still exists.
 pub fn is_alive(pid: u32, start_time: u64) -> bool {
     self::start_time(pid) == Some(start_time)

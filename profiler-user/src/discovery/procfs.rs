@@ -107,6 +107,8 @@ pub struct Stat {
     pub ppid: u32,
     /// Field 22, in clock ticks since boot: with the PID, identifies a process.
     pub start_time: u64,
+    /// Fields 14 and 15 (user and system time), in clock ticks.
+    pub cpu_ticks: u64,
 }
 
 /// Parses `/proc/PID/stat`. The command (field 2) may hold spaces and parentheses, so
@@ -115,7 +117,12 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
     let after_comm = &text[text.rfind(')')? + 1..];
     // Fields from 3 (state) on.
     let fields: Vec<&str> = after_comm.split_ascii_whitespace().collect();
-    Some(Stat { ppid: fields.get(4 - 3)?.parse().ok()?, start_time: fields.get(22 - 3)?.parse().ok()? })
+    let field = |n: usize| -> Option<u64> { fields.get(n - 3)?.parse().ok() };
+    Some(Stat {
+        ppid: fields.get(4 - 3)?.parse().ok()?,
+        start_time: field(22)?,
+        cpu_ticks: field(14)?.saturating_add(field(15)?),
+    })
 }
 
 /// The `Threads:` count of `/proc/PID/status`.
@@ -288,7 +295,7 @@ garbage line
     fn stat_with_awkward_comm() {
         let line = "4242 (a) b (c)) S 17 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 3 0 987654 1000000 500 \
                     18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 2 0 0 0 0 0";
-        assert_eq!(parse_stat(line), Some(Stat { ppid: 17, start_time: 987654 }));
+        assert_eq!(parse_stat(line), Some(Stat { ppid: 17, start_time: 987654, cpu_ticks: 8 }));
         assert_eq!(parse_stat("12 (x) S 1"), None);
         assert_eq!(parse_stat("no parenthesis"), None);
     }
@@ -297,7 +304,7 @@ garbage line
     fn stat_and_maps_that_are_not_utf8() {
         // A process title cut inside a multi-byte character, and a path in Latin-1.
         let stat = b"4242 (caf\xc3\xa9-\xe2\x82) S 17 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 3 0 987654 1000000 500";
-        assert_eq!(parse_stat(&crate::text::decode(stat)), Some(Stat { ppid: 17, start_time: 987654 }));
+        assert_eq!(parse_stat(&crate::text::decode(stat)), Some(Stat { ppid: 17, start_time: 987654, cpu_ticks: 8 }));
         let maps = b"7f1c2a000000-7f1c2a100000 r-xp 00000000 08:02 42 /opt/caf\xe9/libpython3.12.so\n";
         let parsed = parse_maps(&crate::text::decode(maps));
         assert_eq!(parsed.len(), 1);

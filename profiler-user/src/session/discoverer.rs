@@ -340,7 +340,7 @@ impl Discoverer {
                 return;
             }
         }
-        let to_look: Vec<u32> = listing
+        let mut to_look: Vec<u32> = listing
             .into_iter()
             .filter(|pid| {
                 // Young processes stay under watch: a shell about to exec Python looks settled.
@@ -349,6 +349,15 @@ impl Discoverer {
                 *pid != self.own_pid && (full || !settled_and_old)
             })
             .collect();
+        if to_look.len() > PARALLEL_LOOKS {
+            // Busiest first: only processes on a CPU are sampled, so registering them first
+            // loses the fewest samples when many processes are waiting (a host's first scan,
+            // thousands of idle ones).
+            let mut by_cpu: Vec<(u64, u32)> =
+                to_look.iter().map(|&pid| (discovery::cpu_ticks(pid).unwrap_or(0), pid)).collect();
+            by_cpu.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+            to_look = by_cpu.into_iter().map(|(_, pid)| pid).collect();
+        }
         self.look_at_all(&to_look, now);
     }
 
