@@ -1613,6 +1613,33 @@ impl Drop for Contained {
 // ---------------------------------------------------------------------------------------
 
 /// A file under tests/fixtures/.
+/// Starts a fixture server (`cmd`: its stdout is piped here) that prints `port N ...` as its
+/// first line once it accepts connections, and returns it with that port. A server that
+/// prints anything else is killed and the test fails; `what` names it in the message.
+pub fn spawn_fixture_server(cmd: &mut Command, what: &str) -> (Child, u16) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    let mut first = String::new();
+    if let Some(stdout) = child.stdout.take() {
+        let _ = BufReader::new(stdout).read_line(&mut first);
+    }
+    let port = first.strip_prefix("port ").and_then(|r| r.split_whitespace().next()).and_then(|p| p.parse().ok());
+    let Some(port) = port else {
+        stop_child(&mut child, libc::SIGKILL, Duration::from_secs(1));
+        panic!("{what} did not start (it printed {first:?})");
+    };
+    (child, port)
+}
+
+/// The JSON lines a fixture logged so far (a partly written last line is left out).
+pub fn json_lines(path: &Path) -> Vec<serde_json::Value> {
+    fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
 pub fn fixture_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures")
@@ -1747,11 +1774,7 @@ impl IngestReceiver {
 
     /// Every request logged so far (a partly written last line is left out).
     pub fn entries(&self) -> Vec<serde_json::Value> {
-        fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
+        json_lines(&self.log)
     }
 
     /// The requests it accepted (status 200), in arrival order.

@@ -1088,24 +1088,9 @@ impl FixtureServer {
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join("requests.jsonl");
         let log_text = log.display().to_string();
-        let mut child = Command::new(python)
-            .arg(fixture_path(script))
-            .args(args.iter().map(|a| a.replace("{log}", &log_text)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {script}: {e}"));
-        let mut first = String::new();
-        let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut first);
-        let port = first
-            .strip_prefix("port ")
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|p| p.parse().ok());
-        let Some(port) = port else {
-            stop_child(&mut child, libc::SIGKILL, Duration::from_secs(1));
-            panic!("{script} {args:?} did not start (it printed {first:?})");
-        };
+        let mut cmd = Command::new(python);
+        cmd.arg(fixture_path(script)).args(args.iter().map(|a| a.replace("{log}", &log_text)));
+        let (child, port) = spawn_fixture_server(&mut cmd, &format!("{script} {args:?}"));
         FixtureServer {
             child,
             port,
@@ -1127,11 +1112,7 @@ impl FixtureServer {
 
     /// Every request logged so far.
     fn entries(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
+        json_lines(&self.log)
     }
 }
 

@@ -17,7 +17,6 @@
 //! Proxy variables are removed from the agent's environment (the server is local).
 
 use std::{
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     thread,
@@ -181,22 +180,7 @@ impl Server {
         if self.port != 0 {
             cmd.args(["--port", &self.port.to_string()]);
         }
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start ingest_receiver.py: {e}"));
-        let mut first = String::new();
-        let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut first);
-        let port = first
-            .strip_prefix("port ")
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|p| p.parse().ok());
-        let Some(port) = port else {
-            stop_child(&mut child, libc::SIGKILL, Duration::from_secs(1));
-            panic!("ingest_receiver.py did not start (it printed {first:?})");
-        };
+        let (child, port) = spawn_fixture_server(&mut cmd, "ingest_receiver.py");
         self.port = port;
         self.child = Some(child);
     }
@@ -212,11 +196,7 @@ impl Server {
     }
 
     fn entries(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
+        json_lines(&self.log)
     }
 
     fn with_status(&self, status: u64) -> Vec<Value> {

@@ -11,7 +11,6 @@
 //!   exactly the samples the agent's status lines announced.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -212,30 +211,14 @@ impl Receiver {
         let dir = std::env::temp_dir().join("pyperch-tests").join(format!("otlp-net-{}", random_hex(8)));
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join("requests.jsonl");
-        let mut child = Command::new(python)
-            .arg(fixture_path("otlp_receiver.py"))
-            .args(["serve", "--log"])
-            .arg(&log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("cannot start otlp_receiver.py");
-        let mut first = String::new();
-        let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut first);
-        let Some(port) = first.strip_prefix("port ").and_then(|p| p.trim().parse().ok()) else {
-            stop_child(&mut child, libc::SIGKILL, Duration::from_secs(1));
-            panic!("otlp_receiver.py did not start (it printed {first:?})");
-        };
+        let mut cmd = Command::new(python);
+        cmd.arg(fixture_path("otlp_receiver.py")).args(["serve", "--log"]).arg(&log);
+        let (child, port) = spawn_fixture_server(&mut cmd, "otlp_receiver.py");
         Receiver { child, port, log }
     }
 
     fn entries(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
+        json_lines(&self.log)
     }
 }
 
