@@ -1,0 +1,103 @@
+//! Reading interpreter frames and their code objects' validation words from user memory.
+
+use aya_ebpf::helpers::{bpf_probe_read_user, generated};
+use profiler_common::{
+    FRAME_READ_MAX, FrameBytes, FrameEntry, FrameLayout, code_check, code_check_applies, code_check_needs_strings,
+    code_check_size, code_check_strings, decode_frame,
+};
+
+/// State of one walk, kept in the per-CPU scratch between loop callbacks.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct WalkState {
+    /// The next frame to read (0: the bottom was reached).
+    pub frame: u64,
+    pub hash: u64,
+    pub n_full: u32,
+    pub n_hashed: u32,
+    pub status: u32,
+    /// The check of the last code object computed in this walk, and its address: a code
+    /// object met again in the same walk (recursion) has the same check, since the stopped
+    /// thread's frames keep it and its strings alive and all the fields read are immutable.
+    pub last_check: u32,
+    pub last_code: u64,
+}
+
+/// Reads one frame into `entry`; returns the address of the previous (calling) frame.
+#[inline(always)]
+pub fn read_frame(layout: &FrameLayout, frame: u64, buf: &mut FrameBytes, entry: &mut FrameEntry) -> Option<u64> {
+    let size = layout.read_size & (FRAME_READ_MAX as u32 - 1);
+    if size == 0 {
+        return None;
+    }
+    // SAFETY: the helper writes at most `size` < FRAME_READ_MAX bytes into `buf`.
+    let ret = unsafe {
+        generated::bpf_probe_read_user(buf.as_mut_ptr() as *mut _, size, frame as *const _)
+    };
+    if ret != 0 {
+        return None;
+    }
+    Some(decode_frame(layout, frame, buf, entry))
+}
+
+/// `frame_code_check`, computed once per run of equal code addresses in a walk (the common
+/// deep stack is recursion: one code object, hundreds of frames).
+#[inline(always)]
+pub fn walk_code_check(layout: &FrameLayout, entry: &FrameEntry, window: &mut FrameBytes, walk: &mut WalkState) -> u32 {
+    if !code_check_applies(layout, entry) {
+        return 0;
+    }
+    if entry.code == walk.last_code {
+        return walk.last_check;
+    }
+    let check = frame_code_check(layout, entry, window);
+    walk.last_code = entry.code;
+    walk.last_check = check;
+    check
+}
+
+/// The validation word of the frame's code object (`profiler_common::code_check`): one read
+/// of the code object's window and, only when the window has no per-object version (before
+/// 3.12), one 16-byte read of each of `co_name` and `co_filename`. 0: no check (a shim) or
+/// the window was unreadable.
+#[inline(always)]
+pub fn frame_code_check(layout: &FrameLayout, entry: &FrameEntry, window: &mut FrameBytes) -> u32 {
+    if !code_check_applies(layout, entry) {
+        return 0;
+    }
+    let size = code_check_size(layout);
+    if size == 0 {
+        return 0;
+    }
+    // SAFETY: the helper writes at most `size` < FRAME_READ_MAX bytes into `window`.
+    let ret = unsafe {
+        generated::bpf_probe_read_user(
+            window.as_mut_ptr() as *mut _,
+            size,
+            (entry.code + layout.check_start as u64) as *const _,
+        )
+    };
+    if ret != 0 {
+        return 0;
+    }
+    let (mut name, mut filename) = ([0u64; 2], [0u64; 2]);
+    if code_check_needs_strings(layout, window) {
+        let (name_ptr, filename_ptr) = code_check_strings(layout, window);
+        name = read_str_key(name_ptr + layout.check_str as u64);
+        filename = read_str_key(filename_ptr + layout.check_str as u64);
+    }
+    code_check(layout, window, name, filename)
+}
+
+/// A `str`'s (length, cached hash), or zeros when unreadable.
+#[inline(always)]
+fn read_str_key(address: u64) -> [u64; 2] {
+    // SAFETY: bpf_probe_read_user tolerates any address; failure reads as zeros.
+    unsafe { bpf_probe_read_user(address as *const [u64; 2]) }.unwrap_or([0, 0])
+}
+
+pub fn read_u64(address: u64) -> u64 {
+    // SAFETY: bpf_probe_read_user tolerates any address; failure reads as 0.
+    unsafe { bpf_probe_read_user(address as *const u64) }.unwrap_or(0)
+}
+

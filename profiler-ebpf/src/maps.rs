@@ -1,0 +1,50 @@
+//! The maps shared by the programs, and the ring-buffer output.
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    helpers::generated,
+    macros::map,
+    maps::{HashMap, PerCpuArray, RingBuf},
+};
+use profiler_common::{ProcessInfo, counter};
+
+/// Registered processes, by tgid.
+#[map]
+pub static PROCESSES: HashMap<u32, ProcessInfo> = HashMap::with_max_entries(16384, 0);
+
+#[map]
+pub static SAMPLES: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
+
+/// Unread bytes in `SAMPLES` above which a record wakes the reader.
+const WAKEUP_BYTES: u64 = 256 << 10;
+const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
+const BPF_RB_AVAIL_DATA: u64 = 0;
+
+/// Kernel-side counters, per CPU: see `profiler_common::counter`.
+#[map]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::SLOTS, 0);
+
+pub fn bump(index: u32) {
+    if let Some(count) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: per-CPU value, no concurrent writer on this CPU.
+        unsafe { *count += 1 };
+    }
+}
+
+/// Writes `len` bytes at `record` to `SAMPLES`, waking the reader only once a batch has
+/// accumulated; a full ring is counted.
+pub fn output_record(record: *const c_void, len: usize) {
+    let ring = &SAMPLES as *const RingBuf as *mut c_void;
+    // Waking the reader for every record costs more than the walk itself; wake it only once
+    // a batch has accumulated (userspace also drains on a short timer).
+    // SAFETY: `ring` is the ring-buffer map.
+    let pending = unsafe { generated::bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) };
+    let flags = if pending >= WAKEUP_BYTES { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP };
+    // SAFETY: the caller guarantees `len` bytes are readable at `record`.
+    let ret = unsafe { generated::bpf_ringbuf_output(ring, record as *mut c_void, len as u64, flags) };
+    if ret < 0 {
+        bump(counter::RINGBUF_FULL);
+    }
+}

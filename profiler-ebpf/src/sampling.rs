@@ -1,0 +1,180 @@
+//! The sampling program: on every CPU-clock perf event, for a thread of a registered process,
+//! finds its `PyThreadState`, walks the interpreter frames from the current one towards the
+//! bottom, and writes one record (header, leading frames in full, the rest hashed).
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns, generated},
+    macros::{map, perf_event},
+    maps::PerCpuArray,
+    programs::PerfEventContext,
+};
+use profiler_common::{
+    FrameBytes, FrameEntry, FrameLayout, HASH_SEED, MAX_FULL_FRAMES, MAX_HASHED_FRAMES, NO_FIELD, ProcessInfo,
+    SampleHeader, counter, frame_hash, sample_status,
+};
+
+use crate::frame_walk::{WalkState, read_frame, read_u64, walk_code_check};
+use crate::maps::{PROCESSES, bump, output_record};
+use crate::thread_state::{current_fsbase, find_thread_state};
+
+#[repr(C)]
+struct Record {
+    header: SampleHeader,
+    frames: [FrameEntry; MAX_FULL_FRAMES],
+}
+
+/// Per-CPU scratch space: the record being built and the bytes of the frame being read.
+#[repr(C)]
+struct Scratch {
+    record: Record,
+    layout: FrameLayout,
+    walk: WalkState,
+    frame: FrameBytes,
+    /// The check window of the frame's code object (see `code_check`).
+    code: FrameBytes,
+}
+
+#[map]
+static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
+
+#[perf_event]
+pub fn pyperch_sample(_ctx: PerfEventContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    // SAFETY: the map value is only read, and the kernel keeps it alive for this run.
+    let Some(info) = (unsafe { PROCESSES.get(&tgid) }) else {
+        return 0;
+    };
+    bump(counter::SAMPLED);
+    let Some(scratch) = scratch_mut() else {
+        return 0;
+    };
+    sample(info, tgid, pid_tgid as u32, scratch);
+    0
+}
+
+fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch) {
+    let header = &mut scratch.record.header;
+    header.generation = info.generation;
+    header._pad = 0;
+    header.time_ns = unsafe { bpf_ktime_get_ns() };
+    header.tgid = tgid;
+    header.tid = tid;
+    header.cpu = unsafe { bpf_get_smp_processor_id() };
+    header.n_full = 0;
+    header.n_hashed = 0;
+    header.tail_first = 0;
+    header.tail_hash = 0;
+    header.thread_state = 0;
+
+    let fsbase = current_fsbase();
+    let tstate = find_thread_state(info, tid, fsbase);
+    if tstate == 0 {
+        header.status = sample_status::NO_THREAD_STATE;
+        emit(scratch, 0);
+        return;
+    }
+    header.thread_state = tstate;
+    let mut frame = read_u64(tstate + info.thread.frame as u64);
+    if frame != 0 && info.thread.cframe_frame != NO_FIELD {
+        frame = read_u64(frame + info.thread.cframe_frame as u64);
+    }
+    if frame == 0 {
+        header.status = sample_status::NO_FRAME;
+        emit(scratch, 0);
+        return;
+    }
+
+    scratch.layout = info.frame;
+    scratch.walk = WalkState {
+        frame,
+        hash: HASH_SEED,
+        n_full: 0,
+        n_hashed: 0,
+        status: sample_status::TRUNCATED,
+        last_check: 0,
+        last_code: 0,
+    };
+    // SAFETY: bpf_loop calls the callbacks with our (unused) context; they find the walk state
+    // in this CPU's scratch value.
+    unsafe {
+        generated::bpf_loop(MAX_FULL_FRAMES as u32, full_frame_step as *mut c_void, core::ptr::null_mut(), 0);
+    }
+    let Some(scratch) = scratch_mut() else { return };
+    if scratch.walk.status == sample_status::TRUNCATED && scratch.walk.frame != 0 {
+        scratch.record.header.tail_first = scratch.walk.frame;
+        // SAFETY: as above.
+        unsafe {
+            generated::bpf_loop(MAX_HASHED_FRAMES as u32, hashed_frame_step as *mut c_void, core::ptr::null_mut(), 0);
+        }
+    }
+    let Some(scratch) = scratch_mut() else { return };
+    let walk = scratch.walk;
+    let header = &mut scratch.record.header;
+    header.status = if walk.status == sample_status::TRUNCATED && walk.frame == 0 {
+        sample_status::COMPLETE
+    } else {
+        walk.status
+    };
+    header.n_full = walk.n_full;
+    header.n_hashed = walk.n_hashed;
+    header.tail_hash = walk.hash;
+    emit(scratch, walk.n_full as usize);
+}
+
+fn scratch_mut() -> Option<&'static mut Scratch> {
+    // SAFETY: a per-CPU array value; this program does not run reentrantly on one CPU.
+    SCRATCH.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+}
+
+/// bpf_loop callback: reads frame `index` into the record. Returns 1 to stop.
+extern "C" fn full_frame_step(index: u64, _ctx: *mut c_void) -> i64 {
+    let Some(s) = scratch_mut() else { return 1 };
+    if s.walk.frame == 0 {
+        s.walk.status = sample_status::COMPLETE;
+        return 1;
+    }
+    let i = index as usize;
+    if i >= MAX_FULL_FRAMES {
+        return 1;
+    }
+    let entry = &mut s.record.frames[i];
+    let Some(previous) = read_frame(&s.layout, s.walk.frame, &mut s.frame, entry) else {
+        s.walk.status = sample_status::READ_FAULT;
+        return 1;
+    };
+    entry.check = walk_code_check(&s.layout, entry, &mut s.code, &mut s.walk);
+    s.walk.n_full = i as u32 + 1;
+    s.walk.frame = previous;
+    0
+}
+
+/// bpf_loop callback: reads one frame below the full ones and folds it into the tail hash.
+extern "C" fn hashed_frame_step(_index: u64, _ctx: *mut c_void) -> i64 {
+    let Some(s) = scratch_mut() else { return 1 };
+    if s.walk.frame == 0 {
+        s.walk.status = sample_status::COMPLETE;
+        return 1;
+    }
+    let mut entry = FrameEntry::default();
+    let Some(previous) = read_frame(&s.layout, s.walk.frame, &mut s.frame, &mut entry) else {
+        s.walk.status = sample_status::READ_FAULT;
+        return 1;
+    };
+    entry.check = walk_code_check(&s.layout, &entry, &mut s.code, &mut s.walk);
+    s.walk.hash = frame_hash(s.walk.hash, &entry);
+    s.walk.n_hashed += 1;
+    s.walk.frame = previous;
+    0
+}
+
+/// Sends the header and the first `n_full` frames.
+fn emit(scratch: &Scratch, n_full: usize) {
+    let n = if n_full > MAX_FULL_FRAMES { MAX_FULL_FRAMES } else { n_full };
+    let len = core::mem::size_of::<SampleHeader>() + n * core::mem::size_of::<FrameEntry>();
+    let len = if len > core::mem::size_of::<Record>() { core::mem::size_of::<Record>() } else { len };
+    // `len` is at most the size of `Record`.
+    output_record(&scratch.record as *const Record as *const c_void, len);
+}

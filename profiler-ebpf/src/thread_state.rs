@@ -1,0 +1,77 @@
+//! Finding the running thread's `PyThreadState`: the thread-local slot CPython uses, checked
+//! against the thread pointer, with the interpreter's thread list as fallback.
+
+use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel};
+use profiler_common::{MAX_THREAD_SCAN, NO_FIELD, ProcessInfo, tstate_lookup};
+
+use crate::frame_walk::read_u64;
+
+/// Offset of `thread.fsbase` in `struct task_struct`, read from the kernel's BTF by
+/// userspace and frozen at load time.
+#[unsafe(no_mangle)]
+static TASK_FSBASE_OFFSET: u64 = 0;
+
+pub fn current_fsbase() -> u64 {
+    // SAFETY: `bpf_get_current_task` returns the running task; the offset comes from BTF.
+    unsafe {
+        let task = bpf_get_current_task() as *const u8;
+        let offset = core::ptr::read_volatile(&TASK_FSBASE_OFFSET) as usize;
+        bpf_probe_read_kernel(task.add(offset) as *const u64).unwrap_or(0)
+    }
+}
+
+/// Whether `tstate` belongs to the running thread: its `thread_id` (`pthread_self()`, the
+/// thread pointer) equals the thread's fsbase. Unlike `native_thread_id`, which holds the tid
+/// as seen inside the target's PID namespace, this holds in containers too.
+#[inline(always)]
+pub fn is_current_thread(info: &ProcessInfo, tstate: u64, tid: u32, fsbase: u64) -> bool {
+    if info.thread.thread_id != NO_FIELD {
+        fsbase != 0 && read_u64(tstate + info.thread.thread_id as u64) == fsbase
+    } else {
+        info.thread.native_thread_id != NO_FIELD
+            && read_u64(tstate + info.thread.native_thread_id as u64) == tid as u64
+    }
+}
+
+pub fn find_thread_state(info: &ProcessInfo, tid: u32, fsbase: u64) -> u64 {
+    let candidate = match info.tstate_lookup {
+        tstate_lookup::PTHREAD_KEY if fsbase != 0 => pthread_getspecific(info, fsbase, info.pthread_key),
+        tstate_lookup::TLS if fsbase != 0 => read_u64(fsbase.wrapping_sub(info.tls_offset)),
+        _ => 0,
+    };
+    if candidate != 0 && is_current_thread(info, candidate, tid, fsbase) {
+        return candidate;
+    }
+    // Fallback: the interpreter's list of thread states.
+    let interp = read_u64(info.interpreters_head_addr);
+    if interp == 0 {
+        return 0;
+    }
+    let mut tstate = read_u64(interp + info.thread.interp_threads_head as u64);
+    for _ in 0..MAX_THREAD_SCAN {
+        if tstate == 0 {
+            return 0;
+        }
+        if is_current_thread(info, tstate, tid, fsbase) {
+            return tstate;
+        }
+        tstate = read_u64(tstate + info.thread.next as u64);
+    }
+    0
+}
+
+/// glibc's `pthread_getspecific` for another thread, from its thread pointer.
+fn pthread_getspecific(info: &ProcessInfo, fsbase: u64, key: u32) -> u64 {
+    if key < 32 {
+        read_u64(fsbase + info.tsd_first_block as u64 + 16 * key as u64)
+    } else if key < 1024 {
+        let block = read_u64(fsbase + info.tsd_second_level as u64 + 8 * (key as u64 >> 5));
+        if block == 0 {
+            return 0;
+        }
+        read_u64(block + 16 * (key as u64 & 31) + 8)
+    } else {
+        0
+    }
+}
+
