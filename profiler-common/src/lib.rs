@@ -145,6 +145,13 @@ pub mod counter {
     pub const SLOTS: u32 = 5;
 }
 
+/// Kinds of records in the `SAMPLES` ring buffer; every record starts with a `SampleHeader`
+/// whose `kind` says how to read what follows the header and its full frames.
+pub mod record_kind {
+    /// A CPU-clock sample from the sampling program.
+    pub const CPU_SAMPLE: u32 = 0;
+}
+
 /// Outcome of one kernel walk.
 pub mod sample_status {
     /// The walk reached the bottom frame (`previous == NULL`).
@@ -180,7 +187,8 @@ pub struct SampleHeader {
     pub tail_hash: u64,
     /// `ProcessInfo::generation` of the registration this sample was taken under.
     pub generation: u32,
-    pub _pad: u32,
+    /// What the record is: one of `record_kind`. Userspace drops kinds it does not know.
+    pub kind: u32,
 }
 
 /// One frame as the kernel read it.

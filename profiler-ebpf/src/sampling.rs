@@ -12,7 +12,7 @@ use aya_ebpf::{
 };
 use profiler_common::{
     FrameBytes, FrameEntry, FrameLayout, HASH_SEED, MAX_FULL_FRAMES, MAX_HASHED_FRAMES, NO_FIELD, ProcessInfo,
-    SampleHeader, counter, frame_hash, sample_status,
+    SampleHeader, counter, frame_hash, record_kind, sample_status,
 };
 
 use crate::frame_walk::{WalkState, read_frame, read_u64, walk_code_check};
@@ -58,7 +58,7 @@ pub fn pyperch_sample(_ctx: PerfEventContext) -> u32 {
 fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch) {
     let header = &mut scratch.record.header;
     header.generation = info.generation;
-    header._pad = 0;
+    header.kind = record_kind::CPU_SAMPLE;
     header.time_ns = unsafe { bpf_ktime_get_ns() };
     header.tgid = tgid;
     header.tid = tid;

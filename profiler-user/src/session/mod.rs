@@ -15,7 +15,7 @@ use std::{
     time::Duration,
 };
 
-use profiler_common::{SAMPLE_HEADER_SIZE, SampleHeader};
+use profiler_common::{SAMPLE_HEADER_SIZE, SampleHeader, record_kind};
 
 use crate::{
     aggregate::{ProcessLabel, Profile},
@@ -293,6 +293,10 @@ impl Session {
         }
         // SAFETY: the record starts with a SampleHeader (plain data), checked for length.
         let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
+        if header.kind != record_kind::CPU_SAMPLE {
+            self.malformed_records += 1;
+            return;
+        }
         if self.targets.get(&header.tgid).is_none_or(|t| t.generation != header.generation) {
             // Discovery may have announced it (or its successor) after our last look.
             self.apply_discovery();
