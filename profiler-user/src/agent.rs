@@ -59,6 +59,9 @@ pub struct AgentOptions {
     pub line_numbers: crate::aggregate::LineNumbers,
     /// TLS, credentials, headers and API of the uploads.
     pub upload: UploadOptions,
+    /// Whether `--app-name` was given: if not, a process in a pod named by its runtime's
+    /// annotations is filed under `service_name` `<namespace>/<container>`.
+    pub app_name_given: bool,
 }
 
 /// How the agent reaches its backend besides the URL. Holds paths, never secret values.
@@ -145,7 +148,9 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         .any(|url| url.trim_start().to_ascii_lowercase().starts_with("https:"));
     // TLS, credentials and headers apply to every destination.
     let (settings, about) = client_settings(&options.upload, https)?;
-    let otlp_info = otlp::ResourceInfo { host_name: otlp::host_name(), service_name: Some(options.app_name.clone()) };
+    let otlp_info = otlp::ResourceInfo { host_name: otlp::host_name(), service_name: Some(options.app_name.clone()),
+        service_name_from_pod: !options.app_name_given,
+    };
     if options.interval < Duration::from_secs(1) {
         return Err(RecordError::Upload("--interval must be at least 1s".into()));
     }
@@ -301,8 +306,8 @@ fn upload_counts(c: &UploadCounters) -> String {
     )
 }
 
-/// The labels of one uploaded profile and the processes it holds.
-type Group = (Vec<(String, String)>, Vec<u32>);
+/// The service name and labels of one uploaded profile, and the processes it holds.
+type Group = (String, Vec<(String, String)>, Vec<u32>);
 
 /// One upload per group (process or container) of this interval's profile.
 fn interval_uploads(part: &Profile, options: &AgentOptions, from: SystemTime, until: SystemTime) -> Vec<Upload> {
@@ -314,6 +319,11 @@ fn interval_uploads(part: &Profile, options: &AgentOptions, from: SystemTime, un
         let label = part.process(pid);
         let container = label.and_then(|l| l.container_id.clone());
         let pod = label.and_then(|l| l.pod_uid.clone());
+        let names = label.and_then(|l| l.pod_names.clone());
+        let app = match &names {
+            Some(n) if !options.app_name_given => n.service_name(),
+            _ => options.app_name.clone(),
+        };
         let (key, mut labels) = match options.group_by {
             Grouping::Process => {
                 let exe = label
@@ -340,23 +350,26 @@ fn interval_uploads(part: &Profile, options: &AgentOptions, from: SystemTime, un
         if let Some(p) = &pod {
             labels.push(("k8s.pod.uid".to_string(), p.clone()));
         }
-        let entry = groups.entry(key).or_insert_with(|| (labels, Vec::new()));
-        entry.1.push(pid);
+        if let Some(l) = label {
+            labels.extend(output::k8s_name_labels(l));
+        }
+        let entry = groups.entry(key).or_insert_with(|| (app, labels, Vec::new()));
+        entry.2.push(pid);
     }
     let secs = |t: SystemTime| t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let mut uploads = Vec::new();
-    for (_, (labels, pids)) in groups {
+    for (_, (app, labels, pids)) in groups {
         let sub = part.filtered(|k| pids.contains(&k.pid));
         let mut body = Vec::new();
-        if output::write_profile(&sub, Format::Pprof, &options.app_name, &mut body).is_err() {
+        if output::write_profile(&sub, Format::Pprof, &app, &mut body).is_err() {
             continue;
         }
         if options.upload.api == Api::Push {
             // The labels travel in the PushRequest; the profile type is CPU time.
-            uploads.push(Upload { params: Vec::new(), body: push_body(PROFILE_TYPE_CPU, &options.app_name, &labels, body) });
+            uploads.push(Upload { params: Vec::new(), body: push_body(PROFILE_TYPE_CPU, &app, &labels, body) });
             continue;
         }
-        let name = pyroscope_name(&pyroscope_labels(&options.app_name, PROFILE_TYPE_CPU, &labels));
+        let name = pyroscope_name(&pyroscope_labels(&app, PROFILE_TYPE_CPU, &labels));
         let params = vec![
             ("name", name),
             ("from", secs(from).to_string()),
@@ -368,4 +381,79 @@ fn interval_uploads(part: &Profile, options: &AgentOptions, from: SystemTime, un
         uploads.push(Upload { params, body });
     }
     uploads
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::aggregate::{FrameName, ProcessLabel};
+    use crate::pod_names::PodNames;
+
+    fn options(app_name: Option<&str>, group_by: Grouping) -> AgentOptions {
+        AgentOptions {
+            upload_url: Some("http://127.0.0.1:1".into()),
+            otlp_endpoint: None,
+            interval: Duration::from_secs(15),
+            app_name: app_name.unwrap_or("pyperch").into(),
+            rate: 99,
+            threads: false,
+            stats: false,
+            pids: Vec::new(),
+            filter: ProcessFilter::default(),
+            group_by,
+            queue_profiles: 4,
+            queue_bytes: 1 << 20,
+            duration: None,
+            line_numbers: Default::default(),
+            upload: UploadOptions::default(),
+            app_name_given: app_name.is_some(),
+        }
+    }
+
+    /// The `name` parameter of each upload.
+    fn upload_names(part: &Profile, options: &AgentOptions) -> Vec<String> {
+        let mut names: Vec<String> = interval_uploads(part, options, UNIX_EPOCH, UNIX_EPOCH)
+            .into_iter()
+            .filter_map(|u| u.params.into_iter().find(|(k, _)| *k == "name").map(|(_, v)| v))
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn service_name_defaults_to_namespace_and_container_for_pods() {
+        let mut p = Profile::new();
+        let f = p.intern(FrameName { function: Arc::from("work"), file: Arc::from("/app/w.py"), line: 3 });
+        let id = "ab".repeat(32);
+        let names = PodNames { namespace: "shop".into(), pod: "checkout-7d9f6b5c4-x2x7q".into(), container: "checkout-api".into() };
+        let label = ProcessLabel {
+            comm: "python3".into(),
+            exe: "/usr/bin/python3".into(),
+            container_id: Some(id.clone()),
+            pod_uid: Some("u1".into()),
+            pod_names: Some(Arc::new(names)),
+            ..Default::default()
+        };
+        p.set_process(10, label);
+        p.set_process(20, ProcessLabel { comm: "python3".into(), exe: "/usr/bin/python3".into(), ..Default::default() });
+        p.add(10, None, &[f], 3);
+        p.add(20, None, &[f], 1);
+
+        let got = upload_names(&p, &options(None, Grouping::Process));
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(got[0].starts_with("pyperch{process.pid=\"20\""), "{got:?}");
+        assert_eq!(
+            got[1],
+            format!(
+                "shop/checkout-api{{process.pid=\"10\",process.executable.name=\"python3\",container.id=\"{id}\",k8s.pod.uid=\"u1\",k8s.namespace.name=\"shop\",k8s.pod.name=\"checkout-7d9f6b5c4-x2x7q\",k8s.container.name=\"checkout-api\"}}"
+            )
+        );
+        // --app-name wins for every process.
+        let got = upload_names(&p, &options(Some("shop-app"), Grouping::Container));
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(got.iter().all(|n| n.starts_with("shop-app{")), "{got:?}");
+        assert!(got.iter().any(|n| n.contains("k8s.pod.name=\"checkout-7d9f6b5c4-x2x7q\"")), "{got:?}");
+    }
 }

@@ -66,6 +66,9 @@ pub struct ProcessLabel {
     pub pod_uid: Option<String>,
     /// The working directory as the process sees it, for short file names.
     pub cwd: Option<String>,
+    /// Kubernetes namespace, pod name and container name, from the runtime's annotations
+    /// (see [`crate::pod_names`]); `None` outside a pod or when the runtime keeps none.
+    pub pod_names: Option<std::sync::Arc<crate::pod_names::PodNames>>,
 }
 
 /// Which line a frame shows (`--function`, `--nolineno`).

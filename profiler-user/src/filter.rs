@@ -1,4 +1,5 @@
-//! Which processes to profile: `--container`, `--pod`, `--cgroup`, `--comm`, `--cmdline`.
+//! Which processes to profile: `--container`, `--pod`, `--cgroup`, `--comm`, `--cmdline`,
+//! `--namespace`, `--pod-name`.
 //!
 //! Filters are checked in userspace before a process is registered with the kernel, so the
 //! kernel program drops the samples of every other process at its first map lookup. All
@@ -21,6 +22,10 @@ pub struct ProcessFilter {
     pub comm: Option<Regex>,
     /// Matched against the command line, arguments separated by spaces.
     pub cmdline: Option<Regex>,
+    /// Kubernetes namespaces (from the runtime's annotations, see [`crate::pod_names`]).
+    pub namespaces: Vec<String>,
+    /// Matched against the Kubernetes pod name (from the runtime's annotations).
+    pub pod_name: Option<Regex>,
 }
 
 impl ProcessFilter {
@@ -30,6 +35,13 @@ impl ProcessFilter {
             && self.cgroups.is_empty()
             && self.comm.is_none()
             && self.cmdline.is_none()
+            && !self.needs_pod_names()
+    }
+
+    /// Whether the filter needs the Kubernetes names of a process (`--namespace`,
+    /// `--pod-name`).
+    pub fn needs_pod_names(&self) -> bool {
+        !self.namespaces.is_empty() || self.pod_name.is_some()
     }
 
     /// The filters as the user gave them, for messages.
@@ -43,6 +55,10 @@ impl ProcessFilter {
         }
         if let Some(r) = &self.cmdline {
             parts.push(format!("--cmdline {}", r.as_str()));
+        }
+        parts.extend(self.namespaces.iter().map(|n| format!("--namespace {n}")));
+        if let Some(r) = &self.pod_name {
+            parts.push(format!("--pod-name {}", r.as_str()));
         }
         parts.join(" ")
     }
@@ -65,11 +81,27 @@ impl ProcessFilter {
                 return false;
             }
         }
-        if self.containers.is_empty() && self.pods.is_empty() && self.cgroups.is_empty() {
+        if self.containers.is_empty() && self.pods.is_empty() && self.cgroups.is_empty() && !self.needs_pod_names() {
             return true;
         }
         let info = containers::for_process(pid);
-        self.matches_container(&info)
+        if !self.matches_container(&info) {
+            return false;
+        }
+        !self.needs_pod_names() || self.matches_pod_names(crate::pod_names::for_container(&info).as_deref())
+    }
+
+    /// The `--namespace` / `--pod-name` part of the filter, on already-read names (`None`:
+    /// no names known, which matches neither).
+    pub fn matches_pod_names(&self, names: Option<&crate::pod_names::PodNames>) -> bool {
+        if !self.needs_pod_names() {
+            return true;
+        }
+        let Some(names) = names else { return false };
+        if !self.namespaces.is_empty() && !self.namespaces.iter().any(|n| *n == names.namespace) {
+            return false;
+        }
+        self.pod_name.as_ref().is_none_or(|re| re.is_match(&names.pod))
     }
 
     /// The container part of the filter, on already-read attribution.
@@ -121,6 +153,26 @@ mod tests {
         let host = attribute("/user.slice/user-0.slice/session-1.scope");
         let f = ProcessFilter { containers: vec![ID[..12].to_string()], ..Default::default() };
         assert!(!f.matches_container(&host));
+    }
+
+    #[test]
+    fn namespace_and_pod_name_filters() {
+        use crate::pod_names::PodNames;
+        let names = PodNames { namespace: "shop".into(), pod: "checkout-7d9f6b5c4-x2x7q".into(), container: "api".into() };
+        let f = ProcessFilter { namespaces: vec!["shop".into()], ..Default::default() };
+        assert!(!f.is_empty());
+        assert!(f.matches_pod_names(Some(&names)));
+        assert!(!f.matches_pod_names(None), "a process without names never matches a name filter");
+        let f = ProcessFilter { namespaces: vec!["kube-system".into(), "shop".into()], ..Default::default() };
+        assert!(f.matches_pod_names(Some(&names)));
+        let f = ProcessFilter { namespaces: vec!["sho".into()], ..Default::default() };
+        assert!(!f.matches_pod_names(Some(&names)), "namespaces match exactly");
+        let f = ProcessFilter { pod_name: Some(Regex::new("^checkout-").unwrap()), ..Default::default() };
+        assert!(f.matches_pod_names(Some(&names)));
+        let f = ProcessFilter { pod_name: Some(Regex::new("^web-").unwrap()), namespaces: vec!["shop".into()], ..Default::default() };
+        assert!(!f.matches_pod_names(Some(&names)));
+        assert_eq!(f.describe(), "--namespace shop --pod-name ^web-");
+        assert!(ProcessFilter::default().matches_pod_names(None));
     }
 
     #[test]

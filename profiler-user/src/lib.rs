@@ -24,6 +24,7 @@ pub mod loader;
 pub mod memory;
 pub mod output;
 pub mod output_file;
+pub mod pod_names;
 pub mod privileges;
 pub mod record;
 mod session;

@@ -22,6 +22,24 @@ pub struct Row {
     pub namespace_pid: String,
     /// "ok", or why the process cannot be profiled.
     pub status: String,
+    /// Kubernetes `namespace/pod/container` from the runtime's annotations; [`UNANNOTATED`]
+    /// for a container whose runtime keeps none; "-" outside containers.
+    pub names: String,
+}
+
+/// The NAME cell of a container whose runtime keeps no Kubernetes annotations (plain
+/// docker or podman, or a runtime pyperch does not know): it is shown by id only.
+pub const UNANNOTATED: &str = "(unannotated)";
+
+/// The NAME cell of a process: see [`Row::names`].
+fn names_cell(info: &containers::ContainerInfo) -> String {
+    if info.container_id.is_none() {
+        return "-".into();
+    }
+    match crate::pod_names::for_container(info) {
+        Some(n) => format!("{}/{}/{}", n.namespace, n.pod, n.container),
+        None => UNANNOTATED.into(),
+    }
 }
 
 /// Every Python process on the host (by content), supported or not.
@@ -54,8 +72,9 @@ fn row(pid: u32) -> Option<Row> {
     let container = info.short_id().map(str::to_string).unwrap_or_else(|| "-".into());
     let pod = info.pod_uid.clone().unwrap_or_else(|| "-".into());
     let namespace_pid = info.namespace_pid().map(|p| p.to_string()).unwrap_or_else(|| "-".into());
+    let names = names_cell(&info);
     let (container, pod, namespace_pid) = (&container, &pod, &namespace_pid);
-    match discovery::inspect(pid) {
+    let row = match discovery::inspect(pid) {
         Ok(p) => Some(Row {
             pid,
             executable: crate::text::decode(p.exe.as_os_str().as_encoded_bytes()),
@@ -69,6 +88,7 @@ fn row(pid: u32) -> Option<Row> {
             pod: pod.clone(),
             namespace_pid: namespace_pid.clone(),
             status: "ok".to_string(),
+            names: String::new(),
         }),
         Err(DiscoveryError::Unsupported { reason, .. }) => {
             Some(Row { status: format!("unsupported: {reason}"), ..unknown_row(pid, container, pod, namespace_pid) })
@@ -77,7 +97,8 @@ fn row(pid: u32) -> Option<Row> {
             Some(Row { status: format!("starting: {reason}"), ..unknown_row(pid, container, pod, namespace_pid) })
         }
         Err(_) => None,
-    }
+    };
+    row.map(|row| Row { names, ..row })
 }
 
 /// A row for a Python process whose interpreter could not be inspected.
@@ -94,14 +115,15 @@ fn unknown_row(pid: u32, container: &str, pod: &str, namespace_pid: &str) -> Row
         pod: pod.to_string(),
         namespace_pid: namespace_pid.to_string(),
         status: String::new(),
+        names: "?".into(),
     }
 }
 
 /// The rows as an aligned table. Every cell is shown through [`crate::text::field`]: a
 /// path, reason or label from a target cannot steer the terminal or break a row.
 pub fn render(rows: &[Row]) -> String {
-    let headers = ["PID", "NSPID", "EXECUTABLE", "VERSION", "LIBPYTHON", "THREADS", "CONTAINER", "POD", "STATUS"];
-    let cells: Vec<[String; 9]> = rows
+    let headers = ["PID", "NSPID", "EXECUTABLE", "VERSION", "LIBPYTHON", "THREADS", "CONTAINER", "POD", "NAME", "STATUS"];
+    let cells: Vec<[String; 10]> = rows
         .iter()
         .map(|r| {
             [
@@ -113,6 +135,7 @@ pub fn render(rows: &[Row]) -> String {
                 r.threads.clone(),
                 r.container.clone(),
                 r.pod.clone(),
+                r.names.clone(),
                 r.status.clone(),
             ]
             .map(|cell| crate::text::field(&cell).to_string())
@@ -140,5 +163,12 @@ pub fn render(rows: &[Row]) -> String {
         let refs: Vec<&str> = row.iter().map(String::as_str).collect();
         line(&mut out, &refs);
     }
+    if rows.iter().any(|r| r.names == UNANNOTATED) {
+        out.push_str(UNANNOTATED_NOTE);
+        out.push('\n');
+    }
     out
 }
+
+/// Printed under the table when a container has no names.
+pub const UNANNOTATED_NOTE: &str = "(unannotated): the container's runtime keeps no Kubernetes annotations (plain docker or podman, or not a pod); it is shown by its id only";

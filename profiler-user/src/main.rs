@@ -126,6 +126,14 @@ struct FilterArgs {
     /// Only processes whose command line (arguments joined by spaces) matches this regex.
     #[arg(long, value_name = "REGEX")]
     cmdline: Option<String>,
+    /// Only processes in a Kubernetes pod of this namespace (from the runtime's annotations;
+    /// repeatable).
+    #[arg(long = "namespace", value_name = "NAME")]
+    namespaces: Vec<String>,
+    /// Only processes in a Kubernetes pod whose name matches this regular expression (from
+    /// the runtime's annotations).
+    #[arg(long = "pod-name", value_name = "REGEX")]
+    pod_name: Option<String>,
 }
 
 impl FilterArgs {
@@ -140,6 +148,8 @@ impl FilterArgs {
             cgroups: self.cgroups,
             comm: regex("--comm", self.comm)?,
             cmdline: regex("--cmdline", self.cmdline)?,
+            namespaces: self.namespaces,
+            pod_name: regex("--pod-name", self.pod_name)?,
         })
     }
 }
@@ -180,9 +190,10 @@ struct AgentArgs {
     /// Length of one profile, e.g. 15s, 1m, 500ms.
     #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
     interval: Duration,
-    /// Application name the profiles are filed under.
-    #[arg(long, default_value = "pyperch", value_name = "NAME")]
-    app_name: String,
+    /// Application name (service_name) the profiles are filed under [default: pyperch;
+    /// for a process in a Kubernetes pod named by its runtime: <namespace>/<container>].
+    #[arg(long, value_name = "NAME")]
+    app_name: Option<String>,
     /// One profile per process or per container.
     #[arg(long, value_enum, default_value = "process")]
     per: Grouping,
@@ -340,7 +351,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 upload_url: args.upload_url,
                 otlp_endpoint: args.otlp_endpoint,
                 interval: args.interval,
-                app_name: args.app_name,
+                app_name: args.app_name.clone().unwrap_or_else(|| "pyperch".to_string()),
                 rate: args.rate,
                 threads: args.threads,
                 stats: args.stats,
@@ -360,6 +371,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                     tenant_id: args.tenant_id,
                     headers: args.upload_headers,
                 },
+                app_name_given: args.app_name.is_some(),
             })?;
             Ok(ExitCode::SUCCESS)
         }

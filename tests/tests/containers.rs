@@ -114,19 +114,21 @@ impl Fleet {
 }
 
 /// The rows of `pyperch list`, by PID: the columns PID NSPID EXECUTABLE VERSION LIBPYTHON
-/// THREADS CONTAINER POD, then STATUS (which may hold spaces).
+/// THREADS CONTAINER POD, then STATUS (which may hold spaces), then NAME (shown before
+/// STATUS).
 fn list_rows(stdout: &str) -> BTreeMap<u32, Vec<String>> {
     let mut rows = BTreeMap::new();
     for line in stdout.lines().skip(1) {
         let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() < 9 {
+        if fields.len() < 10 {
             continue;
         }
         let Ok(pid) = fields[0].parse::<u32>() else {
             continue;
         };
         let mut row: Vec<String> = fields[..8].iter().map(|s| s.to_string()).collect();
-        row.push(fields[8..].join(" "));
+        row.push(fields[9..].join(" "));
+        row.push(fields[8].to_string());
         rows.insert(pid, row);
     }
     rows

@@ -19,7 +19,7 @@ use std::io::{BufWriter, Write};
 
 use crate::aggregate::{FrameId, FrameName, Profile};
 
-use super::{Format, NO_PYTHON_FRAMES, OutputError, container_frame, process_name};
+use super::{Format, NO_PYTHON_FRAMES, OutputError, container_frames, process_name};
 
 /// What a `;` inside a name is replaced with.
 pub const SEMICOLON_REPLACEMENT: char = ',';
@@ -49,8 +49,8 @@ pub fn folded_stacks(profile: &Profile) -> Vec<(String, u64)> {
             Ok(i) => &processes[i].1,
             Err(i) => {
                 let mut name = sanitize(&process_name(profile, key.pid)).into_owned();
-                if let Some(container) = container_frame(profile, key.pid) {
-                    name = format!("{};{name}", sanitize(&container));
+                for frame in container_frames(profile, key.pid).iter().rev() {
+                    name = format!("{};{name}", sanitize(frame));
                 }
                 processes.insert(i, (key.pid, name));
                 &processes[i].1

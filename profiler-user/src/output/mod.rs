@@ -191,7 +191,9 @@ pub fn write_profile(
 }
 
 /// The labels of one pprof sample: `process.pid`, `process.executable.name`, `thread.id`
-/// (per-thread profiles), `container.id` and `k8s.pod.uid` (when known).
+/// (per-thread profiles), `container.id` and `k8s.pod.uid` (when known), and the
+/// OpenTelemetry names `k8s.namespace.name`, `k8s.pod.name`, `k8s.container.name` (when the
+/// runtime's annotations give them).
 pub fn pprof_labels(profile: &Profile, key: &crate::aggregate::StackKey) -> Vec<(String, String)> {
     let mut labels = vec![("process.pid".to_string(), key.pid.to_string())];
     if let Some(label) = profile.process(key.pid) {
@@ -206,6 +208,7 @@ pub fn pprof_labels(profile: &Profile, key: &crate::aggregate::StackKey) -> Vec<
         if let Some(uid) = &label.pod_uid {
             labels.push(("k8s.pod.uid".to_string(), uid.clone()));
         }
+        labels.extend(k8s_name_labels(label));
     }
     if let Some(tid) = key.tid {
         labels.push(("thread.id".to_string(), tid.to_string()));
@@ -223,16 +226,35 @@ pub(crate) fn process_name(profile: &Profile, pid: u32) -> String {
     format!("{comm} (pid {pid})")
 }
 
-/// With `Profile::set_container_root`, the frame that precedes a process's frames:
-/// `container <12-hex short id>`, or `host` for a process outside any known container.
-pub(crate) fn container_frame(profile: &Profile, pid: u32) -> Option<String> {
-    if !profile.container_root() {
-        return None;
+/// The OpenTelemetry semantic-convention labels of a process's Kubernetes names:
+/// `k8s.namespace.name`, `k8s.pod.name`, `k8s.container.name` (empty when unknown).
+pub fn k8s_name_labels(label: &crate::aggregate::ProcessLabel) -> Vec<(String, String)> {
+    match &label.pod_names {
+        Some(n) => vec![
+            ("k8s.namespace.name".to_string(), n.namespace.clone()),
+            ("k8s.pod.name".to_string(), n.pod.clone()),
+            ("k8s.container.name".to_string(), n.container.clone()),
+        ],
+        None => Vec::new(),
     }
-    Some(match profile.process(pid).and_then(|l| l.container_id.as_deref()) {
+}
+
+/// With `Profile::set_container_root`, the frames that precede a process's frames:
+/// `pod <namespace>/<name>` then `container <name>` when the runtime's annotations name
+/// them, else `container <12-hex short id>`, or `host` for a process outside any known
+/// container.
+pub(crate) fn container_frames(profile: &Profile, pid: u32) -> Vec<String> {
+    if !profile.container_root() {
+        return Vec::new();
+    }
+    let label = profile.process(pid);
+    if let Some(names) = label.and_then(|l| l.pod_names.as_deref()) {
+        return vec![format!("pod {}", names.pod_path()), format!("container {}", names.container)];
+    }
+    vec![match label.and_then(|l| l.container_id.as_deref()) {
         Some(id) => format!("container {}", id.get(..12).unwrap_or(id)),
         None => "host".to_string(),
-    })
+    }]
 }
 
 #[cfg(test)]
@@ -358,4 +380,109 @@ pub(crate) mod tests {
         assert_eq!(process_name(&profile, 100), "python3 (pid 100)");
         assert_eq!(process_name(&profile, 300), "[unknown] (pid 300)");
     }
+}
+
+#[cfg(test)]
+mod pod_name_tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::aggregate::{FrameName, ProcessLabel};
+    use crate::pod_names::PodNames;
+
+    const ID: &str = "4f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8";
+
+    /// pid 10 in a named pod, pid 20 in a container without names, pid 30 on the host.
+    pub(crate) fn named_profile() -> Profile {
+        let mut p = Profile::new();
+        let f = p.intern(FrameName { function: Arc::from("work"), file: Arc::from("/app/w.py"), line: 3 });
+        let names = PodNames { namespace: "shop".into(), pod: "checkout-7d9f6b5c4-x2x7q".into(), container: "checkout-api".into() };
+        p.set_process(
+            10,
+            ProcessLabel {
+                comm: "python3".into(),
+                exe: "/usr/bin/python3".into(),
+                container_id: Some(ID.into()),
+                pod_uid: Some("1234abcd-0000-1111-2222-333344445555".into()),
+                pod_names: Some(Arc::new(names)),
+                ..Default::default()
+            },
+        );
+        p.set_process(20, ProcessLabel { comm: "python3".into(), container_id: Some(ID.replace('4', "5")), ..Default::default() });
+        p.set_process(30, ProcessLabel { comm: "python3".into(), ..Default::default() });
+        for pid in [10, 20, 30] {
+            p.add(pid, None, &[f], 1);
+        }
+        p
+    }
+
+    #[test]
+    fn by_container_frames_name_pod_and_container() {
+        let mut p = named_profile();
+        assert!(container_frames(&p, 10).is_empty(), "only with --by-container");
+        p.set_container_root(true);
+        assert_eq!(container_frames(&p, 10), ["pod shop/checkout-7d9f6b5c4-x2x7q", "container checkout-api"]);
+        assert_eq!(container_frames(&p, 20), [format!("container {}", &ID.replace('4', "5")[..12])]);
+        assert_eq!(container_frames(&p, 30), ["host"]);
+        let stacks: Vec<String> = collapsed::folded_stacks(&p).into_iter().map(|(s, _)| s).collect();
+        assert!(
+            stacks.iter().any(|s| s.starts_with("pod shop/checkout-7d9f6b5c4-x2x7q;container checkout-api;python3 (pid 10);")),
+            "{stacks:?}"
+        );
+    }
+
+    #[test]
+    fn pprof_and_otlp_carry_the_otel_names() {
+        let p = named_profile();
+        let key = p.stacks().find(|(k, _)| k.pid == 10).map(|(k, _)| k.clone()).expect("a stack of pid 10");
+        let labels = pprof_labels(&p, &key);
+        for (k, v) in [
+            ("k8s.namespace.name", "shop"),
+            ("k8s.pod.name", "checkout-7d9f6b5c4-x2x7q"),
+            ("k8s.container.name", "checkout-api"),
+            ("container.id", ID),
+        ] {
+            assert!(labels.contains(&(k.to_string(), v.to_string())), "{k} in {labels:?}");
+        }
+        let other = p.stacks().find(|(k, _)| k.pid == 20).map(|(k, _)| k.clone()).expect("pid 20");
+        assert!(!pprof_labels(&p, &other).iter().any(|(k, _)| k.starts_with("k8s.")), "no names, no name labels");
+
+        let attributes = |info: &otlp::ResourceInfo, pid: i64| -> Vec<(String, String)> {
+            let req = otlp::request(&p, info);
+            let resource = req
+                .resource_profiles
+                .iter()
+                .filter_map(|r| r.resource.as_ref())
+                .find(|r| {
+                    r.attributes.iter().any(|a| {
+                        a.key == "process.pid"
+                            && matches!(a.value.as_ref().and_then(|v| v.value.as_ref()), Some(otlp_value::Value::IntValue(p)) if *p == pid)
+                    })
+                })
+                .expect("the process's resource");
+            resource
+                .attributes
+                .iter()
+                .filter_map(|a| match a.value.as_ref().and_then(|v| v.value.as_ref()) {
+                    Some(otlp_value::Value::StringValue(s)) => Some((a.key.clone(), s.clone())),
+                    _ => None,
+                })
+                .collect()
+        };
+        let info = otlp::ResourceInfo { host_name: None, service_name: Some("pyperch".into()), service_name_from_pod: true };
+        let attrs = attributes(&info, 10);
+        for (k, v) in [
+            ("k8s.namespace.name", "shop"),
+            ("k8s.pod.name", "checkout-7d9f6b5c4-x2x7q"),
+            ("k8s.container.name", "checkout-api"),
+            ("service.name", "shop/checkout-api"),
+        ] {
+            assert!(attrs.contains(&(k.to_string(), v.to_string())), "{k} in {attrs:?}");
+        }
+        assert!(attributes(&info, 30).contains(&("service.name".to_string(), "pyperch".to_string())));
+        let given = otlp::ResourceInfo { service_name_from_pod: false, ..info };
+        assert!(attributes(&given, 10).contains(&("service.name".to_string(), "pyperch".to_string())), "--app-name wins");
+    }
+
+    use opentelemetry_proto::tonic::common::v1::any_value as otlp_value;
 }

@@ -12,7 +12,8 @@
 //! - one `ResourceProfiles` per process, in pid order, whose resource attributes follow
 //!   the semantic conventions: `process.pid` (int), `process.executable.name`,
 //!   `process.executable.path`, `process.runtime.name` (`CPython`), `process.runtime.version`,
-//!   `container.id` and `k8s.pod.uid` when known, `host.name` and `service.name` when given;
+//!   `container.id`, `k8s.pod.uid`, `k8s.namespace.name`, `k8s.pod.name` and
+//!   `k8s.container.name` when known, `host.name` and `service.name` when given;
 //! - in it, one `ScopeProfiles` (scope `pyperch` with its version) holding one `Profile`:
 //!   `sample_type` `samples`/`count`, `period_type` `cpu`/`nanoseconds` with `period`,
 //!   `time_unix_nano` and `duration_nano` from the profile's timing (left out when unknown);
@@ -63,12 +64,15 @@ pub struct ResourceInfo {
     pub host_name: Option<String>,
     /// `service.name` (the agent's `--app-name`).
     pub service_name: Option<String>,
+    /// Whether a process in a named pod gets `service.name` `<namespace>/<container>`
+    /// instead of `service_name` (the agent without an explicit `--app-name`).
+    pub service_name_from_pod: bool,
 }
 
 impl ResourceInfo {
     /// The host's node name from `uname`, and no service name.
     pub fn of_this_host() -> ResourceInfo {
-        ResourceInfo { host_name: host_name(), service_name: None }
+        ResourceInfo { host_name: host_name(), service_name: None, service_name_from_pod: false }
     }
 }
 
@@ -169,9 +173,17 @@ fn resource_attributes(profile: &Profile, pid: u32, info: &ResourceInfo) -> Vec<
         text("process.runtime.version", Some(&label.version));
         text("container.id", label.container_id.as_deref());
         text("k8s.pod.uid", label.pod_uid.as_deref());
+        for (key, value) in super::k8s_name_labels(label) {
+            text(&key, Some(&value));
+        }
     }
     text("host.name", info.host_name.as_deref());
-    text("service.name", info.service_name.as_deref());
+    let pod_service = profile
+        .process(pid)
+        .and_then(|l| l.pod_names.as_deref())
+        .filter(|_| info.service_name_from_pod)
+        .map(|n| n.service_name());
+    text("service.name", pod_service.as_deref().or(info.service_name.as_deref()));
     out
 }
 
@@ -356,7 +368,7 @@ mod tests {
     #[test]
     fn otlp_request_round_trips_with_zero_values_first() {
         let profile = sample_profile();
-        let info = ResourceInfo { host_name: Some("box".into()), service_name: None };
+        let info = ResourceInfo { host_name: Some("box".into()), service_name: None, service_name_from_pod: false };
         let req = decode(&encode(&profile, &info));
         let dict = req.dictionary.as_ref().expect("a dictionary");
         assert_eq!(dict.string_table[0], "");

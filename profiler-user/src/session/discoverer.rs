@@ -567,6 +567,7 @@ fn ready(process: PythonProcess) -> Examination {
 /// (read from its cgroup), and working directory (for short file names).
 pub(super) fn process_label(process: &PythonProcess) -> ProcessLabel {
     let container = containers::for_process(process.pid);
+    let pod_names = crate::pod_names::for_container(&container);
     ProcessLabel {
         comm: process.comm.clone(),
         exe: process.exe.display().to_string(),
@@ -574,6 +575,7 @@ pub(super) fn process_label(process: &PythonProcess) -> ProcessLabel {
         container_id: container.container_id,
         pod_uid: container.pod_uid,
         cwd: crate::filenames::process_cwd(process.pid),
+        pod_names,
     }
 }
 
