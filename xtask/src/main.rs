@@ -12,6 +12,9 @@
 //! - `soak [-- --minutes N]`  the memory soak test (`tests/tests/soak.rs`) run for N minutes
 //!   (default 10): `pyperch agent --interval 1s` under code-object and process churn, its
 //!   RSS growth per hour and peak printed. `test` runs it too, for 75 s.
+//! - `image [-- --name NAME] [--stage-only]`  the agent's OCI image from `deploy/Containerfile`
+//!   (FROM scratch: the stripped binary and the shared libraries it needs), built offline
+//!   with podman or docker; prints its name and size.
 //! - `bench [-- OPTIONS]`  pyperch beside py-spy, Austin and CPython's own profiler; writes
 //!   `BENCHMARKS.md` and `bench/results.json` (see `bench/README.md`).
 //!
@@ -34,6 +37,7 @@ use clap::{Parser, Subcommand};
 mod apt_sources;
 mod bench;
 mod fixtures;
+mod image;
 mod toolchain;
 
 use fixtures::*;
@@ -43,7 +47,7 @@ use toolchain::*;
 #[command(
     name = "cargo xtask",
     bin_name = "cargo xtask",
-    about = "pyperch's developer tasks: setup, build, run, test, fixtures, fuzz, soak, bench."
+    about = "pyperch's developer tasks: setup, build, run, test, fixtures, fuzz, soak, image, bench."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -82,6 +86,13 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// The agent's OCI image (deploy/Containerfile, FROM scratch), built offline with podman
+    /// or docker; prints its name and size. Options after `--`: `--name NAME`,
+    /// `--stage-only` (only the build context in target/image).
+    Image {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Benchmarks against py-spy, Austin and CPython's profiler (writes BENCHMARKS.md).
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -104,6 +115,7 @@ fn main() {
         Cmd::Fuzz { cases } => Paths::new().and_then(|p| fuzz(&p, cases)),
         Cmd::Test { filters } => Paths::new().and_then(|p| test(&p, &filters)),
         Cmd::Soak { args } => Paths::new().and_then(|p| soak(&p, soak_minutes(&args)?)),
+        Cmd::Image { args } => Paths::new().and_then(|p| image::image(&p, &args)),
         Cmd::Bench { args } => Paths::new().and_then(|p| {
             bench::run(&p, &args.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>())
         }),
