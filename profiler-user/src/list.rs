@@ -166,6 +166,9 @@ pub fn render(rows: &[Row]) -> String {
     if rows.iter().any(|r| r.names == UNANNOTATED) {
         out.push_str(UNANNOTATED_NOTE);
         out.push('\n');
+        if let Some(problem) = crate::pod_names::host_root_problem() {
+            out.push_str(&format!("(unannotated): names unknown: {}\n", crate::text::field(&problem)));
+        }
     }
     out
 }

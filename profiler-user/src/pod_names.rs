@@ -9,7 +9,9 @@
 //! | containerd | `run/containerd/io.containerd.runtime.v2.task/k8s.io/<id>/config.json` | `io.kubernetes.cri.sandbox-namespace`, `io.kubernetes.cri.sandbox-name`, `io.kubernetes.cri.container-name`, `io.kubernetes.cri.sandbox-uid` |
 //! | CRI-O | `run/containers/storage/overlay-containers/<id>/userdata/config.json` (its run dir) or the same under `var/lib/containers/storage` | `io.kubernetes.pod.namespace`, `io.kubernetes.pod.name`, `io.kubernetes.container.name`, `io.kubernetes.pod.uid` |
 //!
-//! The host's root is reached as `/proc/1/root` (the agent shares the host's PID namespace).
+//! The host's root is reached as `/proc/1/root` (the agent shares the host's PID namespace),
+//! or as the directory the environment variable `PYPERCH_HOST_ROOT` names (for hosts whose
+//! PID 1 is not the node's init).
 //! Invariants, the same as for every file a target can influence:
 //! - a bundle file is opened inside that root only (`openat2` with `RESOLVE_IN_ROOT |
 //!   RESOLVE_NO_MAGICLINKS`, `O_NOFOLLOW` on the last component): no link leads out of it;
@@ -38,6 +40,8 @@ use crate::containers::{CONTAINER_ID_LEN, ContainerInfo};
 /// Where the host's root directory is seen from the agent (which shares the host's PID
 /// namespace, as the DaemonSet runs it; on the host itself this is `/`).
 pub const HOST_ROOT: &str = "/proc/1/root";
+/// The environment variable that overrides [`HOST_ROOT`].
+pub const HOST_ROOT_ENV: &str = "PYPERCH_HOST_ROOT";
 /// A runtime spec is a few tens of KiB; a longer file is not read.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// A container whose bundle had no usable annotations is looked at again after this long.
@@ -192,7 +196,16 @@ struct CacheState {
     refused: u64,
 }
 
-static HOST: LazyLock<PodNameCache> = LazyLock::new(|| PodNameCache::new(HOST_ROOT));
+static HOST: LazyLock<PodNameCache> = LazyLock::new(|| {
+    let root = std::env::var_os(HOST_ROOT_ENV).filter(|r| !r.is_empty()).map(PathBuf::from);
+    PodNameCache::new(root.unwrap_or_else(|| PathBuf::from(HOST_ROOT)))
+});
+
+/// Whether the host's root can be opened; otherwise one sentence saying why (no name can
+/// be read then).
+pub fn host_root_problem() -> Option<String> {
+    HOST.root_problem()
+}
 
 /// The names of the container `info` describes, read under the host's root; `None` outside
 /// a container or when its runtime keeps no (valid, matching) annotations.
@@ -218,6 +231,18 @@ impl PodNameCache {
     /// JSON, a name that is not a Kubernetes name, or a pod UID other than the cgroup's.
     pub fn refused(&self) -> u64 {
         self.state().refused
+    }
+
+    /// `None` if the root opens, else why not.
+    pub fn root_problem(&self) -> Option<String> {
+        match rustix::fs::open(&self.root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
+            Ok(_) => None,
+            Err(e) => Some(format!(
+                "the host's root {} cannot be opened ({}); set {HOST_ROOT_ENV} to where it is seen",
+                self.root.display(),
+                io::Error::from(e)
+            )),
+        }
     }
 
     /// How many containers are cached.

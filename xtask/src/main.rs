@@ -38,6 +38,7 @@ mod apt_sources;
 mod bench;
 mod fixtures;
 mod image;
+mod k8s_tools;
 mod toolchain;
 
 use fixtures::*;
@@ -383,6 +384,7 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     setup_go();
     setup_viewers(p);
     setup_openssl();
+    k8s_tools::setup_kubernetes_tests(p);
     let bin = build_only(p)?;
     let bin = fs::canonicalize(&bin).unwrap_or(bin);
 

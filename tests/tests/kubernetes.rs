@@ -1,0 +1,549 @@
+//! A Kubernetes node as the DaemonSet sees it, with a real OCI runtime: Debian's `runc`, the
+//! runtime containerd's CRI plugin (through its runc shim) and CRI-O start every container
+//! with.
+//!
+//! - A Python workload runs in a container whose bundle is laid out where containerd's shim
+//!   keeps it (`/run/containerd/io.containerd.runtime.v2.task/k8s.io/<id>/config.json`),
+//!   with the annotations containerd's CRI plugin writes (`io.kubernetes.cri.sandbox-name`,
+//!   `-namespace`, `-uid`, `io.kubernetes.cri.container-name`...) and the cgroup path a
+//!   kubelet gives it: cgroupfs driver `/kubepods/burstable/pod<uid>/<64-hex id>`, or the
+//!   systemd driver's `kubepods.slice/.../kubepods-burstable-pod<uid>.slice/cri-containerd-<id>.scope`
+//!   (as a path: no systemd runs here).
+//! - pyperch runs in a second container with exactly the privileges
+//!   `deploy/kubernetes/daemonset.yaml` grants, read from the manifest: the host's PID
+//!   namespace, only the manifest's capabilities (bounding, effective and permitted sets),
+//!   no new privileges, no seccomp filter (`Unconfined`), uid 0, a read-only root (the
+//!   binary and the shared libraries it links, as the image holds them) with a writable
+//!   scratch `/tmp`, `/sys/kernel/btf` and `/sys/fs/cgroup` read-only, and the manifest's
+//!   memory limit on its cgroup.
+//! - Checked: `list` (CONTAINER, POD, NAME), a pprof recording filtered by `--namespace`
+//!   and `--pod-name` (exact stacks; labels `container.id`, `k8s.pod.uid`,
+//!   `k8s.namespace.name`, `k8s.pod.name`, `k8s.container.name`), and a `--by-container`
+//!   recording (`pod <ns>/<name>`, `container <name>` frames).
+//!
+//! Not expressible here, and said in the output: AppArmor (`Unconfined` in the manifest; this
+//! kernel has no AppArmor, so no profile applies either way), the pod network (the agent
+//! container gets an empty network namespace: these recordings upload nothing), and the
+//! `emptyDir` size limit (kubelet eviction, not a runtime setting).
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use pyperch_tests::*;
+use serde_json::json;
+
+const MANIFEST: &str = "deploy/kubernetes/daemonset.yaml";
+const NAMESPACE: &str = "shop";
+const CONTAINER_NAME: &str = "checkout-api";
+const SCRIPT: &str = r#"import sys, time
+
+def leaf_checkout(n):
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+def handle_request():
+    return leaf_checkout(20000)
+
+def main():
+    deadline = time.monotonic() + float(sys.argv[1])
+    print("ready", flush=True)
+    while time.monotonic() < deadline:
+        handle_request()
+
+main()
+"#;
+
+/// Whole-line ranges of each function of [`SCRIPT`] (1-based, inclusive), and the line of
+/// the module-level call.
+fn script_lines(function: &str) -> (u32, u32) {
+    let lines: Vec<&str> = SCRIPT.lines().collect();
+    if function == "<module>" {
+        let at = lines.iter().position(|l| *l == "main()").expect("main() call") as u32 + 1;
+        return (at, at);
+    }
+    let start = lines.iter().position(|l| l.starts_with(&format!("def {function}("))).expect("function") + 1;
+    let end = lines[start..].iter().position(|l| l.is_empty()).map_or(lines.len(), |n| start + n);
+    (start as u32, end as u32)
+}
+
+/// The workload's call path, root first.
+const CALL_PATH: [&str; 4] = ["<module>", "main", "handle_request", "leaf_checkout"];
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+}
+
+/// The manifest's container settings this test reproduces.
+struct Grants {
+    capabilities: Vec<String>,
+    memory_limit: u64,
+}
+
+/// Reads the capabilities and the memory limit of the agent container from the manifest
+/// (a line-based read of the file's known shape; the validation test checks the schema).
+fn manifest_grants() -> Result<Grants, String> {
+    let text = fs::read_to_string(repo_root().join(MANIFEST)).map_err(|e| format!("{MANIFEST}: {e}"))?;
+    let mut capabilities = Vec::new();
+    let mut in_add = false;
+    let mut memory_limit = None;
+    let mut in_limits = false;
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with('#') || t.is_empty() {
+            continue;
+        }
+        if t == "add:" {
+            in_add = true;
+            continue;
+        }
+        if in_add {
+            match t.strip_prefix("- ") {
+                Some(cap) => capabilities.push(format!("CAP_{}", cap.trim())),
+                None => in_add = false,
+            }
+        }
+        if t == "limits:" {
+            in_limits = true;
+            continue;
+        }
+        if in_limits && let Some(v) = t.strip_prefix("memory:") {
+            let v = v.trim().trim_matches('"');
+            let mib: u64 = v.strip_suffix("Mi").and_then(|n| n.parse().ok()).ok_or(format!("memory limit {v:?} not in Mi"))?;
+            memory_limit = Some(mib << 20);
+            in_limits = false;
+        }
+    }
+    if capabilities.is_empty() {
+        return Err(format!("no capabilities.add list in {MANIFEST}"));
+    }
+    Ok(Grants { capabilities, memory_limit: memory_limit.ok_or(format!("no memory limit in {MANIFEST}"))? })
+}
+
+/// The masked and read-only paths containerd's default spec gives an unprivileged container.
+fn masked_paths() -> serde_json::Value {
+    json!([
+        "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+        "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+        "/sys/firmware", "/sys/devices/virtual/powercap"
+    ])
+}
+
+fn readonly_paths() -> serde_json::Value {
+    json!(["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"])
+}
+
+/// A container started with `runc`; killed, deleted and its bundle removed on drop.
+struct RuncContainer {
+    id: String,
+    bundle: PathBuf,
+    /// Directories to remove after the container (cgroup parents, the bundle's parents).
+    cleanup: Vec<PathBuf>,
+}
+
+impl RuncContainer {
+    /// `runc run --detach` of `config` in `bundle`; stdout and stderr go to `log`.
+    fn start_detached(id: &str, bundle: &Path, config: &serde_json::Value, log: &Path) -> Result<Self, String> {
+        fs::create_dir_all(bundle).map_err(|e| format!("{}: {e}", bundle.display()))?;
+        fs::write(bundle.join("config.json"), serde_json::to_vec_pretty(config).unwrap()).map_err(|e| e.to_string())?;
+        let out = fs::File::create(log).map_err(|e| e.to_string())?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let status = Command::new("runc")
+            .args(["run", "--detach", "--bundle"])
+            .arg(bundle)
+            .arg(id)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .status()
+            .map_err(|e| format!("runc: {e}"))?;
+        let container = RuncContainer { id: id.into(), bundle: bundle.into(), cleanup: Vec::new() };
+        if !status.success() {
+            return Err(format!("runc run {id} failed: {}", fs::read_to_string(log).unwrap_or_default()));
+        }
+        Ok(container)
+    }
+
+    /// The container's init process as the host sees it.
+    fn pid(&self) -> Option<u32> {
+        let out = Command::new("runc").args(["state", &self.id]).output().ok()?;
+        let state: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        state["pid"].as_u64().map(|p| p as u32)
+    }
+}
+
+impl Drop for RuncContainer {
+    fn drop(&mut self) {
+        let _ = Command::new("runc").args(["kill", &self.id, "KILL"]).stderr(Stdio::null()).status();
+        for _ in 0..50 {
+            let ok = Command::new("runc").args(["delete", "--force", &self.id]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+            if ok {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = fs::remove_dir_all(&self.bundle);
+        for dir in &self.cleanup {
+            let _ = fs::remove_dir(dir);
+        }
+    }
+}
+
+/// Every cgroup directory `path` (a cgroupfs path) has under the mounted hierarchies, deepest
+/// first, for `path` and each parent up to `levels` up.
+fn cgroup_dirs(path: &str, levels: usize) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    let Ok(entries) = fs::read_dir("/sys/fs/cgroup") else { return dirs };
+    let hierarchies: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    let mut p = PathBuf::from(path.trim_start_matches('/'));
+    for _ in 0..=levels {
+        for h in &hierarchies {
+            dirs.push(h.join(&p));
+        }
+        // The hierarchy root itself when cgroup v2 is mounted at /sys/fs/cgroup.
+        dirs.push(Path::new("/sys/fs/cgroup").join(&p));
+        if !p.pop() || p.as_os_str().is_empty() {
+            break;
+        }
+    }
+    dirs
+}
+
+/// What a case needs, or why it skips.
+struct Setup {
+    rootfs: PathBuf,
+    python_in_rootfs: String,
+    decoder: PathBuf,
+    grants: Grants,
+}
+
+fn setup() -> Option<Setup> {
+    if !is_root() {
+        skip("the Kubernetes runtime tests run containers: they need root");
+        return None;
+    }
+    if Command::new("runc").arg("--version").stdout(Stdio::null()).status().is_err() {
+        skip("runc is not installed (`cargo xtask test` installs Debian's runc)");
+        return None;
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        skip("no /sys/kernel/btf/vmlinux to mount into the agent's container");
+        return None;
+    }
+    let rootfs = sid_rootfs();
+    let Some(python_in_rootfs) = ["python3.13", "python3.14", "python3.15"]
+        .iter()
+        .map(|p| format!("/usr/bin/{p}"))
+        .find(|p| rootfs.join(p.trim_start_matches('/')).is_file())
+    else {
+        skip(format!("the sid root filesystem {} (the workload's container image) has no python3.13-3.15", rootfs.display()));
+        return None;
+    };
+    let decoder = match pprof_python() {
+        Ok(p) => p,
+        Err(why) => {
+            skip(format!("cannot decode pprof: {why}"));
+            return None;
+        }
+    };
+    let grants = manifest_grants().unwrap_or_else(|e| panic!("{e}"));
+    Some(Setup { rootfs, python_in_rootfs, decoder, grants })
+}
+
+/// The agent's root filesystem: the binary at /usr/local/bin/pyperch and the shared
+/// libraries `ldd` lists, as `cargo xtask image` stages them; `tmp/` as the mount point of
+/// the scratch directory.
+fn agent_rootfs(dir: &Path) -> PathBuf {
+    let root = dir.join("agent-rootfs");
+    let bin = pyperch_bin();
+    let dest = root.join("usr/local/bin/pyperch");
+    fs::create_dir_all(dest.parent().unwrap()).unwrap();
+    fs::copy(&bin, &dest).unwrap_or_else(|e| panic!("copying {}: {e}", bin.display()));
+    let ldd = Command::new("ldd").arg(&bin).output().expect("ldd");
+    for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+        let path = line.split_once("=>").map_or(line, |(_, r)| r).split_whitespace().next().unwrap_or("");
+        if path.starts_with('/') {
+            let dest = root.join(path.trim_start_matches('/'));
+            fs::create_dir_all(dest.parent().unwrap()).unwrap();
+            fs::copy(path, &dest).unwrap_or_else(|e| panic!("copying {path}: {e}"));
+        }
+    }
+    for d in ["tmp", "proc", "dev", "sys"] {
+        fs::create_dir_all(root.join(d)).unwrap();
+    }
+    root
+}
+
+/// The agent's environment: `PATH`, and `PYPERCH_HOST_ROOT` only where the node's PID 1
+/// cannot be opened even by root (a sandbox whose PID 1 is not the node's init): the node's
+/// root is then reached through this test's own process.
+fn agent_env() -> Vec<String> {
+    let mut env = vec!["PATH=/usr/local/bin".to_string()];
+    if fs::read_dir("/proc/1/root").is_err() {
+        note("/proc/1/root cannot be opened here (PID 1 is not the node's init): PYPERCH_HOST_ROOT points at the test process's root");
+        env.push(format!("PYPERCH_HOST_ROOT=/proc/{}/root", std::process::id()));
+    }
+    env
+}
+
+/// One run of `pyperch ARGS` in a container with the DaemonSet's privileges.
+fn agent_run(s: &Setup, dir: &Path, rootfs: &Path, scratch: &Path, args: &[&str], timeout: Duration) -> Run {
+    let id = format!("pyperch-e2e-agent-{}", random_hex(12));
+    let bundle = dir.join(&id);
+    fs::create_dir_all(&bundle).unwrap();
+    let cgroup = format!("/pyperch-e2e-agent/{id}");
+    let caps = &s.grants.capabilities;
+    let mut argv = vec!["/usr/local/bin/pyperch".to_string()];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let config = json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": false,
+            "user": {"uid": 0, "gid": 0},
+            "args": argv,
+            "env": agent_env(),
+            "cwd": "/",
+            "capabilities": {"bounding": caps, "effective": caps, "permitted": caps, "inheritable": [], "ambient": []},
+            "noNewPrivileges": true
+        },
+        "root": {"path": rootfs, "readonly": true},
+        "hostname": "pyperch-agent",
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+            {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
+            {"destination": "/sys/kernel/btf", "type": "bind", "source": "/sys/kernel/btf", "options": ["rbind", "ro", "nosuid", "nodev", "noexec"]},
+            {"destination": "/sys/fs/cgroup", "type": "bind", "source": "/sys/fs/cgroup", "options": ["rbind", "ro", "nosuid", "nodev", "noexec"]},
+            {"destination": "/tmp", "type": "bind", "source": scratch, "options": ["rbind", "rw", "nosuid", "nodev"]}
+        ],
+        "linux": {
+            // No "pid" namespace: hostPID. No "cgroup" namespace (cgroup v1 nodes get none).
+            "namespaces": [{"type": "mount"}, {"type": "ipc"}, {"type": "uts"}, {"type": "network"}],
+            "cgroupsPath": cgroup,
+            "resources": {"memory": {"limit": s.grants.memory_limit}},
+            "maskedPaths": masked_paths(),
+            "readonlyPaths": readonly_paths()
+        }
+    });
+    fs::write(bundle.join("config.json"), serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+    let mut cmd = Command::new("runc");
+    cmd.args(["run", "--bundle"]).arg(&bundle).arg(&id);
+    let run = Running::start(cmd).expect("runc run").finish(timeout);
+    let _ = Command::new("runc").args(["delete", "--force", &id]).stderr(Stdio::null()).status();
+    let _ = fs::remove_dir_all(&bundle);
+    for d in cgroup_dirs(&cgroup, 1) {
+        let _ = fs::remove_dir(d);
+    }
+    run
+}
+
+/// The two cgroup drivers of a kubelet.
+#[derive(Clone, Copy, Debug)]
+enum Driver {
+    Cgroupfs,
+    Systemd,
+}
+
+/// The cgroup path a kubelet with containerd gives a Burstable pod's container, and the
+/// directories it adds above the container's.
+fn kubelet_cgroup(driver: Driver, uid: &str, id: &str) -> (String, Vec<String>) {
+    match driver {
+        Driver::Cgroupfs => {
+            let pod = format!("/kubepods/burstable/pod{uid}");
+            (format!("{pod}/{id}"), vec![pod, "/kubepods/burstable".into(), "/kubepods".into()])
+        }
+        Driver::Systemd => {
+            let u = uid.replace('-', "_");
+            let pod = format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice");
+            (
+                format!("{pod}/cri-containerd-{id}.scope"),
+                vec![pod, "/kubepods.slice/kubepods-burstable.slice".into(), "/kubepods.slice".into()],
+            )
+        }
+    }
+}
+
+fn kubernetes_case(driver: Driver) {
+    let Some(s) = setup() else { return };
+    note(format!(
+        "agent container: host PID namespace, capabilities {} only (bounding/effective/permitted), no new privileges, no seccomp filter, uid 0, read-only root, scratch /tmp, /sys/kernel/btf and /sys/fs/cgroup read-only, memory limit {} MiB",
+        s.grants.capabilities.join(" "),
+        s.grants.memory_limit >> 20
+    ));
+    note("not expressible with runc alone: appArmorProfile Unconfined (no AppArmor on this kernel: nothing applies either way), the pod network (an empty network namespace: nothing is uploaded), emptyDir sizeLimit (enforced by kubelet eviction, not the runtime)");
+    let dir = std::env::temp_dir().join("pyperch-tests").join(format!("k8s-{}", random_hex(8)));
+    let app = dir.join("app");
+    fs::create_dir_all(&app).unwrap();
+    fs::write(app.join("checkout.py"), SCRIPT).unwrap();
+    let scratch = dir.join("scratch");
+    fs::create_dir_all(&scratch).unwrap();
+
+    // The workload: a Burstable pod's container as containerd's CRI plugin creates it.
+    let id = random_hex(64);
+    let uid = random_pod_uid();
+    let pod_name = format!("checkout-{}-{}", random_hex(9), random_hex(5));
+    let (cgroup, parents) = kubelet_cgroup(driver, &uid, &id);
+    let bundle = PathBuf::from("/run/containerd/io.containerd.runtime.v2.task/k8s.io").join(&id);
+    let config = json!({
+        "ociVersion": "1.1.0",
+        "process": {
+            "terminal": false,
+            "user": {"uid": 0, "gid": 0},
+            "args": [s.python_in_rootfs, "/app/checkout.py", "300"],
+            "env": ["PATH=/usr/local/bin:/usr/bin:/bin"],
+            "cwd": "/app",
+            "capabilities": {
+                "bounding": ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"],
+                "effective": ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"],
+                "permitted": ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"]
+            }
+        },
+        "root": {"path": s.rootfs, "readonly": true},
+        "hostname": pod_name,
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+            {"destination": "/app", "type": "bind", "source": app, "options": ["rbind", "ro"]}
+        ],
+        "annotations": {
+            "io.kubernetes.cri.container-type": "container",
+            "io.kubernetes.cri.container-name": CONTAINER_NAME,
+            "io.kubernetes.cri.image-name": "registry.example/shop/checkout:1.0",
+            "io.kubernetes.cri.sandbox-id": random_hex(64),
+            "io.kubernetes.cri.sandbox-name": pod_name,
+            "io.kubernetes.cri.sandbox-namespace": NAMESPACE,
+            "io.kubernetes.cri.sandbox-uid": uid
+        },
+        "linux": {
+            "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "network"}],
+            "cgroupsPath": cgroup,
+            "maskedPaths": masked_paths(),
+            "readonlyPaths": readonly_paths()
+        }
+    });
+    let log = dir.join("workload.log");
+    let mut workload = RuncContainer::start_detached(&id, &bundle, &config, &log).unwrap_or_else(|e| panic!("{e}"));
+    for parent in &parents {
+        workload.cleanup.extend(cgroup_dirs(parent, 0));
+    }
+    // The runtime's state directories, if this test made them (removed only when empty).
+    workload.cleanup.extend(["/run/containerd/io.containerd.runtime.v2.task/k8s.io", "/run/containerd/io.containerd.runtime.v2.task", "/run/containerd"].map(PathBuf::from));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !fs::read_to_string(&log).unwrap_or_default().contains("ready") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = workload.pid().expect("runc state gives the workload's pid");
+    let host_cgroup = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let d0 = format!(
+        "\n--- driver {driver:?}, workload pid {pid}, container {id}, pod {NAMESPACE}/{pod_name} ({uid})\n--- /proc/{pid}/cgroup:\n{host_cgroup}--- workload log: {}",
+        fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert!(host_cgroup.contains(&cgroup), "the workload is not in the kubelet-shaped cgroup {cgroup}{d0}");
+
+    let rootfs = agent_rootfs(&dir);
+
+    // `list` inside the agent's container.
+    let list = agent_run(&s, &dir, &rootfs, &scratch, &["list"], Duration::from_secs(90));
+    let d = format!("{}{d0}", list.diag());
+    assert!(list.success(), "pyperch list failed in the agent's container{d}");
+    let row: Vec<&str> = list
+        .stdout
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(pid.to_string().as_str()))
+        .unwrap_or_else(|| panic!("pyperch list does not show pid {pid}{d}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(row.get(6).copied(), Some(&id[..12]), "CONTAINER{d}");
+    assert_eq!(row.get(7).copied(), Some(uid.as_str()), "POD{d}");
+    let want_name = format!("{NAMESPACE}/{pod_name}/{CONTAINER_NAME}");
+    assert_eq!(row.get(8).copied(), Some(want_name.as_str()), "NAME{d}");
+    assert_eq!(row.get(9).copied(), Some("ok"), "STATUS{d}");
+
+    // A pprof recording filtered by namespace and pod name.
+    let pod_regex = format!("^{pod_name}$");
+    let rec = agent_run(
+        &s,
+        &dir,
+        &rootfs,
+        &scratch,
+        &["record", "--duration", "5", "--format", "pprof", "--output", "/tmp/profile.pb.gz", "--namespace", NAMESPACE, "--pod-name", &pod_regex, "--stats"],
+        Duration::from_secs(90),
+    );
+    let d = format!("{}{d0}", rec.diag());
+    assert!(rec.success(), "pyperch record failed in the agent's container{d}");
+    let decoded = decode_pprof(&s.decoder, &scratch.join("profile.pb.gz")).unwrap_or_else(|e| panic!("{e:#}{d}"));
+    assert_eq!(decoded["errors"], json!([]), "the pprof is not consistent{d}");
+    let samples = decoded["samples"].as_array().cloned().unwrap_or_default();
+    let d = format!("{d}\n--- decoded (first 3000 chars): {}", decoded.to_string().chars().take(3000).collect::<String>());
+    let mut total = 0;
+    let mut full = 0;
+    for sample in &samples {
+        let labels = &sample["labels"];
+        assert_eq!(labels["process.pid"], pid.to_string().as_str(), "only the filtered pod's process is recorded{d}");
+        for (key, want) in [
+            ("container.id", id.as_str()),
+            ("k8s.pod.uid", uid.as_str()),
+            ("k8s.namespace.name", NAMESPACE),
+            ("k8s.pod.name", pod_name.as_str()),
+            ("k8s.container.name", CONTAINER_NAME),
+        ] {
+            assert_eq!(labels[key], want, "label {key}{d}");
+        }
+        let count = sample["values"][0].as_i64().unwrap_or(0);
+        total += count;
+        // Exact stacks: root first, a prefix of the workload's call path, each frame in
+        // its function's lines of /app/checkout.py.
+        let stack: Vec<&serde_json::Value> = sample["stack"].as_array().map(|a| a.iter().rev().collect()).unwrap_or_default();
+        assert!(stack.len() >= 2 && stack.len() <= CALL_PATH.len(), "a stack off the call path: {stack:?}{d}");
+        for (frame, want) in stack.iter().zip(CALL_PATH) {
+            assert_eq!(frame[0], want, "a frame off the call path in {stack:?}{d}");
+            assert_eq!(frame[1], "/app/checkout.py", "file of {want}{d}");
+            let line = frame[2].as_u64().unwrap_or(0) as u32;
+            let (first, last) = script_lines(want);
+            assert!((first..=last).contains(&line), "{want} at line {line}, outside {first}..={last}{d}");
+        }
+        if stack.len() == CALL_PATH.len() {
+            full += count;
+        }
+    }
+    assert!(total >= 50, "only {total} samples of the workload in 5 s{d}");
+    assert!(full as f64 >= 0.8 * total as f64, "{full} of {total} samples end in leaf_checkout{d}");
+
+    // `--by-container` frames.
+    let rec = agent_run(
+        &s,
+        &dir,
+        &rootfs,
+        &scratch,
+        &["record", "--duration", "3", "--format", "collapsed", "--output", "/tmp/stacks.txt", "--by-container", "--namespace", NAMESPACE],
+        Duration::from_secs(90),
+    );
+    let text = fs::read_to_string(scratch.join("stacks.txt")).unwrap_or_default();
+    let d = format!("{}{d0}\n--- stacks:\n{text}", rec.diag());
+    assert!(rec.success(), "pyperch record --by-container failed{d}");
+    let profile = Profile::parse(&text);
+    assert!(profile.total() > 0, "no stacks{d}");
+    for st in &profile.stacks {
+        assert_eq!(st.frames.first().map(String::as_str), Some(format!("pod {NAMESPACE}/{pod_name}").as_str()), "pod frame{d}");
+        assert_eq!(st.frames.get(1).map(String::as_str), Some(format!("container {CONTAINER_NAME}").as_str()), "container frame{d}");
+        let rest = Stack { frames: st.frames[2..].to_vec(), count: st.count };
+        assert_eq!(rest.pid(), Some(pid), "process frame{d}");
+    }
+    drop(workload);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn kubernetes_containerd_cgroupfs_driver_under_daemonset_privileges() {
+    kubernetes_case(Driver::Cgroupfs);
+}
+
+#[test]
+fn kubernetes_containerd_systemd_driver_under_daemonset_privileges() {
+    kubernetes_case(Driver::Systemd);
+}
