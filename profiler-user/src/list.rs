@@ -175,3 +175,35 @@ pub fn render(rows: &[Row]) -> String {
 
 /// Printed under the table when a container has no names.
 pub const UNANNOTATED_NOTE: &str = "(unannotated): the container's runtime keeps no Kubernetes annotations (plain docker or podman, or not a pod); it is shown by its id only";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(pid: u32, names: &str) -> Row {
+        Row {
+            pid,
+            executable: "/usr/bin/python3".into(),
+            version: "3.12.1".into(),
+            linkage: "shared".into(),
+            threads: "1".into(),
+            container: "4f1a2b3c4d5e".into(),
+            pod: "-".into(),
+            namespace_pid: "1".into(),
+            status: "ok".into(),
+            names: names.into(),
+        }
+    }
+
+    #[test]
+    fn name_column_and_unannotated_note() {
+        let out = render(&[row(10, "shop/checkout-1/api")]);
+        let mut lines = out.lines();
+        assert_eq!(lines.next().unwrap().split_whitespace().collect::<Vec<_>>()[8..], ["NAME", "STATUS"]);
+        let cells: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        assert_eq!(cells[8..], ["shop/checkout-1/api", "ok"]);
+        assert!(!out.contains(UNANNOTATED_NOTE));
+        let out = render(&[row(10, "shop/checkout-1/api"), row(11, UNANNOTATED)]);
+        assert!(out.contains(UNANNOTATED_NOTE), "{out}");
+    }
+}

@@ -213,6 +213,11 @@ pub fn for_container(info: &ContainerInfo) -> Option<Arc<PodNames>> {
     HOST.lookup(info)
 }
 
+/// Containers whose names are cached now, on the host.
+pub fn named() -> usize {
+    HOST.state().entries.values().filter(|e| e.names.is_some()).count()
+}
+
 /// Bundles refused so far on the host (see [`PodNameCache::refused`]).
 pub fn refused() -> u64 {
     HOST.refused()
@@ -404,6 +409,34 @@ fn regular_inode(fd: impl AsFd) -> rustix::io::Result<Option<u64>> {
 impl PodNameCache {
     pub fn root(&self) -> &Path {
         &self.root
+    }
+}
+
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fuzzing::config;
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        /// Any bytes: an error or names that are valid Kubernetes names, never a panic.
+        #[test]
+        fn fuzz_parse_spec(
+            ns in "[a-z0-9.\\-_A-Z/\u{1b}]{0,70}",
+            pod in "[a-z0-9.\\-]{0,260}",
+            junk in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let spec = format!(r#"{{"annotations": {{"io.kubernetes.pod.namespace": {ns:?}, "io.kubernetes.pod.name": {pod:?}, "io.kubernetes.container.name": "c"}}}}"#);
+            if let Ok(Some((names, _))) = parse_spec("f", spec.as_bytes()) {
+                prop_assert!(is_dns_label(&names.namespace) && is_dns_subdomain(&names.pod));
+            }
+            let mut bytes = spec.into_bytes();
+            bytes.extend(junk);
+            let _ = parse_spec("f", &bytes);
+        }
     }
 }
 

@@ -376,6 +376,12 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
         files.skips,
         files.hung_now
     );
+    let _ = writeln!(
+        s,
+        "  pod names (runtime annotations): {} containers named; {} bundles refused (not a regular file, over 1 MiB, not JSON, not Kubernetes names, or another pod's UID)",
+        crate::pod_names::named(),
+        crate::pod_names::refused()
+    );
     for (pid, comm, version, alive, counters) in session.per_process() {
         let comm = crate::text::field(&comm);
         let _ = writeln!(s, "  process {pid} ({comm}, Python {version}{}):", if alive { "" } else { ", exited" });

@@ -259,6 +259,14 @@ fn setup() -> Option<Setup> {
 /// libraries `ldd` lists, as `cargo xtask image` stages them; `tmp/` as the mount point of
 /// the scratch directory.
 fn agent_rootfs(dir: &Path) -> PathBuf {
+    // The image's own root filesystem, as `cargo xtask test` stages it (stripped binary of
+    // this build and its libraries).
+    if let Some(staged) = std::env::var_os("PYPERCH_IMAGE_ROOTFS").map(PathBuf::from)
+        && staged.join("usr/local/bin/pyperch").is_file()
+    {
+        note(format!("agent root filesystem: the image's, staged at {}", staged.display()));
+        return staged;
+    }
     let root = dir.join("agent-rootfs");
     let bin = pyperch_bin();
     let dest = root.join("usr/local/bin/pyperch");

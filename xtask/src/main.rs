@@ -387,6 +387,14 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     k8s_tools::setup_kubernetes_tests(p);
     let bin = build_only(p)?;
     let bin = fs::canonicalize(&bin).unwrap_or(bin);
+    // The agent image's root filesystem, for the Kubernetes tests' agent container.
+    let image_rootfs = match image::stage(p, &bin, &p.target.join("image")) {
+        Ok(()) => Some(p.target.join("image/rootfs")),
+        Err(err) => {
+            warn(format!("could not stage the image's build context: {err:#}; the Kubernetes tests make their own root"));
+            None
+        }
+    };
 
     step("test: unit tests (cargo test --release -p profiler-common -p profiler-user -p xtask)");
     let unit = status_of(
@@ -426,6 +434,9 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
         .env("PYPERCH_BIN", &bin)
         .env("PYPERCH_TEST_VENV", p.cache.join("test-venv"))
         .env("PYPERCH_SPEEDSCOPE_DIR", speedscope_dir(p));
+    if let Some(rootfs) = &image_rootfs {
+        e2e.env("PYPERCH_IMAGE_ROOTFS", rootfs);
+    }
     match &rootfs {
         Some(r) => e2e.env("PYPERCH_SID_ROOTFS", r),
         None => e2e.env_remove("PYPERCH_SID_ROOTFS"),
