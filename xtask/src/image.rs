@@ -2,7 +2,7 @@
 //!
 //! The image holds the stripped release binary and exactly the shared libraries it links
 //! (as `ldd` lists them: the C library, libgcc_s and the dynamic loader), the system's CA
-//! bundle for HTTPS uploads, an empty `/tmp`, and nothing else: `deploy/Containerfile` is
+//! bundle for HTTPS uploads, empty mount points (`/tmp`, `/proc`, `/dev`, `/sys`), and nothing else: `deploy/Containerfile` is
 //! `FROM scratch`, so no base image is pulled. This module stages the build context
 //! (`target/image/`: `rootfs/` and a copy of the Containerfile) and runs the container tool
 //! found on the machine (podman, else a docker whose daemon answers; Debian's podman is
@@ -92,7 +92,11 @@ pub(crate) fn stage(p: &Paths, bin: &Path, context: &Path) -> Result<()> {
     } else {
         warn(format!("{} is missing (Debian's ca-certificates): the image can only upload over plain HTTP or with --upload-ca-file", ca.display()));
     }
-    fs::create_dir_all(rootfs.join("tmp"))?;
+    // Empty mount points: /tmp (the writable scratch) and those every runtime mounts over;
+    // with a read-only root filesystem nothing can create them later.
+    for dir in ["tmp", "proc", "dev", "sys"] {
+        fs::create_dir_all(rootfs.join(dir))?;
+    }
     fs::copy(p.root.join("deploy/Containerfile"), context.join("Containerfile")).context("copying deploy/Containerfile")?;
     step(format!("image: staged {} (stripped binary {} bytes)", context.display(), fs::metadata(&target)?.len()));
     Ok(())
