@@ -18,8 +18,10 @@
 //!   memory limit on its cgroup.
 //! - Checked: `list` (CONTAINER, POD, NAME), a pprof recording filtered by `--namespace`
 //!   and `--pod-name` (exact stacks; labels `container.id`, `k8s.pod.uid`,
-//!   `k8s.namespace.name`, `k8s.pod.name`, `k8s.container.name`), and a `--by-container`
-//!   recording (`pod <ns>/<name>`, `container <name>` frames).
+//!   `k8s.namespace.name`, `k8s.pod.name`, `k8s.container.name`), a `--by-container`
+//!   recording (`pod <ns>/<name>`, `container <name>` frames), and the agent's uploads to a
+//!   receiver on 127.0.0.1 (`service_name` `<namespace>/<container>`, the names as labels;
+//!   that run shares the host's network namespace to reach it).
 //!
 //! Not expressible here, and said in the output: AppArmor (`Unconfined` in the manifest; this
 //! kernel has no AppArmor, so no profile applies either way), the pod network (the agent
@@ -301,6 +303,12 @@ fn agent_env() -> Vec<String> {
 
 /// One run of `pyperch ARGS` in a container with the DaemonSet's privileges.
 fn agent_run(s: &Setup, dir: &Path, rootfs: &Path, scratch: &Path, args: &[&str], timeout: Duration) -> Run {
+    agent_run_in(s, dir, rootfs, scratch, args, timeout, false)
+}
+
+/// [`agent_run`], in the host's network namespace when `host_network` (to reach this test's
+/// receiver on 127.0.0.1; the DaemonSet reaches its backend through the pod network).
+fn agent_run_in(s: &Setup, dir: &Path, rootfs: &Path, scratch: &Path, args: &[&str], timeout: Duration, host_network: bool) -> Run {
     let id = format!("pyperch-e2e-agent-{}", random_hex(12));
     let bundle = dir.join(&id);
     fs::create_dir_all(&bundle).unwrap();
@@ -308,6 +316,10 @@ fn agent_run(s: &Setup, dir: &Path, rootfs: &Path, scratch: &Path, args: &[&str]
     let caps = &s.grants.capabilities;
     let mut argv = vec!["/usr/local/bin/pyperch".to_string()];
     argv.extend(args.iter().map(|a| a.to_string()));
+    let mut namespaces = vec![json!({"type": "mount"}), json!({"type": "ipc"}), json!({"type": "uts"})];
+    if !host_network {
+        namespaces.push(json!({"type": "network"}));
+    }
     let config = json!({
         "ociVersion": "1.0.2",
         "process": {
@@ -331,7 +343,7 @@ fn agent_run(s: &Setup, dir: &Path, rootfs: &Path, scratch: &Path, args: &[&str]
         ],
         "linux": {
             // No "pid" namespace: hostPID. No "cgroup" namespace (cgroup v1 nodes get none).
-            "namespaces": [{"type": "mount"}, {"type": "ipc"}, {"type": "uts"}, {"type": "network"}],
+            "namespaces": namespaces,
             "cgroupsPath": cgroup,
             "resources": {"memory": {"limit": s.grants.memory_limit}},
             "maskedPaths": masked_paths(),
@@ -542,6 +554,39 @@ fn kubernetes_case(driver: Driver) {
         let rest = Stack { frames: st.frames[2..].to_vec(), count: st.count };
         assert_eq!(rest.pid(), Some(pid), "process frame{d}");
     }
+
+    // The agent's uploads: service_name `<namespace>/<container>` and the names as labels.
+    let receiver = IngestReceiver::start(&s.decoder, 0.0).unwrap_or_else(|e| panic!("{e:#}"));
+    let url = format!("http://127.0.0.1:{}", receiver.port);
+    let agent = agent_run_in(
+        &s,
+        &dir,
+        &rootfs,
+        &scratch,
+        &["agent", "--upload-url", &url, "--interval", "2s", "--duration", "5s", "--namespace", NAMESPACE, "--pod-name", &pod_regex],
+        Duration::from_secs(90),
+        true,
+    );
+    let entries = receiver.entries();
+    let d = format!("{}{d0}\n--- uploads: {entries:?}", agent.diag());
+    assert!(agent.success(), "pyperch agent failed in the agent's container{d}");
+    let names: Vec<&str> = entries.iter().filter_map(|e| e["query"]["name"].as_str()).collect();
+    assert!(!names.is_empty(), "no upload reached the receiver{d}");
+    for name in &names {
+        let service = format!("{NAMESPACE}/{CONTAINER_NAME}{{");
+        assert!(name.starts_with(&service), "service_name of {name} is not {NAMESPACE}/{CONTAINER_NAME}{d}");
+        for label in [
+            format!("k8s.namespace.name=\"{NAMESPACE}\""),
+            format!("k8s.pod.name=\"{pod_name}\""),
+            format!("k8s.container.name=\"{CONTAINER_NAME}\""),
+            format!("k8s.pod.uid=\"{uid}\""),
+            format!("container.id=\"{id}\""),
+        ] {
+            assert!(name.contains(&label), "{label} missing in {name}{d}");
+        }
+    }
+    drop(receiver);
+
     drop(workload);
     let _ = fs::remove_dir_all(&dir);
 }
