@@ -1,13 +1,18 @@
-//! A Kubernetes node as the DaemonSet sees it, with a real OCI runtime: Debian's `runc`, the
-//! runtime containerd's CRI plugin (through its runc shim) and CRI-O start every container
-//! with.
+//! A Kubernetes node as the DaemonSet sees it, with a real container runtime: Debian's
+//! containerd (a daemon of the test's own, namespace `k8s.io`, its runc shim
+//! `io.containerd.runc.v2`), driven through `ctr run --config <full OCI spec>` as the CRI
+//! plugin drives it for a kubelet. Where containerd cannot start or run a probe container
+//! here, the test says why (the exact error) and runs the same specs with Debian's `runc`
+//! directly, on bundles laid out where containerd's shim keeps them.
 //!
-//! - A Python workload runs in a container whose bundle is laid out where containerd's shim
-//!   keeps it (`/run/containerd/io.containerd.runtime.v2.task/k8s.io/<id>/config.json`),
-//!   with the annotations containerd's CRI plugin writes (`io.kubernetes.cri.sandbox-name`,
-//!   `-namespace`, `-uid`, `io.kubernetes.cri.container-name`...) and the cgroup path a
-//!   kubelet gives it: cgroupfs driver `/kubepods/burstable/pod<uid>/<64-hex id>`, or the
-//!   systemd driver's `kubepods.slice/.../kubepods-burstable-pod<uid>.slice/cri-containerd-<id>.scope`
+//! - A Python workload runs in a container whose bundle containerd's shim writes itself
+//!   (`<state>/io.containerd.runtime.v2.task/k8s.io/<id>/config.json`, the state directory
+//!   being `<node>/run/containerd`, so the path below `<node>` is a node's; the agent gets
+//!   `<node>` as the node's root), with the annotations containerd's CRI plugin writes
+//!   (`io.kubernetes.cri.sandbox-name`, `-namespace`, `-uid`,
+//!   `io.kubernetes.cri.container-name`...) and the cgroup path a kubelet gives it: cgroupfs
+//!   driver `/kubepods/burstable/pod<uid>/<64-hex id>`, or the systemd driver's
+//!   `kubepods.slice/.../kubepods-burstable-pod<uid>.slice/cri-containerd-<id>.scope`
 //!   (as a path: no systemd runs here).
 //! - pyperch runs in a second container with exactly the privileges
 //!   `deploy/kubernetes/daemonset.yaml` grants, read from the manifest: the host's PID
@@ -196,6 +201,252 @@ impl Drop for RuncContainer {
     }
 }
 
+/// Where containerd's runc shim keeps a container's bundle, relative to its state directory
+/// (`/run/containerd` on a node).
+const TASK_DIR: &str = "io.containerd.runtime.v2.task/k8s.io";
+
+/// A containerd daemon of this test's own (Debian's, through its runc shim): config, root,
+/// state, runc root, FIFOs and sockets all in a temporary directory, so a system containerd
+/// is never touched (containerd 1.6 puts only its shims' sockets, named by a hash of the
+/// daemon's socket path, in `/run/containerd/s`); containers live in namespace `k8s.io`, as
+/// the CRI plugin's do. Its state directory is `<node>/run/containerd`: the shim writes each
+/// container's `config.json` at `<node>/run/containerd/io.containerd.runtime.v2.task/k8s.io/<id>/`,
+/// the very path it has below a node's root, and the agent is given `<node>` as the node's
+/// root. The daemon is killed (by its own pid) and the directory removed on drop.
+struct Containerd {
+    dir: PathBuf,
+    node: PathBuf,
+    socket: PathBuf,
+    child: std::process::Child,
+    version: String,
+}
+
+impl Containerd {
+    /// Starts the daemon in `dir` and waits until `ctr version` answers.
+    fn start(dir: &Path) -> Result<Self, String> {
+        let node = dir.join("node");
+        let state = node.join("run/containerd");
+        let root = dir.join("root");
+        let socket = dir.join("containerd.sock");
+        for d in [&state, &root] {
+            fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        }
+        let config = format!(
+            "version = 2\nroot = {root:?}\nstate = {state:?}\n\
+             # No CRI plugin: the test plays the kubelet's and the CRI plugin's part, through ctr.\n\
+             disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
+             [grpc]\n  address = {sock:?}\n[ttrpc]\n  address = {ttrpc:?}\n[debug]\n  address = \"\"\n",
+            root = root.display().to_string(),
+            state = state.display().to_string(),
+            sock = socket.display().to_string(),
+            ttrpc = format!("{}.ttrpc", socket.display()),
+        );
+        fs::write(dir.join("config.toml"), config).map_err(|e| e.to_string())?;
+        let log = dir.join("containerd.log");
+        let out = fs::File::create(&log).map_err(|e| e.to_string())?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(dir.join("config.toml"))
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("containerd: {e}"))?;
+        let mut daemon = Containerd { dir: dir.into(), node, socket, child, version: String::new() };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = daemon.child.try_wait() {
+                return Err(format!("containerd exited ({status}): {}", fs::read_to_string(&log).unwrap_or_default()));
+            }
+            if let Ok(out) = daemon.ctr().arg("version").output()
+                && out.status.success()
+            {
+                let text = String::from_utf8_lossy(&out.stdout);
+                daemon.version = text.lines().filter_map(|l| l.trim_start().strip_prefix("Version:")).last().unwrap_or("").trim().to_string();
+                return Ok(daemon);
+            }
+            if Instant::now() > deadline {
+                return Err(format!("containerd did not answer on {} within 30 s: {}", daemon.socket.display(), fs::read_to_string(&log).unwrap_or_default()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `ctr` talking to this daemon, in namespace `k8s.io`.
+    fn ctr(&self) -> Command {
+        let mut cmd = Command::new("ctr");
+        cmd.arg("--address").arg(&self.socket).args(["--namespace", "k8s.io"]);
+        cmd
+    }
+
+    /// `ctr run` of the full runtime spec `config` (written to this daemon's directory) as
+    /// container `id`, with runc's state and the FIFOs under this daemon's directory; `args`
+    /// go before the id.
+    fn run_cmd(&self, id: &str, config: &serde_json::Value, args: &[&str]) -> Command {
+        let spec = self.dir.join(format!("{id}.spec.json"));
+        fs::write(&spec, serde_json::to_vec_pretty(config).unwrap()).unwrap();
+        let mut cmd = self.ctr();
+        cmd.arg("run")
+            .arg("--config")
+            .arg(&spec)
+            .arg("--runc-root")
+            .arg(self.dir.join("runc"))
+            .arg("--fifo-dir")
+            .arg(self.dir.join("fifo"))
+            .args(args)
+            .arg(id);
+        cmd
+    }
+
+    /// The `config.json` containerd's shim wrote for container `id`.
+    fn bundle_config(&self, id: &str) -> PathBuf {
+        self.node.join("run/containerd").join(TASK_DIR).join(id).join("config.json")
+    }
+
+    /// Runs `/usr/bin/true` of `rootfs` in a container of its own (read-only root, its own
+    /// namespaces and cgroup), to show the shim and runc work here before the test relies on
+    /// them.
+    fn probe(&self, rootfs: &Path) -> Result<(), String> {
+        let id = format!("pyperch-e2e-probe-{}", random_hex(12));
+        let cgroup = format!("/pyperch-e2e-probe/{id}");
+        let config = json!({
+            "ociVersion": "1.1.0",
+            "process": {"terminal": false, "user": {"uid": 0, "gid": 0}, "args": ["/usr/bin/true"], "env": ["PATH=/usr/bin"], "cwd": "/", "noNewPrivileges": true},
+            "root": {"path": rootfs, "readonly": true},
+            "mounts": [{"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]}],
+            "linux": {
+                "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "network"}],
+                "cgroupsPath": cgroup,
+                "maskedPaths": masked_paths(),
+                "readonlyPaths": readonly_paths()
+            }
+        });
+        let run = Running::start(self.run_cmd(&id, &config, &["--rm"])).map_err(|e| format!("ctr: {e:#}"))?.finish(Duration::from_secs(60));
+        self.remove(&id);
+        for d in cgroup_dirs(&cgroup, 1) {
+            let _ = fs::remove_dir(d);
+        }
+        if run.success() {
+            Ok(())
+        } else {
+            Err(format!("a probe container (`ctr run --config`, /usr/bin/true) failed:{}", run.diag()))
+        }
+    }
+
+    /// Kills container `id`'s task and deletes the task and the container.
+    fn remove(&self, id: &str) {
+        let _ = self.ctr().args(["task", "kill", "--signal", "SIGKILL", id]).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        for _ in 0..50 {
+            let gone = self.ctr().args(["task", "delete", "--force", id]).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+                || !self.ctr().args(["task", "ls", "--quiet"]).output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l == id));
+            if gone {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.ctr().args(["container", "delete", id]).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The runtime the containers run with: containerd through `ctr`, or, where containerd
+/// cannot run here (said in the output with the exact error), runc directly on bundles laid
+/// out where containerd's shim keeps them.
+enum Runtime {
+    Containerd(Containerd),
+    Runc,
+}
+
+impl Runtime {
+    /// containerd when its daemon starts and runs a probe container through its runc shim;
+    /// runc otherwise, with the exact reason printed.
+    fn pick(dir: &Path, rootfs: &Path) -> Runtime {
+        if Command::new("ctr").arg("--version").stdout(Stdio::null()).status().is_err() {
+            note("runtime: runc directly, because `ctr` is not installed (`cargo xtask test` installs Debian's containerd)");
+            return Runtime::Runc;
+        }
+        match Containerd::start(&dir.join("containerd")).and_then(|d| d.probe(rootfs).map(|()| d)) {
+            Ok(daemon) => {
+                note(format!(
+                    "runtime: containerd {} (a daemon of this test's own, namespace k8s.io, runc shim io.containerd.runc.v2), containers started with `ctr run --config <full OCI spec>`",
+                    daemon.version
+                ));
+                Runtime::Containerd(daemon)
+            }
+            Err(why) => {
+                note(format!("runtime: runc directly, because containerd cannot run containers here: {why}"));
+                Runtime::Runc
+            }
+        }
+    }
+}
+
+/// A container started with containerd; removed on drop.
+struct CtrContainer<'a> {
+    daemon: &'a Containerd,
+    id: String,
+    pid: Option<u32>,
+    cleanup: Vec<PathBuf>,
+}
+
+impl<'a> CtrContainer<'a> {
+    /// `ctr run --detach` of `config`; its output goes to `log`.
+    fn start_detached(daemon: &'a Containerd, id: &str, config: &serde_json::Value, log: &Path) -> Result<Self, String> {
+        let pid_file = daemon.dir.join(format!("{id}.pid"));
+        let log_uri = format!("file://{}", log.display());
+        let out = daemon
+            .run_cmd(id, config, &["--detach", "--log-uri", &log_uri, "--pid-file", &pid_file.display().to_string()])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("ctr: {e}"))?;
+        let mut container = CtrContainer { daemon, id: id.into(), pid: None, cleanup: Vec::new() };
+        if !out.status.success() {
+            return Err(format!("ctr run {id} failed ({}): {}{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
+        }
+        container.pid = fs::read_to_string(&pid_file).ok().and_then(|p| p.trim().parse().ok());
+        Ok(container)
+    }
+}
+
+impl Drop for CtrContainer<'_> {
+    fn drop(&mut self) {
+        self.daemon.remove(&self.id);
+        for dir in &self.cleanup {
+            let _ = fs::remove_dir(dir);
+        }
+    }
+}
+
+/// The workload's container, under either runtime.
+enum Workload<'a> {
+    Containerd(CtrContainer<'a>),
+    Runc(RuncContainer),
+}
+
+impl Workload<'_> {
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Workload::Containerd(c) => c.pid,
+            Workload::Runc(c) => c.pid(),
+        }
+    }
+
+    fn cleanup(&mut self) -> &mut Vec<PathBuf> {
+        match self {
+            Workload::Containerd(c) => &mut c.cleanup,
+            Workload::Runc(c) => &mut c.cleanup,
+        }
+    }
+}
+
 /// Every cgroup directory `path` (a cgroupfs path) has under the mounted hierarchies, deepest
 /// first, for `path` and each parent up to `levels` up.
 fn cgroup_dirs(path: &str, levels: usize) -> Vec<PathBuf> {
@@ -289,11 +540,18 @@ fn agent_rootfs(dir: &Path) -> PathBuf {
     root
 }
 
-/// The agent's environment: `PATH`, and `PYPERCH_HOST_ROOT` only where the node's PID 1
-/// cannot be opened even by root (a sandbox whose PID 1 is not the node's init): the node's
-/// root is then reached through this test's own process.
-fn agent_env() -> Vec<String> {
+/// The agent's environment: `PATH`, and `PYPERCH_HOST_ROOT`: under this test's containerd,
+/// its `<node>` directory (holding `run/containerd/...` as a node's root does), reached
+/// through this test's own process as the agent (host PID namespace) reaches `/proc/1/root`;
+/// under runc, only where the node's PID 1 cannot be opened even by root (a sandbox whose
+/// PID 1 is not the node's init): the node's root is then reached through this test's own
+/// process.
+fn agent_env(rt: &Runtime) -> Vec<String> {
     let mut env = vec!["PATH=/usr/local/bin".to_string()];
+    if let Runtime::Containerd(d) = rt {
+        env.push(format!("PYPERCH_HOST_ROOT=/proc/{}/root{}", std::process::id(), d.node.display()));
+        return env;
+    }
     if fs::read_dir("/proc/1/root").is_err() {
         note("/proc/1/root cannot be opened here (PID 1 is not the node's init): PYPERCH_HOST_ROOT points at the test process's root");
         env.push(format!("PYPERCH_HOST_ROOT=/proc/{}/root", std::process::id()));
@@ -302,16 +560,15 @@ fn agent_env() -> Vec<String> {
 }
 
 /// One run of `pyperch ARGS` in a container with the DaemonSet's privileges.
-fn agent_run(s: &Setup, dir: &Path, rootfs: &Path, scratch: &Path, args: &[&str], timeout: Duration) -> Run {
-    agent_run_in(s, dir, rootfs, scratch, args, timeout, false)
+fn agent_run(s: &Setup, rt: &Runtime, dir: &Path, rootfs: &Path, scratch: &Path, args: &[&str], timeout: Duration) -> Run {
+    agent_run_in(s, rt, dir, rootfs, scratch, args, timeout, false)
 }
 
 /// [`agent_run`], in the host's network namespace when `host_network` (to reach this test's
 /// receiver on 127.0.0.1; the DaemonSet reaches its backend through the pod network).
-fn agent_run_in(s: &Setup, dir: &Path, rootfs: &Path, scratch: &Path, args: &[&str], timeout: Duration, host_network: bool) -> Run {
+#[allow(clippy::too_many_arguments)]
+fn agent_run_in(s: &Setup, rt: &Runtime, dir: &Path, rootfs: &Path, scratch: &Path, args: &[&str], timeout: Duration, host_network: bool) -> Run {
     let id = format!("pyperch-e2e-agent-{}", random_hex(12));
-    let bundle = dir.join(&id);
-    fs::create_dir_all(&bundle).unwrap();
     let cgroup = format!("/pyperch-e2e-agent/{id}");
     let caps = &s.grants.capabilities;
     let mut argv = vec!["/usr/local/bin/pyperch".to_string()];
@@ -326,7 +583,7 @@ fn agent_run_in(s: &Setup, dir: &Path, rootfs: &Path, scratch: &Path, args: &[&s
             "terminal": false,
             "user": {"uid": 0, "gid": 0},
             "args": argv,
-            "env": agent_env(),
+            "env": agent_env(rt),
             "cwd": "/",
             "capabilities": {"bounding": caps, "effective": caps, "permitted": caps, "inheritable": [], "ambient": []},
             "noNewPrivileges": true
@@ -350,12 +607,24 @@ fn agent_run_in(s: &Setup, dir: &Path, rootfs: &Path, scratch: &Path, args: &[&s
             "readonlyPaths": readonly_paths()
         }
     });
-    fs::write(bundle.join("config.json"), serde_json::to_vec_pretty(&config).unwrap()).unwrap();
-    let mut cmd = Command::new("runc");
-    cmd.args(["run", "--bundle"]).arg(&bundle).arg(&id);
-    let run = Running::start(cmd).expect("runc run").finish(timeout);
-    let _ = Command::new("runc").args(["delete", "--force", &id]).stderr(Stdio::null()).status();
-    let _ = fs::remove_dir_all(&bundle);
+    let run = match rt {
+        Runtime::Containerd(d) => {
+            let run = Running::start(d.run_cmd(&id, &config, &["--rm"])).expect("ctr run").finish(timeout);
+            d.remove(&id);
+            run
+        }
+        Runtime::Runc => {
+            let bundle = dir.join(&id);
+            fs::create_dir_all(&bundle).unwrap();
+            fs::write(bundle.join("config.json"), serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+            let mut cmd = Command::new("runc");
+            cmd.args(["run", "--bundle"]).arg(&bundle).arg(&id);
+            let run = Running::start(cmd).expect("runc run").finish(timeout);
+            let _ = Command::new("runc").args(["delete", "--force", &id]).stderr(Stdio::null()).status();
+            let _ = fs::remove_dir_all(&bundle);
+            run
+        }
+    };
     for d in cgroup_dirs(&cgroup, 1) {
         let _ = fs::remove_dir(d);
     }
@@ -395,20 +664,20 @@ fn kubernetes_case(driver: Driver) {
         s.grants.capabilities.join(" "),
         s.grants.memory_limit >> 20
     ));
-    note("not expressible with runc alone: appArmorProfile Unconfined (no AppArmor on this kernel: nothing applies either way), the pod network (an empty network namespace: nothing is uploaded), emptyDir sizeLimit (enforced by kubelet eviction, not the runtime)");
+    note("not expressible here: appArmorProfile Unconfined (no AppArmor on this kernel: nothing applies either way), the pod network (an empty network namespace: nothing is uploaded), emptyDir sizeLimit (enforced by kubelet eviction, not the runtime)");
     let dir = std::env::temp_dir().join("pyperch-tests").join(format!("k8s-{}", random_hex(8)));
     let app = dir.join("app");
     fs::create_dir_all(&app).unwrap();
     fs::write(app.join("checkout.py"), SCRIPT).unwrap();
     let scratch = dir.join("scratch");
     fs::create_dir_all(&scratch).unwrap();
+    let rt = Runtime::pick(&dir, &s.rootfs);
 
     // The workload: a Burstable pod's container as containerd's CRI plugin creates it.
     let id = random_hex(64);
     let uid = random_pod_uid();
     let pod_name = format!("checkout-{}-{}", random_hex(9), random_hex(5));
     let (cgroup, parents) = kubelet_cgroup(driver, &uid, &id);
-    let bundle = PathBuf::from("/run/containerd/io.containerd.runtime.v2.task/k8s.io").join(&id);
     let config = json!({
         "ociVersion": "1.1.0",
         "process": {
@@ -447,17 +716,38 @@ fn kubernetes_case(driver: Driver) {
         }
     });
     let log = dir.join("workload.log");
-    let mut workload = RuncContainer::start_detached(&id, &bundle, &config, &log).unwrap_or_else(|e| panic!("{e}"));
+    let mut workload = match &rt {
+        Runtime::Containerd(d) => Workload::Containerd(CtrContainer::start_detached(d, &id, &config, &log).unwrap_or_else(|e| panic!("{e}"))),
+        Runtime::Runc => {
+            // The bundle where containerd's shim would keep it on a node.
+            let bundle = Path::new("/run/containerd").join(TASK_DIR).join(&id);
+            let mut c = RuncContainer::start_detached(&id, &bundle, &config, &log).unwrap_or_else(|e| panic!("{e}"));
+            // The runtime's state directories, if this test made them (removed only when empty).
+            c.cleanup.extend(["/run/containerd/io.containerd.runtime.v2.task/k8s.io", "/run/containerd/io.containerd.runtime.v2.task", "/run/containerd"].map(PathBuf::from));
+            Workload::Runc(c)
+        }
+    };
     for parent in &parents {
-        workload.cleanup.extend(cgroup_dirs(parent, 0));
+        let dirs = cgroup_dirs(parent, 0);
+        workload.cleanup().extend(dirs);
     }
-    // The runtime's state directories, if this test made them (removed only when empty).
-    workload.cleanup.extend(["/run/containerd/io.containerd.runtime.v2.task/k8s.io", "/run/containerd/io.containerd.runtime.v2.task", "/run/containerd"].map(PathBuf::from));
+    // containerd wrote the bundle itself: the spec pyperch reads is the one the shim handed
+    // to runc, at the path a node has for it.
+    if let Runtime::Containerd(d) = &rt {
+        let path = d.bundle_config(&id);
+        let written: serde_json::Value = fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_else(|| panic!("containerd wrote no readable bundle at {}", path.display()));
+        assert_eq!(written["annotations"]["io.kubernetes.cri.sandbox-name"], pod_name.as_str(), "annotations in {}", path.display());
+        assert_eq!(written["linux"]["cgroupsPath"], cgroup.as_str(), "cgroupsPath in {}", path.display());
+        note(format!("containerd's shim wrote the workload's bundle at {}", path.display()));
+    }
     let deadline = Instant::now() + Duration::from_secs(30);
     while !fs::read_to_string(&log).unwrap_or_default().contains("ready") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let pid = workload.pid().expect("runc state gives the workload's pid");
+    let pid = workload.pid().expect("the runtime gives the workload's pid");
     let host_cgroup = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
     let d0 = format!(
         "\n--- driver {driver:?}, workload pid {pid}, container {id}, pod {NAMESPACE}/{pod_name} ({uid})\n--- /proc/{pid}/cgroup:\n{host_cgroup}--- workload log: {}",
@@ -468,7 +758,7 @@ fn kubernetes_case(driver: Driver) {
     let rootfs = agent_rootfs(&dir);
 
     // `list` inside the agent's container.
-    let list = agent_run(&s, &dir, &rootfs, &scratch, &["list"], Duration::from_secs(90));
+    let list = agent_run(&s, &rt, &dir, &rootfs, &scratch, &["list"], Duration::from_secs(90));
     let d = format!("{}{d0}", list.diag());
     assert!(list.success(), "pyperch list failed in the agent's container{d}");
     let row: Vec<&str> = list
@@ -488,6 +778,7 @@ fn kubernetes_case(driver: Driver) {
     let pod_regex = format!("^{pod_name}$");
     let rec = agent_run(
         &s,
+        &rt,
         &dir,
         &rootfs,
         &scratch,
@@ -537,6 +828,7 @@ fn kubernetes_case(driver: Driver) {
     // `--by-container` frames.
     let rec = agent_run(
         &s,
+        &rt,
         &dir,
         &rootfs,
         &scratch,
@@ -560,6 +852,7 @@ fn kubernetes_case(driver: Driver) {
     let url = format!("http://127.0.0.1:{}", receiver.port);
     let agent = agent_run_in(
         &s,
+        &rt,
         &dir,
         &rootfs,
         &scratch,
@@ -588,6 +881,7 @@ fn kubernetes_case(driver: Driver) {
     drop(receiver);
 
     drop(workload);
+    drop(rt);
     let _ = fs::remove_dir_all(&dir);
 }
 
