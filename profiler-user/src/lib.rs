@@ -12,6 +12,7 @@ pub mod aggregate;
 pub mod completion;
 pub mod containers;
 pub mod discovery;
+pub mod dump;
 pub mod explain;
 pub mod filenames;
 pub mod filter;

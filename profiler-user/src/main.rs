@@ -55,6 +55,33 @@ enum Commands {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Show every thread of one Python process now: its Python stack (root first, with
+    /// lines), whether it holds the GIL, and whether it runs, sleeps or waits (and on what).
+    ///
+    /// The process is not stopped: each stack is read twice and shown only if both reads
+    /// agree. Nothing in the target runs; it only needs root (CAP_SYS_PTRACE), not BPF.
+    ///
+    /// Examples:
+    ///   pyperch dump --pid 1234                 (where is this hung process stuck?)
+    ///   pyperch dump --pid 1234 --locals        (with each frame's local variables)
+    ///   pyperch dump --pid 1234 --json | jq '.threads[] | select(.holds_gil)'
+    #[command(verbatim_doc_comment)]
+    Dump(DumpArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct DumpArgs {
+    /// The process to dump.
+    #[arg(long, value_name = "PID")]
+    pid: u32,
+    /// Print one JSON document (pid, python_version, gil_holder, threads[] with tid, name,
+    /// activity, syscall, waiting_on, holds_gil, stack[] of function/file/line/locals).
+    #[arg(long)]
+    json: bool,
+    /// Also show each frame's local variables: None, bool, int, float, str and bytes by value
+    /// (cut short), containers as their type and length, other objects as their type.
+    #[arg(long)]
+    locals: bool,
 }
 
 /// py-spy's sampling modes, which pyperch does not have yet.
@@ -322,6 +349,15 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             if rows.is_empty() {
                 eprintln!("pyperch: no Python process found");
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Commands::Dump(args) => {
+            let dump = pyperch::dump::dump(args.pid, pyperch::dump::DumpOptions { locals: args.locals })?;
+            let text =
+                if args.json { pyperch::dump::render::json(&dump) } else { pyperch::dump::render::text(&dump) };
+            use std::io::Write as _;
+            let mut stdout = std::io::stdout().lock();
+            writeln!(stdout, "{}", text.trim_end()).and_then(|()| stdout.flush()).map_err(|e| format!("cannot write the dump: {e}"))?;
             Ok(ExitCode::SUCCESS)
         }
         Commands::Completions { shell } => {
