@@ -371,6 +371,7 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     setup_go();
     setup_viewers(p);
     setup_openssl();
+    setup_tmux();
     let bin = build_only(p)?;
     let bin = fs::canonicalize(&bin).unwrap_or(bin);
 

@@ -32,6 +32,8 @@ const MAX_INTERPRETERS: usize = 256;
 const MAX_THREAD_STATES: usize = 65_536;
 /// Reads of the thread-state lists before giving up on two equal ones.
 const LIST_ATTEMPTS: u32 = 8;
+/// How long a process whose threads vanished during the dump gets to show that it exited.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// What `dump` shows.
 #[derive(Clone, Copy, Debug, Default)]
@@ -74,6 +76,8 @@ pub struct ProcessDump {
     /// The thread holding the GIL, if one does (and it could be told).
     pub gil_holder: Option<u32>,
     pub threads: Vec<ThreadDump>,
+    /// Threads that ended while the dump was taken (listed by the kernel, gone when read).
+    pub threads_ended: u32,
 }
 
 /// Why there is no dump. Each is one sentence for the user.
@@ -109,17 +113,36 @@ pub fn dump(pid: u32, options: DumpOptions) -> Result<ProcessDump, DumpError> {
     let process = match discovery::inspect(pid) {
         Ok(p) => p,
         Err(DiscoveryError::Gone(_)) => return Err(DumpError::NoProcess(pid)),
+        // A process that exited while it was inspected (a zombie maps nothing) is not
+        // "not Python": say it is gone.
+        Err(_) if !tasks::running(pid) || {
+            std::thread::sleep(EXIT_GRACE);
+            !tasks::running(pid)
+        } =>
+        {
+            return Err(DumpError::NoProcess(pid));
+        }
         Err(e) => return Err(DumpError::Discovery(e)),
     };
     let mem = ProcessMemory::new(pid);
+    // Threads vanish one by one when a process is killed, and its memory reads fail, before
+    // its main thread shows the exit: a process that looks alive after a failure gets
+    // `EXIT_GRACE` to show it, so a dump is never cut short (or failed) by an exit.
     let exited = || !tasks::process_alive(pid, process.start_time);
-    let memory = |source: MemoryError| if exited() { DumpError::Exited(pid) } else { DumpError::Memory { pid, source } };
+    let exited_after_grace = || {
+        exited() || {
+            std::thread::sleep(EXIT_GRACE);
+            exited()
+        }
+    };
+    let fail = |error: DumpError| {
+        let gone = matches!(&error, DumpError::Memory { source: MemoryError::Read { source, .. }, .. }
+            if source.raw_os_error() == Some(libc::ESRCH));
+        if gone || exited_after_grace() { DumpError::Exited(pid) } else { error }
+    };
 
-    let inspection = inspection_for(&process, &mem).map_err(|e| if exited() { DumpError::Exited(pid) } else { e })?;
-    let states = thread_states(&process, &inspection, &mem).map_err(|e| match e {
-        DumpError::Memory { source, .. } => memory(source),
-        other => other,
-    })?;
+    let inspection = inspection_for(&process, &mem).map_err(fail)?;
+    let states = thread_states(&process, &inspection, &mem).map_err(fail)?;
     let holders = gil_holders(&process, &inspection, &mem, &states);
 
     // Thread states by the kernel thread id they run on.
@@ -133,9 +156,14 @@ pub fn dump(pid: u32, options: DumpOptions) -> Result<ProcessDump, DumpError> {
     let tids = tasks::task_ids(pid).ok_or(DumpError::Exited(pid))?;
     let mut reader = stack::StackReader::new(&process, inspection);
     let mut threads = Vec::with_capacity(tids.len());
+    // Python threads whose kernel thread is already gone.
+    let mut ended = by_tid.keys().filter(|tid| tids.binary_search(tid).is_err()).count() as u32;
     for tid in tids {
-        // A thread that ended since the listing is left out.
-        let Some(kernel) = tasks::task_state(pid, tid) else { continue };
+        // A thread that ended since the listing is left out (and counted).
+        let Some(kernel) = tasks::task_state(pid, tid) else {
+            ended += 1;
+            continue;
+        };
         let tstate = by_tid.get(&tid).copied();
         let (stack, attempts, truncated, problem) = match tstate {
             None => (None, None, false, None),
@@ -150,9 +178,10 @@ pub fn dump(pid: u32, options: DumpOptions) -> Result<ProcessDump, DumpError> {
                     )),
                 ),
                 Err(e) => {
-                    if exited() {
+                    if exited_after_grace() {
                         return Err(DumpError::Exited(pid));
                     }
+                    ended += 1;
                     (None, Some(1), false, Some(format!("the thread ended while it was read ({e})")))
                 }
             },
@@ -170,7 +199,8 @@ pub fn dump(pid: u32, options: DumpOptions) -> Result<ProcessDump, DumpError> {
             problem,
         });
     }
-    if exited() {
+    // A process still alive after the grace really had threads end.
+    if if ended > 0 { exited_after_grace() } else { exited() } {
         return Err(DumpError::Exited(pid));
     }
     threads.sort_by_key(|t| (!t.main, t.tid));
@@ -181,6 +211,7 @@ pub fn dump(pid: u32, options: DumpOptions) -> Result<ProcessDump, DumpError> {
         python_version: process.version.to_string(),
         gil_holder,
         threads,
+        threads_ended: ended,
     })
 }
 

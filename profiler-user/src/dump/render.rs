@@ -23,6 +23,9 @@ pub fn text(dump: &ProcessDump) -> String {
         dump.python_version,
         dump.threads.len(),
     );
+    if dump.threads_ended > 0 {
+        let _ = writeln!(out, "({} threads ended while the dump was taken and are not shown)", dump.threads_ended);
+    }
     for thread in &dump.threads {
         out.push('\n');
         thread_text(&mut out, thread);

@@ -48,6 +48,13 @@ pub fn process_alive(pid: u32, start_time: u64) -> bool {
         .is_some_and(|(state, start)| start == start_time && !matches!(state, 'Z' | 'X' | 'x'))
 }
 
+/// Whether process `pid` exists and has not exited (is not a zombie).
+pub fn running(pid: u32) -> bool {
+    read_bounded(Path::new(&format!("/proc/{pid}/stat")))
+        .and_then(|t| parse_state_and_start(&t))
+        .is_some_and(|(state, _)| !matches!(state, 'Z' | 'X' | 'x'))
+}
+
 /// What a thread is doing, as far as the kernel tells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -193,7 +200,9 @@ mod tests {
         let me = std::process::id();
         let tids = task_ids(me).expect("own tasks");
         assert!(tids.contains(&me));
-        let state = task_state(me, me).expect("own state");
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        let state = task_state(me, tid).expect("own state");
         assert_eq!(state.activity, Activity::Running);
     }
 }

@@ -84,7 +84,14 @@ fn render_float(v: f64) -> String {
         "nan".into()
     } else if v.is_infinite() {
         if v > 0.0 { "inf".into() } else { "-inf".into() }
-    } else if v == v.trunc() && v.abs() < 1e16 {
+    } else if v != 0.0 && !(1e-4..1e16).contains(&v.abs()) {
+        // Python's repr switches to an exponent outside this range.
+        let e = format!("{v:e}");
+        match e.split_once('e') {
+            Some((m, x)) if !x.starts_with('-') => format!("{m}e+{x}"),
+            _ => e,
+        }
+    } else if v == v.trunc() {
         format!("{v:.1}")
     } else {
         format!("{v}")
@@ -238,6 +245,8 @@ mod tests {
         assert_eq!(render_float(3.0), "3.0");
         assert_eq!(render_float(f64::NAN), "nan");
         assert_eq!(render_float(f64::NEG_INFINITY), "-inf");
-        assert_eq!(render_float(1e300), "1e300");
+        assert_eq!(render_float(1e300), "1e+300");
+        assert_eq!(render_float(-2.5e-7), "-2.5e-7");
+        assert_eq!(render_float(0.0), "0.0");
     }
 }
