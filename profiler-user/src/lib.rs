@@ -32,4 +32,5 @@ pub mod stats;
 pub mod symbolize;
 pub mod text;
 pub mod timeline;
+pub mod top;
 pub mod upload;

@@ -67,6 +67,43 @@ enum Commands {
     ///   pyperch dump --pid 1234 --json | jq '.threads[] | select(.holds_gil)'
     #[command(verbatim_doc_comment)]
     Dump(DumpArgs),
+    /// A live, full-screen view of what Python is running now: functions by their own and
+    /// total share of samples over the last seconds and since the start, with file, line,
+    /// process and thread. Whole-host without --pid.
+    ///
+    /// Keys: s sort order (own/total, window/since start), l functions/lines, p pause,
+    /// f show one process after another (then all), q quit. Ctrl-C and SIGTERM quit too.
+    ///
+    /// Examples:
+    ///   pyperch top                          (every Python process on the host)
+    ///   pyperch top --pid 1234 --rate 199
+    ///   pyperch top --once --window 5        (one plain table after 5 s, for scripts)
+    #[command(verbatim_doc_comment)]
+    Top(TopArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct TopArgs {
+    /// Only this process (repeatable); default: every Python process on the host.
+    #[arg(long = "pid", value_name = "PID")]
+    pids: Vec<u32>,
+    /// Samples per second per CPU.
+    #[arg(long, default_value_t = 99, value_name = "HZ")]
+    rate: u64,
+    /// Seconds in the sliding window the OWN% and TOTAL% columns cover.
+    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    window: u32,
+    /// No full screen: print a plain table every second (for logs and pipes).
+    #[arg(long, conflicts_with = "once")]
+    plain: bool,
+    /// No full screen: print one plain table after --window seconds, then exit.
+    #[arg(long)]
+    once: bool,
+    /// Rows in a plain table.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    rows: usize,
+    #[command(flatten)]
+    filter: FilterArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -349,6 +386,25 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             if rows.is_empty() {
                 eprintln!("pyperch: no Python process found");
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Commands::Top(args) => {
+            use pyperch::top::{Display, TopOptions, top};
+            let display = if args.once {
+                Display::Once
+            } else if args.plain {
+                Display::Plain
+            } else {
+                Display::Screen
+            };
+            top(TopOptions {
+                pids: args.pids,
+                filter: args.filter.build()?,
+                rate: args.rate,
+                window: args.window,
+                display,
+                rows: args.rows,
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         Commands::Dump(args) => {
