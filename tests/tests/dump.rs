@@ -165,7 +165,8 @@ fn four_threads(label: &str) {
         ("items", "<list of 3>"),
         ("mapping", "<dict of 2>"),
     ];
-    let want: Vec<(String, String)> = want.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+    let mut want: Vec<(String, String)> = want.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+    want.push(("long_text".into(), format!("'{}'... (100 characters)", "ab".repeat(32))));
     assert_eq!(locals, want, "{what}: locals of sleeper(){d}");
     let depths: Vec<String> = thread_by_tid(&dump, tid("recurse"))["stack"]
         .as_array()

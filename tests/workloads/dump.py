@@ -45,6 +45,7 @@ def sleeper():
     blob = b"\x00ab'"
     items = [1, 2, 3]
     mapping = {"a": 1, "b": 2}
+    long_text = "ab" * 50
     TIDS["sleeper"] = threading.get_native_id()
     IN_PLACE.wait()
     while True:

@@ -28,6 +28,8 @@ pub const MAX_ATTEMPTS: u32 = 8;
 pub const MAX_FRAMES: usize = 4096;
 /// Local variables shown per frame.
 pub const MAX_LOCALS: usize = 64;
+/// Longest `co_localspluskinds` read (a code object has at most this many fast locals here).
+const MAX_KINDS: usize = 1 << 16;
 /// `CO_FAST_LOCAL`, `CO_FAST_CELL`, `CO_FAST_FREE`, `CO_FAST_HIDDEN` in `co_localspluskinds`.
 const CO_FAST_LOCAL: u8 = 0x20;
 const CO_FAST_NOT_PLAIN: u8 = 0x40 | 0x80 | 0x10;
@@ -247,7 +249,7 @@ impl<'a> StackReader<'a> {
                 let kinds = mem
                     .read_u64(entry.code.wrapping_add(kinds.into()))
                     .ok()
-                    .and_then(|b| symbolize::read_bytes(mem, objects, b, MAX_LOCALS, None).ok());
+                    .and_then(|b| symbolize::read_bytes(mem, objects, b, MAX_KINDS, None).ok());
                 let Some(kinds) = kinds else { return Vec::new() };
                 (list, Some(kinds), frame_values, value_mask)
             }

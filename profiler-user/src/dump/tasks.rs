@@ -75,8 +75,11 @@ pub enum Activity {
 /// One thread as the kernel describes it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TaskState {
+    /// (Shown by the `ThreadDump` that holds this state.)
+    #[serde(skip)]
     pub tid: u32,
     /// `comm` of the thread (its OS name, at most 15 bytes).
+    #[serde(skip)]
     pub name: String,
     pub activity: Activity,
     /// The `stat` state letter.

@@ -17,6 +17,8 @@ use crate::symbolize::read_str;
 
 /// Characters of a `str` (or bytes of a `bytes`) shown before it is cut.
 pub const MAX_SHOWN_CHARS: usize = 64;
+/// Longest `str` read to show its start; longer ones show their length only.
+const MAX_STR_READ: usize = 4096;
 /// Longest `tp_name` read.
 const MAX_TYPE_NAME: usize = 128;
 /// `Py_TPFLAGS_HEAPTYPE`.
@@ -149,13 +151,13 @@ fn render_str(mem: &ProcessMemory, objects: &ObjectLayout, address: u64) -> Opti
     let full_length = mem.read_u64(address.wrapping_add(objects.str_length.into())).ok()?;
     // Read at most the shown characters plus one: longer strings are read as a prefix, by
     // presenting a bounded length to the reader (`read_str` refuses longer ones).
-    let text = match read_str(mem, objects, address, MAX_SHOWN_CHARS, None) {
+    let text = match read_str(mem, objects, address, MAX_STR_READ, None) {
         Ok(text) => text,
         Err(crate::symbolize::SymbolError::TooLong { .. }) => return Some(format!("<str of {full_length} characters>")),
         Err(_) => return None,
     };
     let mut out = String::from("'");
-    for c in text.chars() {
+    for c in text.chars().take(MAX_SHOWN_CHARS) {
         match c {
             '\'' => out.push_str("\\'"),
             '\\' => out.push_str("\\\\"),
@@ -164,6 +166,9 @@ fn render_str(mem: &ProcessMemory, objects: &ObjectLayout, address: u64) -> Opti
         }
     }
     out.push('\'');
+    if full_length > MAX_SHOWN_CHARS as u64 {
+        out.push_str(&format!("... ({full_length} characters)"));
+    }
     Some(out)
 }
 

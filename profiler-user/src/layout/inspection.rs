@@ -93,13 +93,13 @@ const fn values_before_3_12() -> ValueLayout {
 /// One row: a minor version before 3.13.
 struct LegacyRow {
     minor: u8,
-    #[allow(dead_code)]
+    /// The build the offsets were read from (with gdb, from its DWARF): for the reader.
+    #[cfg_attr(not(test), allow(dead_code))]
     verified_on: &'static str,
     layout: InspectionLayout,
 }
 
-const fn legacy(minor: u8, gil: GilLocation, locals: LocalsLayout, values: ValueLayout) -> InspectionLayout {
-    let _ = minor;
+const fn legacy(gil: GilLocation, locals: LocalsLayout, values: ValueLayout) -> InspectionLayout {
     InspectionLayout { interp_next: 0, gil, holds_gil: None, locals, values }
 }
 
@@ -108,7 +108,6 @@ const LEGACY: &[LegacyRow] = &[
         minor: 8,
         verified_on: "pyenv 3.8.18",
         layout: legacy(
-            8,
             GilLocation::RuntimeCurrent { offset: 0x558 },
             LocalsLayout::VarNames { varnames: 0x48, nlocals: 0x1c, frame_values: 0x168 },
             values_before_3_12(),
@@ -118,7 +117,6 @@ const LEGACY: &[LegacyRow] = &[
         minor: 9,
         verified_on: "pyenv 3.9.18",
         layout: legacy(
-            9,
             GilLocation::RuntimeCurrent { offset: 0x238 },
             LocalsLayout::VarNames { varnames: 0x48, nlocals: 0x1c, frame_values: 0x168 },
             values_before_3_12(),
@@ -128,7 +126,6 @@ const LEGACY: &[LegacyRow] = &[
         minor: 10,
         verified_on: "pyenv 3.10.13",
         layout: legacy(
-            10,
             GilLocation::RuntimeCurrent { offset: 0x238 },
             LocalsLayout::VarNames { varnames: 0x48, nlocals: 0x1c, frame_values: 0x160 },
             values_before_3_12(),
@@ -138,7 +135,6 @@ const LEGACY: &[LegacyRow] = &[
         minor: 11,
         verified_on: "pyenv 3.11.7",
         layout: legacy(
-            11,
             GilLocation::RuntimeCurrent { offset: 0x240 },
             LocalsLayout::LocalsPlus { names: 0x60, kinds: 0x68, count: 0x4c, frame_values: 0x48, value_mask: !0 },
             values_before_3_12(),
@@ -148,7 +144,6 @@ const LEGACY: &[LegacyRow] = &[
         minor: 12,
         verified_on: "pyenv 3.12.1",
         layout: legacy(
-            12,
             GilLocation::InterpreterGil { gil_pointer: 0x180, last_holder: 0x8, locked: 0x10 },
             LocalsLayout::LocalsPlus { names: 0x60, kinds: 0x68, count: 0x48, frame_values: 0x48, value_mask: !0 },
             ValueLayout { long_tag: Some(0x10), ..values_before_3_12() },
@@ -233,6 +228,9 @@ mod tests {
 
     #[test]
     fn legacy_rows_cover_3_8_to_3_12() {
+        for row in LEGACY {
+            assert!(row.verified_on.starts_with("pyenv 3."), "{}", row.verified_on);
+        }
         for minor in 8..=12 {
             let layout = inspection_layout(Version::new(3, minor, 0), None).expect("row");
             assert_eq!(layout.interp_next, 0);
