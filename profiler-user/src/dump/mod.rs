@@ -28,7 +28,7 @@ pub use tasks::{Activity, TaskState};
 
 /// Interpreters followed in `_PyRuntime.interpreters`.
 const MAX_INTERPRETERS: usize = 256;
-/// Thread states followed per interpreter.
+/// Thread states followed, over every interpreter.
 const MAX_THREAD_STATES: usize = 65_536;
 /// Reads of the thread-state lists before giving up on two equal ones.
 const LIST_ATTEMPTS: u32 = 8;
@@ -173,9 +173,7 @@ pub fn dump(pid: u32, options: DumpOptions) -> Result<ProcessDump, DumpError> {
                     None,
                     Some(attempts),
                     false,
-                    Some(format!(
-                        "no consistent stack in {attempts} reads (the stack kept changing: {last_problem})"
-                    )),
+                    Some(format!("no consistent stack in {attempts} reads: {last_problem}")),
                 ),
                 Err(e) => {
                     if exited_after_grace() {
@@ -268,7 +266,7 @@ fn read_thread_states(
             break;
         }
         let mut tstate = read(interpreter.wrapping_add(thread.interp_threads_head.into()))?;
-        for _ in 0..MAX_THREAD_STATES {
+        while out.len() < MAX_THREAD_STATES {
             if tstate == 0 || !seen.insert(tstate) {
                 break;
             }

@@ -26,6 +26,9 @@ use crate::symbolize::{self, CodeInfo, TypeAddresses};
 pub const MAX_ATTEMPTS: u32 = 8;
 /// Frames walked per thread; deeper stacks are cut (and say so).
 pub const MAX_FRAMES: usize = 4096;
+/// Frames read in the whole dump (every thread, every attempt): a target whose (possibly
+/// forged) chains are all `MAX_FRAMES` deep cannot keep the dump reading for long.
+pub const MAX_FRAME_READS: u64 = 4 << 20;
 /// Local variables shown per frame.
 pub const MAX_LOCALS: usize = 64;
 /// Longest `co_localspluskinds` read (a code object has at most this many fast locals here).
@@ -71,6 +74,8 @@ pub struct StackReader<'a> {
     frame_layout: FrameLayout,
     types: TypeAddresses,
     codes: HashMap<(u64, u32), Arc<CodeInfo>>,
+    /// Frames read so far in this dump (bounded by `MAX_FRAME_READS`).
+    frame_reads: u64,
 }
 
 /// Why one attempt failed.
@@ -79,6 +84,8 @@ enum Problem {
     Changed(String),
     /// The memory is gone (the process may have exited).
     Memory(MemoryError),
+    /// The dump read `MAX_FRAME_READS` frames already.
+    Budget,
 }
 
 impl<'a> StackReader<'a> {
@@ -94,6 +101,7 @@ impl<'a> StackReader<'a> {
                 bytes: process.bytes_type_address,
             },
             codes: HashMap::new(),
+            frame_reads: 0,
         }
     }
 
@@ -108,7 +116,7 @@ impl<'a> StackReader<'a> {
     }
 
     /// One walk of the chain, innermost first; `truncated` when it went past `MAX_FRAMES`.
-    fn read_chain(&self, tstate: u64) -> Result<(Vec<FrameEntry>, bool), Problem> {
+    fn read_chain(&mut self, tstate: u64) -> Result<(Vec<FrameEntry>, bool), Problem> {
         let layout = &self.frame_layout;
         let read_size = (layout.read_size as usize).min(FRAME_READ_MAX - 1);
         let mut frame = self.current_frame(tstate).map_err(Problem::Memory)?;
@@ -120,6 +128,10 @@ impl<'a> StackReader<'a> {
             }
             if !seen.insert(frame) {
                 return Err(Problem::Changed("the frame chain loops".into()));
+            }
+            self.frame_reads += 1;
+            if self.frame_reads > MAX_FRAME_READS {
+                return Err(Problem::Budget);
             }
             let mut buf: FrameBytes = [0; FRAME_READ_MAX + 8];
             self.mem.read(frame, &mut buf[..read_size]).map_err(Problem::Memory)?;
@@ -156,6 +168,12 @@ impl<'a> StackReader<'a> {
             match self.attempt(tstate, with_locals) {
                 Ok((frames, truncated)) => return Ok(StackRead::Consistent { frames, attempts: attempt, truncated }),
                 Err(Problem::Changed(why)) => last_problem = why,
+                Err(Problem::Budget) => {
+                    return Ok(StackRead::Inconsistent {
+                        attempts: attempt,
+                        last_problem: format!("the dump read its limit of {MAX_FRAME_READS} frames"),
+                    });
+                }
                 Err(Problem::Memory(e)) => {
                     // A thread that ended frees its frames: stop trying when the thread state
                     // itself no longer reads.
