@@ -100,7 +100,7 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
     privileges::drop_after_attach(&privileges::Keep { output: None })?;
 
     let mut model = Model::new(options.window.max(1) as usize);
-    let header = Header { rate: options.rate, window: options.window.max(1) };
+    let header = Header { rate: options.rate, window: options.window.max(1), mode: "cpu" };
     let runtime = runtime()?;
     let mut failure: Option<std::io::Error> = None;
     let end = match options.display {
@@ -170,6 +170,8 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
 pub struct Header {
     pub rate: u64,
     pub window: u32,
+    /// What the samples measure: `cpu` (on-CPU time) until `--mode` chooses another.
+    pub mode: &'static str,
 }
 
 /// Ends the session's loop the way SIGTERM does: the loop has one way to stop on request,

@@ -44,6 +44,13 @@ pub struct Screen {
 
 impl Screen {
     pub fn open() -> io::Result<Self> {
+        // A panic's message must land on the normal screen, not the alternate one that is
+        // about to be left: restore first, then report as before.
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore();
+            previous(info);
+        }));
         terminal::enable_raw_mode()?;
         let mut stdout = io::stdout();
         if let Err(e) = execute!(stdout, EnterAlternateScreen, cursor::Hide) {
@@ -167,8 +174,9 @@ impl Screen {
         (
             format!("pyperch top - {} Python processes: {list}", model.processes.len()),
             format!(
-                "rate {} Hz, mode cpu, samples: {} in the last {} s, {} since start{}",
+                "rate {} Hz, mode {}, samples: {} in the last {} s, {} since start{}",
                 header.rate,
+                header.mode,
                 self.drawn_samples.0,
                 header.window,
                 self.drawn_samples.1,
