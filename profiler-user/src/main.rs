@@ -55,6 +55,70 @@ enum Commands {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Show every thread of one Python process now: its Python stack (root first, with
+    /// lines), whether it holds the GIL, and whether it runs, sleeps or waits (and on what).
+    ///
+    /// The process is not stopped: each stack is read twice and shown only if both reads
+    /// agree. Nothing in the target runs; it only needs root (CAP_SYS_PTRACE), not BPF.
+    ///
+    /// Examples:
+    ///   pyperch dump --pid 1234                 (where is this hung process stuck?)
+    ///   pyperch dump --pid 1234 --locals        (with each frame's local variables)
+    ///   pyperch dump --pid 1234 --json | jq '.threads[] | select(.holds_gil)'
+    #[command(verbatim_doc_comment)]
+    Dump(DumpArgs),
+    /// A live, full-screen view of what Python is running now: functions by their own and
+    /// total share of samples over the last seconds and since the start, with file, line,
+    /// process and thread. Whole-host without --pid.
+    ///
+    /// Keys: s sort order (own/total, window/since start), l functions/lines, p pause,
+    /// f show one process after another (then all), q quit. Ctrl-C and SIGTERM quit too.
+    ///
+    /// Examples:
+    ///   pyperch top                          (every Python process on the host)
+    ///   pyperch top --pid 1234 --rate 199
+    ///   pyperch top --once --window 5        (one plain table after 5 s, for scripts)
+    #[command(verbatim_doc_comment)]
+    Top(TopArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct TopArgs {
+    /// Only this process (repeatable); default: every Python process on the host.
+    #[arg(long = "pid", value_name = "PID")]
+    pids: Vec<u32>,
+    /// Samples per second per CPU.
+    #[arg(long, default_value_t = 99, value_name = "HZ")]
+    rate: u64,
+    /// Seconds in the sliding window the OWN% and TOTAL% columns cover.
+    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    window: u32,
+    /// No full screen: print a plain table every second (for logs and pipes).
+    #[arg(long, conflicts_with = "once")]
+    plain: bool,
+    /// No full screen: print one plain table after --window seconds, then exit.
+    #[arg(long)]
+    once: bool,
+    /// Rows in a plain table.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    rows: usize,
+    #[command(flatten)]
+    filter: FilterArgs,
+}
+
+#[derive(clap::Args, Debug)]
+struct DumpArgs {
+    /// The process to dump.
+    #[arg(long, value_name = "PID")]
+    pid: u32,
+    /// Print one JSON document (pid, python_version, gil_holder, threads[] with tid, name,
+    /// activity, syscall, waiting_on, holds_gil, stack[] of function/file/line/locals).
+    #[arg(long)]
+    json: bool,
+    /// Also show each frame's local variables: None, bool, int, float, str and bytes by value
+    /// (cut short), containers as their type and length, other objects as their type.
+    #[arg(long)]
+    locals: bool,
 }
 
 /// py-spy's sampling modes, which pyperch does not have yet.
@@ -333,6 +397,34 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             if rows.is_empty() {
                 eprintln!("pyperch: no Python process found");
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Commands::Top(args) => {
+            use pyperch::top::{Display, TopOptions, top};
+            let display = if args.once {
+                Display::Once
+            } else if args.plain {
+                Display::Plain
+            } else {
+                Display::Screen
+            };
+            top(TopOptions {
+                pids: args.pids,
+                filter: args.filter.build()?,
+                rate: args.rate,
+                window: args.window,
+                display,
+                rows: args.rows,
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Commands::Dump(args) => {
+            let dump = pyperch::dump::dump(args.pid, pyperch::dump::DumpOptions { locals: args.locals })?;
+            let text =
+                if args.json { pyperch::dump::render::json(&dump) } else { pyperch::dump::render::text(&dump) };
+            use std::io::Write as _;
+            let mut stdout = std::io::stdout().lock();
+            writeln!(stdout, "{}", text.trim_end()).and_then(|()| stdout.flush()).map_err(|e| format!("cannot write the dump: {e}"))?;
             Ok(ExitCode::SUCCESS)
         }
         Commands::Completions { shell } => {

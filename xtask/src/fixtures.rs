@@ -112,6 +112,12 @@ pub(crate) fn setup_openssl() {
     apt_install_if_missing("openssl", "openssl", "the agent's TLS tests");
 }
 
+/// `pyperch top` runs full-screen: its tests (tests/tests/top.rs) drive it inside a tmux
+/// session and read the screen with `tmux capture-pane`.
+pub(crate) fn setup_tmux() {
+    apt_install_if_missing("tmux", "tmux", "the `pyperch top` screen tests");
+}
+
 pub(crate) fn build_sid_rootfs(rootfs: &Path) -> Result<()> {
     if !is_root() {
         bail!("debootstrap and chroot need root");

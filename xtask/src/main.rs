@@ -385,6 +385,7 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     setup_viewers(p);
     setup_openssl();
     k8s_tools::setup_kubernetes_tests(p);
+    setup_tmux();
     let bin = build_only(p)?;
     let bin = fs::canonicalize(&bin).unwrap_or(bin);
     // The agent image's root filesystem, for the Kubernetes tests' agent container.

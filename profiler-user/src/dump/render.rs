@@ -1,0 +1,97 @@
+//! The outputs of `pyperch dump`: text for people (target text escaped, see `text`) and JSON
+//! for scripts (the `ProcessDump` structure as is).
+
+use std::fmt::Write;
+
+use super::{Activity, ProcessDump, ThreadDump};
+use crate::text::field;
+
+/// The dump as text: a header line, then each thread (main thread first) with its Python
+/// stack from the root to the innermost frame, locals indented under their frame.
+pub fn text(dump: &ProcessDump) -> String {
+    let mut out = String::new();
+    let python = dump.threads.iter().filter(|t| t.python).count();
+    let gil = match dump.gil_holder {
+        Some(tid) => format!("GIL held by thread {tid}"),
+        None => "no thread holds the GIL".into(),
+    };
+    let _ = writeln!(
+        out,
+        "Process {} ({}), Python {}: {} threads ({python} running Python), {gil}",
+        dump.pid,
+        field(&dump.command),
+        dump.python_version,
+        dump.threads.len(),
+    );
+    if dump.threads_ended > 0 {
+        let _ = writeln!(out, "({} threads ended while the dump was taken and are not shown)", dump.threads_ended);
+    }
+    for thread in &dump.threads {
+        out.push('\n');
+        thread_text(&mut out, thread);
+    }
+    out
+}
+
+fn activity(thread: &ThreadDump) -> String {
+    let kernel = &thread.kernel;
+    let mut s = match kernel.activity {
+        Activity::Running => "running".to_string(),
+        Activity::Sleeping => "sleeping".to_string(),
+        Activity::Waiting => "waiting".to_string(),
+        Activity::Stopped => "stopped".to_string(),
+        Activity::Dead => "exited".to_string(),
+        Activity::Unknown => format!("in state {}", field(&kernel.state)),
+    };
+    match (&kernel.waiting_on, &kernel.syscall) {
+        (Some(what), _) => {
+            let _ = write!(s, " on {what}");
+        }
+        (None, Some(call)) => {
+            let _ = write!(s, " in {call}");
+        }
+        (None, None) => {}
+    }
+    if let Some(wchan) = kernel.wchan.as_deref().filter(|_| kernel.activity != Activity::Running) {
+        let _ = write!(s, " [kernel: {}]", field(wchan));
+    }
+    s
+}
+
+fn thread_text(out: &mut String, thread: &ThreadDump) {
+    let mut head = format!("Thread {} \"{}\"", thread.tid, field(&thread.name));
+    if thread.main {
+        head.push_str(" (main)");
+    }
+    let _ = write!(out, "{head}: {}", activity(thread));
+    if thread.holds_gil {
+        out.push_str(", holds the GIL");
+    }
+    out.push('\n');
+    if !thread.python {
+        out.push_str("    (no Python thread state: a native thread)\n");
+        return;
+    }
+    if let Some(problem) = &thread.problem {
+        let _ = writeln!(out, "    (stack not shown: {})", field(problem));
+    }
+    let Some(stack) = &thread.stack else { return };
+    if stack.is_empty() {
+        out.push_str("    (no Python frames: idle or in C code)\n");
+    }
+    if thread.truncated {
+        let _ = writeln!(out, "    ... (deeper than {} frames: the root end is cut)", super::stack::MAX_FRAMES);
+    }
+    for frame in stack {
+        let line = frame.line.map_or_else(|| "?".to_string(), |l| l.to_string());
+        let _ = writeln!(out, "    {} ({}:{line})", field(&frame.function), field(&frame.file));
+        for local in frame.locals.iter().flatten() {
+            let _ = writeln!(out, "        {} = {}", field(&local.name), field(&local.value.value));
+        }
+    }
+}
+
+/// The dump as one JSON document.
+pub fn json(dump: &ProcessDump) -> String {
+    serde_json::to_string_pretty(dump).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}

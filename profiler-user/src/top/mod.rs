@@ -1,0 +1,206 @@
+//! `pyperch top`: a live view over the same sampling session `record` uses.
+//!
+//! Every tick (`TICK`), the session's samples since the previous tick are taken out of it
+//! (`Session::take_interval`), counted into the `model` (a sliding window and the totals since
+//! the start), and shown: full-screen (`screen`, ratatui) or as a plain table (`plain`).
+//! Sampling, discovery and every safety rule are the session's; this module only reads.
+
+pub mod model;
+mod plain;
+mod screen;
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use crate::{
+    filter::ProcessFilter,
+    loader::KernelProgram,
+    privileges,
+    record::{RecordError, check_rate, inspect_pids, runtime},
+    session::{DISCOVERY_INTERVAL, LoopControl, LoopEnd, Scope, Session, run_loop},
+};
+use model::{FrameRef, Model, Tick};
+
+/// How often the view is refreshed (and a tick enters the window).
+pub const TICK: Duration = Duration::from_secs(1);
+/// The smallest screen the full-screen view draws in.
+pub const MIN_COLUMNS: u16 = 60;
+pub const MIN_ROWS: u16 = 10;
+
+/// How `top` shows what it samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Display {
+    /// Full-screen, interactive (needs a terminal).
+    Screen,
+    /// A plain table every tick.
+    Plain,
+    /// One plain table after `window` seconds, then exit.
+    Once,
+}
+
+/// Options of `pyperch top`.
+#[derive(Clone, Debug)]
+pub struct TopOptions {
+    /// Only these processes; empty = every Python process on the host.
+    pub pids: Vec<u32>,
+    pub filter: ProcessFilter,
+    pub rate: u64,
+    /// Seconds in the sliding window.
+    pub window: u32,
+    pub display: Display,
+    /// Rows shown in the plain tables.
+    pub rows: usize,
+}
+
+/// Why `top` cannot show its screen.
+#[derive(Debug, thiserror::Error)]
+pub enum TopError {
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    #[error(transparent)]
+    Load(#[from] crate::loader::LoadError),
+    #[error(transparent)]
+    Privileges(#[from] crate::privileges::PrivilegeError),
+    #[error(
+        "pyperch top draws a full-screen view, but stdout is not a terminal: use --plain for a table every second, or --once for one table"
+    )]
+    NotATerminal,
+    #[error("the terminal is {columns}x{rows}; pyperch top needs at least {MIN_COLUMNS}x{MIN_ROWS} (or use --plain)")]
+    TooSmall { columns: u16, rows: u16 },
+    #[error("cannot use the terminal: {0}")]
+    Terminal(std::io::Error),
+}
+
+/// Runs `top` until `q`, Ctrl-C or SIGTERM (or after one table with `--once`).
+pub fn top(options: TopOptions) -> Result<(), TopError> {
+    check_rate(options.rate)?;
+    if options.display == Display::Screen {
+        if !std::io::stdout().is_terminal() {
+            return Err(TopError::NotATerminal);
+        }
+        let (columns, rows) = ratatui::crossterm::terminal::size().map_err(TopError::Terminal)?;
+        if columns < MIN_COLUMNS || rows < MIN_ROWS {
+            return Err(TopError::TooSmall { columns, rows });
+        }
+    }
+    crate::loader::preflight()?;
+    let initial = inspect_pids(&options.pids, &options.filter)?;
+    let mut kernel = KernelProgram::load()?;
+    let ring = kernel.take_ring_buffer()?;
+    let scope =
+        if options.pids.is_empty() { Scope::Host } else { Scope::Pids(options.pids.iter().copied().collect()) };
+    // Per thread, for the thread column.
+    let mut session = Session::new(kernel, scope, options.filter.clone(), true);
+    for p in initial {
+        session.add_process(p)?;
+    }
+    // `--mode` (wall, off-cpu, gil) will choose what the kernel samples here; top shows
+    // whatever the session counts.
+    session.kernel.attach(options.rate)?;
+    privileges::drop_after_attach(&privileges::Keep { output: None })?;
+
+    let mut model = Model::new(options.window.max(1) as usize);
+    let header = Header { rate: options.rate, window: options.window.max(1), mode: "cpu" };
+    let runtime = runtime()?;
+    let mut failure: Option<std::io::Error> = None;
+    let end = match options.display {
+        Display::Screen => {
+            let mut view = screen::Screen::open().map_err(TopError::Terminal)?;
+            let mut last_tick = std::time::Instant::now();
+            let mut hook = |session: &mut Session| {
+                // Keys are read every `screen::POLL`; samples enter the window every `TICK`.
+                let tick = last_tick.elapsed() >= TICK;
+                if tick {
+                    last_tick = std::time::Instant::now();
+                    collect(session, &mut model);
+                }
+                match view.frame(&model, &header, tick) {
+                    Ok(true) => {}
+                    Ok(false) => quit(),
+                    Err(e) => {
+                        failure.get_or_insert(e);
+                        quit();
+                    }
+                }
+            };
+            let control = LoopControl {
+                duration: None,
+                child: None,
+                progress: false,
+                discovery_interval: DISCOVERY_INTERVAL,
+                periodic: Some((screen::POLL, &mut hook)),
+            };
+            let end = runtime.block_on(run_loop(&mut session, ring, control));
+            // Restores the terminal on every way out (also SIGTERM).
+            drop(view);
+            end?
+        }
+        Display::Plain | Display::Once => {
+            let once = options.display == Display::Once;
+            let mut ticks = 0u32;
+            let mut hook = |session: &mut Session| {
+                collect(session, &mut model);
+                ticks += 1;
+                if once && ticks < header.window {
+                    return;
+                }
+                print!("{}", plain::table(&model, &header, options.rows));
+                if once {
+                    quit();
+                }
+            };
+            let control = LoopControl {
+                duration: None,
+                child: None,
+                progress: false,
+                discovery_interval: DISCOVERY_INTERVAL,
+                periodic: Some((TICK, &mut hook)),
+            };
+            runtime.block_on(run_loop(&mut session, ring, control))?
+        }
+    };
+    if let Some(e) = failure {
+        return Err(TopError::Terminal(e));
+    }
+    let _ = end == LoopEnd::Terminated;
+    Ok(())
+}
+
+/// What the header shows besides the model.
+pub struct Header {
+    pub rate: u64,
+    pub window: u32,
+    /// What the samples measure: `cpu` (on-CPU time) until `--mode` chooses another.
+    pub mode: &'static str,
+}
+
+/// Ends the session's loop the way SIGTERM does: the loop has one way to stop on request,
+/// its signal arm, and `q` takes it too.
+fn quit() {
+    // SAFETY: raise(2) with a valid signal number.
+    unsafe { libc::raise(libc::SIGTERM) };
+}
+
+/// Moves the samples counted since the last tick out of the session into the model.
+fn collect(session: &mut Session, model: &mut Model) {
+    let part = session.take_interval();
+    let mut tick = Tick::default();
+    let mut frames = Vec::new();
+    for (key, count) in part.stacks() {
+        frames.clear();
+        frames.extend(key.frames.iter().map(|id| {
+            let f = part.frame(*id);
+            FrameRef { function: &f.function, file: &f.file, line: f.line }
+        }));
+        tick.add(key.pid, key.tid, &frames, count);
+        if let Some(label) = part.process(key.pid) {
+            model.processes.entry(key.pid).or_insert_with(|| label.comm.clone());
+        }
+    }
+    for pid in part.pids() {
+        if let Some(label) = part.process(pid) {
+            model.processes.entry(pid).or_insert_with(|| label.comm.clone());
+        }
+    }
+    model.push(tick);
+}

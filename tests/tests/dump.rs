@@ -1,0 +1,319 @@
+//! `pyperch dump` against real interpreters, every version 3.8-3.15 found (as versions.rs).
+//!
+//! dump.py holds four threads in known states: one blocked on a lock, one in time.sleep
+//! (with known local variables), one spinning (the only thread wanting the GIL, so it holds
+//! it), one 40 frames deep in recursion blocked at the bottom. The workload records the
+//! three blocked stacks as the interpreter sees them (sys._current_frames); the dump must
+//! show exactly those, the spinner's bootstrap frames and `spin` at a line of spin(), the
+//! spinner as GIL holder, each thread's kernel state, and with --locals the known values.
+//!
+//! dump_many.py holds 100 threads 20 frames deep: the dump takes under 1 s, and a target
+//! killed while it is dumped gives one clear sentence.
+
+use std::time::{Duration, Instant};
+
+use pyperch_tests::*;
+use serde_json::Value;
+
+/// `(function, file, line)` of every frame of a thread in a dump, root first.
+fn dumped_stack(thread: &Value) -> Vec<(String, String, Option<u64>)> {
+    thread["stack"]
+        .as_array()
+        .map(|frames| {
+            frames
+                .iter()
+                .map(|f| {
+                    (
+                        f["function"].as_str().unwrap_or("").to_string(),
+                        f["file"].as_str().unwrap_or("").to_string(),
+                        f["line"].as_u64(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The stack the workload recorded for `name`, root first.
+fn expected_stack(measured: &Value, name: &str) -> Vec<(String, String, Option<u64>)> {
+    measured["stacks"][name]
+        .as_array()
+        .unwrap_or_else(|| panic!("dump.py recorded no stack for {name}: {measured}"))
+        .iter()
+        .map(|f| {
+            (
+                f[0].as_str().unwrap_or("").to_string(),
+                f[1].as_str().unwrap_or("").to_string(),
+                f[2].as_u64(),
+            )
+        })
+        .collect()
+}
+
+fn thread_by_tid(dump: &Value, tid: u64) -> &Value {
+    dump["threads"]
+        .as_array()
+        .and_then(|ts| ts.iter().find(|t| t["tid"].as_u64() == Some(tid)))
+        .unwrap_or_else(|| panic!("thread {tid} is not in the dump:\n{dump:#}"))
+}
+
+/// The locals of the first frame named `function` of a thread, as name → rendered value.
+fn locals_of(thread: &Value, function: &str) -> Vec<(String, String)> {
+    thread["stack"]
+        .as_array()
+        .and_then(|fs| fs.iter().find(|f| f["function"].as_str() == Some(function)))
+        .and_then(|f| f["locals"].as_array())
+        .map(|ls| {
+            ls.iter()
+                .map(|l| {
+                    (
+                        l["name"].as_str().unwrap_or("").to_string(),
+                        l["value"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn four_threads(label: &str) {
+    let Some(py) = python(label) else { return };
+    let w = Workload::spawn(&py, "dump.py", &["{dir}/dump.json", "120"])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let measured = w.read_json("dump.json").unwrap_or_else(|e| panic!("{e:#}"));
+    let pid = w.pid.to_string();
+    let run = pyperch(&["dump", "--pid", &pid, "--json", "--locals"], Duration::from_secs(30));
+    let d = run.diag();
+    assert!(run.success(), "{}: pyperch dump failed{d}", py.describe());
+    let dump: Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("{}: dump --json is not JSON: {e}{d}", py.describe()));
+    let what = py.describe();
+    let tid = |name: &str| {
+        measured["tids"][name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("dump.py recorded no tid for {name}"))
+    };
+
+    // Every thread, the main one first.
+    let threads = dump["threads"].as_array().expect("threads");
+    assert_eq!(threads.len(), 5, "{what}: want 5 threads{d}");
+    assert_eq!(threads[0]["tid"].as_u64(), Some(w.pid as u64), "{what}: main thread first{d}");
+    assert_eq!(threads[0]["main"], true, "{what}{d}");
+
+    // The blocked threads: exactly the interpreter's own view, frame for frame.
+    for name in ["locked", "sleeper", "recurse"] {
+        let thread = thread_by_tid(&dump, tid(name));
+        assert_eq!(
+            dumped_stack(thread),
+            expected_stack(&measured, name),
+            "{what}: stack of the {name} thread{d}"
+        );
+        assert_eq!(thread["python"], true, "{what}: {name}{d}");
+    }
+    let recurse = dumped_stack(thread_by_tid(&dump, tid("recurse")));
+    assert_eq!(
+        recurse.iter().filter(|f| f.0 == "recurse").count(),
+        41,
+        "{what}: recurse(40) .. recurse(0){d}"
+    );
+
+    // Kernel states.
+    let locked = thread_by_tid(&dump, tid("locked"));
+    assert_eq!(locked["activity"], "waiting", "{what}: locked thread{d}");
+    assert_eq!(locked["syscall"], "futex", "{what}: locked thread{d}");
+    let sleeper = thread_by_tid(&dump, tid("sleeper"));
+    assert_eq!(sleeper["activity"], "sleeping", "{what}: sleeping thread{d}");
+    let spinner = thread_by_tid(&dump, tid("spinner"));
+    assert_eq!(spinner["activity"], "running", "{what}: spinning thread{d}");
+
+    // The spinner: the same bootstrap frames as the locked thread, then spin() at one of its
+    // lines (it moves on while being read).
+    let spin_stack = dumped_stack(spinner);
+    let locked_expected = expected_stack(&measured, "locked");
+    let bootstrap = &locked_expected[..locked_expected.len() - 1];
+    assert_eq!(spin_stack.len(), bootstrap.len() + 1, "{what}: spinner stack {spin_stack:?}{d}");
+    assert_eq!(&spin_stack[..bootstrap.len()], bootstrap, "{what}: spinner bootstrap frames{d}");
+    let leaf = spin_stack.last().expect("leaf");
+    let (first, last) = function_lines("dump.py", "spin").expect("spin() in dump.py");
+    assert_eq!(leaf.0, "spin", "{what}: spinner leaf{d}");
+    assert!(leaf.1.ends_with("dump.py"), "{what}: spinner file{d}");
+    assert!(
+        leaf.2.is_some_and(|l| (first as u64..=last as u64).contains(&l)),
+        "{what}: spinner line {:?} not in spin() ({first}..={last}){d}",
+        leaf.2
+    );
+
+    // The GIL: the spinner is the only thread that wants it.
+    assert_eq!(dump["gil_holder"].as_u64(), Some(tid("spinner")), "{what}: GIL holder{d}");
+    let holders: Vec<u64> = threads
+        .iter()
+        .filter(|t| t["holds_gil"] == true)
+        .filter_map(|t| t["tid"].as_u64())
+        .collect();
+    assert_eq!(holders, vec![tid("spinner")], "{what}: one GIL holder{d}");
+
+    // --locals.
+    let locals = locals_of(sleeper, "sleeper");
+    let want = [
+        ("label", "'sleeper-\u{fc}ber'"),
+        ("count", "12345678901234567890"),
+        ("small", "-42"),
+        ("ratio", "0.25"),
+        ("flag", "True"),
+        ("nothing", "None"),
+        ("blob", "b'\\x00ab\\''"),
+        ("items", "<list of 3>"),
+        ("mapping", "<dict of 2>"),
+    ];
+    let mut want: Vec<(String, String)> = want.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+    want.push(("long_text".into(), format!("'{}'... (100 characters)", "ab".repeat(32))));
+    assert_eq!(locals, want, "{what}: locals of sleeper(){d}");
+    let depths: Vec<String> = thread_by_tid(&dump, tid("recurse"))["stack"]
+        .as_array()
+        .expect("stack")
+        .iter()
+        .filter(|f| f["function"] == "recurse")
+        .map(|f| {
+            f["locals"]
+                .as_array()
+                .and_then(|ls| ls.iter().find(|l| l["name"] == "n"))
+                .and_then(|l| l["value"].as_str())
+                .unwrap_or("?")
+                .to_string()
+        })
+        .collect();
+    let want: Vec<String> = (0..=40).rev().map(|n| n.to_string()).collect();
+    assert_eq!(depths, want, "{what}: n in each recurse() frame, root first{d}");
+
+    // The text form says the same in words.
+    let text = pyperch(&["dump", "--pid", &pid], Duration::from_secs(30));
+    let td = text.diag();
+    assert!(text.success(), "{what}: text dump failed{td}");
+    assert!(
+        text.stdout.contains(&format!("GIL held by thread {}", tid("spinner"))),
+        "{what}: header{td}"
+    );
+    assert!(text.stdout.contains("holds the GIL"), "{what}{td}");
+    assert!(text.stdout.contains("waiting on a lock or condition (futex)"), "{what}{td}");
+    assert!(text.stdout.contains("    blocked_on_lock ("), "{what}{td}");
+}
+
+#[test]
+fn dump_four_threads_3_8() {
+    four_threads("3.8");
+}
+
+#[test]
+fn dump_four_threads_3_9() {
+    four_threads("3.9");
+}
+
+#[test]
+fn dump_four_threads_3_10() {
+    four_threads("3.10");
+}
+
+#[test]
+fn dump_four_threads_3_11() {
+    four_threads("3.11");
+}
+
+#[test]
+fn dump_four_threads_3_12() {
+    four_threads("3.12");
+}
+
+#[test]
+fn dump_four_threads_3_13() {
+    four_threads("3.13");
+}
+
+#[test]
+fn dump_four_threads_sid_3_13() {
+    four_threads("sid-3.13");
+}
+
+#[test]
+fn dump_four_threads_sid_3_14() {
+    four_threads("sid-3.14");
+}
+
+#[test]
+fn dump_four_threads_sid_3_15() {
+    four_threads("sid-3.15");
+}
+
+/// 100 threads, 20 frames each, with locals: done within 1 s (the bound).
+#[test]
+fn dump_hundred_threads_within_a_second() {
+    let Some(py) = first_python(&["sid-3.14", "sid-3.15", "3.12", "3.11"]) else { return };
+    let w = Workload::spawn(&py, "dump_many.py", &["100", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let pid = w.pid.to_string();
+    let run = pyperch(&["dump", "--pid", &pid, "--json", "--locals"], Duration::from_secs(30));
+    let d = run.diag();
+    assert!(run.success(), "{}: dump failed{d}", py.describe());
+    let dump: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("not JSON: {e}{d}"));
+    let deep = dump["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .filter(|t| dumped_stack(t).iter().filter(|f| f.0 == "nested").count() == 21)
+        .count();
+    assert_eq!(deep, 100, "{}: every worker with its 21 nested() frames{d}", py.describe());
+    assert!(
+        run.elapsed < Duration::from_secs(1),
+        "{}: dump of 100 threads took {:.2} s (want < 1 s){d}",
+        py.describe(),
+        run.elapsed.as_secs_f64()
+    );
+}
+
+/// A target killed while it is being dumped: one clear sentence, never a partial dump.
+/// The kill lands at increasing delays after pyperch starts, until one lands mid-dump.
+#[test]
+fn dump_target_exiting_gives_a_clear_message() {
+    let Some(py) = first_python(&["sid-3.14", "sid-3.15", "3.12", "3.11"]) else { return };
+    let mut mid_dump = 0;
+    let mut outcomes = Vec::new();
+    for step in 0..40u64 {
+        let w = Workload::spawn(&py, "dump_many.py", &["100", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+        let pid = w.pid.to_string();
+        let mut cmd = std::process::Command::new(pyperch_bin());
+        cmd.args(["dump", "--pid", &pid, "--json", "--locals"]);
+        let running = Running::start(cmd).expect("start pyperch");
+        let started = Instant::now();
+        // pyperch inspects the process first (a few ms), then reads 100 stacks.
+        std::thread::sleep(Duration::from_micros(2000 + 500 * step));
+        // SAFETY: plain kill(2) on our own child.
+        unsafe { libc::kill(w.pid as libc::pid_t, libc::SIGKILL) };
+        let killed_after = started.elapsed();
+        let run = running.finish(Duration::from_secs(30));
+        let d = run.diag();
+        if run.success() {
+            // Done before the kill: a complete dump.
+            let dump: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("not JSON: {e}{d}"));
+            assert_eq!(dump["threads"].as_array().map(Vec::len), Some(101), "a partial dump{d}");
+            outcomes.push(format!("complete (killed after {killed_after:?})"));
+        } else {
+            run.assert_clear_error();
+            let line = run.error_line();
+            assert!(run.stdout.trim().is_empty(), "an error and a dump{d}");
+            if line.contains("exited during the dump") {
+                mid_dump += 1;
+                outcomes.push(format!("mid-dump: {line}"));
+            } else {
+                assert!(
+                    line.contains(&format!("no process {pid} is running")),
+                    "unexpected error for a killed target: {line}{d}"
+                );
+                outcomes.push(format!("before: {line}"));
+            }
+        }
+        drop(w);
+        if mid_dump >= 2 {
+            break;
+        }
+    }
+    note(format!("{}: outcomes {outcomes:#?}", py.describe()));
+    assert!(mid_dump >= 1, "no kill landed during a dump: {outcomes:#?}");
+}
