@@ -30,5 +30,6 @@ mod session;
 pub mod stats;
 pub mod symbolize;
 pub mod text;
+pub mod time_mode;
 pub mod timeline;
 pub mod upload;

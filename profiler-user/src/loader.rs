@@ -127,7 +127,10 @@ pub fn kernel_offsets() -> Result<KernelOffsets, LoadError> {
     // process's (see `pyperch_process_exit`).
     let signal = member_offset("task_struct", "signal").map(|(o, _)| o).unwrap_or(0);
     let live = member_offset("signal_struct", "live").map(|(o, _)| o).unwrap_or(0);
-    Ok(KernelOffsets { fsbase: thread_offset + fsbase_offset, task_signal: signal, signal_live: live })
+    // Optional: without them off-CPU time cannot be measured (`--mode wall/off-cpu` refused).
+    let task_pid = member_offset("task_struct", "pid").map(|(o, _)| o).unwrap_or(0);
+    let task_tgid = member_offset("task_struct", "tgid").map(|(o, _)| o).unwrap_or(0);
+    Ok(KernelOffsets { fsbase: thread_offset + fsbase_offset, task_signal: signal, signal_live: live, task_pid, task_tgid })
 }
 
 /// Kernel structure offsets the kernel program needs, from BTF.
@@ -139,6 +142,9 @@ pub struct KernelOffsets {
     pub task_signal: u64,
     /// `signal_struct.live` (0: unknown).
     pub signal_live: u64,
+    /// `task_struct.pid` and `task_struct.tgid` (0: unknown).
+    pub task_pid: u64,
+    pub task_tgid: u64,
 }
 
 /// Slots of the kernel's process map (`PROCESSES`): registered processes at once. The
@@ -159,6 +165,8 @@ pub struct KernelProgram {
     ebpf: Ebpf,
     registry: Arc<Registry>,
     attached_cpus: usize,
+    /// Whether BTF gave `task_struct.pid` and `.tgid` (needed for off-CPU time).
+    task_ids_known: bool,
 }
 
 /// The kernel program's maps that discovery works with: which processes are registered
@@ -183,6 +191,8 @@ const PROCESS_EVENT_PROGRAM: &str = "pyperch_process_event";
 const PROCESS_EXEC_PROGRAM: &str = "pyperch_process_exec";
 const PROCESS_EXIT_PROGRAM: &str = "pyperch_process_exit";
 const TRACEPOINT_PROGRAMS: [&str; 3] = [PROCESS_EVENT_PROGRAM, PROCESS_EXEC_PROGRAM, PROCESS_EXIT_PROGRAM];
+/// The scheduler-switch program (`--mode wall/off-cpu`), on the `sched_switch` tracepoint.
+const SWITCH_PROGRAM: &str = "pyperch_sched_switch";
 
 /// The scheduler tracepoints that count changes to the set of processes, and the program
 /// attached to each (the exit program also frees the slot of a registered process).
@@ -204,6 +214,13 @@ pub struct KernelCounters {
 impl KernelProgram {
     /// Loads and verifies the kernel program (not attached yet).
     pub fn load() -> Result<Self, LoadError> {
+        Self::load_with(std::time::Duration::ZERO)
+    }
+
+    /// As [`KernelProgram::load`], with off-CPU intervals shorter than `min_off_cpu` summed
+    /// rather than walked.
+    pub fn load_with(min_off_cpu: std::time::Duration) -> Result<Self, LoadError> {
+        let min_off_cpu_ns = u64::try_from(min_off_cpu.as_nanos()).unwrap_or(u64::MAX);
         let offsets = kernel_offsets()?;
         let slots = process_slots();
         // Kernels >= 5.11 charge BPF memory to the memory cgroup; RLIMIT_MEMLOCK only matters
@@ -213,6 +230,9 @@ impl KernelProgram {
             .override_global("TASK_FSBASE_OFFSET", &offsets.fsbase, true)
             .override_global("TASK_SIGNAL_OFFSET", &offsets.task_signal, true)
             .override_global("SIGNAL_LIVE_OFFSET", &offsets.signal_live, true)
+            .override_global("MIN_OFF_CPU_NS", &min_off_cpu_ns, true)
+            .override_global("TASK_PID_OFFSET", &offsets.task_pid, true)
+            .override_global("TASK_TGID_OFFSET", &offsets.task_tgid, true)
             .map_max_entries("PROCESSES", slots)
             .load(KERNEL_PROGRAM)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
@@ -222,6 +242,8 @@ impl KernelProgram {
             let program: &mut RawTracePoint = program_mut(&mut ebpf, name)?;
             program.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
         }
+        let switch: &mut RawTracePoint = program_mut(&mut ebpf, SWITCH_PROGRAM)?;
+        switch.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
         let processes = BpfHashMap::try_from(ebpf.take_map("PROCESSES").ok_or(LoadError::MissingMap("PROCESSES"))?)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").ok_or(LoadError::MissingMap("COUNTERS"))?)
@@ -234,7 +256,7 @@ impl KernelProgram {
             map_full: AtomicU64::new(0),
             generations: AtomicU32::new(0),
         });
-        Ok(Self { ebpf, registry, attached_cpus: 0 })
+        Ok(Self { ebpf, registry, attached_cpus: 0, task_ids_known: offsets.task_pid != 0 && offsets.task_tgid != 0 })
     }
 
     /// Attaches to the CPU clock of every online CPU, sampling at `hz`, and to the scheduler's
@@ -256,6 +278,31 @@ impl KernelProgram {
             self.attached_cpus += 1;
         }
         Ok(())
+    }
+
+    /// Attaches the scheduler-switch programs: off-CPU intervals of registered threads are
+    /// sent from now on (`--mode wall/off-cpu`).
+    pub fn attach_off_cpu(&mut self) -> Result<(), LoadError> {
+        if !self.task_ids_known {
+            return Err(LoadError::BtfMissing("task_struct.pid/tgid (needed to measure off-CPU time)"));
+        }
+        let program: &mut RawTracePoint = program_mut(&mut self.ebpf, SWITCH_PROGRAM)?;
+        program.attach("sched_switch").map_err(|e| LoadError::Load(format!("sched_switch: {}", error_chain(&e))))?;
+        Ok(())
+    }
+
+    /// Per-thread off-CPU time not yet sent (intervals below `--min-off-cpu` since each
+    /// thread's last record): `(tgid, generation, tid, nanoseconds)`. Read once at the end.
+    pub fn unsent_off_cpu(&self) -> Vec<(u32, u32, u32, u64)> {
+        let Some(map) = self.ebpf.map("THREAD_SWITCHES") else { return Vec::new() };
+        let Ok(map) = aya::maps::HashMap::<_, u32, profiler_common::ThreadSwitch>::try_from(map) else {
+            return Vec::new();
+        };
+        map.iter()
+            .filter_map(Result::ok)
+            .filter(|(_, s)| s.short_ns > 0)
+            .map(|(tid, s)| (s.tgid, s.generation, tid, s.short_ns))
+            .collect()
     }
 
     fn attach_process_events(&mut self) -> Result<(), LoadError> {
@@ -308,7 +355,7 @@ impl KernelProgram {
         if let Ok(program) = program_mut::<PerfEvent>(&mut self.ebpf, SAMPLE_PROGRAM) {
             let _ = program.unload();
         }
-        for name in TRACEPOINT_PROGRAMS {
+        for name in TRACEPOINT_PROGRAMS.into_iter().chain([SWITCH_PROGRAM]) {
             if let Ok(program) = program_mut::<RawTracePoint>(&mut self.ebpf, name) {
                 let _ = program.unload();
             }

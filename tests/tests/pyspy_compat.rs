@@ -1,6 +1,6 @@
 //! What a py-spy user types: launch-mode endings (`--duration` ends the launched command,
 //! `--keep-running`, Ctrl-C once), `--function`/`--nolineno`, `--subprocesses`, short file
-//! names, `--format raw`/`chrometrace`, `--idle`/`--gil` refused, shell completions.
+//! names, `--format raw`/`chrometrace`, `--gil` refused, shell completions.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -429,9 +429,11 @@ fn pyspy_compat_chrometrace() {
     }
 }
 
+/// `--gil` is refused with a pointer to the mode it needs (`--idle` is `--mode wall`, tested
+/// in time_modes.rs).
 #[test]
-fn pyspy_compat_idle_and_gil_refused() {
-    for (flag, mode) in [("--idle", "--mode wall"), ("--gil", "--mode gil")] {
+fn pyspy_compat_gil_refused() {
+    for (flag, mode) in [("--gil", "--mode gil")] {
         let run = pyperch(&["record", flag, "--duration", "1"], Duration::from_secs(30));
         run.assert_clear_error();
         let line = run.error_line();
