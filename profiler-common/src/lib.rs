@@ -124,6 +124,25 @@ pub struct ProcessInfo {
     /// it was taken under. A PID reused by another process never matches the old target.
     pub generation: u32,
     pub _pad: u32,
+    /// How to tell whether a thread holds the GIL (`--mode gil`): one of `gil_check`.
+    pub gil_check: u32,
+    /// `gil_check::INTERP_HOLDER`: offset in the interpreter of the `int` "GIL locked".
+    pub gil_locked: u32,
+    /// `RUNTIME_TSTATE`: address of the holder's tstate pointer; `INTERP_HOLDER`: its offset
+    /// in the interpreter; `TSTATE_FLAG`: offset in the tstate of the `int` "holds the GIL".
+    pub gil_holder: u64,
+}
+
+/// How a version tells which thread holds the GIL (`ProcessInfo::gil_check`).
+pub mod gil_check {
+    /// Not known for this version: `--mode gil` drops its samples (counted).
+    pub const UNKNOWN: u32 = 0;
+    /// 3.8-3.11: `_PyRuntime.gilstate.tstate_current` is the holder's tstate (NULL when free).
+    pub const RUNTIME_TSTATE: u32 = 1;
+    /// 3.12-3.14: the main interpreter's `_gil.locked` is set and `_gil.last_holder` is it.
+    pub const INTERP_HOLDER: u32 = 2;
+    /// 3.15: the tstate's own `holds_gil`.
+    pub const TSTATE_FLAG: u32 = 3;
 }
 
 /// Slots of the kernel program's per-CPU `COUNTERS` array.
@@ -148,8 +167,12 @@ pub mod counter {
     /// Off-CPU intervals whose walked stack was not kept (more threads off at once than the
     /// kernel's slots): their time is summed per thread like short ones.
     pub const OFF_CPU_LOST: u32 = 7;
+    /// `--mode gil`: samples dropped because the thread did not hold the GIL.
+    pub const NOT_GIL_HOLDER: u32 = 8;
+    /// `--mode gil`: samples dropped because the version cannot tell the GIL's holder.
+    pub const GIL_UNKNOWN: u32 = 9;
     /// Number of slots.
-    pub const SLOTS: u32 = 8;
+    pub const SLOTS: u32 = 10;
 }
 
 /// Kinds of records in the `SAMPLES` ring buffer; every record starts with a `SampleHeader`

@@ -153,7 +153,7 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     }
     crate::loader::preflight()?;
     let initial = inspect_pids(&options.pids, &options.filter)?;
-    let mut kernel = KernelProgram::load_with(options.time.min_off_cpu)?;
+    let mut kernel = KernelProgram::load_with(&options.time)?;
     let ring = kernel.take_ring_buffer()?;
     let scope = if options.pids.is_empty() { Scope::Host } else { Scope::Pids(options.pids.iter().copied().collect()) };
     let mut session = Session::new(kernel, scope, options.filter.clone(), options.threads);

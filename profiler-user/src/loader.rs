@@ -209,18 +209,27 @@ pub struct KernelCounters {
     pub sampled: u64,
     /// Records dropped because the ring buffer was full.
     pub ringbuf_full: u64,
+    /// Off-CPU intervals sent / summed as short / whose walked stack was not kept.
+    pub off_cpu_intervals: u64,
+    pub off_cpu_short: u64,
+    pub off_cpu_lost: u64,
+    /// `--mode gil`: samples dropped as not the GIL's holder / of versions that cannot tell.
+    pub not_gil_holder: u64,
+    pub gil_unknown: u64,
 }
 
 impl KernelProgram {
     /// Loads and verifies the kernel program (not attached yet).
     pub fn load() -> Result<Self, LoadError> {
-        Self::load_with(std::time::Duration::ZERO)
+        Self::load_with(&crate::time_mode::TimeOptions::default())
     }
 
-    /// As [`KernelProgram::load`], with off-CPU intervals shorter than `min_off_cpu` summed
-    /// rather than walked.
-    pub fn load_with(min_off_cpu: std::time::Duration) -> Result<Self, LoadError> {
-        let min_off_cpu_ns = u64::try_from(min_off_cpu.as_nanos()).unwrap_or(u64::MAX);
+    /// As [`KernelProgram::load`], for the time mode `time`: off-CPU intervals shorter than
+    /// `min_off_cpu` are summed rather than sent; in `--mode gil` only samples of threads
+    /// holding the GIL are taken.
+    pub fn load_with(time: &crate::time_mode::TimeOptions) -> Result<Self, LoadError> {
+        let min_off_cpu_ns = u64::try_from(time.min_off_cpu.as_nanos()).unwrap_or(u64::MAX);
+        let gil_only = u64::from(time.mode == crate::time_mode::TimeMode::Gil);
         let offsets = kernel_offsets()?;
         let slots = process_slots();
         // Kernels >= 5.11 charge BPF memory to the memory cgroup; RLIMIT_MEMLOCK only matters
@@ -231,6 +240,7 @@ impl KernelProgram {
             .override_global("TASK_SIGNAL_OFFSET", &offsets.task_signal, true)
             .override_global("SIGNAL_LIVE_OFFSET", &offsets.signal_live, true)
             .override_global("MIN_OFF_CPU_NS", &min_off_cpu_ns, true)
+            .override_global("GIL_ONLY", &gil_only, true)
             .override_global("TASK_PID_OFFSET", &offsets.task_pid, true)
             .override_global("TASK_TGID_OFFSET", &offsets.task_tgid, true)
             .map_max_entries("PROCESSES", slots)
@@ -432,7 +442,15 @@ impl Registry {
     }
 
     pub fn counters(&self) -> KernelCounters {
-        KernelCounters { sampled: self.counter_sum(counter::SAMPLED), ringbuf_full: self.counter_sum(counter::RINGBUF_FULL) }
+        KernelCounters {
+            sampled: self.counter_sum(counter::SAMPLED),
+            ringbuf_full: self.counter_sum(counter::RINGBUF_FULL),
+            off_cpu_intervals: self.counter_sum(counter::OFF_CPU_INTERVALS),
+            off_cpu_short: self.counter_sum(counter::OFF_CPU_SHORT),
+            off_cpu_lost: self.counter_sum(counter::OFF_CPU_LOST),
+            not_gil_holder: self.counter_sum(counter::NOT_GIL_HOLDER),
+            gil_unknown: self.counter_sum(counter::GIL_UNKNOWN),
+        }
     }
 
     /// One of the kernel program's per-CPU counters, summed over CPUs (0 if unreadable).

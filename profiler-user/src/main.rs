@@ -63,7 +63,8 @@ enum Commands {
 struct ModeArgs {
     /// Which time to profile: cpu (samples of threads on a CPU), wall (every thread's whole
     /// time: on-CPU samples weighted by the period plus exact off-CPU intervals, in
-    /// nanoseconds) or off-cpu (only the time threads spend switched out, in nanoseconds).
+    /// nanoseconds), off-cpu (only the time threads spend switched out, in nanoseconds) or
+    /// gil (samples of the threads holding the GIL only).
     #[arg(long, value_enum, default_value = "cpu", value_name = "MODE")]
     mode: TimeMode,
     /// Off-CPU intervals shorter than this are not walked; their time is summed per thread
@@ -73,8 +74,7 @@ struct ModeArgs {
     /// Include threads that are not on a CPU (py-spy's --idle): the same as --mode wall.
     #[arg(long)]
     idle: bool,
-    /// Only samples of the thread holding the GIL (py-spy's --gil): needs the GIL mode
-    /// (--mode gil), not available yet: refused.
+    /// Only samples of the thread holding the GIL (py-spy's --gil): the same as --mode gil.
     #[arg(long)]
     gil: bool,
 }
@@ -83,14 +83,16 @@ impl ModeArgs {
     /// The time settings; refuses, before anything is sampled, what pyperch does not have yet
     /// and contradictions.
     fn time(&self) -> Result<TimeOptions, Box<dyn std::error::Error>> {
-        if self.gil {
-            return Err("--gil needs the GIL sampling mode (--mode gil), which this version of pyperch does not have yet: it samples every thread running on a CPU (--mode wall shows where threads wait)".into());
-        }
-        let mode = match (self.idle, self.mode) {
-            (false, mode) => mode,
-            (true, TimeMode::Cpu | TimeMode::Wall) => TimeMode::Wall,
-            (true, other) => {
+        let mode = match (self.idle, self.gil, self.mode) {
+            (true, true, _) => return Err("--idle (--mode wall) and --gil (--mode gil) cannot be combined".into()),
+            (false, false, mode) => mode,
+            (true, false, TimeMode::Cpu | TimeMode::Wall) => TimeMode::Wall,
+            (false, true, TimeMode::Cpu | TimeMode::Gil) => TimeMode::Gil,
+            (true, false, other) => {
                 return Err(format!("--idle is --mode wall; it cannot be combined with --mode {}", other.pprof_type()).into());
+            }
+            (false, true, other) => {
+                return Err(format!("--gil is --mode gil; it cannot be combined with --mode {}", other.pprof_type()).into());
             }
         };
         Ok(TimeOptions { mode, min_off_cpu: self.min_off_cpu })

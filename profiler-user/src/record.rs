@@ -130,7 +130,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
         inspect_pids(&options.pids, &options.filter)?
     };
 
-    let mut kernel = KernelProgram::load_with(options.time.min_off_cpu)?;
+    let mut kernel = KernelProgram::load_with(&options.time)?;
     let ring = kernel.take_ring_buffer()?;
     let scope = match (options.pids.is_empty(), options.subprocesses) {
         (true, _) => Scope::Host,
@@ -349,6 +349,20 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
         "  kernel: {} samples of registered processes, {} lost (ring buffer full), {} malformed records",
         kernel.sampled, kernel.ringbuf_full, session.malformed_records
     );
+    if kernel.off_cpu_intervals + kernel.off_cpu_short + kernel.off_cpu_lost > 0 {
+        let _ = writeln!(
+            s,
+            "  kernel off-CPU intervals: {} sent, {} short (summed), {} whose stack was not kept (summed)",
+            kernel.off_cpu_intervals, kernel.off_cpu_short, kernel.off_cpu_lost
+        );
+    }
+    if kernel.not_gil_holder + kernel.gil_unknown > 0 {
+        let _ = writeln!(
+            s,
+            "  kernel --mode gil: {} samples of threads not holding the GIL dropped, {} of versions that cannot tell the holder dropped",
+            kernel.not_gil_holder, kernel.gil_unknown
+        );
+    }
     let _ = writeln!(s, "  {}", session.discovery_stats.report());
     if let Some(t) = session.profile.timeline() {
         let _ = writeln!(

@@ -4,6 +4,8 @@
 //! - `wall`: every thread's whole time: on-CPU samples weighted by the sampling period plus
 //!   the exact off-CPU intervals the scheduler reports; values are nanoseconds.
 //! - `off-cpu`: only the off-CPU intervals; values are nanoseconds.
+//! - `gil`: CPU-clock samples of threads holding the GIL only (the kernel checks the holder
+//!   as each version records it, see `layout::gil`); values are sample counts.
 //!
 //! Off-CPU stacks end in a frame saying why the thread was off ([`OFF_CPU_SLEEP`],
 //! [`OFF_CPU_PREEMPTED`]); intervals shorter than `--min-off-cpu` are not walked, and their
@@ -22,6 +24,8 @@ pub enum TimeMode {
     /// Only the time threads spend switched out: nanoseconds.
     #[value(name = "off-cpu")]
     OffCpu,
+    /// On-CPU samples of threads holding the GIL only: sample counts.
+    Gil,
 }
 
 /// Below this an off-CPU interval is summed, not walked (`--min-off-cpu` default). A walk costs
@@ -39,7 +43,7 @@ pub const OFF_CPU_SHORT: &str = "<off-cpu: short>";
 impl TimeMode {
     /// Whether CPU-clock samples count.
     pub fn on_cpu(self) -> bool {
-        matches!(self, TimeMode::Cpu | TimeMode::Wall)
+        matches!(self, TimeMode::Cpu | TimeMode::Wall | TimeMode::Gil)
     }
 
     /// Whether off-CPU intervals are taken (the scheduler-switch programs are attached).
@@ -58,6 +62,7 @@ impl TimeMode {
             TimeMode::Cpu => "cpu",
             TimeMode::Wall => "wall",
             TimeMode::OffCpu => "off-cpu",
+            TimeMode::Gil => "gil",
         }
     }
 }

@@ -1,6 +1,6 @@
 //! What a py-spy user types: launch-mode endings (`--duration` ends the launched command,
 //! `--keep-running`, Ctrl-C once), `--function`/`--nolineno`, `--subprocesses`, short file
-//! names, `--format raw`/`chrometrace`, `--gil` refused, shell completions.
+//! names, `--format raw`/`chrometrace`, shell completions.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -426,18 +426,6 @@ fn pyspy_compat_chrometrace() {
                 py.describe()
             )),
         }
-    }
-}
-
-/// `--gil` is refused with a pointer to the mode it needs (`--idle` is `--mode wall`, tested
-/// in time_modes.rs).
-#[test]
-fn pyspy_compat_gil_refused() {
-    for (flag, mode) in [("--gil", "--mode gil")] {
-        let run = pyperch(&["record", flag, "--duration", "1"], Duration::from_secs(30));
-        run.assert_clear_error();
-        let line = run.error_line();
-        assert!(line.contains(flag) && line.contains(mode), "the error should name {flag} and {mode}: {line}");
     }
 }
 

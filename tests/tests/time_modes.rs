@@ -12,7 +12,12 @@
 //!   off-CPU intervals) equals its lifetime within 1 %, which also shows that no time is
 //!   counted twice;
 //! - off-cpu mode: only `<off-cpu: ...>` stacks, with the same off-CPU times;
-//! - cpu mode: no `<off-cpu: ...>` frame, spin_part has the samples, sleep_part none to speak of.
+//! - cpu mode: no `<off-cpu: ...>` frame, spin_part has the samples, sleep_part none to speak of;
+//! - gil mode (gil_share.py: four pure-Python threads on two CPUs contending for the GIL,
+//!   and one hashing with the GIL released): each of the four threads' share of the samples
+//!   within 3 points of its share of the GIL (its CPU time, `time.thread_time`: a thread
+//!   running Python holds the GIL), and the hashing thread, busy on a CPU without the GIL,
+//!   nearly absent.
 //!
 //! The truth is measured by the workload on the same clock as the recording, so a loaded
 //! machine changes both alike; what matters is that the recording covers the threads' whole
@@ -119,8 +124,12 @@ fn record_workload(running: Running, mode: &str, extra: &[&str]) -> (Recording, 
 }
 
 fn spawn_plain(label: &str) -> Option<Running> {
+    spawn_script(label, "time_modes.py")
+}
+
+fn spawn_script(label: &str, script: &str) -> Option<Running> {
     let py = python(label)?;
-    let w = Workload::spawn(&py, "time_modes.py", &["{dir}/result.json", &SECONDS.to_string(), "{dir}/go"])
+    let w = Workload::spawn(&py, script, &["{dir}/result.json", &SECONDS.to_string(), "{dir}/go"])
         .unwrap_or_else(|e| panic!("{e:#}"));
     Some(Running {
         pid: w.pid,
@@ -300,11 +309,14 @@ fn wall_in_pid_namespace() {
     check_wall(&rec, &m, pid, &describe);
 }
 
-/// `--idle` is py-spy's name for wall mode; `--gil` is refused with a pointer; a bad
-/// `--min-off-cpu` is one clear sentence.
+/// `--idle` and `--gil` are py-spy's names for `--mode wall` and `--mode gil`: combined with
+/// another mode, or with each other, they are one clear sentence; so is a bad `--min-off-cpu`.
 #[test]
 fn mode_flags_are_checked() {
-    let run = pyperch(&["record", "--gil", "--duration", "1"], Duration::from_secs(30));
+    let run = pyperch(&["record", "--gil", "--idle", "--duration", "1"], Duration::from_secs(30));
+    run.assert_clear_error();
+    assert!(run.error_line().contains("--mode gil"), "{}", run.diag());
+    let run = pyperch(&["record", "--gil", "--mode", "wall", "--duration", "1"], Duration::from_secs(30));
     run.assert_clear_error();
     assert!(run.error_line().contains("--mode gil"), "{}", run.diag());
     let run = pyperch(&["record", "--idle", "--mode", "off-cpu", "--duration", "1"], Duration::from_secs(30));
@@ -321,4 +333,80 @@ fn idle_is_wall_mode() {
     let describe = running.describe.clone();
     let (rec, m, pid) = record_workload(running, "cpu", &["--idle"]);
     check_wall(&rec, &m, pid, &describe);
+}
+
+/// `--mode gil`: see the module doc.
+fn gil(label: &str) {
+    let Some(running) = spawn_script(label, "gil_share.py") else { return };
+    let describe = running.describe.clone();
+    let (rec, m, pid) = record_workload(running, "gil", &[]);
+    let d = rec.diag_pid(pid);
+    let threads = threads_of(&rec.profile, pid);
+    let names = ["gil_a", "gil_b", "gil_c", "gil_d"];
+    let samples: Vec<u64> = names.iter().map(|n| thread_with(&threads, n, &d).total()).collect();
+    let held: Vec<f64> = names.iter().map(|n| json_f64(&m, &[n]).unwrap_or_else(|e| panic!("{e:#}"))).collect();
+    let (all_samples, all_held) = (samples.iter().sum::<u64>() as f64, held.iter().sum::<f64>());
+    assert!(all_samples >= 1000.0, "{describe}: only {all_samples} samples of the GIL holders{d}");
+    for (i, name) in names.iter().enumerate() {
+        let (share, truth) = (samples[i] as f64 / all_samples, held[i] / all_held);
+        note(format!("{describe}: {name} holds the GIL {:.2} % of the time, profiled {:.2} %", truth * 100.0, share * 100.0));
+        assert!(
+            (share - truth).abs() <= 0.03,
+            "{describe}: {name} has {:.2} % of the gil-mode samples, held the GIL {:.2} % of the time: want within 3 points{d}",
+            share * 100.0,
+            truth * 100.0
+        );
+    }
+    let hasher: u64 = threads.values().filter(|t| t.has("hash_free")).map(ThreadTime::total).sum();
+    let hash_cpu = json_f64(&m, &["hash_free"]).unwrap_or(0.0);
+    note(format!("{describe}: hash_free ran {hash_cpu:.2} s on a CPU without the GIL; {hasher} gil-mode samples"));
+    assert!(
+        (hasher as f64) < all_samples * 0.05,
+        "{describe}: hash_free (GIL released, {hash_cpu:.2} s on a CPU) has {hasher} gil-mode samples against {all_samples} of the holders{d}"
+    );
+}
+
+#[test]
+fn gil_3_8() {
+    gil("3.8");
+}
+
+#[test]
+fn gil_3_9() {
+    gil("3.9");
+}
+
+#[test]
+fn gil_3_10() {
+    gil("3.10");
+}
+
+#[test]
+fn gil_3_11() {
+    gil("3.11");
+}
+
+#[test]
+fn gil_3_12() {
+    gil("3.12");
+}
+
+#[test]
+fn gil_3_13() {
+    gil("3.13");
+}
+
+#[test]
+fn gil_sid_3_13() {
+    gil("sid-3.13");
+}
+
+#[test]
+fn gil_sid_3_14() {
+    gil("sid-3.14");
+}
+
+#[test]
+fn gil_sid_3_15() {
+    gil("sid-3.15");
 }

@@ -613,6 +613,20 @@ mod tests {
         assert_eq!(decoded.sample_types, pairs(&[("samples", "count")]));
     }
 
+    /// In the time modes the values are nanoseconds already: `samples` counts the events
+    /// (samples and off-CPU intervals), the second type is the mode's time.
+    #[test]
+    fn wall_mode_values_are_events_and_nanoseconds() {
+        let mut p = Profile::new();
+        p.set_time_mode(crate::time_mode::TimeMode::Wall);
+        p.add_weighted(1, Some(2), &[], 7_000_000, 1);
+        p.add_weighted(1, Some(2), &[], 1_000_000, 1);
+        let decoded = decode(&written(&p, &Timing { period_nanos: 1_000_000, ..Timing::default() }));
+        assert_eq!(decoded.sample_types, pairs(&[("samples", "count"), ("wall", "nanoseconds")]));
+        assert_eq!(decoded.period_type, ("wall".to_string(), "nanoseconds".to_string()));
+        assert_eq!(decoded.samples[0].1, vec![2, 8_000_000]);
+    }
+
     #[test]
     fn huge_counts_are_clamped() {
         let mut p = Profile::new();

@@ -416,3 +416,24 @@ fn off_cpu_trailer(header: &SampleHeader, body: &[u8]) -> Option<OffCpuInterval>
     // SAFETY: the slice holds exactly one OffCpuInterval, which is plain data.
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const OffCpuInterval) })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The trailer is the slot after the record's full frames; a record too short for it is
+    /// malformed (`None`), and a forged `n_full` cannot read past the body.
+    #[test]
+    fn off_cpu_trailer_follows_the_full_frames() {
+        let interval = OffCpuInterval { off_ns: 7_000_000, short_ns: 5, switched_out_ns: 9, reason: off_cpu_reason::PREEMPTED, _pad: 0 };
+        let mut body = vec![0u8; 2 * FRAME_ENTRY_SIZE];
+        // SAFETY: OffCpuInterval is plain data of FRAME_ENTRY_SIZE bytes.
+        let bytes: [u8; FRAME_ENTRY_SIZE] = unsafe { std::mem::transmute(interval) };
+        body.extend_from_slice(&bytes);
+        let header = SampleHeader { n_full: 2, kind: record_kind::OFF_CPU, ..Default::default() };
+        assert_eq!(off_cpu_trailer(&header, &body), Some(interval));
+        assert_eq!(off_cpu_trailer(&header, &body[..body.len() - 1]), None);
+        let forged = SampleHeader { n_full: u32::MAX, ..header };
+        assert_eq!(off_cpu_trailer(&forged, &body), None);
+    }
+}
