@@ -9,8 +9,9 @@
 //! - `next` of a registered process with a pending switch-out: the interval ends now; its
 //!   length is written into the kept record, which is sent. Intervals shorter than
 //!   `MIN_OFF_CPU_NS` are not sent; their time is summed per thread (`THREAD_SWITCHES`) and
-//!   sent with the thread's next record (userspace reads what is left at the end), so no
-//!   time is lost.
+//!   sent with the thread's next record, so no time is lost. At the end userspace reads
+//!   both maps: what is left, and the kept records of threads still switched out, charged
+//!   up to the end.
 //!
 //! Why not walk on the way back in: that needs a hook in the incoming thread's context
 //! (`finish_task_switch`), and kernels without kprobes (`CONFIG_KPROBES=n`, as on this 6.18
@@ -60,19 +61,24 @@ static OFF_CPU_RECORDS: LruHashMap<u32, Record> = LruHashMap::with_max_entries(8
 /// unsigned int prev_state)`, in `prev`'s context.
 #[raw_tracepoint]
 pub fn pyperch_sched_switch(ctx: RawTracePointContext) -> i32 {
-    // SAFETY: no preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
     // Preempted: the scheduler took the CPU from a runnable thread (`preempt`, or a switch on
     // the way back to user mode, where `prev_state` is still TASK_RUNNING, 0).
     let preempt: u64 = ctx.arg(0);
     let prev_state: u64 = ctx.arg(3);
-    switch_out(now, preempt as u8 != 0 || prev_state as u32 == 0);
+    switch_out(preempt as u8 != 0 || prev_state as u32 == 0);
     let next: u64 = ctx.arg(2);
-    switch_in(now, next);
+    switch_in(next);
     0
 }
 
-fn switch_out(now: u64, preempt: bool) {
+/// The kernel's monotonic clock (read only for registered threads: unregistered ones cost
+/// the lookups alone).
+fn now() -> u64 {
+    // SAFETY: no preconditions.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+fn switch_out(preempt: bool) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     // SAFETY: the map value is only read, and the kernel keeps it alive for this run.
@@ -81,6 +87,7 @@ fn switch_out(now: u64, preempt: bool) {
     };
     let tid = pid_tgid as u32;
     let reason = if preempt { off_cpu_reason::PREEMPTED } else { off_cpu_reason::SLEEP };
+    let now = now();
     let Some((scratch, _)) = walk_current_stack(info, tgid, tid, record_kind::OFF_CPU) else {
         return;
     };
@@ -105,7 +112,7 @@ fn switch_out(now: u64, preempt: bool) {
     }
 }
 
-fn switch_in(now: u64, next: u64) {
+fn switch_in(next: u64) {
     // SAFETY: frozen load-time constants; the kernel read tolerates any address.
     let (tgid, tid) = unsafe {
         let tgid_offset = core::ptr::read_volatile(&TASK_TGID_OFFSET);
@@ -133,6 +140,7 @@ fn switch_in(now: u64, next: u64) {
     if state.switched_out_ns == 0 || state.generation != info.generation || state.tgid != tgid {
         return;
     }
+    let now = now();
     let interval = OffCpuInterval {
         off_ns: now.saturating_sub(state.switched_out_ns),
         short_ns: state.short_ns,

@@ -301,17 +301,30 @@ impl KernelProgram {
         Ok(())
     }
 
-    /// Per-thread off-CPU time not yet sent (intervals below `--min-off-cpu` since each
-    /// thread's last record): `(tgid, generation, tid, nanoseconds)`. Read once at the end.
-    pub fn unsent_off_cpu(&self) -> Vec<(u32, u32, u32, u64)> {
+    /// The scheduler-switch program's per-thread state, read once at the end (after
+    /// `detach`): by tid, each thread's pending switch-out and unsent short time
+    /// (`ThreadSwitch`), and the record walked at its pending switch-out, if kept (the
+    /// kernel's `Record`: header, frames, trailer slot).
+    pub fn pending_off_cpu(&self) -> Vec<(u32, profiler_common::ThreadSwitch, Option<Vec<u8>>)> {
+        type RecordBytes = [u8; profiler_common::MAX_RECORD_SIZE];
         let Some(map) = self.ebpf.map("THREAD_SWITCHES") else { return Vec::new() };
-        let Ok(map) = aya::maps::HashMap::<_, u32, profiler_common::ThreadSwitch>::try_from(map) else {
+        let Ok(states) = aya::maps::HashMap::<_, u32, profiler_common::ThreadSwitch>::try_from(map) else {
             return Vec::new();
         };
-        map.iter()
+        let records = self
+            .ebpf
+            .map("OFF_CPU_RECORDS")
+            .and_then(|m| aya::maps::HashMap::<_, u32, RecordBytes>::try_from(m).ok());
+        states
+            .iter()
             .filter_map(Result::ok)
-            .filter(|(_, s)| s.short_ns > 0)
-            .map(|(tid, s)| (s.tgid, s.generation, tid, s.short_ns))
+            .map(|(tid, state)| {
+                let record = match (&records, state.switched_out_ns) {
+                    (Some(r), out) if out != 0 => r.get(&tid, 0).ok().map(|b| b.to_vec()),
+                    _ => None,
+                };
+                (tid, state, record)
+            })
             .collect()
     }
 
@@ -466,6 +479,14 @@ impl Registry {
 
 }
 
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of `bpf_ktime_get_ns`.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the struct we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
 
 /// The kernel program `name`, as its program type.
 fn program_mut<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, LoadError>

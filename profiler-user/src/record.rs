@@ -181,7 +181,8 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     // Stop sampling before writing.
     let kernel_counters = session.kernel.counters();
     session.kernel.detach();
-    session.add_unsent_off_cpu();
+    let min_off_cpu_ns = u64::try_from(options.time.min_off_cpu.as_nanos()).unwrap_or(u64::MAX);
+    session.add_unsent_off_cpu(crate::loader::monotonic_ns(), min_off_cpu_ns);
     session.profile.set_timing(Timing { start: start_time, duration: elapsed, rate_hz: options.rate });
 
     let totals = session.totals();

@@ -153,14 +153,51 @@ impl Session {
         self.profile.set_time_mode(mode);
     }
 
-    /// Adds the time of threads' short off-CPU intervals not yet sent by the kernel (read from
-    /// its map once sampling has stopped) as `<off-cpu: short>`.
-    pub(crate) fn add_unsent_off_cpu(&mut self) {
+    /// Once sampling has stopped at `end_ns` (kernel monotonic clock): charges what the
+    /// kernel holds but has not sent. A thread still switched out has its interval up to
+    /// `end_ns` charged to the stack walked when it left (a thread blocked since before the
+    /// recording began has none, and shows nothing); threads' short intervals not yet sent
+    /// are added as `<off-cpu: short>`.
+    pub(crate) fn add_unsent_off_cpu(&mut self, end_ns: u64, min_off_cpu_ns: u64) {
         if !self.time_mode.off_cpu() {
             return;
         }
-        for (tgid, generation, tid, ns) in self.kernel.unsent_off_cpu() {
-            self.add_short_off_cpu(tgid, generation, tid, ns);
+        for (tid, state, record) in self.kernel.pending_off_cpu() {
+            let mut short = state.short_ns;
+            let pending = end_ns.saturating_sub(state.switched_out_ns);
+            match record {
+                Some(mut bytes) if state.switched_out_ns != 0 && pending >= min_off_cpu_ns && bytes.len() >= SAMPLE_HEADER_SIZE => {
+                    // SAFETY: the bytes start with a SampleHeader (plain data), checked for length.
+                    let mut header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
+                    if header.tid != tid || header.kind != record_kind::OFF_CPU {
+                        continue;
+                    }
+                    header.time_ns = end_ns;
+                    let n = (header.n_full as usize).min(MAX_FULL_FRAMES);
+                    let at = SAMPLE_HEADER_SIZE + n * FRAME_ENTRY_SIZE;
+                    let trailer = OffCpuInterval {
+                        off_ns: pending,
+                        short_ns: short,
+                        switched_out_ns: state.switched_out_ns,
+                        reason: state.reason,
+                        _pad: 0,
+                    };
+                    let end = at + std::mem::size_of::<OffCpuInterval>();
+                    if bytes.len() < end {
+                        continue;
+                    }
+                    // SAFETY: both writes are of plain data within `bytes` (lengths checked).
+                    unsafe {
+                        std::ptr::write_unaligned(bytes.as_mut_ptr() as *mut SampleHeader, header);
+                        std::ptr::write_unaligned(bytes.as_mut_ptr().add(at) as *mut OffCpuInterval, trailer);
+                    }
+                    self.on_record(&bytes[..end]);
+                    short = 0;
+                }
+                _ if state.switched_out_ns != 0 && pending < min_off_cpu_ns => short = short.saturating_add(pending),
+                _ => {}
+            }
+            self.add_short_off_cpu(state.tgid, state.generation, tid, short);
         }
     }
 
