@@ -3,7 +3,7 @@
 //! bottom, and writes one record (header, leading frames in full, the rest hashed).
 //!
 //! The walk itself ([`walk_current_stack`]) is shared with the scheduler-switch program
-//! (`sched_switch`), which walks a thread as it comes back onto a CPU.
+//! (`sched_switch`), which walks a thread as it leaves a CPU.
 
 use core::ffi::c_void;
 
@@ -31,9 +31,9 @@ pub struct Record {
 }
 
 /// Per-CPU scratch space: the record being built and the bytes of the frame being read.
-/// Shared by the sampling and the switch-in programs: both run with interrupts off on their
-/// CPU (the perf event's handler, and `finish_task_switch` before it unlocks the run queue),
-/// and the kernel does not nest BPF programs of these types on one CPU.
+/// Shared by the sampling and the scheduler-switch programs: both run with interrupts off on
+/// their CPU (the CPU-clock perf event's hrtimer handler, and `sched_switch` inside
+/// `__schedule` with the run queue locked), so neither interrupts the other on one CPU.
 #[repr(C)]
 pub struct Scratch {
     pub record: Record,
