@@ -124,6 +124,25 @@ pub struct ProcessInfo {
     /// it was taken under. A PID reused by another process never matches the old target.
     pub generation: u32,
     pub _pad: u32,
+    /// How to tell whether a thread holds the GIL (`--mode gil`): one of `gil_check`.
+    pub gil_check: u32,
+    /// `gil_check::INTERP_HOLDER`: offset in the interpreter of the `int` "GIL locked".
+    pub gil_locked: u32,
+    /// `RUNTIME_TSTATE`: address of the holder's tstate pointer; `INTERP_HOLDER`: its offset
+    /// in the interpreter; `TSTATE_FLAG`: offset in the tstate of the `int` "holds the GIL".
+    pub gil_holder: u64,
+}
+
+/// How a version tells which thread holds the GIL (`ProcessInfo::gil_check`).
+pub mod gil_check {
+    /// Not known for this version: `--mode gil` drops its samples (counted).
+    pub const UNKNOWN: u32 = 0;
+    /// 3.8-3.11: `_PyRuntime.gilstate.tstate_current` is the holder's tstate (NULL when free).
+    pub const RUNTIME_TSTATE: u32 = 1;
+    /// 3.12-3.14: the main interpreter's `_gil.locked` is set and `_gil.last_holder` is it.
+    pub const INTERP_HOLDER: u32 = 2;
+    /// 3.15: the tstate's own `holds_gil`.
+    pub const TSTATE_FLAG: u32 = 3;
 }
 
 /// Slots of the kernel program's per-CPU `COUNTERS` array.
@@ -141,8 +160,19 @@ pub mod counter {
     /// Registered processes whose last thread exited: the kernel removed their entry from
     /// `PROCESSES` at once, so the slot is free and a reused PID is never sampled with it.
     pub const REGISTERED_EXITS: u32 = 4;
+    /// Off-CPU intervals of registered threads that were walked and sent (`--mode wall/off-cpu`).
+    pub const OFF_CPU_INTERVALS: u32 = 5;
+    /// Off-CPU intervals shorter than `--min-off-cpu`: not sent, their time summed per thread.
+    pub const OFF_CPU_SHORT: u32 = 6;
+    /// Off-CPU intervals whose walked stack was not kept (more threads off at once than the
+    /// kernel's slots): their time is summed per thread like short ones.
+    pub const OFF_CPU_LOST: u32 = 7;
+    /// `--mode gil`: samples dropped because the thread did not hold the GIL.
+    pub const NOT_GIL_HOLDER: u32 = 8;
+    /// `--mode gil`: samples dropped because the version cannot tell the GIL's holder.
+    pub const GIL_UNKNOWN: u32 = 9;
     /// Number of slots.
-    pub const SLOTS: u32 = 5;
+    pub const SLOTS: u32 = 10;
 }
 
 /// Kinds of records in the `SAMPLES` ring buffer; every record starts with a `SampleHeader`
@@ -150,6 +180,48 @@ pub mod counter {
 pub mod record_kind {
     /// A CPU-clock sample from the sampling program.
     pub const CPU_SAMPLE: u32 = 0;
+    /// An off-CPU interval from the scheduler-switch programs: the thread's stack as it was
+    /// while switched out, then (in the slot after the last full frame) an [`super::OffCpuInterval`].
+    pub const OFF_CPU: u32 = 1;
+}
+
+/// Why a thread left the CPU (`OffCpuInterval::reason`).
+pub mod off_cpu_reason {
+    /// It blocked or slept (its state was not runnable when switched out).
+    pub const SLEEP: u32 = 0;
+    /// It was preempted while runnable.
+    pub const PREEMPTED: u32 = 1;
+}
+
+/// Trailer of an `record_kind::OFF_CPU` record, in the frame slot after its `n_full` frames.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffCpuInterval {
+    /// Length of the interval: from the switch out to the switch back in (`time_ns`).
+    pub off_ns: u64,
+    /// Time of the thread's intervals below the minimum since its last record (not walked).
+    pub short_ns: u64,
+    /// When the thread was switched out (kernel monotonic clock).
+    pub switched_out_ns: u64,
+    /// One of `off_cpu_reason`.
+    pub reason: u32,
+    pub _pad: u32,
+}
+
+/// Per-thread state of the scheduler-switch programs (kernel map `THREAD_SWITCHES`, by tid).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadSwitch {
+    /// When the thread was last switched out; 0 while it runs (nothing to charge).
+    pub switched_out_ns: u64,
+    /// Time of short intervals not yet sent in a record (read by userspace at the end).
+    pub short_ns: u64,
+    pub tgid: u32,
+    /// `ProcessInfo::generation` of the registration the time belongs to.
+    pub generation: u32,
+    /// One of `off_cpu_reason`, for the pending interval.
+    pub reason: u32,
+    pub _pad: u32,
 }
 
 /// Outcome of one kernel walk.
@@ -213,8 +285,8 @@ pub struct FrameEntry {
 
 pub const SAMPLE_HEADER_SIZE: usize = core::mem::size_of::<SampleHeader>();
 pub const FRAME_ENTRY_SIZE: usize = core::mem::size_of::<FrameEntry>();
-/// The largest record the kernel writes.
-pub const MAX_RECORD_SIZE: usize = SAMPLE_HEADER_SIZE + MAX_FULL_FRAMES * FRAME_ENTRY_SIZE;
+/// The largest record the kernel writes (the full frames and one trailer slot).
+pub const MAX_RECORD_SIZE: usize = SAMPLE_HEADER_SIZE + (MAX_FULL_FRAMES + 1) * FRAME_ENTRY_SIZE;
 
 /// The bytes of one frame as read from the target (`FrameLayout::read_size` of them, the rest
 /// zero), with room for an 8-byte field at any masked offset.
@@ -342,11 +414,14 @@ mod pod {
     unsafe impl aya::Pod for super::ProcessInfo {}
     unsafe impl aya::Pod for super::SampleHeader {}
     unsafe impl aya::Pod for super::FrameEntry {}
+    unsafe impl aya::Pod for super::ThreadSwitch {}
 }
 
 // The record layout is shared by two compilers: its sizes are fixed here, padding explicit.
 const _: () = assert!(SAMPLE_HEADER_SIZE == 64);
 const _: () = assert!(FRAME_ENTRY_SIZE == 32);
+// The off-CPU trailer takes exactly one frame slot.
+const _: () = assert!(core::mem::size_of::<OffCpuInterval>() == FRAME_ENTRY_SIZE);
 const _: () = assert!(core::mem::size_of::<FrameLayout>() == 64);
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! pyperch's kernel programs.
 //!
-//! One module per program: `sampling` (the perf-event walk) and `process_events` (fork, exit
-//! and exec tracepoints), over shared `maps`, `thread_state` lookup and `frame_walk` reads.
+//! One module per program: `sampling` (the perf-event walk), `sched_switch` (off-CPU intervals
+//! at context switches, walked with the same walk) and `process_events` (fork, exit and exec
+//! tracepoints), over shared `maps`, `thread_state` lookup and `frame_walk` reads.
 //!
 //! The sampling program runs on every CPU-clock perf event. For a thread of a registered process it finds the
 //! thread's `PyThreadState`, walks the interpreter frames from the current one towards the
@@ -15,9 +16,11 @@
 #![no_main]
 
 mod frame_walk;
+mod gil;
 mod maps;
 mod process_events;
 mod sampling;
+mod sched_switch;
 mod thread_state;
 
 #[cfg(not(test))]

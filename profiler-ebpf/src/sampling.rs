@@ -1,6 +1,9 @@
 //! The sampling program: on every CPU-clock perf event, for a thread of a registered process,
 //! finds its `PyThreadState`, walks the interpreter frames from the current one towards the
 //! bottom, and writes one record (header, leading frames in full, the rest hashed).
+//!
+//! The walk itself ([`walk_current_stack`]) is shared with the scheduler-switch program
+//! (`sched_switch`), which walks a thread as it leaves a CPU.
 
 use core::ffi::c_void;
 
@@ -19,16 +22,21 @@ use crate::frame_walk::{WalkState, read_frame, read_u64, walk_code_check};
 use crate::maps::{PROCESSES, bump, output_record};
 use crate::thread_state::{current_fsbase, find_thread_state};
 
+/// A ring-buffer record: the header, up to `MAX_FULL_FRAMES` frames, and one more slot for a
+/// kind-specific trailer written right after the last full frame (`record_kind::OFF_CPU`).
 #[repr(C)]
-struct Record {
-    header: SampleHeader,
-    frames: [FrameEntry; MAX_FULL_FRAMES],
+pub struct Record {
+    pub header: SampleHeader,
+    pub frames: [FrameEntry; MAX_FULL_FRAMES + 1],
 }
 
 /// Per-CPU scratch space: the record being built and the bytes of the frame being read.
+/// Shared by the sampling and the scheduler-switch programs: both run with interrupts off on
+/// their CPU (the CPU-clock perf event's hrtimer handler, and `sched_switch` inside
+/// `__schedule` with the run queue locked), so neither interrupts the other on one CPU.
 #[repr(C)]
-struct Scratch {
-    record: Record,
+pub struct Scratch {
+    pub record: Record,
     layout: FrameLayout,
     walk: WalkState,
     frame: FrameBytes,
@@ -48,17 +56,24 @@ pub fn pyperch_sample(_ctx: PerfEventContext) -> u32 {
         return 0;
     };
     bump(counter::SAMPLED);
-    let Some(scratch) = scratch_mut() else {
+    if !crate::gil::sample_wanted(info, pid_tgid as u32) {
         return 0;
-    };
-    sample(info, tgid, pid_tgid as u32, scratch);
+    }
+    if let Some((scratch, n_full)) = walk_current_stack(info, tgid, pid_tgid as u32, record_kind::CPU_SAMPLE) {
+        emit(scratch, n_full, 0);
+    }
     0
 }
 
-fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch) {
+/// Walks the Python stack of the running thread `tid` of process `tgid` into this CPU's
+/// scratch record: fills the header (with `kind`) and the full frames. Returns the scratch and
+/// the number of full frames for the caller to send (see [`emit`]); `None` only if the
+/// per-CPU scratch is unavailable. The running thread's memory must be the current one.
+pub fn walk_current_stack(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32) -> Option<(&'static mut Scratch, usize)> {
+    let scratch = scratch_mut()?;
     let header = &mut scratch.record.header;
     header.generation = info.generation;
-    header.kind = record_kind::CPU_SAMPLE;
+    header.kind = kind;
     header.time_ns = unsafe { bpf_ktime_get_ns() };
     header.tgid = tgid;
     header.tid = tid;
@@ -73,8 +88,7 @@ fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch
     let tstate = find_thread_state(info, tid, fsbase);
     if tstate == 0 {
         header.status = sample_status::NO_THREAD_STATE;
-        emit(scratch, 0);
-        return;
+        return Some((scratch, 0));
     }
     header.thread_state = tstate;
     let mut frame = read_u64(tstate + info.thread.frame as u64);
@@ -83,8 +97,7 @@ fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch
     }
     if frame == 0 {
         header.status = sample_status::NO_FRAME;
-        emit(scratch, 0);
-        return;
+        return Some((scratch, 0));
     }
 
     scratch.layout = info.frame;
@@ -102,7 +115,7 @@ fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch
     unsafe {
         generated::bpf_loop(MAX_FULL_FRAMES as u32, full_frame_step as *mut c_void, core::ptr::null_mut(), 0);
     }
-    let Some(scratch) = scratch_mut() else { return };
+    let scratch = scratch_mut()?;
     if scratch.walk.status == sample_status::TRUNCATED && scratch.walk.frame != 0 {
         scratch.record.header.tail_first = scratch.walk.frame;
         // SAFETY: as above.
@@ -110,7 +123,7 @@ fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch
             generated::bpf_loop(MAX_HASHED_FRAMES as u32, hashed_frame_step as *mut c_void, core::ptr::null_mut(), 0);
         }
     }
-    let Some(scratch) = scratch_mut() else { return };
+    let scratch = scratch_mut()?;
     let walk = scratch.walk;
     let header = &mut scratch.record.header;
     header.status = if walk.status == sample_status::TRUNCATED && walk.frame == 0 {
@@ -121,10 +134,10 @@ fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch
     header.n_full = walk.n_full;
     header.n_hashed = walk.n_hashed;
     header.tail_hash = walk.hash;
-    emit(scratch, walk.n_full as usize);
+    Some((scratch, walk.n_full as usize))
 }
 
-fn scratch_mut() -> Option<&'static mut Scratch> {
+pub fn scratch_mut() -> Option<&'static mut Scratch> {
     // SAFETY: a per-CPU array value; this program does not run reentrantly on one CPU.
     SCRATCH.get_ptr_mut(0).map(|p| unsafe { &mut *p })
 }
@@ -170,9 +183,10 @@ extern "C" fn hashed_frame_step(_index: u64, _ctx: *mut c_void) -> i64 {
     0
 }
 
-/// Sends the header and the first `n_full` frames.
-fn emit(scratch: &Scratch, n_full: usize) {
+/// Sends the header, the first `n_full` frames and `trailer_slots` (0 or 1) slots after them.
+pub fn emit(scratch: &Scratch, n_full: usize, trailer_slots: usize) {
     let n = if n_full > MAX_FULL_FRAMES { MAX_FULL_FRAMES } else { n_full };
+    let n = n + if trailer_slots > 0 { 1 } else { 0 };
     let len = core::mem::size_of::<SampleHeader>() + n * core::mem::size_of::<FrameEntry>();
     let len = if len > core::mem::size_of::<Record>() { core::mem::size_of::<Record>() } else { len };
     // `len` is at most the size of `Record`.

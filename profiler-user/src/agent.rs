@@ -62,6 +62,8 @@ pub struct AgentOptions {
     /// Whether `--app-name` was given: if not, a process in a pod named by its runtime's
     /// annotations is filed under `service_name` `<namespace>/<container>`.
     pub app_name_given: bool,
+    /// Which time to profile (`--mode`, `--min-off-cpu`); sets the pprof sample type.
+    pub time: crate::time_mode::TimeOptions,
 }
 
 /// How the agent reaches its backend besides the URL. Holds paths, never secret values.
@@ -156,16 +158,20 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     }
     crate::loader::preflight()?;
     let initial = inspect_pids(&options.pids, &options.filter)?;
-    let mut kernel = KernelProgram::load()?;
+    let mut kernel = KernelProgram::load_with(&options.time)?;
     let ring = kernel.take_ring_buffer()?;
     let scope = if options.pids.is_empty() { Scope::Host } else { Scope::Pids(options.pids.iter().copied().collect()) };
     let mut session = Session::new(kernel, scope, options.filter.clone(), options.threads);
+    session.set_time_mode(options.time.mode, options.rate);
     session.profile.set_budget(AGENT_INTERVAL_BUDGET);
     session.profile.set_line_numbers(options.line_numbers);
     for p in initial {
         session.add_process(p)?;
     }
     session.kernel.attach(options.rate)?;
+    if options.time.mode.off_cpu() {
+        session.kernel.attach_off_cpu()?;
+    }
     // Attached: keep only what sampling needs, before the uploader's thread starts.
     crate::privileges::drop_after_attach(&crate::privileges::Keep::default())?;
     let endpoint_text = [endpoint.as_ref(), otlp_endpoint.as_ref()]

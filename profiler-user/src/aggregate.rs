@@ -132,7 +132,12 @@ pub struct Profile {
     frames: Vec<FrameName>,
     frame_ids: HashMap<FrameName, FrameId>,
     processes: HashMap<u32, ProcessEntry>,
-    stacks: HashTable<(StackKey, u64)>,
+    /// Per stack: its value (samples, or nanoseconds in the time modes) and its events (the
+    /// samples and off-CPU intervals that make up the value).
+    stacks: HashTable<(StackKey, u64, u64)>,
+    /// Which time the values are (see [`crate::time_mode`]): sample counts in `cpu` mode,
+    /// nanoseconds in `wall` and `off-cpu` modes.
+    time_mode: crate::time_mode::TimeMode,
     hasher: DefaultHashBuilder,
     total: u64,
     /// Outputs start every stack with the process's container (`--by-container`).
@@ -181,6 +186,7 @@ impl Profile {
             frame_ids: HashMap::new(),
             processes: HashMap::new(),
             stacks: HashTable::new(),
+            time_mode: crate::time_mode::TimeMode::Cpu,
             hasher: DefaultHashBuilder::default(),
             total: 0,
             container_root: false,
@@ -205,6 +211,7 @@ impl Profile {
         p.container_root = self.container_root;
         p.timing = self.timing.clone();
         p.line_numbers = self.line_numbers;
+        p.time_mode = self.time_mode;
         // A copy of a profile that was within its budget.
         p.budget = usize::MAX;
         p
@@ -320,15 +327,22 @@ impl Profile {
     /// Returns `false`, counting nothing, for a stack not seen before that would take the
     /// profile past its byte budget.
     pub fn add(&mut self, pid: u32, tid: Option<u32>, frames_root_first: &[FrameId], count: u64) -> bool {
+        self.add_weighted(pid, tid, frames_root_first, count, count)
+    }
+
+    /// As [`Profile::add`], for `events` samples or intervals worth `count` together (the
+    /// value: nanoseconds in the time modes). Nothing is recorded when `count == 0`.
+    pub fn add_weighted(&mut self, pid: u32, tid: Option<u32>, frames_root_first: &[FrameId], count: u64, events: u64) -> bool {
         if count == 0 {
             return true;
         }
         let hash = stack_hash(&self.hasher, pid, tid, frames_root_first);
-        let same = |(key, _): &(StackKey, u64)| {
+        let same = |(key, _, _): &(StackKey, u64, u64)| {
             key.pid == pid && key.tid == tid && *key.frames == *frames_root_first
         };
-        if let Some((_, n)) = self.stacks.find_mut(hash, same) {
+        if let Some((_, n, e)) = self.stacks.find_mut(hash, same) {
             *n = n.saturating_add(count);
+            *e = e.saturating_add(events);
         } else {
             let cost = stack_bytes(frames_root_first.len());
             if self.bytes.saturating_add(cost) > self.budget {
@@ -341,7 +355,7 @@ impl Profile {
                 frames: Box::from(frames_root_first),
             };
             let hasher = &self.hasher;
-            self.stacks.insert_unique(hash, (key, count), |(k, _)| {
+            self.stacks.insert_unique(hash, (key, count, events), |(k, _, _)| {
                 stack_hash(hasher, k.pid, k.tid, &k.frames)
             });
         }
@@ -400,6 +414,7 @@ impl Profile {
         fresh.container_root = self.container_root;
         fresh.budget = self.budget;
         fresh.line_numbers = self.line_numbers;
+        fresh.time_mode = self.time_mode;
         fresh.epoch = self.epoch.wrapping_add(1);
         for (pid, entry) in &self.processes {
             if let Some(label) = entry.label.as_ref().filter(|_| keep_label(*pid)) {
@@ -417,9 +432,10 @@ impl Profile {
         part.timing = self.timing.clone();
         part.budget = usize::MAX;
         part.line_numbers = self.line_numbers;
+        part.time_mode = self.time_mode;
         let mut ids: HashMap<FrameId, FrameId> = HashMap::new();
         let mut frames = Vec::new();
-        for (key, count) in self.stacks() {
+        for (key, count, events) in self.stacks_with_events() {
             if keep(key) {
                 if let Some(label) = self.process(key.pid) {
                     part.set_process(key.pid, label.clone());
@@ -436,7 +452,7 @@ impl Profile {
                     };
                     frames.push(new);
                 }
-                part.add(key.pid, key.tid, &frames, count);
+                part.add_weighted(key.pid, key.tid, &frames, count, events);
             }
         }
         part
@@ -444,7 +460,22 @@ impl Profile {
 
     /// Every distinct stack with its (non-zero) count, in no particular order.
     pub fn stacks(&self) -> impl Iterator<Item = (&StackKey, u64)> {
-        self.stacks.iter().map(|(key, count)| (key, *count))
+        self.stacks.iter().map(|(key, count, _)| (key, *count))
+    }
+
+    /// Every distinct stack with its value and its number of events (samples and off-CPU
+    /// intervals; equal to the value in `cpu` mode).
+    pub fn stacks_with_events(&self) -> impl Iterator<Item = (&StackKey, u64, u64)> {
+        self.stacks.iter().map(|(key, count, events)| (key, *count, *events))
+    }
+
+    /// Sets which time the values are (nanoseconds in `wall` and `off-cpu` modes).
+    pub fn set_time_mode(&mut self, mode: crate::time_mode::TimeMode) {
+        self.time_mode = mode;
+    }
+
+    pub fn time_mode(&self) -> crate::time_mode::TimeMode {
+        self.time_mode
     }
 }
 

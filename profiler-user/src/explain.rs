@@ -21,9 +21,9 @@ pub struct RecordingFacts {
     pub busy_thread_samples: u64,
 }
 
-/// How `--idle` would help, until the wall-clock mode exists.
-pub const ASLEEP_HINT: &str = "pyperch samples threads only while they run on a CPU; to see where threads wait, \
-                               a wall-clock mode (--idle, --mode wall) is needed, which this version does not have yet";
+/// How the time modes help a recording of sleeping threads.
+pub const ASLEEP_HINT: &str = "--mode cpu (the default) samples threads only while they run on a CPU; to see where threads wait, \
+                               record with --mode wall (py-spy's --idle) or --mode off-cpu";
 
 /// Why a recording with no sample in its profile is empty, as one sentence.
 pub fn empty_recording(facts: RecordingFacts) -> String {

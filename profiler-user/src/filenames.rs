@@ -92,7 +92,7 @@ pub fn with_short_names(profile: &Profile) -> Profile {
         }
     }
     let mut frames = Vec::new();
-    for (key, count) in profile.stacks() {
+    for (key, count, events) in profile.stacks_with_events() {
         let cwd = cwds
             .entry(key.pid)
             .or_insert_with(|| profile.process(key.pid).and_then(|l| l.cwd.as_deref()).map(Arc::from))
@@ -109,7 +109,7 @@ pub fn with_short_names(profile: &Profile) -> Profile {
             });
             frames.push(new);
         }
-        short.add(key.pid, key.tid, &frames, count);
+        short.add_weighted(key.pid, key.tid, &frames, count, events);
     }
     if let Some(timeline) = profile.timeline() {
         let remap = |pid: u32, id: FrameId| {

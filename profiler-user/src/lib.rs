@@ -32,6 +32,7 @@ mod session;
 pub mod stats;
 pub mod symbolize;
 pub mod text;
+pub mod time_mode;
 pub mod timeline;
 pub mod top;
 pub mod upload;

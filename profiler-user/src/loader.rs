@@ -127,7 +127,10 @@ pub fn kernel_offsets() -> Result<KernelOffsets, LoadError> {
     // process's (see `pyperch_process_exit`).
     let signal = member_offset("task_struct", "signal").map(|(o, _)| o).unwrap_or(0);
     let live = member_offset("signal_struct", "live").map(|(o, _)| o).unwrap_or(0);
-    Ok(KernelOffsets { fsbase: thread_offset + fsbase_offset, task_signal: signal, signal_live: live })
+    // Optional: without them off-CPU time cannot be measured (`--mode wall/off-cpu` refused).
+    let task_pid = member_offset("task_struct", "pid").map(|(o, _)| o).unwrap_or(0);
+    let task_tgid = member_offset("task_struct", "tgid").map(|(o, _)| o).unwrap_or(0);
+    Ok(KernelOffsets { fsbase: thread_offset + fsbase_offset, task_signal: signal, signal_live: live, task_pid, task_tgid })
 }
 
 /// Kernel structure offsets the kernel program needs, from BTF.
@@ -139,6 +142,9 @@ pub struct KernelOffsets {
     pub task_signal: u64,
     /// `signal_struct.live` (0: unknown).
     pub signal_live: u64,
+    /// `task_struct.pid` and `task_struct.tgid` (0: unknown).
+    pub task_pid: u64,
+    pub task_tgid: u64,
 }
 
 /// Slots of the kernel's process map (`PROCESSES`): registered processes at once. The
@@ -159,6 +165,8 @@ pub struct KernelProgram {
     ebpf: Ebpf,
     registry: Arc<Registry>,
     attached_cpus: usize,
+    /// Whether BTF gave `task_struct.pid` and `.tgid` (needed for off-CPU time).
+    task_ids_known: bool,
 }
 
 /// The kernel program's maps that discovery works with: which processes are registered
@@ -183,6 +191,8 @@ const PROCESS_EVENT_PROGRAM: &str = "pyperch_process_event";
 const PROCESS_EXEC_PROGRAM: &str = "pyperch_process_exec";
 const PROCESS_EXIT_PROGRAM: &str = "pyperch_process_exit";
 const TRACEPOINT_PROGRAMS: [&str; 3] = [PROCESS_EVENT_PROGRAM, PROCESS_EXEC_PROGRAM, PROCESS_EXIT_PROGRAM];
+/// The scheduler-switch program (`--mode wall/off-cpu`), on the `sched_switch` tracepoint.
+const SWITCH_PROGRAM: &str = "pyperch_sched_switch";
 
 /// The scheduler tracepoints that count changes to the set of processes, and the program
 /// attached to each (the exit program also frees the slot of a registered process).
@@ -199,11 +209,27 @@ pub struct KernelCounters {
     pub sampled: u64,
     /// Records dropped because the ring buffer was full.
     pub ringbuf_full: u64,
+    /// Off-CPU intervals sent / summed as short / whose walked stack was not kept.
+    pub off_cpu_intervals: u64,
+    pub off_cpu_short: u64,
+    pub off_cpu_lost: u64,
+    /// `--mode gil`: samples dropped as not the GIL's holder / of versions that cannot tell.
+    pub not_gil_holder: u64,
+    pub gil_unknown: u64,
 }
 
 impl KernelProgram {
     /// Loads and verifies the kernel program (not attached yet).
     pub fn load() -> Result<Self, LoadError> {
+        Self::load_with(&crate::time_mode::TimeOptions::default())
+    }
+
+    /// As [`KernelProgram::load`], for the time mode `time`: off-CPU intervals shorter than
+    /// `min_off_cpu` are summed rather than sent; in `--mode gil` only samples of threads
+    /// holding the GIL are taken.
+    pub fn load_with(time: &crate::time_mode::TimeOptions) -> Result<Self, LoadError> {
+        let min_off_cpu_ns = u64::try_from(time.min_off_cpu.as_nanos()).unwrap_or(u64::MAX);
+        let gil_only = u64::from(time.mode == crate::time_mode::TimeMode::Gil);
         let offsets = kernel_offsets()?;
         let slots = process_slots();
         // Kernels >= 5.11 charge BPF memory to the memory cgroup; RLIMIT_MEMLOCK only matters
@@ -213,6 +239,10 @@ impl KernelProgram {
             .override_global("TASK_FSBASE_OFFSET", &offsets.fsbase, true)
             .override_global("TASK_SIGNAL_OFFSET", &offsets.task_signal, true)
             .override_global("SIGNAL_LIVE_OFFSET", &offsets.signal_live, true)
+            .override_global("MIN_OFF_CPU_NS", &min_off_cpu_ns, true)
+            .override_global("GIL_ONLY", &gil_only, true)
+            .override_global("TASK_PID_OFFSET", &offsets.task_pid, true)
+            .override_global("TASK_TGID_OFFSET", &offsets.task_tgid, true)
             .map_max_entries("PROCESSES", slots)
             .load(KERNEL_PROGRAM)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
@@ -222,6 +252,8 @@ impl KernelProgram {
             let program: &mut RawTracePoint = program_mut(&mut ebpf, name)?;
             program.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
         }
+        let switch: &mut RawTracePoint = program_mut(&mut ebpf, SWITCH_PROGRAM)?;
+        switch.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
         let processes = BpfHashMap::try_from(ebpf.take_map("PROCESSES").ok_or(LoadError::MissingMap("PROCESSES"))?)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").ok_or(LoadError::MissingMap("COUNTERS"))?)
@@ -234,7 +266,7 @@ impl KernelProgram {
             map_full: AtomicU64::new(0),
             generations: AtomicU32::new(0),
         });
-        Ok(Self { ebpf, registry, attached_cpus: 0 })
+        Ok(Self { ebpf, registry, attached_cpus: 0, task_ids_known: offsets.task_pid != 0 && offsets.task_tgid != 0 })
     }
 
     /// Attaches to the CPU clock of every online CPU, sampling at `hz`, and to the scheduler's
@@ -256,6 +288,44 @@ impl KernelProgram {
             self.attached_cpus += 1;
         }
         Ok(())
+    }
+
+    /// Attaches the scheduler-switch programs: off-CPU intervals of registered threads are
+    /// sent from now on (`--mode wall/off-cpu`).
+    pub fn attach_off_cpu(&mut self) -> Result<(), LoadError> {
+        if !self.task_ids_known {
+            return Err(LoadError::BtfMissing("task_struct.pid/tgid (needed to measure off-CPU time)"));
+        }
+        let program: &mut RawTracePoint = program_mut(&mut self.ebpf, SWITCH_PROGRAM)?;
+        program.attach("sched_switch").map_err(|e| LoadError::Load(format!("sched_switch: {}", error_chain(&e))))?;
+        Ok(())
+    }
+
+    /// The scheduler-switch program's per-thread state, read once at the end (after
+    /// `detach`): by tid, each thread's pending switch-out and unsent short time
+    /// (`ThreadSwitch`), and the record walked at its pending switch-out, if kept (the
+    /// kernel's `Record`: header, frames, trailer slot).
+    pub fn pending_off_cpu(&self) -> Vec<(u32, profiler_common::ThreadSwitch, Option<Vec<u8>>)> {
+        type RecordBytes = [u8; profiler_common::MAX_RECORD_SIZE];
+        let Some(map) = self.ebpf.map("THREAD_SWITCHES") else { return Vec::new() };
+        let Ok(states) = aya::maps::HashMap::<_, u32, profiler_common::ThreadSwitch>::try_from(map) else {
+            return Vec::new();
+        };
+        let records = self
+            .ebpf
+            .map("OFF_CPU_RECORDS")
+            .and_then(|m| aya::maps::HashMap::<_, u32, RecordBytes>::try_from(m).ok());
+        states
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(tid, state)| {
+                let record = match (&records, state.switched_out_ns) {
+                    (Some(r), out) if out != 0 => r.get(&tid, 0).ok().map(|b| b.to_vec()),
+                    _ => None,
+                };
+                (tid, state, record)
+            })
+            .collect()
     }
 
     fn attach_process_events(&mut self) -> Result<(), LoadError> {
@@ -308,7 +378,7 @@ impl KernelProgram {
         if let Ok(program) = program_mut::<PerfEvent>(&mut self.ebpf, SAMPLE_PROGRAM) {
             let _ = program.unload();
         }
-        for name in TRACEPOINT_PROGRAMS {
+        for name in TRACEPOINT_PROGRAMS.into_iter().chain([SWITCH_PROGRAM]) {
             if let Ok(program) = program_mut::<RawTracePoint>(&mut self.ebpf, name) {
                 let _ = program.unload();
             }
@@ -385,7 +455,15 @@ impl Registry {
     }
 
     pub fn counters(&self) -> KernelCounters {
-        KernelCounters { sampled: self.counter_sum(counter::SAMPLED), ringbuf_full: self.counter_sum(counter::RINGBUF_FULL) }
+        KernelCounters {
+            sampled: self.counter_sum(counter::SAMPLED),
+            ringbuf_full: self.counter_sum(counter::RINGBUF_FULL),
+            off_cpu_intervals: self.counter_sum(counter::OFF_CPU_INTERVALS),
+            off_cpu_short: self.counter_sum(counter::OFF_CPU_SHORT),
+            off_cpu_lost: self.counter_sum(counter::OFF_CPU_LOST),
+            not_gil_holder: self.counter_sum(counter::NOT_GIL_HOLDER),
+            gil_unknown: self.counter_sum(counter::GIL_UNKNOWN),
+        }
     }
 
     /// One of the kernel program's per-CPU counters, summed over CPUs (0 if unreadable).
@@ -401,6 +479,14 @@ impl Registry {
 
 }
 
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of `bpf_ktime_get_ns`.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the struct we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
 
 /// The kernel program `name`, as its program type.
 fn program_mut<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, LoadError>

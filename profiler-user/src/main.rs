@@ -9,6 +9,7 @@ use pyperch::{
     filter::ProcessFilter,
     output::Format,
     record::{self, RecordOptions},
+    time_mode::{TimeMode, TimeOptions},
 };
 
 /// A whole-host sampling profiler for CPython 3.8-3.15, built on eBPF.
@@ -121,30 +122,68 @@ struct DumpArgs {
     locals: bool,
 }
 
-/// py-spy's sampling modes, which pyperch does not have yet.
+/// Which time is profiled (`--mode`), and py-spy's names for the modes.
 #[derive(clap::Args, Debug, Clone)]
 struct ModeArgs {
-    /// Include threads that are not on a CPU (py-spy's --idle): needs the wall-clock mode
-    /// (--mode wall), not available yet: refused.
+    /// Which time to profile: cpu (samples of threads on a CPU), wall (every thread's whole
+    /// time: on-CPU samples weighted by the period plus exact off-CPU intervals, in
+    /// nanoseconds), off-cpu (only the time threads spend switched out, in nanoseconds) or
+    /// gil (samples of the threads holding the GIL only).
+    #[arg(long, value_enum, default_value = "cpu", value_name = "MODE")]
+    mode: TimeMode,
+    /// Off-CPU intervals shorter than this are not walked; their time is summed per thread
+    /// as `<off-cpu: short>` (e.g. 100us, 1ms, 0 to walk every interval).
+    #[arg(long, value_parser = parse_min_off_cpu, value_name = "DURATION", default_value = "100us")]
+    min_off_cpu: Duration,
+    /// Include threads that are not on a CPU (py-spy's --idle): the same as --mode wall.
     #[arg(long)]
     idle: bool,
-    /// Only samples of the thread holding the GIL (py-spy's --gil): needs the GIL mode
-    /// (--mode gil), not available yet: refused.
+    /// Only samples of the thread holding the GIL (py-spy's --gil): the same as --mode gil.
     #[arg(long)]
     gil: bool,
 }
 
 impl ModeArgs {
-    /// Refuses, before anything is sampled, the modes pyperch does not have yet.
-    fn check(&self) -> Result<(), Box<dyn std::error::Error>> {
-        if self.idle {
-            return Err("--idle needs the wall-clock sampling mode (--mode wall), which this version of pyperch does not have yet: it samples threads only while they run on a CPU".into());
-        }
-        if self.gil {
-            return Err("--gil needs the GIL sampling mode (--mode gil), which this version of pyperch does not have yet: it samples every thread running on a CPU".into());
-        }
-        Ok(())
+    /// The time settings; refuses, before anything is sampled, what pyperch does not have yet
+    /// and contradictions.
+    fn time(&self) -> Result<TimeOptions, Box<dyn std::error::Error>> {
+        let mode = match (self.idle, self.gil, self.mode) {
+            (true, true, _) => return Err("--idle (--mode wall) and --gil (--mode gil) cannot be combined".into()),
+            (false, false, mode) => mode,
+            (true, false, TimeMode::Cpu | TimeMode::Wall) => TimeMode::Wall,
+            (false, true, TimeMode::Cpu | TimeMode::Gil) => TimeMode::Gil,
+            (true, false, other) => {
+                return Err(format!("--idle is --mode wall; it cannot be combined with --mode {}", other.pprof_type()).into());
+            }
+            (false, true, other) => {
+                return Err(format!("--gil is --mode gil; it cannot be combined with --mode {}", other.pprof_type()).into());
+            }
+        };
+        Ok(TimeOptions { mode, min_off_cpu: self.min_off_cpu })
     }
+}
+
+/// A duration with a unit (us, ms, s), or 0.
+fn parse_min_off_cpu(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let (number, unit) = match text.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => (&text[..i], &text[i..]),
+        None => return Err(format!("{text:?} needs a unit: us, ms or s (e.g. 100us)")),
+    };
+    let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 100us or 1ms"))?;
+    let seconds = match unit {
+        "us" => value / 1e6,
+        "ms" => value / 1e3,
+        "s" => value,
+        _ => return Err(format!("{text:?} has an unknown unit (use us, ms or s)")),
+    };
+    if !(seconds >= 0.0 && seconds <= 60.0) {
+        return Err(format!("{text:?} must be between 0 and 60 s"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
 }
 
 /// How frames show their line (py-spy's --function and --nolineno).
@@ -438,7 +477,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             Ok(ExitCode::SUCCESS)
         }
         Commands::Agent(args) => {
-            args.modes.check()?;
+            let time = args.modes.time()?;
             agent::agent(AgentOptions {
                 upload_url: args.upload_url,
                 otlp_endpoint: args.otlp_endpoint,
@@ -464,11 +503,12 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                     headers: args.upload_headers,
                 },
                 app_name_given: args.app_name.is_some(),
+                time,
             })?;
             Ok(ExitCode::SUCCESS)
         }
         Commands::Record(args) => {
-            args.modes.check()?;
+            let time = args.modes.time()?;
             let (format, output) = resolve_output(args.format, args.output);
             let duration = match args.duration {
                 Some(d) if !(d > 0.0 && d.is_finite()) => {
@@ -492,6 +532,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 keep_running: args.keep_running,
                 line_numbers: args.lines.mode(),
                 full_filenames: args.full_filenames,
+                time,
             })?;
             Ok(match summary.command_status {
                 Some(code) => ExitCode::from(code.clamp(0, 255) as u8),

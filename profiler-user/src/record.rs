@@ -58,6 +58,8 @@ pub struct RecordOptions {
     pub line_numbers: LineNumbers,
     /// Show full file paths instead of short names (`--full-filenames`).
     pub full_filenames: bool,
+    /// Which time to profile (`--mode`, `--min-off-cpu`).
+    pub time: crate::time_mode::TimeOptions,
 }
 
 /// How the session ended.
@@ -128,7 +130,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
         inspect_pids(&options.pids, &options.filter)?
     };
 
-    let mut kernel = KernelProgram::load()?;
+    let mut kernel = KernelProgram::load_with(&options.time)?;
     let ring = kernel.take_ring_buffer()?;
     let scope = match (options.pids.is_empty(), options.subprocesses) {
         (true, _) => Scope::Host,
@@ -136,6 +138,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
         (false, true) => Scope::Trees(options.pids.iter().copied().collect()),
     };
     let mut session = Session::new(kernel, scope, options.filter.clone(), options.threads);
+    session.set_time_mode(options.time.mode, options.rate);
     session.profile.set_container_root(options.by_container);
     session.profile.set_line_numbers(options.line_numbers);
     if options.format.needs_timeline() {
@@ -145,6 +148,9 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
         session.add_process(p)?;
     }
     session.kernel.attach(options.rate)?;
+    if options.time.mode.off_cpu() {
+        session.kernel.attach_off_cpu()?;
+    }
 
     let mut child = None;
     if !options.command.is_empty() {
@@ -175,6 +181,8 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     // Stop sampling before writing.
     let kernel_counters = session.kernel.counters();
     session.kernel.detach();
+    let min_off_cpu_ns = u64::try_from(options.time.min_off_cpu.as_nanos()).unwrap_or(u64::MAX);
+    session.add_unsent_off_cpu(crate::loader::monotonic_ns(), min_off_cpu_ns);
     session.profile.set_timing(Timing { start: start_time, duration: elapsed, rate_hz: options.rate });
 
     let totals = session.totals();
@@ -342,6 +350,20 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
         "  kernel: {} samples of registered processes, {} lost (ring buffer full), {} malformed records",
         kernel.sampled, kernel.ringbuf_full, session.malformed_records
     );
+    if kernel.off_cpu_intervals + kernel.off_cpu_short + kernel.off_cpu_lost > 0 {
+        let _ = writeln!(
+            s,
+            "  kernel off-CPU intervals: {} sent, {} short (summed), {} whose stack was not kept (summed)",
+            kernel.off_cpu_intervals, kernel.off_cpu_short, kernel.off_cpu_lost
+        );
+    }
+    if kernel.not_gil_holder + kernel.gil_unknown > 0 {
+        let _ = writeln!(
+            s,
+            "  kernel --mode gil: {} samples of threads not holding the GIL dropped, {} of versions that cannot tell the holder dropped",
+            kernel.not_gil_holder, kernel.gil_unknown
+        );
+    }
     let _ = writeln!(s, "  {}", session.discovery_stats.report());
     if let Some(t) = session.profile.timeline() {
         let _ = writeln!(

@@ -93,6 +93,13 @@ pub struct Counters {
     pub stale_invalidations: u64,
     /// Times a symbol or frame cache was emptied to stay within its byte budget.
     pub cache_evictions: u64,
+    /// Off-CPU intervals received (`--mode wall/off-cpu`; each is also one outcome above).
+    pub off_cpu_intervals: u64,
+    /// Nanoseconds of off-CPU time charged to a stack / to `<off-cpu: short>` / dropped with
+    /// their record (its outcome says why).
+    pub off_cpu_ns: u64,
+    pub off_cpu_short_ns: u64,
+    pub off_cpu_dropped_ns: u64,
 }
 
 impl Counters {
@@ -125,6 +132,10 @@ impl Counters {
         self.code_cache_misses += other.code_cache_misses;
         self.stale_invalidations += other.stale_invalidations;
         self.cache_evictions += other.cache_evictions;
+        self.off_cpu_intervals += other.off_cpu_intervals;
+        self.off_cpu_ns += other.off_cpu_ns;
+        self.off_cpu_short_ns += other.off_cpu_short_ns;
+        self.off_cpu_dropped_ns += other.off_cpu_dropped_ns;
     }
 
     /// A multi-line report, indented by `indent`.
@@ -164,6 +175,17 @@ impl Counters {
             self.ring_bytes,
             per_sample(self.ring_bytes)
         );
+        if self.off_cpu_intervals > 0 || self.off_cpu_short_ns > 0 {
+            let ms = |ns: u64| ns as f64 / 1e6;
+            let _ = writeln!(
+                s,
+                "{indent}off-CPU: {} intervals, {:.1} ms on stacks, {:.1} ms short (<off-cpu: short>), {:.1} ms dropped",
+                self.off_cpu_intervals,
+                ms(self.off_cpu_ns),
+                ms(self.off_cpu_short_ns),
+                ms(self.off_cpu_dropped_ns)
+            );
+        }
         s
     }
 }

@@ -85,6 +85,8 @@ pub struct PythonProcess {
     pub bytes_type_address: Option<u64>,
     pub layout: PythonLayout,
     pub tstate_lookup: ThreadStateLookup,
+    /// How to tell the GIL's holder (`--mode gil`).
+    pub gil: crate::layout::gil::GilLayout,
 }
 
 /// Display escapes the target's text (command names, reasons holding paths): see `text`.
@@ -288,6 +290,7 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
         bytes_type_address: file.bytes_type.map(|v| v.wrapping_add(bias)),
         layout,
         tstate_lookup,
+        gil: crate::layout::gil::gil_layout(version, file.debug_offsets.as_deref()),
     })
 }
 
@@ -342,6 +345,13 @@ impl PythonProcess {
             // Set by the session when it registers the process.
             generation: 0,
             _pad: 0,
+            gil_check: self.gil.check,
+            gil_locked: self.gil.locked,
+            gil_holder: if self.gil.check == profiler_common::gil_check::RUNTIME_TSTATE {
+                self.runtime_address.wrapping_add(self.gil.holder)
+            } else {
+                self.gil.holder
+            },
         })
     }
 

@@ -10,6 +10,7 @@
 
 pub mod debug_offsets;
 pub mod inspection;
+pub mod gil;
 pub mod tables;
 
 use profiler_common::{FrameLayout, ThreadLayout};

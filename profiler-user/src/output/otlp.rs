@@ -101,8 +101,14 @@ pub fn request(profile: &Profile, info: &ResourceInfo) -> ExportProfilesServiceR
     for (key, count) in profile.stacks() {
         by_pid.entry(key.pid).or_default().push((key, count));
     }
-    let sample_type = dict.value_type(SAMPLE_TYPE);
-    let period_type = dict.value_type(PERIOD_TYPE);
+    // In the time modes the values are nanoseconds of wall or off-CPU time.
+    let mode = profile.time_mode();
+    let (sample_type, period_type) = if mode.in_nanoseconds() {
+        let t = dict.value_type((mode.pprof_type(), "nanoseconds"));
+        (t, dict.value_type((mode.pprof_type(), "nanoseconds")))
+    } else {
+        (dict.value_type(SAMPLE_TYPE), dict.value_type(PERIOD_TYPE))
+    };
     let timing = profile.timing();
     let (time_unix_nano, duration_nano, period) = match timing {
         Some(t) => (

@@ -24,6 +24,10 @@
 //!   be told apart from an absent one in proto3). A stack with no Python frames gets a single
 //!   [`super::NO_PYTHON_FRAMES`] location, so every sample has at least one location.
 //!
+//! - in `--mode wall` and `--mode off-cpu` the values are already nanoseconds: the sample
+//!   types are `samples`/`count` (on-CPU samples and off-CPU intervals) and `wall` or
+//!   `off-cpu`/`nanoseconds`, the period type the same time type.
+//!
 //! Invariants: `string_table[0]` is `""`; every id is non-zero and ids are dense from 1;
 //! every `location_id` names a written `Location` and every `function_id` a written
 //! `Function`; every string index is `< string_table.len()`; every sample has one value per
@@ -251,16 +255,19 @@ fn build(
     timing: &Timing,
 ) -> proto::Profile {
     let mut table = Table::new();
-    let with_cpu = timing.period_nanos > 0;
+    let mode = profile.time_mode();
+    // In the time modes (`wall`, `off-cpu`) values are nanoseconds already, events the count.
+    let timed = mode.in_nanoseconds();
+    let with_cpu = timed || timing.period_nanos > 0;
     let mut sample_type = vec![table.strings.value_type(SAMPLE_TYPE)];
     if with_cpu {
-        sample_type.push(table.strings.value_type(CPU_SAMPLE_TYPE));
+        sample_type.push(table.strings.value_type((mode.pprof_type(), "nanoseconds")));
     }
 
-    let mut stacks: Vec<(&StackKey, u64)> = profile.stacks().collect();
+    let mut stacks: Vec<(&StackKey, u64, u64)> = profile.stacks_with_events().collect();
     stacks.sort_unstable();
     let mut samples = Vec::with_capacity(stacks.len());
-    for (key, count) in stacks {
+    for (key, count, events) in stacks {
         let mut location_id = Vec::with_capacity(key.frames.len().max(1));
         if key.frames.is_empty() {
             location_id.push(table.no_python_location());
@@ -269,8 +276,11 @@ fn build(
             location_id.push(table.frame_location(profile, id));
         }
         let count = i64::try_from(count).unwrap_or(i64::MAX);
-        let mut value = vec![count];
-        if with_cpu {
+        let events = i64::try_from(events).unwrap_or(i64::MAX);
+        let mut value = vec![if timed { events } else { count }];
+        if timed {
+            value.push(count);
+        } else if with_cpu {
             value.push(count.saturating_mul(timing.period_nanos));
         }
         let label = labels(key)
@@ -288,7 +298,7 @@ fn build(
             label,
         });
     }
-    let period_type = Some(table.strings.value_type(PERIOD_TYPE));
+    let period_type = Some(table.strings.value_type(if timed { (mode.pprof_type(), "nanoseconds") } else { PERIOD_TYPE }));
     proto::Profile {
         sample_type,
         sample: samples,
@@ -601,6 +611,20 @@ mod tests {
         assert_eq!(decoded.function_count, 0);
         assert_eq!(decoded.strings[0], "");
         assert_eq!(decoded.sample_types, pairs(&[("samples", "count")]));
+    }
+
+    /// In the time modes the values are nanoseconds already: `samples` counts the events
+    /// (samples and off-CPU intervals), the second type is the mode's time.
+    #[test]
+    fn wall_mode_values_are_events_and_nanoseconds() {
+        let mut p = Profile::new();
+        p.set_time_mode(crate::time_mode::TimeMode::Wall);
+        p.add_weighted(1, Some(2), &[], 7_000_000, 1);
+        p.add_weighted(1, Some(2), &[], 1_000_000, 1);
+        let decoded = decode(&written(&p, &Timing { period_nanos: 1_000_000, ..Timing::default() }));
+        assert_eq!(decoded.sample_types, pairs(&[("samples", "count"), ("wall", "nanoseconds")]));
+        assert_eq!(decoded.period_type, ("wall".to_string(), "nanoseconds".to_string()));
+        assert_eq!(decoded.samples[0].1, vec![2, 8_000_000]);
     }
 
     #[test]

@@ -144,7 +144,7 @@ fn build(profile: &Profile, title: &str) -> File {
             profiles.push(SampledProfile {
                 kind: "sampled",
                 name,
-                unit: "none",
+                unit: if profile.time_mode().in_nanoseconds() { "nanoseconds" } else { "none" },
                 start_value: 0,
                 end_value: 0,
                 samples: Vec::new(),

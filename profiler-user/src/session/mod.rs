@@ -15,7 +15,9 @@ use std::{
     time::Duration,
 };
 
-use profiler_common::{SAMPLE_HEADER_SIZE, SampleHeader, record_kind};
+use profiler_common::{
+    FRAME_ENTRY_SIZE, MAX_FULL_FRAMES, OffCpuInterval, SAMPLE_HEADER_SIZE, SampleHeader, off_cpu_reason, record_kind,
+};
 
 use crate::{
     aggregate::{ProcessLabel, Profile},
@@ -25,13 +27,14 @@ use crate::{
     memory::{self, ProcessMemory},
     record::RecordError,
     stats::{Counters, SampleOutcome},
+    time_mode::{OFF_CPU_PREEMPTED, OFF_CPU_SHORT, OFF_CPU_SLEEP, TimeMode},
 };
 
 pub(crate) use event_loop::{LoopControl, LoopEnd, exit_code, run_loop};
 pub(crate) use budget::Budgeted;
 pub(crate) use discoverer::{DiscoveryStats, INSPECT_BUDGET};
 use discoverer::{DiscoveryEvent, DiscoveryHandle};
-use target::Target;
+use target::{Charge, Target};
 
 /// How often discovery looks for new Python processes (a launched command's children are
 /// looked for more often: short scripts matter there). A look costs almost nothing while the
@@ -98,6 +101,10 @@ pub(crate) struct Session {
     retired_overflow: Counters,
     pub(crate) profile: Profile,
     threads: bool,
+    /// Which records count and what each is worth (`--mode`).
+    time_mode: TimeMode,
+    /// Nanoseconds between two CPU-clock samples (the value of one in the time modes).
+    period_ns: u64,
     unknown_process_samples: u64,
     pub(crate) malformed_records: u64,
     /// Processes that were ever registered.
@@ -127,12 +134,92 @@ impl Session {
             retired_overflow: Counters::default(),
             profile: Profile::new(),
             threads,
+            time_mode: TimeMode::Cpu,
+            period_ns: 0,
             unknown_process_samples: 0,
             malformed_records: 0,
             registered: 0,
             late_samples: 0,
             discovery: None,
             discovery_stats: Arc::default(),
+        }
+    }
+
+    /// Sets which time the profile shows (`--mode`) and the sampling rate (for the value of a
+    /// CPU sample in the time modes).
+    pub(crate) fn set_time_mode(&mut self, mode: TimeMode, rate_hz: u64) {
+        self.time_mode = mode;
+        self.period_ns = 1_000_000_000 / rate_hz.max(1);
+        self.profile.set_time_mode(mode);
+    }
+
+    /// Once sampling has stopped at `end_ns` (kernel monotonic clock): charges what the
+    /// kernel holds but has not sent. A thread still switched out has its interval up to
+    /// `end_ns` charged to the stack walked when it left (a thread blocked since before the
+    /// recording began has none, and shows nothing); threads' short intervals not yet sent
+    /// are added as `<off-cpu: short>`.
+    pub(crate) fn add_unsent_off_cpu(&mut self, end_ns: u64, min_off_cpu_ns: u64) {
+        if !self.time_mode.off_cpu() {
+            return;
+        }
+        for (tid, state, record) in self.kernel.pending_off_cpu() {
+            let mut short = state.short_ns;
+            let pending = end_ns.saturating_sub(state.switched_out_ns);
+            match record {
+                Some(mut bytes) if state.switched_out_ns != 0 && pending >= min_off_cpu_ns && bytes.len() >= SAMPLE_HEADER_SIZE => {
+                    // SAFETY: the bytes start with a SampleHeader (plain data), checked for length.
+                    let mut header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
+                    if header.tid != tid || header.kind != record_kind::OFF_CPU {
+                        continue;
+                    }
+                    header.time_ns = end_ns;
+                    let n = (header.n_full as usize).min(MAX_FULL_FRAMES);
+                    let at = SAMPLE_HEADER_SIZE + n * FRAME_ENTRY_SIZE;
+                    let trailer = OffCpuInterval {
+                        off_ns: pending,
+                        short_ns: short,
+                        switched_out_ns: state.switched_out_ns,
+                        reason: state.reason,
+                        _pad: 0,
+                    };
+                    let end = at + std::mem::size_of::<OffCpuInterval>();
+                    if bytes.len() < end {
+                        continue;
+                    }
+                    // SAFETY: both writes are of plain data within `bytes` (lengths checked).
+                    unsafe {
+                        std::ptr::write_unaligned(bytes.as_mut_ptr() as *mut SampleHeader, header);
+                        std::ptr::write_unaligned(bytes.as_mut_ptr().add(at) as *mut OffCpuInterval, trailer);
+                    }
+                    self.on_record(&bytes[..end]);
+                    short = 0;
+                }
+                _ if state.switched_out_ns != 0 && pending < min_off_cpu_ns => short = short.saturating_add(pending),
+                _ => {}
+            }
+            self.add_short_off_cpu(state.tgid, state.generation, tid, short);
+        }
+    }
+
+    fn add_short_off_cpu(&mut self, tgid: u32, generation: u32, tid: u32, ns: u64) {
+        if ns == 0 || !self.targets.get(&tgid).is_some_and(|t| t.generation == generation) {
+            return;
+        }
+        let Some(id) = self.profile.try_intern(crate::aggregate::FrameName {
+            function: Arc::from(OFF_CPU_SHORT),
+            file: Arc::from(""),
+            line: 0,
+        }) else {
+            return;
+        };
+        let tid = self.threads.then_some(tid);
+        let added = self.profile.add_weighted(tgid, tid, &[id], ns, 0);
+        if let Some(t) = self.targets.get_mut(&tgid) {
+            if added {
+                t.counters.off_cpu_short_ns += ns;
+            } else {
+                t.counters.off_cpu_dropped_ns += ns;
+            }
         }
     }
 
@@ -293,10 +380,24 @@ impl Session {
         }
         // SAFETY: the record starts with a SampleHeader (plain data), checked for length.
         let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
-        if header.kind != record_kind::CPU_SAMPLE {
-            self.malformed_records += 1;
-            return;
-        }
+        let charge = match header.kind {
+            record_kind::CPU_SAMPLE if !self.time_mode.on_cpu() => return,
+            record_kind::CPU_SAMPLE if self.time_mode.in_nanoseconds() => Charge { value: self.period_ns, leaf: None },
+            record_kind::CPU_SAMPLE => Charge { value: 1, leaf: None },
+            record_kind::OFF_CPU if self.time_mode.off_cpu() => {
+                let Some(interval) = off_cpu_trailer(&header, &bytes[SAMPLE_HEADER_SIZE..]) else {
+                    self.malformed_records += 1;
+                    return;
+                };
+                let leaf = if interval.reason == off_cpu_reason::PREEMPTED { OFF_CPU_PREEMPTED } else { OFF_CPU_SLEEP };
+                self.add_short_off_cpu(header.tgid, header.generation, header.tid, interval.short_ns);
+                Charge { value: interval.off_ns, leaf: Some(leaf) }
+            }
+            _ => {
+                self.malformed_records += 1;
+                return;
+            }
+        };
         if self.targets.get(&header.tgid).is_none_or(|t| t.generation != header.generation) {
             // Discovery may have announced it (or its successor) after our last look.
             self.apply_discovery();
@@ -307,8 +408,16 @@ impl Session {
             return;
         };
         let (reads, read_bytes) = (memory::READS.load(Relaxed), memory::BYTES_READ.load(Relaxed));
-        let outcome = target.process_sample(&header, &bytes[SAMPLE_HEADER_SIZE..], &mut self.profile, self.threads);
+        let outcome = target.process_sample(&header, &bytes[SAMPLE_HEADER_SIZE..], &mut self.profile, self.threads, charge);
         target.counters.count(outcome);
+        if header.kind == record_kind::OFF_CPU {
+            target.counters.off_cpu_intervals += 1;
+            if outcome == SampleOutcome::Ok {
+                target.counters.off_cpu_ns += charge.value;
+            } else {
+                target.counters.off_cpu_dropped_ns += charge.value;
+            }
+        }
         target.counters.ring_bytes += bytes.len() as u64;
         // Reads happen on this thread only, so the difference is this sample's.
         target.counters.memory_reads += memory::READS.load(Relaxed) - reads;
@@ -334,3 +443,34 @@ impl Session {
     }
 }
 
+
+/// The off-CPU trailer of an `record_kind::OFF_CPU` record: the slot after its full frames.
+/// `None` when the record is too short to hold it (malformed).
+fn off_cpu_trailer(header: &SampleHeader, body: &[u8]) -> Option<OffCpuInterval> {
+    let n = (header.n_full as usize).min(MAX_FULL_FRAMES);
+    let at = n * FRAME_ENTRY_SIZE;
+    let bytes = body.get(at..at + std::mem::size_of::<OffCpuInterval>())?;
+    // SAFETY: the slice holds exactly one OffCpuInterval, which is plain data.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const OffCpuInterval) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The trailer is the slot after the record's full frames; a record too short for it is
+    /// malformed (`None`), and a forged `n_full` cannot read past the body.
+    #[test]
+    fn off_cpu_trailer_follows_the_full_frames() {
+        let interval = OffCpuInterval { off_ns: 7_000_000, short_ns: 5, switched_out_ns: 9, reason: off_cpu_reason::PREEMPTED, _pad: 0 };
+        let mut body = vec![0u8; 2 * FRAME_ENTRY_SIZE];
+        // SAFETY: OffCpuInterval is plain data of FRAME_ENTRY_SIZE bytes.
+        let bytes: [u8; FRAME_ENTRY_SIZE] = unsafe { std::mem::transmute(interval) };
+        body.extend_from_slice(&bytes);
+        let header = SampleHeader { n_full: 2, kind: record_kind::OFF_CPU, ..Default::default() };
+        assert_eq!(off_cpu_trailer(&header, &body), Some(interval));
+        assert_eq!(off_cpu_trailer(&header, &body[..body.len() - 1]), None);
+        let forged = SampleHeader { n_full: u32::MAX, ..header };
+        assert_eq!(off_cpu_trailer(&forged, &body), None);
+    }
+}

@@ -51,6 +51,15 @@ pub(crate) struct Target {
     stack: Vec<FrameId>,
 }
 
+/// What one record is worth in the profile: its value (1 sample, the sampling period, or an
+/// off-CPU interval in nanoseconds) and the frame added below its Python frames, if any
+/// (`<off-cpu: sleep>`...).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Charge {
+    pub(crate) value: u64,
+    pub(crate) leaf: Option<&'static str>,
+}
+
 /// A symbolized code object and the validation word it had when read.
 struct CodeEntry {
     info: CodeInfo,
@@ -105,14 +114,14 @@ impl Target {
         }
     }
 
-    pub(super) fn process_sample(&mut self, header: &SampleHeader, body: &[u8], profile: &mut Profile, threads: bool) -> SampleOutcome {
+    pub(super) fn process_sample(&mut self, header: &SampleHeader, body: &[u8], profile: &mut Profile, threads: bool, charge: Charge) -> SampleOutcome {
         if self.epoch != Some(profile.epoch()) {
             // A new interval's profile: the cached frame ids belong to the previous one.
             self.positions.clear();
             self.tails.clear();
             self.epoch = Some(profile.epoch());
         }
-        let outcome = self.process_sample_inner(header, body, profile, threads);
+        let outcome = self.process_sample_inner(header, body, profile, threads, charge);
         self.account();
         outcome
     }
@@ -143,7 +152,7 @@ impl Target {
         }
     }
 
-    fn process_sample_inner(&mut self, header: &SampleHeader, body: &[u8], profile: &mut Profile, threads: bool) -> SampleOutcome {
+    fn process_sample_inner(&mut self, header: &SampleHeader, body: &[u8], profile: &mut Profile, threads: bool, charge: Charge) -> SampleOutcome {
         match header.status {
             sample_status::COMPLETE => {}
             sample_status::NO_THREAD_STATE => return SampleOutcome::NoThreadState,
@@ -217,12 +226,22 @@ impl Target {
                 }
             }
         }
+        let python_frames = stack.len();
+        if let (Ok(()), Some(leaf)) = (&result, charge.leaf) {
+            let name = FrameName { function: Arc::from(leaf), file: Arc::from(""), line: 0 };
+            match profile.try_intern(name) {
+                Some(id) => stack.push(id),
+                None => result = Err(FrameError::ProfileFull),
+            }
+        }
         let outcome = match result {
             Err(FrameError::BadCode) => SampleOutcome::BadCodeObject,
             Err(FrameError::Changed) => SampleOutcome::ChangedCodeObject,
             Err(FrameError::ProfileFull) => SampleOutcome::ProfileFull,
-            Ok(()) if stack.is_empty() => SampleOutcome::Idle,
-            Ok(()) if !profile.add(header.tgid, threads.then_some(header.tid), &stack, 1) => SampleOutcome::ProfileFull,
+            Ok(()) if python_frames == 0 => SampleOutcome::Idle,
+            Ok(()) if !profile.add_weighted(header.tgid, threads.then_some(header.tid), &stack, charge.value, 1) => {
+                SampleOutcome::ProfileFull
+            }
             Ok(()) => {
                 profile.add_time(header.tgid, header.tid, header.time_ns, &stack);
                 SampleOutcome::Ok

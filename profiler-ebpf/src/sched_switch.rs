@@ -1,0 +1,181 @@
+//! The scheduler-switch program (`--mode wall` and `--mode off-cpu`): exact off-CPU time.
+//!
+//! Attached to the `sched_switch` tracepoint, which runs in the context of the thread leaving
+//! the CPU (`prev`, still `current`, its memory still mapped) and names the one coming in:
+//! - `prev` of a registered process: its Python stack is walked now, with the sampling
+//!   program's walk, and kept in `OFF_CPU_RECORDS` with the time and the reason (preempted
+//!   while runnable: `preempt` or `prev_state == TASK_RUNNING`; otherwise asleep). The stack cannot change while the thread is off a CPU, so it
+//!   is the stack of the whole interval.
+//! - `next` of a registered process with a pending switch-out: the interval ends now; its
+//!   length is written into the kept record, which is sent. Intervals shorter than
+//!   `MIN_OFF_CPU_NS` are not sent; their time is summed per thread (`THREAD_SWITCHES`) and
+//!   sent with the thread's next record, so no time is lost. At the end userspace reads
+//!   both maps: what is left, and the kept records of threads still switched out, charged
+//!   up to the end.
+//!
+//! Why not walk on the way back in: that needs a hook in the incoming thread's context
+//! (`finish_task_switch`), and kernels without kprobes (`CONFIG_KPROBES=n`, as on this 6.18
+//! build) or where it is a compiler clone (`finish_task_switch.isra.0`, no fentry) have none.
+//!
+//! For threads of unregistered processes the program costs one `PROCESSES` lookup for
+//! `prev`, and two kernel reads (`next`'s ids) and one lookup for `next`.
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    macros::{map, raw_tracepoint},
+    maps::LruHashMap,
+    programs::RawTracePointContext,
+};
+use profiler_common::{
+    FRAME_ENTRY_SIZE, FrameEntry, MAX_FULL_FRAMES, OffCpuInterval, SAMPLE_HEADER_SIZE, ThreadSwitch, counter,
+    off_cpu_reason, record_kind,
+};
+
+use crate::maps::{PROCESSES, bump, output_record};
+use crate::sampling::{Record, walk_current_stack};
+
+/// Intervals shorter than this (nanoseconds) are summed, not sent. Set at load time.
+#[unsafe(no_mangle)]
+static MIN_OFF_CPU_NS: u64 = 0;
+/// Offsets of `task_struct.pid` and `task_struct.tgid`, from BTF.
+#[unsafe(no_mangle)]
+static TASK_PID_OFFSET: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_TGID_OFFSET: u64 = 0;
+
+/// Per registered thread (by tid): its pending switch-out and its unsent short time. An LRU
+/// map, so exited threads' entries make room for new ones.
+#[map]
+pub static THREAD_SWITCHES: LruHashMap<u32, ThreadSwitch> = LruHashMap::with_max_entries(65536, 0);
+
+/// The record of each switched-out registered thread (by tid), walked at the switch-out and
+/// sent at the switch-in. Entries live only while their thread is off a CPU; a thread whose
+/// entry was evicted (more threads off at once than slots) has that interval's time summed
+/// like a short one (`counter::OFF_CPU_LOST`).
+#[map]
+static OFF_CPU_RECORDS: LruHashMap<u32, Record> = LruHashMap::with_max_entries(8192, 0);
+
+/// `sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
+/// unsigned int prev_state)`, in `prev`'s context.
+#[raw_tracepoint]
+pub fn pyperch_sched_switch(ctx: RawTracePointContext) -> i32 {
+    // Preempted: the scheduler took the CPU from a runnable thread (`preempt`, or a switch on
+    // the way back to user mode, where `prev_state` is still TASK_RUNNING, 0).
+    let preempt: u64 = ctx.arg(0);
+    let prev_state: u64 = ctx.arg(3);
+    switch_out(preempt as u8 != 0 || prev_state as u32 == 0);
+    let next: u64 = ctx.arg(2);
+    switch_in(next);
+    0
+}
+
+/// The kernel's monotonic clock (read only for registered threads: unregistered ones cost
+/// the lookups alone).
+fn now() -> u64 {
+    // SAFETY: no preconditions.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+fn switch_out(preempt: bool) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    // SAFETY: the map value is only read, and the kernel keeps it alive for this run.
+    let Some(info) = (unsafe { PROCESSES.get(&tgid) }) else {
+        return;
+    };
+    let tid = pid_tgid as u32;
+    let reason = if preempt { off_cpu_reason::PREEMPTED } else { off_cpu_reason::SLEEP };
+    let now = now();
+    let Some((scratch, _)) = walk_current_stack(info, tgid, tid, record_kind::OFF_CPU) else {
+        return;
+    };
+    if OFF_CPU_RECORDS.insert(&tid, &scratch.record, 0).is_err() {
+        return;
+    }
+    if let Some(state) = THREAD_SWITCHES.get_ptr_mut(&tid) {
+        // SAFETY: a map value; only this thread's own switches write it, and a thread is
+        // switched on one CPU at a time.
+        let state = unsafe { &mut *state };
+        if state.generation != info.generation || state.tgid != tgid {
+            // The tid now belongs to another registration: its unsent time went with the old one.
+            state.short_ns = 0;
+            state.tgid = tgid;
+            state.generation = info.generation;
+        }
+        state.switched_out_ns = now;
+        state.reason = reason;
+    } else {
+        let state = ThreadSwitch { switched_out_ns: now, short_ns: 0, tgid, generation: info.generation, reason, _pad: 0 };
+        let _ = THREAD_SWITCHES.insert(&tid, &state, 0);
+    }
+}
+
+fn switch_in(next: u64) {
+    // SAFETY: frozen load-time constants; the kernel read tolerates any address.
+    let (tgid, tid) = unsafe {
+        let tgid_offset = core::ptr::read_volatile(&TASK_TGID_OFFSET);
+        let pid_offset = core::ptr::read_volatile(&TASK_PID_OFFSET);
+        if next == 0 || tgid_offset == 0 || pid_offset == 0 {
+            return;
+        }
+        (
+            bpf_probe_read_kernel((next + tgid_offset) as *const u32).unwrap_or(0),
+            bpf_probe_read_kernel((next + pid_offset) as *const u32).unwrap_or(0),
+        )
+    };
+    if tgid == 0 {
+        return;
+    }
+    // SAFETY: as in `switch_out`.
+    let Some(info) = (unsafe { PROCESSES.get(&tgid) }) else {
+        return;
+    };
+    let Some(state) = THREAD_SWITCHES.get_ptr_mut(&tid) else {
+        return;
+    };
+    // SAFETY: as in `switch_out`.
+    let state = unsafe { &mut *state };
+    if state.switched_out_ns == 0 || state.generation != info.generation || state.tgid != tgid {
+        return;
+    }
+    let now = now();
+    let interval = OffCpuInterval {
+        off_ns: now.saturating_sub(state.switched_out_ns),
+        short_ns: state.short_ns,
+        switched_out_ns: state.switched_out_ns,
+        reason: state.reason,
+        _pad: 0,
+    };
+    state.switched_out_ns = 0;
+    // SAFETY: a frozen load-time constant.
+    let min = unsafe { core::ptr::read_volatile(&MIN_OFF_CPU_NS) };
+    let Some(record) = OFF_CPU_RECORDS.get_ptr_mut(&tid) else {
+        bump(counter::OFF_CPU_LOST);
+        state.short_ns = state.short_ns.saturating_add(interval.off_ns);
+        return;
+    };
+    if interval.off_ns < min {
+        state.short_ns = state.short_ns.saturating_add(interval.off_ns);
+        bump(counter::OFF_CPU_SHORT);
+        let _ = OFF_CPU_RECORDS.remove(&tid);
+        return;
+    }
+    state.short_ns = 0;
+    bump(counter::OFF_CPU_INTERVALS);
+    // SAFETY: a map value of this thread, written only by its own switches.
+    let record = unsafe { &mut *record };
+    record.header.time_ns = now;
+    let n_full = record.header.n_full as usize;
+    let n = if n_full > MAX_FULL_FRAMES { MAX_FULL_FRAMES } else { n_full };
+    if let Some(slot) = record.frames.get_mut(n) {
+        // SAFETY: `OffCpuInterval` is plain data of exactly one `FrameEntry`'s size (asserted
+        // in profiler-common), written into that slot.
+        unsafe { core::ptr::write_unaligned(slot as *mut FrameEntry as *mut OffCpuInterval, interval) };
+        let len = SAMPLE_HEADER_SIZE + (n + 1) * FRAME_ENTRY_SIZE;
+        let len = if len > core::mem::size_of::<Record>() { core::mem::size_of::<Record>() } else { len };
+        output_record(record as *const Record as *const c_void, len);
+    }
+    let _ = OFF_CPU_RECORDS.remove(&tid);
+}

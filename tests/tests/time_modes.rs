@@ -1,0 +1,412 @@
+//! `--mode wall`, `--mode off-cpu` and `--mode cpu` against time the workload measured itself.
+//!
+//! time_modes.py runs, once the test says go (after pyperch samples), five threads for a few
+//! seconds: spin_sleep (3 ms spin / 7 ms time.sleep), lock_waiter (blocked on a lock held
+//! 20 ms at a time), lock_holder, pipe_reader (blocked in os.read on a pipe fed every 10 ms)
+//! and pipe_feeder; it writes each function's wall time and each thread's lifetime
+//! (perf_counter) to a JSON file. The checks, per thread (`--threads`; a thread is found by
+//! the functions in its stacks, so tids inside a PID namespace need no mapping):
+//! - wall mode: spin_part's and sleep_part's shares of spin_sleep's wall time within 2 points
+//!   of the measured shares; the off-CPU time of wait_lock, read_pipe and sleep_part within
+//!   2 % of the measured times; each thread's whole profile (on-CPU samples × period plus
+//!   off-CPU intervals) equals its lifetime within 1 %, which also shows that no time is
+//!   counted twice;
+//! - off-cpu mode: only `<off-cpu: ...>` stacks, with the same off-CPU times;
+//! - cpu mode: no `<off-cpu: ...>` frame, spin_part has the samples, sleep_part none to speak of;
+//! - gil mode (gil_share.py: four pure-Python threads on two CPUs contending for the GIL,
+//!   and one hashing with the GIL released): each of the four threads' share of the samples
+//!   within 3 points of its share of the GIL (its CPU time, `time.thread_time`: a thread
+//!   running Python holds the GIL), and the hashing thread, busy on a CPU without the GIL,
+//!   nearly absent.
+//!
+//! The truth is measured by the workload on the same clock as the recording, so a loaded
+//! machine changes both alike; what matters is that the recording covers the threads' whole
+//! lives (they start after sampling has begun and end well before it stops).
+
+use std::{collections::BTreeMap, fs, time::Duration};
+
+use pyperch_tests::*;
+
+/// How long the workload's threads run.
+const SECONDS: f64 = 6.0;
+/// Samples per second: a 1 ms period keeps the error of the sampled on-CPU part of a
+/// thread's wall time well under 1 %.
+const RATE: &str = "999";
+
+/// One thread of the profile: its stacks (Python frames by name, leaf last) and values (ns).
+#[derive(Default, Debug)]
+struct ThreadTime {
+    stacks: Vec<(Vec<String>, u64)>,
+}
+
+impl ThreadTime {
+    fn total(&self) -> u64 {
+        self.stacks.iter().map(|(_, n)| n).sum()
+    }
+
+    fn has(&self, function: &str) -> bool {
+        self.stacks.iter().any(|(f, _)| f.iter().any(|x| x == function))
+    }
+
+    /// Nanoseconds of the stacks holding `function`, off-CPU only when `off_cpu`.
+    fn of(&self, function: &str, off_cpu: Option<bool>) -> u64 {
+        self.stacks
+            .iter()
+            .filter(|(f, _)| f.iter().any(|x| x == function))
+            .filter(|(f, _)| off_cpu.is_none_or(|off| is_off_cpu(f) == off))
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+fn is_off_cpu(frames: &[String]) -> bool {
+    frames.last().is_some_and(|leaf| leaf.starts_with("<off-cpu: "))
+}
+
+/// The profile of process `pid` per `thread <tid>` frame, frames reduced to function names.
+fn threads_of(profile: &Profile, pid: u32) -> BTreeMap<u32, ThreadTime> {
+    let mut threads: BTreeMap<u32, ThreadTime> = BTreeMap::new();
+    for stack in profile.for_pid(pid).stacks {
+        let Some(tid) = stack.tid() else { continue };
+        let names = stack.python_frames().into_iter().map(|f| f.name).collect();
+        threads.entry(tid).or_default().stacks.push((names, stack.count));
+    }
+    threads
+}
+
+/// The thread whose stacks hold `function`.
+fn thread_with<'a>(threads: &'a BTreeMap<u32, ThreadTime>, function: &str, d: &str) -> &'a ThreadTime {
+    let found: Vec<&ThreadTime> = threads.values().filter(|t| t.has(function)).collect();
+    assert_eq!(found.len(), 1, "want exactly one thread running {function}, found {}{d}", found.len());
+    found[0]
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// Asserts `got` (ns) is within `pct` % of `want` (s).
+fn within_pct(what: &str, got: u64, want: f64, pct: f64, d: &str) {
+    let got = secs(got);
+    let error = 100.0 * (got - want).abs() / want;
+    note(format!("{what}: profiled {got:.4} s, measured {want:.4} s ({error:.2} % off)"));
+    assert!(error <= pct, "{what}: profiled {got:.4} s vs measured {want:.4} s: {error:.2} % off, want within {pct} %{d}");
+}
+
+/// Where the workload runs: its pid as pyperch sees it, its scratch directory, and what
+/// keeps it alive.
+struct Running {
+    pid: u32,
+    go: std::path::PathBuf,
+    result: std::path::PathBuf,
+    describe: String,
+    _keep: Box<dyn std::any::Any>,
+}
+
+/// A recording of the workload in `mode` (plus `extra` flags), the threads started once
+/// sampling runs. Returns the recording and the workload's measurements.
+fn record_workload(running: Running, mode: &str, extra: &[&str]) -> (Recording, serde_json::Value, u32) {
+    let pid = running.pid.to_string();
+    let duration = format!("{}", SECONDS + 6.0);
+    let mut args = vec!["--pid", &pid, "--mode", mode, "--threads", "--rate", RATE, "--duration", &duration, "--stats"];
+    args.extend_from_slice(extra);
+    let rec = RecordRun::start(&args);
+    assert!(rec.wait_until_sampling(Duration::from_secs(30)), "pyperch did not start sampling {}", running.describe);
+    // The scheduler-switch program attaches right after the perf events.
+    std::thread::sleep(Duration::from_millis(1500));
+    fs::write(&running.go, b"go").expect("cannot write the go file");
+    let rec = rec.finish();
+    rec.assert_ok();
+    let d = rec.diag_pid(running.pid);
+    let text = fs::read_to_string(&running.result).unwrap_or_else(|e| panic!("{}: no measurements ({e}){d}", running.describe));
+    let measured: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON {e}: {text}"));
+    (rec, measured, running.pid)
+}
+
+fn spawn_plain(label: &str) -> Option<Running> {
+    spawn_script(label, "time_modes.py")
+}
+
+fn spawn_script(label: &str, script: &str) -> Option<Running> {
+    let py = python(label)?;
+    let w = Workload::spawn(&py, script, &["{dir}/result.json", &SECONDS.to_string(), "{dir}/go"])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    Some(Running {
+        pid: w.pid,
+        go: w.dir.host_path("go"),
+        result: w.dir.host_path("result.json"),
+        describe: py.describe(),
+        _keep: Box::new(w),
+    })
+}
+
+fn measured(m: &serde_json::Value, thread: &str, field: &str) -> f64 {
+    json_f64(m, &[thread, field]).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// The wall-mode checks of the module doc.
+fn check_wall(rec: &Recording, m: &serde_json::Value, pid: u32, describe: &str) {
+    let d = rec.diag_pid(pid);
+    let threads = threads_of(&rec.profile, pid);
+    note(format!("{describe}: wall mode"));
+
+    let spinner = thread_with(&threads, "spin_sleep", &d);
+    let lifetime = measured(m, "spin_sleep", "lifetime");
+    let total = secs(spinner.total());
+    for part in ["spin_part", "sleep_part"] {
+        let share = secs(spinner.of(part, None)) / total;
+        let truth = measured(m, "spin_sleep", part) / lifetime;
+        note(format!("{describe}: {part} share of spin_sleep's wall time: profiled {:.2} %, measured {:.2} %", share * 100.0, truth * 100.0));
+        assert!(
+            (share - truth).abs() <= 0.02,
+            "{describe}: {part} has {:.2} % of spin_sleep's profiled wall time, measured {:.2} %: want within 2 points{d}",
+            share * 100.0,
+            truth * 100.0
+        );
+    }
+    within_pct(&format!("{describe}: sleep_part off-CPU"), spinner.of("sleep_part", Some(true)), measured(m, "spin_sleep", "sleep_part"), 2.0, &d);
+    let waiter = thread_with(&threads, "lock_waiter", &d);
+    within_pct(&format!("{describe}: wait_lock off-CPU"), waiter.of("wait_lock", Some(true)), measured(m, "lock_waiter", "wait_lock"), 2.0, &d);
+    let reader = thread_with(&threads, "pipe_reader", &d);
+    within_pct(&format!("{describe}: read_pipe off-CPU"), reader.of("read_pipe", Some(true)), measured(m, "pipe_reader", "read_pipe"), 2.0, &d);
+    for (thread, t) in [("spin_sleep", spinner), ("lock_waiter", waiter), ("pipe_reader", reader)] {
+        within_pct(&format!("{describe}: {thread} wall total vs lifetime"), t.total(), measured(m, thread, "lifetime"), 1.0, &d);
+    }
+}
+
+fn wall(label: &str) {
+    let Some(running) = spawn_plain(label) else { return };
+    let describe = running.describe.clone();
+    let (rec, m, pid) = record_workload(running, "wall", &[]);
+    check_wall(&rec, &m, pid, &describe);
+}
+
+#[test]
+fn wall_3_8() {
+    wall("3.8");
+}
+
+#[test]
+fn wall_3_9() {
+    wall("3.9");
+}
+
+#[test]
+fn wall_3_10() {
+    wall("3.10");
+}
+
+#[test]
+fn wall_3_11() {
+    wall("3.11");
+}
+
+#[test]
+fn wall_3_12() {
+    wall("3.12");
+}
+
+#[test]
+fn wall_3_13() {
+    wall("3.13");
+}
+
+#[test]
+fn wall_sid_3_13() {
+    wall("sid-3.13");
+}
+
+#[test]
+fn wall_sid_3_14() {
+    wall("sid-3.14");
+}
+
+#[test]
+fn wall_sid_3_15() {
+    wall("sid-3.15");
+}
+
+/// Off-CPU mode: nothing but off-CPU stacks, and the same exact waiting times.
+fn off_cpu(label: &str) {
+    let Some(running) = spawn_plain(label) else { return };
+    let describe = running.describe.clone();
+    let (rec, m, pid) = record_workload(running, "off-cpu", &[]);
+    let d = rec.diag_pid(pid);
+    let threads = threads_of(&rec.profile, pid);
+    for (tid, t) in &threads {
+        for (frames, n) in &t.stacks {
+            assert!(is_off_cpu(frames), "{describe}: thread {tid} has an on-CPU stack in off-cpu mode: {frames:?} {n}{d}");
+        }
+    }
+    let spinner = thread_with(&threads, "spin_sleep", &d);
+    within_pct(&format!("{describe}: sleep_part off-CPU"), spinner.of("sleep_part", None), measured(&m, "spin_sleep", "sleep_part"), 2.0, &d);
+    let waiter = thread_with(&threads, "lock_waiter", &d);
+    within_pct(&format!("{describe}: wait_lock off-CPU"), waiter.of("wait_lock", None), measured(&m, "lock_waiter", "wait_lock"), 2.0, &d);
+    let reader = thread_with(&threads, "pipe_reader", &d);
+    within_pct(&format!("{describe}: read_pipe off-CPU"), reader.of("read_pipe", None), measured(&m, "pipe_reader", "read_pipe"), 2.0, &d);
+    // spin_part is on a CPU but for preemptions and GIL hand-overs: far below its wall time.
+    let spin_off = secs(spinner.of("spin_part", None));
+    let spin_wall = measured(&m, "spin_sleep", "spin_part");
+    assert!(spin_off < spin_wall * 0.6, "{describe}: spin_part has {spin_off:.3} s off-CPU of {spin_wall:.3} s wall{d}");
+}
+
+#[test]
+fn off_cpu_3_8() {
+    off_cpu("3.8");
+}
+
+#[test]
+fn off_cpu_3_12() {
+    off_cpu("3.12");
+}
+
+#[test]
+fn off_cpu_sid_3_15() {
+    off_cpu("sid-3.15");
+}
+
+/// CPU mode (the default) is unchanged: samples of running threads only, counted not timed.
+#[test]
+fn cpu_mode_shows_only_running_time() {
+    let Some(running) = spawn_plain("3.12") else { return };
+    let describe = running.describe.clone();
+    let (rec, _m, pid) = record_workload(running, "cpu", &[]);
+    let d = rec.diag_pid(pid);
+    let threads = threads_of(&rec.profile, pid);
+    assert!(threads.values().all(|t| t.stacks.iter().all(|(f, _)| !is_off_cpu(f))), "{describe}: off-CPU frames in cpu mode{d}");
+    let spinner = thread_with(&threads, "spin_sleep", &d);
+    let (spin, sleep) = (spinner.of("spin_part", None), spinner.of("sleep_part", None));
+    assert!(spin >= 500, "{describe}: only {spin} samples in spin_part{d}");
+    assert!(sleep * 50 <= spin, "{describe}: sleep_part has {sleep} samples against spin_part's {spin}{d}");
+}
+
+/// Wall mode inside a PID namespace (and a cgroup), as in containers: the kernel's tids are
+/// not the namespace's, and nothing depends on them.
+#[test]
+fn wall_in_pid_namespace() {
+    let Some((py, mut cgroups)) = namespaced_python_and_cgroups() else { return };
+    let cgroup = format!("/pyperch-e2e-{}.slice/time-modes.scope", random_hex(8));
+    let c = Contained::spawn(
+        &py,
+        &mut cgroups,
+        &cgroup,
+        true,
+        "time_modes.py",
+        &["{dir}/result.json", &SECONDS.to_string(), "{dir}/go"],
+        &format!("tm{}", random_hex(6)),
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(c.namespaced);
+    let running = Running {
+        pid: c.host_pid,
+        go: c.dir.host_path("go"),
+        result: c.dir.host_path("result.json"),
+        describe: format!("{} in a PID namespace", py.describe()),
+        _keep: Box::new((c, cgroups)),
+    };
+    let describe = running.describe.clone();
+    let (rec, m, pid) = record_workload(running, "wall", &[]);
+    check_wall(&rec, &m, pid, &describe);
+}
+
+/// `--idle` and `--gil` are py-spy's names for `--mode wall` and `--mode gil`: combined with
+/// another mode, or with each other, they are one clear sentence; so is a bad `--min-off-cpu`.
+#[test]
+fn mode_flags_are_checked() {
+    let run = pyperch(&["record", "--gil", "--idle", "--duration", "1"], Duration::from_secs(30));
+    run.assert_clear_error();
+    assert!(run.error_line().contains("--mode gil"), "{}", run.diag());
+    let run = pyperch(&["record", "--gil", "--mode", "wall", "--duration", "1"], Duration::from_secs(30));
+    run.assert_clear_error();
+    assert!(run.error_line().contains("--mode gil"), "{}", run.diag());
+    let run = pyperch(&["record", "--idle", "--mode", "off-cpu", "--duration", "1"], Duration::from_secs(30));
+    run.assert_clear_error();
+    assert!(run.error_line().contains("--mode wall"), "{}", run.diag());
+    let run = pyperch(&["record", "--min-off-cpu", "5", "--duration", "1"], Duration::from_secs(30));
+    assert!(!run.success() && run.stderr.contains("unit"), "{}", run.diag());
+}
+
+/// `--idle` records off-CPU time (it is `--mode wall`).
+#[test]
+fn idle_is_wall_mode() {
+    let Some(running) = spawn_plain("3.12") else { return };
+    let describe = running.describe.clone();
+    let (rec, m, pid) = record_workload(running, "cpu", &["--idle"]);
+    check_wall(&rec, &m, pid, &describe);
+}
+
+/// `--mode gil`: see the module doc.
+fn gil(label: &str) {
+    let Some(running) = spawn_script(label, "gil_share.py") else { return };
+    let describe = running.describe.clone();
+    let (rec, m, pid) = record_workload(running, "gil", &[]);
+    let d = rec.diag_pid(pid);
+    let threads = threads_of(&rec.profile, pid);
+    let names = ["gil_a", "gil_b", "gil_c", "gil_d"];
+    let samples: Vec<u64> = names.iter().map(|n| thread_with(&threads, n, &d).total()).collect();
+    let held: Vec<f64> = names.iter().map(|n| json_f64(&m, &[n]).unwrap_or_else(|e| panic!("{e:#}"))).collect();
+    let (all_samples, all_held) = (samples.iter().sum::<u64>() as f64, held.iter().sum::<f64>());
+    assert!(all_samples >= 1000.0, "{describe}: only {all_samples} samples of the GIL holders{d}");
+    for (i, name) in names.iter().enumerate() {
+        let (share, truth) = (samples[i] as f64 / all_samples, held[i] / all_held);
+        note(format!("{describe}: {name} holds the GIL {:.2} % of the time, profiled {:.2} %", truth * 100.0, share * 100.0));
+        assert!(
+            (share - truth).abs() <= 0.03,
+            "{describe}: {name} has {:.2} % of the gil-mode samples, held the GIL {:.2} % of the time: want within 3 points{d}",
+            share * 100.0,
+            truth * 100.0
+        );
+    }
+    let hasher: u64 = threads.values().filter(|t| t.has("hash_free")).map(ThreadTime::total).sum();
+    let hash_cpu = json_f64(&m, &["hash_free"]).unwrap_or(0.0);
+    note(format!("{describe}: hash_free ran {hash_cpu:.2} s on a CPU without the GIL; {hasher} gil-mode samples"));
+    assert!(
+        (hasher as f64) < all_samples * 0.05,
+        "{describe}: hash_free (GIL released, {hash_cpu:.2} s on a CPU) has {hasher} gil-mode samples against {all_samples} of the holders{d}"
+    );
+}
+
+#[test]
+fn gil_3_8() {
+    gil("3.8");
+}
+
+#[test]
+fn gil_3_9() {
+    gil("3.9");
+}
+
+#[test]
+fn gil_3_10() {
+    gil("3.10");
+}
+
+#[test]
+fn gil_3_11() {
+    gil("3.11");
+}
+
+#[test]
+fn gil_3_12() {
+    gil("3.12");
+}
+
+#[test]
+fn gil_3_13() {
+    gil("3.13");
+}
+
+#[test]
+fn gil_sid_3_13() {
+    gil("sid-3.13");
+}
+
+#[test]
+fn gil_sid_3_14() {
+    gil("sid-3.14");
+}
+
+#[test]
+fn gil_sid_3_15() {
+    gil("sid-3.15");
+}
