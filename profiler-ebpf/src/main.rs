@@ -18,6 +18,7 @@ mod frame_walk;
 mod maps;
 mod process_events;
 mod sampling;
+mod sampling_bounded;
 mod thread_state;
 
 #[cfg(not(test))]

@@ -20,17 +20,17 @@ use crate::maps::{PROCESSES, bump, output_record};
 use crate::thread_state::{current_fsbase, find_thread_state};
 
 #[repr(C)]
-struct Record {
-    header: SampleHeader,
+pub(crate) struct Record {
+    pub(crate) header: SampleHeader,
     frames: [FrameEntry; MAX_FULL_FRAMES],
 }
 
 /// Per-CPU scratch space: the record being built and the bytes of the frame being read.
 #[repr(C)]
-struct Scratch {
-    record: Record,
+pub(crate) struct Scratch {
+    pub(crate) record: Record,
     layout: FrameLayout,
-    walk: WalkState,
+    pub(crate) walk: WalkState,
     frame: FrameBytes,
     /// The check window of the frame's code object (see `code_check`).
     code: FrameBytes,
@@ -56,6 +56,28 @@ pub fn pyperch_sample(_ctx: PerfEventContext) -> u32 {
 }
 
 fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch) {
+    if !start_walk(info, tgid, tid, scratch) {
+        return;
+    }
+    // SAFETY: bpf_loop calls the callbacks with our (unused) context; they find the walk state
+    // in this CPU's scratch value.
+    unsafe {
+        generated::bpf_loop(MAX_FULL_FRAMES as u32, full_frame_step as *mut c_void, core::ptr::null_mut(), 0);
+    }
+    let Some(scratch) = scratch_mut() else { return };
+    if start_tail(scratch) {
+        // SAFETY: as above.
+        unsafe {
+            generated::bpf_loop(MAX_HASHED_FRAMES as u32, hashed_frame_step as *mut c_void, core::ptr::null_mut(), 0);
+        }
+    }
+    finish_walk();
+}
+
+/// Fills the header and finds the first frame. Returns true when the walk is set up in
+/// `scratch.walk`; false when the sample ended early (no thread state, no frame) and its
+/// record was already sent.
+pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch) -> bool {
     let header = &mut scratch.record.header;
     header.generation = info.generation;
     header.kind = record_kind::CPU_SAMPLE;
@@ -74,7 +96,7 @@ fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch
     if tstate == 0 {
         header.status = sample_status::NO_THREAD_STATE;
         emit(scratch, 0);
-        return;
+        return false;
     }
     header.thread_state = tstate;
     let mut frame = read_u64(tstate + info.thread.frame as u64);
@@ -84,7 +106,7 @@ fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch
     if frame == 0 {
         header.status = sample_status::NO_FRAME;
         emit(scratch, 0);
-        return;
+        return false;
     }
 
     scratch.layout = info.frame;
@@ -97,19 +119,22 @@ fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch
         last_check: 0,
         last_code: 0,
     };
-    // SAFETY: bpf_loop calls the callbacks with our (unused) context; they find the walk state
-    // in this CPU's scratch value.
-    unsafe {
-        generated::bpf_loop(MAX_FULL_FRAMES as u32, full_frame_step as *mut c_void, core::ptr::null_mut(), 0);
-    }
-    let Some(scratch) = scratch_mut() else { return };
+    true
+}
+
+/// After the full frames: whether frames remain below them (then the hashed walk starts at
+/// `tail_first`).
+pub(crate) fn start_tail(scratch: &mut Scratch) -> bool {
     if scratch.walk.status == sample_status::TRUNCATED && scratch.walk.frame != 0 {
         scratch.record.header.tail_first = scratch.walk.frame;
-        // SAFETY: as above.
-        unsafe {
-            generated::bpf_loop(MAX_HASHED_FRAMES as u32, hashed_frame_step as *mut c_void, core::ptr::null_mut(), 0);
-        }
+        return true;
     }
+    false
+}
+
+/// Ends the walk: the status (a walk that stopped at a frame still to read was truncated),
+/// the counts and the tail hash go into the header, and the record is sent.
+pub(crate) fn finish_walk() {
     let Some(scratch) = scratch_mut() else { return };
     let walk = scratch.walk;
     let header = &mut scratch.record.header;
@@ -124,13 +149,13 @@ fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch
     emit(scratch, walk.n_full as usize);
 }
 
-fn scratch_mut() -> Option<&'static mut Scratch> {
+pub(crate) fn scratch_mut() -> Option<&'static mut Scratch> {
     // SAFETY: a per-CPU array value; this program does not run reentrantly on one CPU.
     SCRATCH.get_ptr_mut(0).map(|p| unsafe { &mut *p })
 }
 
 /// bpf_loop callback: reads frame `index` into the record. Returns 1 to stop.
-extern "C" fn full_frame_step(index: u64, _ctx: *mut c_void) -> i64 {
+pub(crate) extern "C" fn full_frame_step(index: u64, _ctx: *mut c_void) -> i64 {
     let Some(s) = scratch_mut() else { return 1 };
     if s.walk.frame == 0 {
         s.walk.status = sample_status::COMPLETE;
@@ -152,7 +177,7 @@ extern "C" fn full_frame_step(index: u64, _ctx: *mut c_void) -> i64 {
 }
 
 /// bpf_loop callback: reads one frame below the full ones and folds it into the tail hash.
-extern "C" fn hashed_frame_step(_index: u64, _ctx: *mut c_void) -> i64 {
+pub(crate) extern "C" fn hashed_frame_step(_index: u64, _ctx: *mut c_void) -> i64 {
     let Some(s) = scratch_mut() else { return 1 };
     if s.walk.frame == 0 {
         s.walk.status = sample_status::COMPLETE;

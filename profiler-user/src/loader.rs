@@ -14,8 +14,9 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    maps::ProgramArray,
     programs::{
-        PerfEvent, RawTracePoint,
+        PerfEvent, ProgramType, RawTracePoint,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
 };
@@ -25,8 +26,9 @@ use profiler_common::{ProcessInfo, counter};
 static KERNEL_PROGRAM: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
-/// `bpf_loop` arrived in Linux 5.17.
-const MIN_KERNEL: (u32, u32) = (5, 17);
+/// The oldest kernel pyperch runs on: ring buffers (5.8), and tail calls from programs
+/// with BPF-to-BPF calls on x86-64 (5.10) for the walk without `bpf_loop` (5.17).
+const MIN_KERNEL: (u32, u32) = (5, 10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -34,7 +36,7 @@ pub enum LoadError {
     NotPrivileged { missing: String },
     #[error("this kernel has no BTF ({BTF_PATH} is missing); pyperch needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
     NoBtf,
-    #[error("kernel {found} is too old; pyperch needs Linux {}.{} or newer (for bpf_loop)", MIN_KERNEL.0, MIN_KERNEL.1)]
+    #[error("kernel {found} is too old; pyperch needs Linux {}.{} or newer ", MIN_KERNEL.0, MIN_KERNEL.1)]
     KernelTooOld { found: String },
     #[error("could not read the kernel's BTF ({BTF_PATH}): {0}")]
     Btf(String),
@@ -154,9 +156,53 @@ fn process_slots() -> u32 {
         .unwrap_or(DEFAULT_PROCESS_SLOTS)
 }
 
+/// How the kernel program walks the frames: the same records either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walk {
+    /// `pyperch_sample`: `bpf_loop` callbacks (Linux 5.17+).
+    BpfLoop,
+    /// `pyperch_sample_bounded` + `pyperch_sample_tail`: bounded loops chained by tail calls,
+    /// for kernels without `bpf_loop`.
+    Bounded,
+}
+
+impl Walk {
+    /// The walk for this kernel: `bpf_loop` where the kernel has it (probed by loading a
+    /// one-call perf-event program), bounded loops otherwise. `PYPERCH_KERNEL_WALK=bounded`
+    /// (or `bpf_loop`) forces one, for tests.
+    pub fn for_this_kernel() -> Walk {
+        match std::env::var("PYPERCH_KERNEL_WALK").ok().as_deref() {
+            Some("bounded") => return Walk::Bounded,
+            Some("bpf_loop") => return Walk::BpfLoop,
+            _ => {}
+        }
+        match aya::sys::is_helper_supported(ProgramType::PerfEvent, aya::sys::BpfHelper::BPF_FUNC_loop) {
+            Ok(false) => Walk::Bounded,
+            // Supported, or the probe itself failed: the bpf_loop program's own load tells.
+            _ => Walk::BpfLoop,
+        }
+    }
+
+    /// The program attached to the perf events.
+    fn entry_program(self) -> &'static str {
+        match self {
+            Walk::BpfLoop => SAMPLE_PROGRAM,
+            Walk::Bounded => SAMPLE_BOUNDED_PROGRAM,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Walk::BpfLoop => "bpf_loop",
+            Walk::Bounded => "bounded loops",
+        }
+    }
+}
+
 /// The loaded kernel program and its maps.
 pub struct KernelProgram {
     ebpf: Ebpf,
+    walk: Walk,
     registry: Arc<Registry>,
     attached_cpus: usize,
 }
@@ -179,6 +225,11 @@ pub struct Registry {
 
 /// The kernel program's entry points: one per sample, one per fork or exit, one per exec.
 const SAMPLE_PROGRAM: &str = "pyperch_sample";
+/// The walk without `bpf_loop`: entry program, and the tail program it chains to through
+/// slot 0 of `WALK_PROGRAMS`.
+const SAMPLE_BOUNDED_PROGRAM: &str = "pyperch_sample_bounded";
+const SAMPLE_TAIL_PROGRAM: &str = "pyperch_sample_tail";
+const WALK_PROGRAMS_MAP: &str = "WALK_PROGRAMS";
 const PROCESS_EVENT_PROGRAM: &str = "pyperch_process_event";
 const PROCESS_EXEC_PROGRAM: &str = "pyperch_process_exec";
 const PROCESS_EXIT_PROGRAM: &str = "pyperch_process_exit";
@@ -216,8 +267,12 @@ impl KernelProgram {
             .map_max_entries("PROCESSES", slots)
             .load(KERNEL_PROGRAM)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
-        let sample: &mut PerfEvent = program_mut(&mut ebpf, SAMPLE_PROGRAM)?;
+        let walk = Walk::for_this_kernel();
+        let sample: &mut PerfEvent = program_mut(&mut ebpf, walk.entry_program())?;
         sample.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
+        if walk == Walk::Bounded {
+            load_tail_program(&mut ebpf)?;
+        }
         for name in TRACEPOINT_PROGRAMS {
             let program: &mut RawTracePoint = program_mut(&mut ebpf, name)?;
             program.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
@@ -234,7 +289,7 @@ impl KernelProgram {
             map_full: AtomicU64::new(0),
             generations: AtomicU32::new(0),
         });
-        Ok(Self { ebpf, registry, attached_cpus: 0 })
+        Ok(Self { ebpf, walk, registry, attached_cpus: 0 })
     }
 
     /// Attaches to the CPU clock of every online CPU, sampling at `hz`, and to the scheduler's
@@ -243,7 +298,7 @@ impl KernelProgram {
         let attached = self.attach_process_events().is_ok();
         self.registry.process_events_attached.store(attached, Ordering::Relaxed);
         let cpus = aya::util::online_cpus().map_err(|(what, e)| LoadError::Cpus(format!("{what}: {e}")))?;
-        let program: &mut PerfEvent = program_mut(&mut self.ebpf, SAMPLE_PROGRAM)?;
+        let program: &mut PerfEvent = program_mut(&mut self.ebpf, self.walk.entry_program())?;
         for cpu in cpus {
             program
                 .attach(
@@ -293,6 +348,11 @@ impl KernelProgram {
         self.registry.registered_exits()
     }
 
+    /// How the loaded program walks the frames.
+    pub fn walk(&self) -> Walk {
+        self.walk
+    }
+
     pub fn attached_cpus(&self) -> usize {
         self.attached_cpus
     }
@@ -305,7 +365,7 @@ impl KernelProgram {
 
     /// Detaches from every CPU: no sample is produced after this returns.
     pub fn detach(&mut self) {
-        if let Ok(program) = program_mut::<PerfEvent>(&mut self.ebpf, SAMPLE_PROGRAM) {
+        if let Ok(program) = program_mut::<PerfEvent>(&mut self.ebpf, self.walk.entry_program()) {
             let _ = program.unload();
         }
         for name in TRACEPOINT_PROGRAMS {
@@ -401,6 +461,21 @@ impl Registry {
 
 }
 
+
+/// Loads `pyperch_sample_tail` and puts it in the slot `pyperch_sample_bounded` tail-calls.
+/// The map keeps the program alive for as long as `ebpf` holds the map.
+fn load_tail_program(ebpf: &mut Ebpf) -> Result<(), LoadError> {
+    let tail: &mut PerfEvent = program_mut(ebpf, SAMPLE_TAIL_PROGRAM)?;
+    tail.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
+    let fd = tail
+        .fd()
+        .map_err(|e| LoadError::Load(error_chain(&e)))?
+        .try_clone()
+        .map_err(|e| LoadError::Load(e.to_string()))?;
+    let map = ebpf.map_mut(WALK_PROGRAMS_MAP).ok_or(LoadError::MissingMap(WALK_PROGRAMS_MAP))?;
+    let mut slots = ProgramArray::try_from(map).map_err(|e| LoadError::Load(error_chain(&e)))?;
+    slots.set(0, &fd, 0).map_err(|e| LoadError::Load(error_chain(&e)))
+}
 
 /// The kernel program `name`, as its program type.
 fn program_mut<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, LoadError>
