@@ -29,6 +29,7 @@ pub mod record;
 mod session;
 pub mod stats;
 pub mod symbolize;
+pub mod task_events;
 pub mod text;
 pub mod timeline;
 pub mod upload;

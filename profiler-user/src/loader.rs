@@ -44,6 +44,8 @@ pub enum LoadError {
     BtfMissing(&'static str),
     #[error("the kernel refused pyperch's eBPF program: {0}")]
     Load(String),
+    #[error("could not attach to the CPU clock of process {pid}: {message}")]
+    AttachTask { pid: u32, message: String },
     #[error("could not attach to the CPU clock on CPU {cpu}: {message}")]
     Attach { cpu: u32, message: String },
     #[error("could not list the online CPUs: {0}")]
@@ -203,6 +205,8 @@ impl Walk {
 pub struct KernelProgram {
     ebpf: Ebpf,
     walk: Walk,
+    /// Per-task perf events (`attach_tasks`); closing them detaches.
+    task_events: Vec<std::os::fd::OwnedFd>,
     registry: Arc<Registry>,
     attached_cpus: usize,
 }
@@ -289,7 +293,7 @@ impl KernelProgram {
             map_full: AtomicU64::new(0),
             generations: AtomicU32::new(0),
         });
-        Ok(Self { ebpf, walk, registry, attached_cpus: 0 })
+        Ok(Self { ebpf, walk, task_events: Vec::new(), registry, attached_cpus: 0 })
     }
 
     /// Attaches to the CPU clock of every online CPU, sampling at `hz`, and to the scheduler's
@@ -311,6 +315,28 @@ impl KernelProgram {
             self.attached_cpus += 1;
         }
         Ok(())
+    }
+
+    /// Attaches to the CPU clock of the given processes only (every thread of each, and the
+    /// threads and children they create from now on), sampling at `hz`, instead of every
+    /// CPU: the rest of the host is never interrupted. Also attaches the process
+    /// tracepoints, as `attach` does.
+    pub fn attach_tasks(&mut self, hz: u64, pids: &[u32]) -> Result<(), LoadError> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let attached = self.attach_process_events().is_ok();
+        self.registry.process_events_attached.store(attached, Ordering::Relaxed);
+        let program: &mut PerfEvent = program_mut(&mut self.ebpf, self.walk.entry_program())?;
+        let fd = program.fd().map_err(|e| LoadError::Load(error_chain(&e)))?.as_fd().as_raw_fd();
+        for &pid in pids {
+            crate::task_events::open_for_process(pid, hz, fd, &mut self.task_events)
+                .map_err(|e| LoadError::AttachTask { pid, message: e.to_string() })?;
+        }
+        Ok(())
+    }
+
+    /// Perf events opened by `attach_tasks` (one per thread present then).
+    pub fn attached_tasks(&self) -> usize {
+        self.task_events.len()
     }
 
     fn attach_process_events(&mut self) -> Result<(), LoadError> {
@@ -365,6 +391,7 @@ impl KernelProgram {
 
     /// Detaches from every CPU: no sample is produced after this returns.
     pub fn detach(&mut self) {
+        self.task_events.clear();
         if let Ok(program) = program_mut::<PerfEvent>(&mut self.ebpf, self.walk.entry_program()) {
             let _ = program.unload();
         }
