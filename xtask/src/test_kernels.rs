@@ -68,18 +68,24 @@ struct Interpreter {
     path: PathBuf,
 }
 
-/// One run of pyperch in a guest: an interpreter and a walk (`None`: the kernel's choice).
+/// One run of pyperch in a guest: an interpreter, a walk (`None`: the kernel's choice), and
+/// whether pyperch records the whole host (per-CPU events) rather than `--pid` (per-task).
 struct Run<'a> {
     interpreter: &'a Interpreter,
     forced_walk: Option<&'static str>,
+    whole_host: bool,
 }
 
 impl Run<'_> {
     fn name(&self) -> String {
-        match self.forced_walk {
-            Some(walk) => format!("{}-{walk}", self.interpreter.label),
-            None => self.interpreter.label.to_string(),
+        let mut name = self.interpreter.label.to_string();
+        if let Some(walk) = self.forced_walk {
+            name = format!("{name}-{walk}");
         }
+        if self.whole_host {
+            name.push_str("-host");
+        }
+        name
     }
 }
 
@@ -107,10 +113,13 @@ pub(crate) fn run(p: &Paths) -> Result<()> {
     for (release, suite) in KERNELS {
         let kernel = fetch_kernel(p, suite).with_context(|| format!("getting {release}'s kernel ({suite})"))?;
         let has_bpf_loop = kernel.version() >= (5, 17);
-        let mut runs: Vec<Run> = interpreters.iter().map(|i| Run { interpreter: i, forced_walk: None }).collect();
+        let mut runs: Vec<Run> =
+            interpreters.iter().map(|i| Run { interpreter: i, forced_walk: None, whole_host: false }).collect();
+        // The whole host too (one event per CPU instead of per-task events).
+        runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: true });
         if has_bpf_loop {
             // The walk without bpf_loop, on a kernel that has it too: both walks, same checks.
-            runs.extend(interpreters.iter().map(|i| Run { interpreter: i, forced_walk: Some("bounded") }));
+            runs.extend(interpreters.iter().map(|i| Run { interpreter: i, forced_walk: Some("bounded"), whole_host: false }));
         }
         let out = work.join(suite);
         fs::create_dir_all(&out)?;
@@ -123,11 +132,12 @@ pub(crate) fn run(p: &Paths) -> Result<()> {
         let boot = boot(&kernel, &initramfs, &script, &out);
         let elapsed = started.elapsed().as_secs();
         for r in &runs {
-            let walk = match (r.forced_walk, has_bpf_loop) {
+            let mut walk = match (r.forced_walk, has_bpf_loop) {
                 (Some(w), _) => format!("{w} walk (forced)"),
                 (None, true) => "bpf_loop walk".to_string(),
                 (None, false) => "bounded walk (no bpf_loop)".to_string(),
             };
+            walk.push_str(if r.whole_host { ", whole host" } else { ", --pid" });
             let outcome = match &boot {
                 Ok(()) => judge(&out, &r.name(), &workload),
                 Err(e) => Err(anyhow!("{e:#}")),
@@ -207,13 +217,14 @@ fn guest_script(pyperch: &Path, workload: &Path, out: &Path, runs: &[Run]) -> St
     for r in runs {
         let name = r.name();
         let env = r.forced_walk.map(|w| format!("PYPERCH_KERNEL_WALK={w} ")).unwrap_or_default();
+        let scope = if r.whole_host { "" } else { "--pid $P " };
         s.push_str(&format!(
             "echo \"run {name}\"
 {py} {workload} > /tmp/{name}.ready 2>&1 &
 P=$!
 i=0
 while [ $i -lt 600 ] && ! grep -q ready /tmp/{name}.ready; do sleep 0.2; i=$((i+1)); done
-{env}{pyperch} record --pid $P --duration {RECORD_SECONDS} -f collapsed -o {out}/{name}.collapsed --stats > {out}/{name}.stats 2>&1
+{env}{pyperch} record {scope}--duration {RECORD_SECONDS} -f collapsed -o {out}/{name}.collapsed --stats > {out}/{name}.stats 2>&1
 echo $? > {out}/{name}.rc
 kill $P
 wait $P 2>/dev/null
