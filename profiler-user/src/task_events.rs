@@ -22,12 +22,16 @@ const MAX_TASKS: usize = 1 << 16;
 const LISTINGS: usize = 4;
 
 /// Opens an inheriting CPU-clock event, sampling at `hz`, on every thread of `pid`, each
-/// running the program `program`; adds them to `events`. A thread that exits meanwhile is
-/// skipped; a process that is gone (no thread opened) is an error.
+/// running the program `program`; adds them to `events`. A thread, or the whole process,
+/// that exits meanwhile is skipped (discovery sees the exit).
 pub fn open_for_process(pid: u32, hz: u64, program: RawFd, events: &mut Vec<OwnedFd>) -> io::Result<()> {
     let mut done: HashSet<u32> = HashSet::new();
     for _ in 0..LISTINGS {
-        let tids = list_tasks(pid)?;
+        let tids = match list_tasks(pid) {
+            Ok(tids) => tids,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
         let new: Vec<u32> = tids.into_iter().filter(|t| !done.contains(t)).collect();
         if new.is_empty() {
             break;
