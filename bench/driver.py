@@ -582,7 +582,9 @@ class Bench(object):
                 # The control: the same perf events and BPF program on every CPU, but the
                 # only registered process is an idle one, so on the busy target's CPU the
                 # program exits early. What remains is the cost of the sampling interrupts.
-                argv[2:2] = ["--pid", str(self.helper.pid)]
+                # `--subprocesses` keeps one event per CPU (plain `--pid` samples only the
+                # chosen process's own tasks).
+                argv[2:2] = ["--pid", str(self.helper.pid), "--subprocesses"]
             elif not whole_host:
                 argv[2:2] = ["--pid", str(target.pid)]
             return argv
@@ -953,7 +955,8 @@ class Bench(object):
                 log("interrupt cost: probe alone" if rate is None else "interrupt cost: probe beside pyperch at %d Hz" % rate)
                 prof = None
                 if rate:
-                    argv = [self.o.pyperch, "record", "--pid", str(helper.pid), "--rate", str(rate),
+                    # `--subprocesses`: one event per CPU, so the interrupts reach the probe.
+                    argv = [self.o.pyperch, "record", "--pid", str(helper.pid), "--subprocesses", "--rate", str(rate),
                             "--duration", "6", "--format", "collapsed", "--output", os.devnull]
                     prof = spawn(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     time.sleep(1.5)

@@ -893,12 +893,18 @@ impl RecordRun {
     /// Starts `pyperch record --format collapsed --output TMP ARGS...`. The timeout is the
     /// `--duration` plus 60 s (120 s without one).
     pub fn start(args: &[&str]) -> Self {
+        Self::start_env(args, &[])
+    }
+
+    /// `start` with extra environment variables for pyperch.
+    pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let output = scratch_file("profile.collapsed");
         let timeout = Duration::from_secs_f64(duration_arg(args).map_or(120.0, |d| d + 60.0));
         let mut cmd = Command::new(pyperch_bin());
         cmd.args(["record", "--format", "collapsed", "--output"])
             .arg(&output)
-            .args(args);
+            .args(args)
+            .envs(env.iter().copied());
         let running = Running::start(cmd).expect("cannot start pyperch");
         Self {
             running,

@@ -21,6 +21,7 @@ mod maps;
 mod process_events;
 mod sampling;
 mod sched_switch;
+mod sampling_bounded;
 mod thread_state;
 
 #[cfg(not(test))]

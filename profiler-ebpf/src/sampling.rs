@@ -38,7 +38,7 @@ pub struct Record {
 pub struct Scratch {
     pub record: Record,
     layout: FrameLayout,
-    walk: WalkState,
+    pub(crate) walk: WalkState,
     frame: FrameBytes,
     /// The check window of the frame's code object (see `code_check`).
     code: FrameBytes,
@@ -69,8 +69,33 @@ pub fn pyperch_sample(_ctx: PerfEventContext) -> u32 {
 /// scratch record: fills the header (with `kind`) and the full frames. Returns the scratch and
 /// the number of full frames for the caller to send (see [`emit`]); `None` only if the
 /// per-CPU scratch is unavailable. The running thread's memory must be the current one.
+/// Needs `bpf_loop` (5.17+); `sampling_bounded` drives the same steps without it.
 pub fn walk_current_stack(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32) -> Option<(&'static mut Scratch, usize)> {
     let scratch = scratch_mut()?;
+    if !start_walk(info, tgid, tid, kind, scratch) {
+        return Some((scratch, 0));
+    }
+    // SAFETY: bpf_loop calls the callbacks with our (unused) context; they find the walk state
+    // in this CPU's scratch value.
+    unsafe {
+        generated::bpf_loop(MAX_FULL_FRAMES as u32, full_frame_step as *mut c_void, core::ptr::null_mut(), 0);
+    }
+    let scratch = scratch_mut()?;
+    if start_tail(scratch) {
+        // SAFETY: as above.
+        unsafe {
+            generated::bpf_loop(MAX_HASHED_FRAMES as u32, hashed_frame_step as *mut c_void, core::ptr::null_mut(), 0);
+        }
+    }
+    let scratch = scratch_mut()?;
+    let n_full = finish_walk(scratch);
+    Some((scratch, n_full))
+}
+
+/// Fills the header and finds the first frame. Returns true when the walk is set up in
+/// `scratch.walk`; false when the sample ended early (no thread state, no frame): the header
+/// then says why and the record has no frames.
+pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scratch: &mut Scratch) -> bool {
     let header = &mut scratch.record.header;
     header.generation = info.generation;
     header.kind = kind;
@@ -88,7 +113,7 @@ pub fn walk_current_stack(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32) ->
     let tstate = find_thread_state(info, tid, fsbase);
     if tstate == 0 {
         header.status = sample_status::NO_THREAD_STATE;
-        return Some((scratch, 0));
+        return false;
     }
     header.thread_state = tstate;
     let mut frame = read_u64(tstate + info.thread.frame as u64);
@@ -97,7 +122,7 @@ pub fn walk_current_stack(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32) ->
     }
     if frame == 0 {
         header.status = sample_status::NO_FRAME;
-        return Some((scratch, 0));
+        return false;
     }
 
     scratch.layout = info.frame;
@@ -110,20 +135,22 @@ pub fn walk_current_stack(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32) ->
         last_check: 0,
         last_code: 0,
     };
-    // SAFETY: bpf_loop calls the callbacks with our (unused) context; they find the walk state
-    // in this CPU's scratch value.
-    unsafe {
-        generated::bpf_loop(MAX_FULL_FRAMES as u32, full_frame_step as *mut c_void, core::ptr::null_mut(), 0);
-    }
-    let scratch = scratch_mut()?;
+    true
+}
+
+/// After the full frames: whether frames remain below them (then the hashed walk starts at
+/// `tail_first`).
+pub(crate) fn start_tail(scratch: &mut Scratch) -> bool {
     if scratch.walk.status == sample_status::TRUNCATED && scratch.walk.frame != 0 {
         scratch.record.header.tail_first = scratch.walk.frame;
-        // SAFETY: as above.
-        unsafe {
-            generated::bpf_loop(MAX_HASHED_FRAMES as u32, hashed_frame_step as *mut c_void, core::ptr::null_mut(), 0);
-        }
+        return true;
     }
-    let scratch = scratch_mut()?;
+    false
+}
+
+/// Ends the walk: the status (a walk that stopped at a frame still to read was truncated),
+/// the counts and the tail hash go into the header. Returns the number of full frames.
+pub(crate) fn finish_walk(scratch: &mut Scratch) -> usize {
     let walk = scratch.walk;
     let header = &mut scratch.record.header;
     header.status = if walk.status == sample_status::TRUNCATED && walk.frame == 0 {
@@ -134,7 +161,7 @@ pub fn walk_current_stack(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32) ->
     header.n_full = walk.n_full;
     header.n_hashed = walk.n_hashed;
     header.tail_hash = walk.hash;
-    Some((scratch, walk.n_full as usize))
+    walk.n_full as usize
 }
 
 pub fn scratch_mut() -> Option<&'static mut Scratch> {
@@ -143,7 +170,7 @@ pub fn scratch_mut() -> Option<&'static mut Scratch> {
 }
 
 /// bpf_loop callback: reads frame `index` into the record. Returns 1 to stop.
-extern "C" fn full_frame_step(index: u64, _ctx: *mut c_void) -> i64 {
+pub(crate) extern "C" fn full_frame_step(index: u64, _ctx: *mut c_void) -> i64 {
     let Some(s) = scratch_mut() else { return 1 };
     if s.walk.frame == 0 {
         s.walk.status = sample_status::COMPLETE;
@@ -165,7 +192,7 @@ extern "C" fn full_frame_step(index: u64, _ctx: *mut c_void) -> i64 {
 }
 
 /// bpf_loop callback: reads one frame below the full ones and folds it into the tail hash.
-extern "C" fn hashed_frame_step(_index: u64, _ctx: *mut c_void) -> i64 {
+pub(crate) extern "C" fn hashed_frame_step(_index: u64, _ctx: *mut c_void) -> i64 {
     let Some(s) = scratch_mut() else { return 1 };
     if s.walk.frame == 0 {
         s.walk.status = sample_status::COMPLETE;

@@ -25,12 +25,22 @@ pub fn current_fsbase() -> u64 {
 /// as seen inside the target's PID namespace, this holds in containers too.
 #[inline(always)]
 pub fn is_current_thread(info: &ProcessInfo, tstate: u64, tid: u32, fsbase: u64) -> bool {
-    if info.thread.thread_id != NO_FIELD {
-        fsbase != 0 && read_u64(tstate + info.thread.thread_id as u64) == fsbase
+    pyperch_is_current_thread(tstate, info.thread.thread_id, info.thread.native_thread_id, tid, fsbase) != 0
+}
+
+/// `is_current_thread` with the two offsets as scalars, as a global function: the kernel
+/// verifies it once on its own, so the thread-list scan below costs the verifier a few
+/// instructions per iteration (5.10's verifier otherwise explores the branches of every
+/// iteration past its instruction limit). Returns 1 for the running thread's state, else 0.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn pyperch_is_current_thread(tstate: u64, thread_id: u32, native_thread_id: u32, tid: u32, fsbase: u64) -> i64 {
+    let current = if thread_id != NO_FIELD {
+        fsbase != 0 && read_u64(tstate + thread_id as u64) == fsbase
     } else {
-        info.thread.native_thread_id != NO_FIELD
-            && read_u64(tstate + info.thread.native_thread_id as u64) == tid as u64
-    }
+        native_thread_id != NO_FIELD && read_u64(tstate + native_thread_id as u64) == tid as u64
+    };
+    current as i64
 }
 
 pub fn find_thread_state(info: &ProcessInfo, tid: u32, fsbase: u64) -> u64 {

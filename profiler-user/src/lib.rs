@@ -31,6 +31,7 @@ pub mod record;
 mod session;
 pub mod stats;
 pub mod symbolize;
+pub mod task_events;
 pub mod text;
 pub mod time_mode;
 pub mod timeline;

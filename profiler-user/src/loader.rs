@@ -14,8 +14,9 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    maps::ProgramArray,
     programs::{
-        PerfEvent, RawTracePoint,
+        PerfEvent, ProgramType, RawTracePoint,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
 };
@@ -25,8 +26,9 @@ use profiler_common::{ProcessInfo, counter};
 static KERNEL_PROGRAM: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
-/// `bpf_loop` arrived in Linux 5.17.
-const MIN_KERNEL: (u32, u32) = (5, 17);
+/// The oldest kernel pyperch runs on: ring buffers (5.8), and tail calls from programs
+/// with BPF-to-BPF calls on x86-64 (5.10) for the walk without `bpf_loop` (5.17).
+const MIN_KERNEL: (u32, u32) = (5, 10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -34,7 +36,7 @@ pub enum LoadError {
     NotPrivileged { missing: String },
     #[error("this kernel has no BTF ({BTF_PATH} is missing); pyperch needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
     NoBtf,
-    #[error("kernel {found} is too old; pyperch needs Linux {}.{} or newer (for bpf_loop)", MIN_KERNEL.0, MIN_KERNEL.1)]
+    #[error("kernel {found} is too old; pyperch needs Linux {}.{} or newer ", MIN_KERNEL.0, MIN_KERNEL.1)]
     KernelTooOld { found: String },
     #[error("could not read the kernel's BTF ({BTF_PATH}): {0}")]
     Btf(String),
@@ -42,8 +44,12 @@ pub enum LoadError {
     BtfMissing(&'static str),
     #[error("the kernel refused pyperch's eBPF program: {0}")]
     Load(String),
+    #[error("could not attach to the CPU clock of process {pid}: {message}")]
+    AttachTask { pid: u32, message: String },
     #[error("could not attach to the CPU clock on CPU {cpu}: {message}")]
     Attach { cpu: u32, message: String },
+    #[error("{what} needs Linux 5.17 or newer (the bpf_loop helper); this kernel lacks it")]
+    NeedsBpfLoop { what: &'static str },
     #[error("could not list the online CPUs: {0}")]
     Cpus(String),
     #[error("eBPF map {0} is missing from the kernel program")]
@@ -160,9 +166,55 @@ fn process_slots() -> u32 {
         .unwrap_or(DEFAULT_PROCESS_SLOTS)
 }
 
+/// How the kernel program walks the frames: the same records either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walk {
+    /// `pyperch_sample`: `bpf_loop` callbacks (Linux 5.17+).
+    BpfLoop,
+    /// `pyperch_sample_bounded` + `pyperch_sample_tail`: bounded loops chained by tail calls,
+    /// for kernels without `bpf_loop`.
+    Bounded,
+}
+
+impl Walk {
+    /// The walk for this kernel: `bpf_loop` where the kernel has it (probed by loading a
+    /// one-call perf-event program), bounded loops otherwise. `PYPERCH_KERNEL_WALK=bounded`
+    /// (or `bpf_loop`) forces one, for tests.
+    pub fn for_this_kernel() -> Walk {
+        match std::env::var("PYPERCH_KERNEL_WALK").ok().as_deref() {
+            Some("bounded") => return Walk::Bounded,
+            Some("bpf_loop") => return Walk::BpfLoop,
+            _ => {}
+        }
+        match aya::sys::is_helper_supported(ProgramType::PerfEvent, aya::sys::BpfHelper::BPF_FUNC_loop) {
+            Ok(false) => Walk::Bounded,
+            // Supported, or the probe itself failed: the bpf_loop program's own load tells.
+            _ => Walk::BpfLoop,
+        }
+    }
+
+    /// The program attached to the perf events.
+    fn entry_program(self) -> &'static str {
+        match self {
+            Walk::BpfLoop => SAMPLE_PROGRAM,
+            Walk::Bounded => SAMPLE_BOUNDED_PROGRAM,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Walk::BpfLoop => "bpf_loop",
+            Walk::Bounded => "bounded loops",
+        }
+    }
+}
+
 /// The loaded kernel program and its maps.
 pub struct KernelProgram {
     ebpf: Ebpf,
+    walk: Walk,
+    /// Per-task perf events (`attach_tasks`); closing them detaches.
+    task_events: Vec<std::os::fd::OwnedFd>,
     registry: Arc<Registry>,
     attached_cpus: usize,
     /// Whether BTF gave `task_struct.pid` and `.tgid` (needed for off-CPU time).
@@ -187,6 +239,11 @@ pub struct Registry {
 
 /// The kernel program's entry points: one per sample, one per fork or exit, one per exec.
 const SAMPLE_PROGRAM: &str = "pyperch_sample";
+/// The walk without `bpf_loop`: entry program, and the tail program it chains to through
+/// slot 0 of `WALK_PROGRAMS`.
+const SAMPLE_BOUNDED_PROGRAM: &str = "pyperch_sample_bounded";
+const SAMPLE_TAIL_PROGRAM: &str = "pyperch_sample_tail";
+const WALK_PROGRAMS_MAP: &str = "WALK_PROGRAMS";
 const PROCESS_EVENT_PROGRAM: &str = "pyperch_process_event";
 const PROCESS_EXEC_PROGRAM: &str = "pyperch_process_exec";
 const PROCESS_EXIT_PROGRAM: &str = "pyperch_process_exit";
@@ -246,14 +303,21 @@ impl KernelProgram {
             .map_max_entries("PROCESSES", slots)
             .load(KERNEL_PROGRAM)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
-        let sample: &mut PerfEvent = program_mut(&mut ebpf, SAMPLE_PROGRAM)?;
+        let walk = Walk::for_this_kernel();
+        let sample: &mut PerfEvent = program_mut(&mut ebpf, walk.entry_program())?;
         sample.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
+        if walk == Walk::Bounded {
+            load_tail_program(&mut ebpf)?;
+        }
         for name in TRACEPOINT_PROGRAMS {
             let program: &mut RawTracePoint = program_mut(&mut ebpf, name)?;
             program.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
         }
-        let switch: &mut RawTracePoint = program_mut(&mut ebpf, SWITCH_PROGRAM)?;
-        switch.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
+        // The scheduler-switch program walks with bpf_loop: only where the kernel has it.
+        if walk == Walk::BpfLoop {
+            let switch: &mut RawTracePoint = program_mut(&mut ebpf, SWITCH_PROGRAM)?;
+            switch.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
+        }
         let processes = BpfHashMap::try_from(ebpf.take_map("PROCESSES").ok_or(LoadError::MissingMap("PROCESSES"))?)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").ok_or(LoadError::MissingMap("COUNTERS"))?)
@@ -266,7 +330,14 @@ impl KernelProgram {
             map_full: AtomicU64::new(0),
             generations: AtomicU32::new(0),
         });
-        Ok(Self { ebpf, registry, attached_cpus: 0, task_ids_known: offsets.task_pid != 0 && offsets.task_tgid != 0 })
+        Ok(Self {
+            ebpf,
+            walk,
+            task_events: Vec::new(),
+            registry,
+            attached_cpus: 0,
+            task_ids_known: offsets.task_pid != 0 && offsets.task_tgid != 0,
+        })
     }
 
     /// Attaches to the CPU clock of every online CPU, sampling at `hz`, and to the scheduler's
@@ -275,7 +346,7 @@ impl KernelProgram {
         let attached = self.attach_process_events().is_ok();
         self.registry.process_events_attached.store(attached, Ordering::Relaxed);
         let cpus = aya::util::online_cpus().map_err(|(what, e)| LoadError::Cpus(format!("{what}: {e}")))?;
-        let program: &mut PerfEvent = program_mut(&mut self.ebpf, SAMPLE_PROGRAM)?;
+        let program: &mut PerfEvent = program_mut(&mut self.ebpf, self.walk.entry_program())?;
         for cpu in cpus {
             program
                 .attach(
@@ -293,6 +364,9 @@ impl KernelProgram {
     /// Attaches the scheduler-switch programs: off-CPU intervals of registered threads are
     /// sent from now on (`--mode wall/off-cpu`).
     pub fn attach_off_cpu(&mut self) -> Result<(), LoadError> {
+        if self.walk != Walk::BpfLoop {
+            return Err(LoadError::NeedsBpfLoop { what: "off-CPU time (--mode wall, --mode off-cpu)" });
+        }
         if !self.task_ids_known {
             return Err(LoadError::BtfMissing("task_struct.pid/tgid (needed to measure off-CPU time)"));
         }
@@ -326,6 +400,28 @@ impl KernelProgram {
                 (tid, state, record)
             })
             .collect()
+    }
+
+    /// Attaches to the CPU clock of the given processes only (every thread of each, and the
+    /// threads and children they create from now on), sampling at `hz`, instead of every
+    /// CPU: the rest of the host is never interrupted. Also attaches the process
+    /// tracepoints, as `attach` does.
+    pub fn attach_tasks(&mut self, hz: u64, pids: &[u32]) -> Result<(), LoadError> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let attached = self.attach_process_events().is_ok();
+        self.registry.process_events_attached.store(attached, Ordering::Relaxed);
+        let program: &mut PerfEvent = program_mut(&mut self.ebpf, self.walk.entry_program())?;
+        let fd = program.fd().map_err(|e| LoadError::Load(error_chain(&e)))?.as_fd().as_raw_fd();
+        for &pid in pids {
+            crate::task_events::open_for_process(pid, hz, fd, &mut self.task_events)
+                .map_err(|e| LoadError::AttachTask { pid, message: e.to_string() })?;
+        }
+        Ok(())
+    }
+
+    /// Perf events opened by `attach_tasks` (one per thread present then).
+    pub fn attached_tasks(&self) -> usize {
+        self.task_events.len()
     }
 
     fn attach_process_events(&mut self) -> Result<(), LoadError> {
@@ -363,6 +459,11 @@ impl KernelProgram {
         self.registry.registered_exits()
     }
 
+    /// How the loaded program walks the frames.
+    pub fn walk(&self) -> Walk {
+        self.walk
+    }
+
     pub fn attached_cpus(&self) -> usize {
         self.attached_cpus
     }
@@ -375,7 +476,8 @@ impl KernelProgram {
 
     /// Detaches from every CPU: no sample is produced after this returns.
     pub fn detach(&mut self) {
-        if let Ok(program) = program_mut::<PerfEvent>(&mut self.ebpf, SAMPLE_PROGRAM) {
+        self.task_events.clear();
+        if let Ok(program) = program_mut::<PerfEvent>(&mut self.ebpf, self.walk.entry_program()) {
             let _ = program.unload();
         }
         for name in TRACEPOINT_PROGRAMS.into_iter().chain([SWITCH_PROGRAM]) {
@@ -486,6 +588,21 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime writes the struct we pass.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+/// Loads `pyperch_sample_tail` and puts it in the slot `pyperch_sample_bounded` tail-calls.
+/// The map keeps the program alive for as long as `ebpf` holds the map.
+fn load_tail_program(ebpf: &mut Ebpf) -> Result<(), LoadError> {
+    let tail: &mut PerfEvent = program_mut(ebpf, SAMPLE_TAIL_PROGRAM)?;
+    tail.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
+    let fd = tail
+        .fd()
+        .map_err(|e| LoadError::Load(error_chain(&e)))?
+        .try_clone()
+        .map_err(|e| LoadError::Load(e.to_string()))?;
+    let map = ebpf.map_mut(WALK_PROGRAMS_MAP).ok_or(LoadError::MissingMap(WALK_PROGRAMS_MAP))?;
+    let mut slots = ProgramArray::try_from(map).map_err(|e| LoadError::Load(error_chain(&e)))?;
+    slots.set(0, &fd, 0).map_err(|e| LoadError::Load(error_chain(&e)))
 }
 
 /// The kernel program `name`, as its program type.

@@ -16,7 +16,7 @@ use pyperch::{
 ///
 /// pyperch samples every Python process on the machine (or the ones you choose) from the
 /// kernel, with exact stacks and line numbers, without pausing or ptracing the targets.
-/// It needs root (CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE) and a kernel with BTF (5.17+).
+/// It needs root (CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE) and a kernel with BTF (5.10+).
 #[derive(Parser, Debug)]
 #[command(name = "pyperch", version, propagate_version = true)]
 struct Cli {

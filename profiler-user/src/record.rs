@@ -147,7 +147,16 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     for p in initial {
         session.add_process(p)?;
     }
-    session.kernel.attach(options.rate)?;
+    // With chosen processes (and no --subprocesses) or a launched command, only their tasks
+    // are interrupted (per-task events that follow new threads and children); otherwise
+    // every CPU is.
+    let launch_only = !options.command.is_empty() && options.pids.is_empty();
+    let pids_only = options.command.is_empty() && !options.pids.is_empty() && !options.subprocesses;
+    if pids_only {
+        session.kernel.attach_tasks(options.rate, &options.pids)?;
+    } else if !launch_only {
+        session.kernel.attach(options.rate)?;
+    }
     if options.time.mode.off_cpu() {
         session.kernel.attach_off_cpu()?;
     }
@@ -165,6 +174,12 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
             .spawn()
             .map_err(|source| RecordError::Launch { command: program.to_string_lossy().into_owned(), source })?;
         session.scope = Scope::Launched { root: spawned.id() };
+        let mut spawned = spawned;
+        if launch_only && let Err(e) = session.kernel.attach_tasks(options.rate, &[spawned.id()]) {
+            let _ = spawned.kill();
+            let _ = spawned.wait();
+            return Err(e.into());
+        }
         child = Some(spawned);
     }
     // Attached and launched: keep only what sampling needs (before any other thread starts).

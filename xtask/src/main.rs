@@ -39,6 +39,8 @@ mod bench;
 mod fixtures;
 mod image;
 mod k8s_tools;
+mod stack_check;
+mod test_kernels;
 mod toolchain;
 
 use fixtures::*;
@@ -48,7 +50,7 @@ use toolchain::*;
 #[command(
     name = "cargo xtask",
     bin_name = "cargo xtask",
-    about = "pyperch's developer tasks: setup, build, run, test, fixtures, fuzz, soak, image, bench."
+    about = "pyperch's developer tasks: setup, build, run, test, test-kernels, fixtures, fuzz, soak, image, bench."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -94,6 +96,9 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Boots Debian 11's (5.10) and Debian 12's (6.1) kernels under qemu and checks that
+    /// pyperch loads and gives correct stacks in each (downloads and caches the kernels).
+    TestKernels,
     /// Benchmarks against py-spy, Austin and CPython's profiler (writes BENCHMARKS.md).
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -115,6 +120,7 @@ fn main() {
         Cmd::Run { args } => Paths::new().and_then(|p| run(&p, &args)),
         Cmd::Fuzz { cases } => Paths::new().and_then(|p| fuzz(&p, cases)),
         Cmd::Test { filters } => Paths::new().and_then(|p| test(&p, &filters)),
+        Cmd::TestKernels => Paths::new().and_then(|p| test_kernels::run(&p)),
         Cmd::Soak { args } => Paths::new().and_then(|p| soak(&p, soak_minutes(&args)?)),
         Cmd::Image { args } => Paths::new().and_then(|p| image::image(&p, &args)),
         Cmd::Bench { args } => Paths::new().and_then(|p| {
