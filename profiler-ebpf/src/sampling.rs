@@ -17,7 +17,7 @@ use profiler_common::{
 
 use crate::frame_walk::{WalkState, read_frame, read_u64, walk_code_check};
 use crate::maps::{PROCESSES, bump, output_record};
-use crate::thread_state::{current_fsbase, find_thread_state};
+use crate::thread_state::{current_fsbase, find_thread_state, interpreter_of, running_task_of};
 
 #[repr(C)]
 struct Record {
@@ -68,6 +68,8 @@ fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch
     header.tail_first = 0;
     header.tail_hash = 0;
     header.thread_state = 0;
+    header.interpreter = 0;
+    header.running_task = profiler_common::RUNNING_TASK_UNKNOWN;
 
     let fsbase = current_fsbase();
     let tstate = find_thread_state(info, tid, fsbase);
@@ -77,6 +79,8 @@ fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch
         return;
     }
     header.thread_state = tstate;
+    header.interpreter = interpreter_of(info, tstate);
+    header.running_task = running_task_of(info, tstate);
     let mut frame = read_u64(tstate + info.thread.frame as u64);
     if frame != 0 && info.thread.cframe_frame != NO_FIELD {
         frame = read_u64(frame + info.thread.cframe_frame as u64);

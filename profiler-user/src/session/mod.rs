@@ -69,6 +69,24 @@ impl Scope {
     }
 }
 
+/// `--async`: once the target's asyncio reader exists, registers the process again so that
+/// the kernel records each sample's running task: the task that ran when the sample was
+/// taken, not when it is read. Not registered again if it exited meanwhile
+/// (`target::register`); without it, samples fall back to reading the task afterwards.
+fn register_running_task(kernel: &KernelProgram, target: &mut Target) {
+    let Some(offset) = target.async_registration_due() else { return };
+    let mem = ProcessMemory::new(target.process.pid);
+    if let Ok(info) = target.process.kernel_info(&mem) {
+        let info = profiler_common::ProcessInfo {
+            frame: target.process.layout.kernel_frame_layout(),
+            generation: target.generation,
+            running_task: offset,
+            ..info
+        };
+        let _ = target::register(&kernel.registry(), &target.process, &info);
+    }
+}
+
 /// Whether `pid` or one of its first 64 ancestors is a root (init is never one).
 fn descends_from(pid: u32, is_root: impl Fn(u32) -> bool) -> bool {
     let mut p = pid;
@@ -106,6 +124,8 @@ pub(crate) struct Session {
     late_samples: u64,
     discovery: Option<DiscoveryHandle>,
     pub(crate) discovery_stats: Arc<DiscoveryStats>,
+    /// `--async`: asyncio task stacks for the processes that can have them.
+    async_stacks: bool,
 }
 
 /// The counts of a process no longer profiled.
@@ -133,7 +153,13 @@ impl Session {
             late_samples: 0,
             discovery: None,
             discovery_stats: Arc::default(),
+            async_stacks: false,
         }
+    }
+
+    /// Asks for asyncio task stacks (`--async`) in every process added from now on.
+    pub(crate) fn set_async_stacks(&mut self, on: bool) {
+        self.async_stacks = on;
     }
 
     /// Registers a Python process with the kernel if its interpreter is ready. Only before
@@ -159,7 +185,12 @@ impl Session {
     fn add_target(&mut self, process: PythonProcess, exe_link: PathBuf, label: ProcessLabel, generation: u32) {
         let pid = process.pid;
         self.profile.set_process(pid, label);
-        if let Some(old) = self.targets.insert(pid, Target::new(process, exe_link, generation)) {
+        let mut target = Target::new(process, exe_link, generation);
+        if self.async_stacks {
+            target.enable_async();
+            register_running_task(&self.kernel, &mut target);
+        }
+        if let Some(old) = self.targets.insert(pid, target) {
             self.retire(old);
         }
         self.registered += 1;
@@ -308,6 +339,7 @@ impl Session {
         };
         let (reads, read_bytes) = (memory::READS.load(Relaxed), memory::BYTES_READ.load(Relaxed));
         let outcome = target.process_sample(&header, &bytes[SAMPLE_HEADER_SIZE..], &mut self.profile, self.threads);
+        register_running_task(&self.kernel, target);
         target.counters.count(outcome);
         target.counters.ring_bytes += bytes.len() as u64;
         // Reads happen on this thread only, so the difference is this sample's.

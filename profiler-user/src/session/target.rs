@@ -2,14 +2,19 @@
 //! the first 64 through the frame cache (`completion`), turned into named frames through the
 //! code-object cache (`symbolize`), added to the profile (`aggregate`).
 
-use std::{path::PathBuf, sync::Arc};
+use std::{
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use profiler_common::{
-    FRAME_ENTRY_SIZE, FrameEntry, FrameLayout, MAX_FULL_FRAMES, ProcessInfo, SampleHeader, sample_status,
+    FRAME_ENTRY_SIZE, FrameEntry, FrameLayout, INTERPRETER_UNKNOWN, MAX_FULL_FRAMES, RUNNING_TASK_UNKNOWN, ProcessInfo, SampleHeader, sample_status,
 };
 
 use crate::{
     aggregate::{FrameId, FrameName, Profile},
+    asyncio::{AsyncReader, AsyncioError, ChainMiss},
     completion::{TailCache, TailSource, read_code_check},
     discovery::{self, PythonProcess},
     loader::{LoadError, Registry},
@@ -49,7 +54,25 @@ pub(crate) struct Target {
     pub(super) exe_link: PathBuf,
     /// Scratch stack (root first), reused between samples.
     stack: Vec<FrameId>,
+    /// asyncio task stacks (`--async`), see `crate::asyncio`.
+    asyncio: AsyncState,
+    /// Whether the kernel was asked to record the running task (once the reader exists).
+    async_registered: bool,
 }
+
+/// Whether samples of this process get asyncio task stacks.
+enum AsyncState {
+    Off,
+    /// Asked for; the reader is made at the first sample after `retry_at` (the `_asyncio`
+    /// module appears only once the process imports asyncio).
+    Pending { retry_at: Instant },
+    Ready(Box<AsyncReader>),
+    /// Not possible for this process (version, malformed offsets): plain stacks.
+    Refused,
+}
+
+/// How long a process without a loaded `_asyncio` module waits before it is looked at again.
+const ASYNC_RETRY: Duration = Duration::from_secs(1);
 
 /// A symbolized code object and the validation word it had when read.
 struct CodeEntry {
@@ -102,7 +125,93 @@ impl Target {
             counters: Counters::default(),
             alive: true,
             stack: Vec::with_capacity(64),
+            asyncio: AsyncState::Off,
+            async_registered: false,
         }
+    }
+
+    /// Once per target, when the asyncio reader exists (made now if due): the offset of the running task in
+    /// thread states, for the kernel to record at sample time (`ProcessInfo::running_task`).
+    pub(super) fn async_registration_due(&mut self) -> Option<u32> {
+        if self.async_registered {
+            return None;
+        }
+        self.async_reader();
+        match &self.asyncio {
+            AsyncState::Ready(reader) if !self.async_registered => {
+                self.async_registered = true;
+                Some(reader.offsets().thread_running_task)
+            }
+            _ => None,
+        }
+    }
+
+    /// Asks for asyncio task stacks (`--async`); versions before 3.14 keep plain stacks.
+    pub(super) fn enable_async(&mut self) {
+        self.asyncio = if crate::asyncio::supported(self.process.version) {
+            AsyncState::Pending { retry_at: Instant::now() }
+        } else {
+            AsyncState::Refused
+        };
+    }
+
+    /// The asyncio reader, made (or retried) now if due.
+    fn async_reader(&mut self) -> Option<AsyncReader> {
+        if let AsyncState::Pending { retry_at } = self.asyncio {
+            if Instant::now() >= retry_at {
+                self.asyncio = match AsyncReader::new(&self.process) {
+                    Ok(reader) => AsyncState::Ready(Box::new(reader)),
+                    Err(AsyncioError::NotLoaded { .. } | AsyncioError::Discovery { .. }) => {
+                        AsyncState::Pending { retry_at: Instant::now() + ASYNC_RETRY }
+                    }
+                    Err(_) => AsyncState::Refused,
+                };
+            }
+        }
+        match &self.asyncio {
+            AsyncState::Ready(reader) => Some((**reader).clone()),
+            _ => None,
+        }
+    }
+
+    /// Replaces the event-loop machinery of `stack` (root first; `shown` has bit `i` set when
+    /// full frame `i`, leaf first, produced a frame of it) by the running task's chain: its
+    /// awaiting tasks root first, then the task's own frames from its coroutine's up. Leaves
+    /// the stack alone when the thread runs no task or the chain does not validate (counted).
+    fn apply_async(
+        &mut self,
+        header: &SampleHeader,
+        frames: &[(u64, u8)],
+        shown: u64,
+        stack: &mut Vec<FrameId>,
+        profile: &mut Profile,
+    ) -> Result<(), FrameError> {
+        let Some(reader) = self.async_reader() else { return Ok(()) };
+        let sampled = (header.running_task != RUNNING_TASK_UNKNOWN).then_some(header.running_task);
+        let chain = match reader.running_chain(&self.mem, header.thread_state, sampled, frames) {
+            Ok(Some(chain)) => chain,
+            Ok(None) => return Ok(()),
+            Err(miss) => {
+                *self.counters.async_misses.entry(miss).or_default() += 1;
+                return Ok(());
+            }
+        };
+        let i = chain.frame_index;
+        if i >= 64 || shown >> i & 1 == 0 {
+            *self.counters.async_misses.entry(ChainMiss::NotOnStack).or_default() += 1;
+            return Ok(());
+        }
+        let mask = if i == 63 { u64::MAX } else { (1u64 << (i + 1)) - 1 };
+        let own = (shown & mask).count_ones() as usize;
+        let Some(keep_from) = stack.len().checked_sub(own) else { return Ok(()) };
+        let mut logical = Vec::with_capacity(chain.tasks_root_first.len() + own);
+        for name in chain.tasks_root_first {
+            logical.push(synthetic_frame(profile, name)?);
+        }
+        logical.extend_from_slice(&stack[keep_from..]);
+        *stack = logical;
+        self.counters.async_task_stacks += 1;
+        Ok(())
     }
 
     pub(super) fn process_sample(&mut self, header: &SampleHeader, body: &[u8], profile: &mut Profile, threads: bool) -> SampleOutcome {
@@ -144,6 +253,9 @@ impl Target {
     }
 
     fn process_sample_inner(&mut self, header: &SampleHeader, body: &[u8], profile: &mut Profile, threads: bool) -> SampleOutcome {
+        if header.interpreter == INTERPRETER_UNKNOWN {
+            return SampleOutcome::SubinterpreterUnknown;
+        }
         match header.status {
             sample_status::COMPLETE => {}
             sample_status::NO_THREAD_STATE => return SampleOutcome::NoThreadState,
@@ -204,17 +316,33 @@ impl Target {
             }
         }
         self.counters.frames_from_kernel += n_full as u64;
+        // Bit i: full frame i (leaf first) produced a frame of `stack`.
+        let mut shown = 0u64;
         if result.is_ok() {
             for i in (0..n_full).rev() {
                 let entry = full(i);
                 match self.frame_id(&entry, entry.check, profile) {
-                    Ok(Some(id)) => stack.push(id),
+                    Ok(Some(id)) => {
+                        stack.push(id);
+                        shown |= 1 << i;
+                    }
                     Ok(None) => {}
                     Err(e) => {
                         result = Err(e);
                         break;
                     }
                 }
+            }
+        }
+        if result.is_ok() && !stack.is_empty() && matches!(self.asyncio, AsyncState::Pending { .. } | AsyncState::Ready(_)) {
+            let frames: Vec<(u64, u8)> = (0..n_full).map(|i| full(i)).map(|e| (e.frame, e.owner)).collect();
+            result = self.apply_async(header, &frames, shown, &mut stack, profile);
+        }
+        if result.is_ok() && threads && header.interpreter != 0 && !stack.is_empty() {
+            // `interpreter <id>` right after the thread, for processes with subinterpreters.
+            match synthetic_frame(profile, format!("interpreter {}", header.interpreter - 1)) {
+                Ok(id) => stack.insert(0, id),
+                Err(e) => result = Err(e),
             }
         }
         let outcome = match result {
@@ -306,6 +434,11 @@ impl Target {
         }
         Ok(code)
     }
+}
+
+/// A frame that is not a Python function (`task <name>`, `interpreter <id>`): no file, no line.
+fn synthetic_frame(profile: &mut Profile, name: String) -> Result<FrameId, FrameError> {
+    profile.try_intern(FrameName { function: name.into(), file: "".into(), line: 0 }).ok_or(FrameError::ProfileFull)
 }
 
 /// Whether the full frames of a record visit one frame address twice: the chain loops (a
