@@ -179,6 +179,12 @@ impl Session {
             return Ok(false);
         }
         self.add_target(process, exe_link, label, generation);
+        if self.async_stacks {
+            if let Some(target) = self.targets.get_mut(&pid) {
+                target.resolve_async_now(INSPECT_BUDGET);
+                register_running_task(&self.kernel, target);
+            }
+        }
         Ok(true)
     }
 

@@ -4,7 +4,7 @@
 
 use std::{
     path::PathBuf,
-    sync::Arc,
+    sync::{Arc, mpsc},
     time::{Duration, Instant},
 };
 
@@ -63,9 +63,11 @@ pub(crate) struct Target {
 /// Whether samples of this process get asyncio task stacks.
 enum AsyncState {
     Off,
-    /// Asked for; the reader is made at the first sample after `retry_at` (the `_asyncio`
-    /// module appears only once the process imports asyncio).
-    Pending { retry_at: Instant },
+    /// Asked for; the reader is made on a thread of its own (it reads `/proc/PID/maps` and
+    /// may open the `_asyncio` module's file, which the sampling loop never does), started at
+    /// the first sample after `retry_at` (the module appears only once the process imports
+    /// asyncio); `job` receives its result.
+    Pending { retry_at: Instant, job: Option<mpsc::Receiver<Result<AsyncReader, AsyncioError>>> },
     Ready(Box<AsyncReader>),
     /// Not possible for this process (version, malformed offsets): plain stacks.
     Refused,
@@ -149,23 +151,56 @@ impl Target {
     /// Asks for asyncio task stacks (`--async`); versions before 3.14 keep plain stacks.
     pub(super) fn enable_async(&mut self) {
         self.asyncio = if crate::asyncio::supported(self.process.version) {
-            AsyncState::Pending { retry_at: Instant::now() }
+            AsyncState::Pending { retry_at: Instant::now(), job: None }
         } else {
             AsyncState::Refused
         };
     }
 
-    /// The asyncio reader, made (or retried) now if due.
+    /// Makes the asyncio reader now, waiting at most `budget` (for processes given with
+    /// `--pid`, inspected before sampling starts, so that their first samples already carry
+    /// the running task; never on the sampling loop).
+    pub(super) fn resolve_async_now(&mut self, budget: Duration) {
+        if !matches!(self.asyncio, AsyncState::Pending { job: None, .. }) {
+            return;
+        }
+        let process = self.process.clone();
+        let made = super::Budgeted::default().run(budget, move || AsyncReader::new(&process));
+        self.asyncio = match made {
+            Ok(Ok(reader)) => AsyncState::Ready(Box::new(reader)),
+            Ok(Err(AsyncioError::NotLoaded { .. } | AsyncioError::Discovery { .. })) | Err(_) => {
+                AsyncState::Pending { retry_at: Instant::now() + ASYNC_RETRY, job: None }
+            }
+            Ok(Err(_)) => AsyncState::Refused,
+        };
+    }
+
+    /// The asyncio reader, if made; starts (or collects) the job that makes it when due.
     fn async_reader(&mut self) -> Option<AsyncReader> {
-        if let AsyncState::Pending { retry_at } = self.asyncio {
-            if Instant::now() >= retry_at {
-                self.asyncio = match AsyncReader::new(&self.process) {
-                    Ok(reader) => AsyncState::Ready(Box::new(reader)),
-                    Err(AsyncioError::NotLoaded { .. } | AsyncioError::Discovery { .. }) => {
-                        AsyncState::Pending { retry_at: Instant::now() + ASYNC_RETRY }
+        if let AsyncState::Pending { retry_at, job } = &mut self.asyncio {
+            match job.as_ref().map(mpsc::Receiver::try_recv) {
+                Some(Ok(Ok(reader))) => self.asyncio = AsyncState::Ready(Box::new(reader)),
+                Some(Ok(Err(AsyncioError::NotLoaded { .. } | AsyncioError::Discovery { .. })))
+                | Some(Err(mpsc::TryRecvError::Disconnected)) => {
+                    *retry_at = Instant::now() + ASYNC_RETRY;
+                    *job = None;
+                }
+                Some(Ok(Err(_))) => self.asyncio = AsyncState::Refused,
+                Some(Err(mpsc::TryRecvError::Empty)) => {}
+                None if Instant::now() >= *retry_at => {
+                    let (tx, rx) = mpsc::channel();
+                    let process = self.process.clone();
+                    let spawned = std::thread::Builder::new()
+                        .name("pyperch-asyncio".into())
+                        .spawn(move || {
+                            let _ = tx.send(AsyncReader::new(&process));
+                        });
+                    match spawned {
+                        Ok(_) => *job = Some(rx),
+                        Err(_) => *retry_at = Instant::now() + ASYNC_RETRY,
                     }
-                    Err(_) => AsyncState::Refused,
-                };
+                }
+                None => {}
             }
         }
         match &self.asyncio {
