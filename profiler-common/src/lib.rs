@@ -131,6 +131,24 @@ pub struct ProcessInfo {
     /// `RUNTIME_TSTATE`: address of the holder's tstate pointer; `INTERP_HOLDER`: its offset
     /// in the interpreter; `TSTATE_FLAG`: offset in the tstate of the `int` "holds the GIL".
     pub gil_holder: u64,
+    /// Subinterpreters (3.13+): offset of `next` in `PyInterpreterState`, or `NO_FIELD` (then
+    /// the kernel looks at the first interpreter's threads only and records no interpreter).
+    /// When the process has more than one interpreter, a thread's own tstate in a
+    /// subinterpreter is preferred over the one its thread-local slot holds (that one stays
+    /// bound to the main interpreter while the thread runs code in a subinterpreter).
+    pub interp_next: u32,
+    /// Offset of `interp` in `PyThreadState` (with `interp_next`).
+    pub tstate_interp: u32,
+    /// Offset of the `int64_t id` in `PyInterpreterState` (with `interp_next`), or `NO_FIELD`
+    /// for versions (3.8-3.12) whose subinterpreter API runs a thread on a thread state that
+    /// belongs to another thread: then the kernel only tells that several interpreters exist
+    /// (`SampleHeader::interpreter == INTERPRETER_UNKNOWN`) and prefers nothing.
+    pub interp_id: u32,
+    /// asyncio (`--async`, 3.14+): offset of `asyncio_running_task` in the thread state, read
+    /// into `SampleHeader::running_task` at sample time; `NO_FIELD` (the default, and always
+    /// without `--async`) records nothing. Userspace sets it once it found the `_asyncio`
+    /// module's offsets, by registering the process again.
+    pub running_task: u32,
 }
 
 /// How a version tells which thread holds the GIL (`ProcessInfo::gil_check`).
@@ -261,7 +279,21 @@ pub struct SampleHeader {
     pub generation: u32,
     /// What the record is: one of `record_kind`. Userspace drops kinds it does not know.
     pub kind: u32,
+    /// The id of the interpreter the thread state belongs to, plus 1, when the process had
+    /// more than one interpreter at sample time (`ProcessInfo::interp_next`); 0 otherwise;
+    /// `INTERPRETER_UNKNOWN` when it had several but the layout has no `interp_id`.
+    pub interpreter: u64,
+    /// The thread's running asyncio task (0: none) when `ProcessInfo::running_task` is set,
+    /// else `RUNNING_TASK_UNKNOWN`.
+    pub running_task: u64,
 }
+
+/// `SampleHeader::running_task` when the kernel did not record it.
+pub const RUNNING_TASK_UNKNOWN: u64 = u64::MAX;
+
+/// `SampleHeader::interpreter` of a process with several interpreters whose ids (and thread
+/// states) cannot be trusted.
+pub const INTERPRETER_UNKNOWN: u64 = u64::MAX;
 
 /// One frame as the kernel read it.
 #[repr(C)]
@@ -418,7 +450,7 @@ mod pod {
 }
 
 // The record layout is shared by two compilers: its sizes are fixed here, padding explicit.
-const _: () = assert!(SAMPLE_HEADER_SIZE == 64);
+const _: () = assert!(SAMPLE_HEADER_SIZE == 80);
 const _: () = assert!(FRAME_ENTRY_SIZE == 32);
 // The off-CPU trailer takes exactly one frame slot.
 const _: () = assert!(core::mem::size_of::<OffCpuInterval>() == FRAME_ENTRY_SIZE);

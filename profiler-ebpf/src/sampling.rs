@@ -20,7 +20,7 @@ use profiler_common::{
 
 use crate::frame_walk::{WalkState, read_frame, read_u64, walk_code_check};
 use crate::maps::{PROCESSES, bump, output_record};
-use crate::thread_state::{current_fsbase, find_thread_state};
+use crate::thread_state::{current_fsbase, find_thread_state, interpreter_of, running_task_of};
 
 /// A ring-buffer record: the header, up to `MAX_FULL_FRAMES` frames, and one more slot for a
 /// kind-specific trailer written right after the last full frame (`record_kind::OFF_CPU`).
@@ -108,6 +108,8 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
     header.tail_first = 0;
     header.tail_hash = 0;
     header.thread_state = 0;
+    header.interpreter = 0;
+    header.running_task = profiler_common::RUNNING_TASK_UNKNOWN;
 
     let fsbase = current_fsbase();
     let tstate = find_thread_state(info, tid, fsbase);
@@ -116,6 +118,8 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
         return false;
     }
     header.thread_state = tstate;
+    header.interpreter = interpreter_of(info, tstate);
+    header.running_task = running_task_of(info, tstate);
     let mut frame = read_u64(tstate + info.thread.frame as u64);
     if frame != 0 && info.thread.cframe_frame != NO_FIELD {
         frame = read_u64(frame + info.thread.cframe_frame as u64);

@@ -2,7 +2,9 @@
 //! against the thread pointer, with the interpreter's thread list as fallback.
 
 use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel};
-use profiler_common::{MAX_THREAD_SCAN, NO_FIELD, ProcessInfo, tstate_lookup};
+use profiler_common::{
+    INTERPRETER_UNKNOWN, MAX_THREAD_SCAN, NO_FIELD, ProcessInfo, RUNNING_TASK_UNKNOWN, tstate_lookup,
+};
 
 use crate::frame_walk::read_u64;
 
@@ -44,6 +46,14 @@ pub extern "C" fn pyperch_is_current_thread(tstate: u64, thread_id: u32, native_
 }
 
 pub fn find_thread_state(info: &ProcessInfo, tid: u32, fsbase: u64) -> u64 {
+    // With subinterpreters, a thread running code in one has a thread state of its own there,
+    // while its thread-local slot keeps the one bound to the main interpreter: look there first.
+    if let Some(head) = several_interpreters(info).filter(|_| info.interp_id != NO_FIELD) {
+        let found = scan_interpreters(info, head, tid, fsbase, true);
+        if found != 0 {
+            return found;
+        }
+    }
     let candidate = match info.tstate_lookup {
         tstate_lookup::PTHREAD_KEY if fsbase != 0 => pthread_getspecific(info, fsbase, info.pthread_key),
         tstate_lookup::TLS if fsbase != 0 => read_u64(fsbase.wrapping_sub(info.tls_offset)),
@@ -52,15 +62,53 @@ pub fn find_thread_state(info: &ProcessInfo, tid: u32, fsbase: u64) -> u64 {
     if candidate != 0 && is_current_thread(info, candidate, tid, fsbase) {
         return candidate;
     }
-    // Fallback: the interpreter's list of thread states.
-    let interp = read_u64(info.interpreters_head_addr);
-    if interp == 0 {
+    // Fallback: the interpreters' lists of thread states.
+    let head = read_u64(info.interpreters_head_addr);
+    if head == 0 {
         return 0;
     }
+    scan_interpreters(info, head, tid, fsbase, false)
+}
+
+/// The first interpreter (`interpreters.head`) when the process has more than one and the
+/// layout knows how to walk them (`ProcessInfo::interp_next`).
+#[inline(always)]
+fn several_interpreters(info: &ProcessInfo) -> Option<u64> {
+    if info.interp_next == NO_FIELD {
+        return None;
+    }
+    let head = read_u64(info.interpreters_head_addr);
+    if head == 0 || read_u64(head + info.interp_next as u64) == 0 {
+        return None;
+    }
+    Some(head)
+}
+
+/// Looks for the thread's state in the thread lists of the interpreters from `head` on
+/// (only the first one without `interp_next`). With `only_subinterpreters`, the main
+/// interpreter (the last in the list: new interpreters are pushed at its head) is skipped.
+/// At most `MAX_THREAD_SCAN` steps (interpreters and thread states together).
+#[inline(always)]
+fn scan_interpreters(info: &ProcessInfo, head: u64, tid: u32, fsbase: u64, only_subinterpreters: bool) -> u64 {
+    let mut interp = head;
     let mut tstate = read_u64(interp + info.thread.interp_threads_head as u64);
+    let mut next_interp = if info.interp_next == NO_FIELD { 0 } else { read_u64(interp + info.interp_next as u64) };
+    if only_subinterpreters && next_interp == 0 {
+        return 0;
+    }
     for _ in 0..MAX_THREAD_SCAN {
         if tstate == 0 {
-            return 0;
+            // This interpreter's list is done: on to the next one.
+            interp = next_interp;
+            if interp == 0 {
+                return 0;
+            }
+            next_interp = read_u64(interp + info.interp_next as u64);
+            if only_subinterpreters && next_interp == 0 {
+                return 0;
+            }
+            tstate = read_u64(interp + info.thread.interp_threads_head as u64);
+            continue;
         }
         if is_current_thread(info, tstate, tid, fsbase) {
             return tstate;
@@ -68,6 +116,31 @@ pub fn find_thread_state(info: &ProcessInfo, tid: u32, fsbase: u64) -> u64 {
         tstate = read_u64(tstate + info.thread.next as u64);
     }
     0
+}
+
+/// For `SampleHeader::running_task`: the thread's running asyncio task, when asked for.
+pub fn running_task_of(info: &ProcessInfo, tstate: u64) -> u64 {
+    if info.running_task == NO_FIELD {
+        return RUNNING_TASK_UNKNOWN;
+    }
+    read_u64(tstate + info.running_task as u64)
+}
+
+/// For `SampleHeader::interpreter`: the id of `tstate`'s interpreter plus 1 when the process
+/// has more than one interpreter (`INTERPRETER_UNKNOWN` if its layout has no id), else 0.
+pub fn interpreter_of(info: &ProcessInfo, tstate: u64) -> u64 {
+    if several_interpreters(info).is_none() || tstate == 0 {
+        return 0;
+    }
+    if info.interp_id == NO_FIELD || info.tstate_interp == NO_FIELD {
+        return INTERPRETER_UNKNOWN;
+    }
+    let interp = read_u64(tstate + info.tstate_interp as u64);
+    if interp == 0 {
+        return 0;
+    }
+    // `read_u64` gives 0 on a failed read as well; a real id of u64::MAX cannot occur.
+    read_u64(interp + info.interp_id as u64).wrapping_add(1)
 }
 
 /// glibc's `pthread_getspecific` for another thread, from its thread pointer.

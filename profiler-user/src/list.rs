@@ -87,7 +87,10 @@ fn row(pid: u32) -> Option<Row> {
             container: container.clone(),
             pod: pod.clone(),
             namespace_pid: namespace_pid.clone(),
-            status: "ok".to_string(),
+            status: match subinterpreter_gap(&p) {
+                Some(gap) => format!("ok, but it has subinterpreters: {gap}"),
+                None => "ok".to_string(),
+            },
             names: String::new(),
         }),
         Err(DiscoveryError::Unsupported { reason, .. }) => {
@@ -99,6 +102,17 @@ fn row(pid: u32) -> Option<Row> {
         Err(_) => None,
     };
     row.map(|row| Row { names, ..row })
+}
+
+/// Why the process's threads in subinterpreters cannot be sampled, when it has any now and
+/// its version cannot (`layout::published::interpreter_support_gap`).
+fn subinterpreter_gap(p: &discovery::PythonProcess) -> Option<&'static str> {
+    let gap = crate::layout::published::interpreter_support_gap(p.version)?;
+    let next = p.interpreters?.next;
+    let mem = crate::memory::ProcessMemory::new(p.pid);
+    let head = mem.read_u64(p.runtime_address.wrapping_add(p.layout.interpreters_head.into())).ok()?;
+    let second = mem.read_u64(head.wrapping_add(next.into())).ok()?;
+    (head != 0 && second != 0).then_some(gap)
 }
 
 /// A row for a Python process whose interpreter could not be inspected.

@@ -402,6 +402,12 @@ struct RecordArgs {
     /// process, on stderr at the end.
     #[arg(long)]
     stats: bool,
+    /// asyncio (CPython 3.14+): show a thread running an event loop as the logical stack of
+    /// its running task (`task <name>` frames from the root task down to it, then its
+    /// coroutine frames) instead of the loop's machinery. Older versions keep plain stacks
+    /// (a --pid of one is refused).
+    #[arg(long = "async")]
+    async_stacks: bool,
     /// Launch this command and profile it and its Python children until it exits; pyperch
     /// then exits with the command's status. If the recording ends first, the command is
     /// ended (see --keep-running) and pyperch exits with 0 once the profile is written.
@@ -533,6 +539,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 line_numbers: args.lines.mode(),
                 full_filenames: args.full_filenames,
                 time,
+                async_stacks: args.async_stacks,
             })?;
             Ok(match summary.command_status {
                 Some(code) => ExitCode::from(code.clamp(0, 255) as u8),

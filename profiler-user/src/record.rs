@@ -60,6 +60,8 @@ pub struct RecordOptions {
     pub full_filenames: bool,
     /// Which time to profile (`--mode`, `--min-off-cpu`).
     pub time: crate::time_mode::TimeOptions,
+    /// asyncio task stacks (`--async`, see `crate::asyncio`).
+    pub async_stacks: bool,
 }
 
 /// How the session ended.
@@ -129,6 +131,13 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     } else {
         inspect_pids(&options.pids, &options.filter)?
     };
+    if options.async_stacks && !options.subprocesses {
+        // An explicit process that cannot have task stacks is refused, with the reason.
+        if let Some(p) = initial.iter().find(|p| !crate::asyncio::supported(p.version)) {
+            let reason = crate::asyncio::AsyncioError::TooOld { pid: p.pid, version: p.version }.to_string();
+            return Err(RecordError::Unsupported { pid: p.pid, comm: p.comm.clone(), reason });
+        }
+    }
 
     let mut kernel = KernelProgram::load_with(&options.time)?;
     let ring = kernel.take_ring_buffer()?;
@@ -139,6 +148,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     };
     let mut session = Session::new(kernel, scope, options.filter.clone(), options.threads);
     session.set_time_mode(options.time.mode, options.rate);
+    session.set_async_stacks(options.async_stacks);
     session.profile.set_container_root(options.by_container);
     session.profile.set_line_numbers(options.line_numbers);
     if options.format.needs_timeline() {

@@ -33,10 +33,13 @@ pub enum SampleOutcome {
     UnknownProcess,
     /// The stack needed a frame or stack new to the profile, which is at its byte budget.
     ProfileFull,
+    /// The process had several interpreters and its version (before 3.13) lends thread
+    /// states across threads: which stack the thread runs cannot be told.
+    SubinterpreterUnknown,
 }
 
 impl SampleOutcome {
-    pub const ALL: [SampleOutcome; 11] = [
+    pub const ALL: [SampleOutcome; 12] = [
         SampleOutcome::Ok,
         SampleOutcome::NoThreadState,
         SampleOutcome::Idle,
@@ -48,6 +51,7 @@ impl SampleOutcome {
         SampleOutcome::ChangedCodeObject,
         SampleOutcome::UnknownProcess,
         SampleOutcome::ProfileFull,
+        SampleOutcome::SubinterpreterUnknown,
     ];
 
     pub fn label(&self) -> &'static str {
@@ -63,6 +67,7 @@ impl SampleOutcome {
             SampleOutcome::ChangedCodeObject => "code object changed since the sample",
             SampleOutcome::UnknownProcess => "unknown process",
             SampleOutcome::ProfileFull => "dropped: profile at its memory budget",
+            SampleOutcome::SubinterpreterUnknown => "dropped: subinterpreters before 3.13",
         }
     }
 }
@@ -100,6 +105,10 @@ pub struct Counters {
     pub off_cpu_ns: u64,
     pub off_cpu_short_ns: u64,
     pub off_cpu_dropped_ns: u64,
+    /// `--async`: samples shown as the running task's logical stack.
+    pub async_task_stacks: u64,
+    /// `--async`: samples of a thread running a task that kept their plain stack, and why.
+    pub async_misses: BTreeMap<crate::asyncio::ChainMiss, u64>,
 }
 
 impl Counters {
@@ -136,6 +145,10 @@ impl Counters {
         self.off_cpu_ns += other.off_cpu_ns;
         self.off_cpu_short_ns += other.off_cpu_short_ns;
         self.off_cpu_dropped_ns += other.off_cpu_dropped_ns;
+        self.async_task_stacks += other.async_task_stacks;
+        for (k, v) in &other.async_misses {
+            *self.async_misses.entry(*k).or_default() += v;
+        }
     }
 
     /// A multi-line report, indented by `indent`.
@@ -185,6 +198,14 @@ impl Counters {
                 ms(self.off_cpu_short_ns),
                 ms(self.off_cpu_dropped_ns)
             );
+        }
+        if self.async_task_stacks > 0 || !self.async_misses.is_empty() {
+            let _ = write!(s, "{indent}asyncio: {} task stacks; kept plain:", self.async_task_stacks);
+            for miss in crate::asyncio::ChainMiss::ALL {
+                let n = self.async_misses.get(&miss).copied().unwrap_or(0);
+                let _ = write!(s, " {} {n};", miss.label());
+            }
+            s.push('\n');
         }
         s
     }

@@ -56,6 +56,8 @@ const MAX_SYMTAB_BYTES: u64 = 8 << 20;
 const MAX_STRINGS_BYTES: u64 = 8 << 20;
 /// A section-name table larger than this is not read (real: under 400 bytes).
 const MAX_SECTION_NAMES_BYTES: u64 = 64 << 10;
+/// Largest `.AsyncioDebug` section read (3.14/3.15: 0x68 bytes).
+const MAX_ASYNCIO_DEBUG_BYTES: u64 = 4096;
 /// `SHT_RELA` sections of `.dynsym` read at most, in total (real `.rela.dyn`: under 1 MiB).
 const MAX_RELA_BYTES: u64 = 8 << 20;
 /// A `.rodata` larger than this is not searched for a version string (real: under 3 MiB).
@@ -224,6 +226,9 @@ pub struct PythonFile {
     /// `(minor, micro)` of strings like `3.9.18` in `.rodata` (searched only when the file
     /// has neither `_Py_DebugOffsets` nor `Py_Version`).
     pub version_strings: Vec<(u8, u8)>,
+    /// The `.AsyncioDebug` section (`_Py_AsyncioModuleDebugOffsets`, 3.14+), when the
+    /// `_asyncio` module is built into this file.
+    pub asyncio_debug: Option<Vec<u8>>,
 }
 
 /// What one file is.
@@ -234,6 +239,9 @@ pub enum FileFacts {
     /// Defines `PyCode_Type` but not `_PyRuntime`: a CPython older than 3.7.
     OldPython,
     Python(Box<PythonFile>),
+    /// No CPython runtime, but a `.AsyncioDebug` section: the `_asyncio` extension module
+    /// of 3.14+ built as a shared object. Holds the section's bytes (see `crate::asyncio`).
+    AsyncioModule(Vec<u8>),
 }
 
 /// Symbols looked up in every ELF file.
@@ -387,6 +395,11 @@ fn parse_data(data: Data<'_>) -> FileFacts {
         }
     }
     let runtime_section = sections.iter().find(|s| section_name(s) == b".PyRuntime");
+    let asyncio_debug = sections
+        .iter()
+        .find(|s| section_name(s) == b".AsyncioDebug")
+        .and_then(|s| bounded_data(s, endian, data, MAX_ASYNCIO_DEBUG_BYTES))
+        .map(<[u8]>::to_vec);
     let runtime = match (symbols.get(b"_PyRuntime"), runtime_section) {
         (Some(found), section) => {
             let size = if found.size != 0 { found.size } else { section.map_or(0, |s| s.sh_size(endian)) };
@@ -394,6 +407,9 @@ fn parse_data(data: Data<'_>) -> FileFacts {
         }
         (None, Some(section)) => Found { value: section.sh_addr(endian), size: section.sh_size(endian) },
         (None, None) if symbols.get(b"PyCode_Type").is_some() => return FileFacts::OldPython,
+        (None, None) if asyncio_debug.is_some() => {
+            return FileFacts::AsyncioModule(asyncio_debug.unwrap_or_default());
+        }
         (None, None) => return FileFacts::Other,
     };
 
@@ -464,6 +480,7 @@ fn parse_data(data: Data<'_>) -> FileFacts {
         tss_key_offset,
         marker_minor,
         version_strings,
+        asyncio_debug,
     }))
 }
 

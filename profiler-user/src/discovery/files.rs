@@ -186,6 +186,7 @@ fn parsed_bytes(facts: &FileFacts) -> usize {
             FileFacts::Python(p) => {
                 p.loads.len() * std::mem::size_of::<elf::Segment>() + p.debug_offsets.as_ref().map_or(0, |d| d.len())
             }
+            FileFacts::AsyncioModule(bytes) => bytes.len(),
             _ => 0,
         }
 }

@@ -24,7 +24,7 @@ mod live_tests;
 use std::io;
 use std::path::PathBuf;
 
-use profiler_common::{ProcessInfo, tstate_lookup};
+use profiler_common::{NO_FIELD, ProcessInfo, tstate_lookup};
 
 use crate::layout::{PythonLayout, Version};
 use crate::memory::{MemoryError, ProcessMemory};
@@ -87,6 +87,13 @@ pub struct PythonProcess {
     pub tstate_lookup: ThreadStateLookup,
     /// How to tell the GIL's holder (`--mode gil`).
     pub gil: crate::layout::gil::GilLayout,
+    /// How to follow subinterpreters (3.12+; `None` before, see `layout::published`).
+    pub interpreters: Option<crate::layout::published::InterpreterOffsets>,
+    /// Object offsets for asyncio task stacks (3.14+, from `_Py_DebugOffsets`).
+    pub objects: Option<crate::layout::published::ObjectOffsets>,
+    /// The `.AsyncioDebug` section of the interpreter's file, when `_asyncio` is built into it
+    /// (else it is in the `_asyncio` shared object, found once loaded: `crate::asyncio`).
+    pub asyncio_debug: Option<Vec<u8>>,
 }
 
 /// Display escapes the target's text (command names, reasons holding paths): see `text`.
@@ -212,7 +219,7 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
                     break;
                 }
                 elf::FileFacts::OldPython => old_python = old_python.or(Some(mapping)),
-                elf::FileFacts::Other => {}
+                elf::FileFacts::Other | elf::FileFacts::AsyncioModule(_) => {}
             },
             Err(e) => {
                 denied |= e.is_permission();
@@ -277,7 +284,13 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
     if !is_alive(pid, stat.start_time) {
         return Err(DiscoveryError::Gone(pid));
     }
+    let published = file.debug_offsets.as_deref().and_then(|bytes| crate::layout::debug_offsets::decode(bytes).ok());
+    let interpreters = crate::layout::published::interpreter_offsets(version, published.as_ref());
+    let objects = published.as_ref().and_then(crate::layout::published::object_offsets);
     Ok(PythonProcess {
+        interpreters,
+        objects,
+        asyncio_debug: file.asyncio_debug.clone(),
         pid,
         start_time: stat.start_time,
         comm,
@@ -292,6 +305,30 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
         tstate_lookup,
         gil: crate::layout::gil::gil_layout(version, file.debug_offsets.as_deref()),
     })
+}
+
+/// The `.AsyncioDebug` section of the `_asyncio` extension module mapped into `pid` (3.14
+/// builds it as a shared object, loaded when asyncio is first imported), or `None` when no
+/// mapped file whose name contains `_asyncio` has one. Files are read through the same
+/// bounded, cached path as the interpreter's own (`files::facts`).
+pub fn asyncio_module_section(pid: u32) -> Result<Option<Vec<u8>>, DiscoveryError> {
+    let mut maps = procfs::read_maps(pid).map_err(|e| io_error(pid, "memory maps", e))?;
+    let root = procfs::read_root(pid).map_err(|e| io_error(pid, "root directory", e))?;
+    let mut seen = Vec::new();
+    for m in maps.iter_mut().filter(|m| m.is_file()) {
+        let name = m.path.rsplit('/').next().unwrap_or("");
+        if !name.starts_with("_asyncio") || seen.contains(&m.key()) {
+            continue;
+        }
+        seen.push(m.key());
+        m.path = procfs::target_view(&root, &m.path);
+        if let Ok(facts) = files::facts(pid, m) {
+            if let elf::FileFacts::AsyncioModule(bytes) = &*facts {
+                return Ok(Some(bytes.clone()));
+            }
+        }
+    }
+    Ok(None)
 }
 
 impl PythonProcess {
@@ -352,6 +389,11 @@ impl PythonProcess {
             } else {
                 self.gil.holder
             },
+            interp_next: self.interpreters.map_or(NO_FIELD, |i| i.next),
+            tstate_interp: self.interpreters.and_then(|i| i.tstate_interp).unwrap_or(NO_FIELD),
+            interp_id: self.interpreters.and_then(|i| i.id).unwrap_or(NO_FIELD),
+            // Set by the session under `--async`.
+            running_task: NO_FIELD,
         })
     }
 
@@ -396,6 +438,7 @@ mod tests {
             tss_key_offset: None,
             marker_minor: 11,
             version_strings: Vec::new(),
+            asyncio_debug: None,
         }
     }
 

@@ -117,6 +117,7 @@ mod tests {
             tss_key_offset: None,
             marker_minor,
             version_strings,
+            asyncio_debug: None,
         }
     }
 

@@ -9,8 +9,9 @@
 //! BPF map as plain numbers; the rest is used by userspace to complete and symbolize stacks.
 
 pub mod debug_offsets;
-pub mod inspection;
 pub mod gil;
+pub mod inspection;
+pub mod published;
 pub mod tables;
 
 use profiler_common::{FrameLayout, ThreadLayout};

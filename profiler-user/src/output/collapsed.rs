@@ -88,7 +88,10 @@ pub fn folded_stacks(profile: &Profile) -> Vec<(String, u64)> {
 pub fn frame_text(frame: &FrameName) -> String {
     let function = sanitize(&frame.function);
     let file = sanitize(&frame.file);
-    if frame.line == 0 {
+    if frame.line == 0 && file.is_empty() {
+        // A frame that is not a Python function: `task <name>`, `interpreter <id>`.
+        function.into_owned()
+    } else if frame.line == 0 {
         format!("{function} ({file})")
     } else {
         format!("{function} ({file}:{})", frame.line)

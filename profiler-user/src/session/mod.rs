@@ -72,6 +72,24 @@ impl Scope {
     }
 }
 
+/// `--async`: once the target's asyncio reader exists, registers the process again so that
+/// the kernel records each sample's running task: the task that ran when the sample was
+/// taken, not when it is read. Not registered again if it exited meanwhile
+/// (`target::register`); without it, samples fall back to reading the task afterwards.
+fn register_running_task(kernel: &KernelProgram, target: &mut Target) {
+    let Some(offset) = target.async_registration_due() else { return };
+    let mem = ProcessMemory::new(target.process.pid);
+    if let Ok(info) = target.process.kernel_info(&mem) {
+        let info = profiler_common::ProcessInfo {
+            frame: target.process.layout.kernel_frame_layout(),
+            generation: target.generation,
+            running_task: offset,
+            ..info
+        };
+        let _ = target::register(&kernel.registry(), &target.process, &info);
+    }
+}
+
 /// Whether `pid` or one of its first 64 ancestors is a root (init is never one).
 fn descends_from(pid: u32, is_root: impl Fn(u32) -> bool) -> bool {
     let mut p = pid;
@@ -113,6 +131,8 @@ pub(crate) struct Session {
     late_samples: u64,
     discovery: Option<DiscoveryHandle>,
     pub(crate) discovery_stats: Arc<DiscoveryStats>,
+    /// `--async`: asyncio task stacks for the processes that can have them.
+    async_stacks: bool,
 }
 
 /// The counts of a process no longer profiled.
@@ -142,6 +162,7 @@ impl Session {
             late_samples: 0,
             discovery: None,
             discovery_stats: Arc::default(),
+            async_stacks: false,
         }
     }
 
@@ -223,6 +244,11 @@ impl Session {
         }
     }
 
+    /// Asks for asyncio task stacks (`--async`) in every process added from now on.
+    pub(crate) fn set_async_stacks(&mut self, on: bool) {
+        self.async_stacks = on;
+    }
+
     /// Registers a Python process with the kernel if its interpreter is ready. Only before
     /// discovery starts (explicit pids, inspected by the caller).
     pub(crate) fn add_process(&mut self, process: PythonProcess) -> Result<bool, RecordError> {
@@ -240,13 +266,24 @@ impl Session {
             return Ok(false);
         }
         self.add_target(process, exe_link, label, generation);
+        if self.async_stacks {
+            if let Some(target) = self.targets.get_mut(&pid) {
+                target.resolve_async_now(INSPECT_BUDGET);
+                register_running_task(&self.kernel, target);
+            }
+        }
         Ok(true)
     }
 
     fn add_target(&mut self, process: PythonProcess, exe_link: PathBuf, label: ProcessLabel, generation: u32) {
         let pid = process.pid;
         self.profile.set_process(pid, label);
-        if let Some(old) = self.targets.insert(pid, Target::new(process, exe_link, generation)) {
+        let mut target = Target::new(process, exe_link, generation);
+        if self.async_stacks {
+            target.enable_async();
+            register_running_task(&self.kernel, &mut target);
+        }
+        if let Some(old) = self.targets.insert(pid, target) {
             self.retire(old);
         }
         self.registered += 1;
@@ -409,6 +446,7 @@ impl Session {
         };
         let (reads, read_bytes) = (memory::READS.load(Relaxed), memory::BYTES_READ.load(Relaxed));
         let outcome = target.process_sample(&header, &bytes[SAMPLE_HEADER_SIZE..], &mut self.profile, self.threads, charge);
+        register_running_task(&self.kernel, target);
         target.counters.count(outcome);
         if header.kind == record_kind::OFF_CPU {
             target.counters.off_cpu_intervals += 1;

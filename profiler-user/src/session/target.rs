@@ -2,14 +2,19 @@
 //! the first 64 through the frame cache (`completion`), turned into named frames through the
 //! code-object cache (`symbolize`), added to the profile (`aggregate`).
 
-use std::{path::PathBuf, sync::Arc};
+use std::{
+    path::PathBuf,
+    sync::{Arc, mpsc},
+    time::{Duration, Instant},
+};
 
 use profiler_common::{
-    FRAME_ENTRY_SIZE, FrameEntry, FrameLayout, MAX_FULL_FRAMES, ProcessInfo, SampleHeader, sample_status,
+    FRAME_ENTRY_SIZE, FrameEntry, FrameLayout, INTERPRETER_UNKNOWN, MAX_FULL_FRAMES, RUNNING_TASK_UNKNOWN, ProcessInfo, SampleHeader, sample_status,
 };
 
 use crate::{
     aggregate::{FrameId, FrameName, Profile},
+    asyncio::{AsyncReader, AsyncioError, ChainMiss},
     completion::{TailCache, TailSource, read_code_check},
     discovery::{self, PythonProcess},
     loader::{LoadError, Registry},
@@ -49,6 +54,10 @@ pub(crate) struct Target {
     pub(super) exe_link: PathBuf,
     /// Scratch stack (root first), reused between samples.
     stack: Vec<FrameId>,
+    /// asyncio task stacks (`--async`), see `crate::asyncio`.
+    asyncio: AsyncState,
+    /// Whether the kernel was asked to record the running task (once the reader exists).
+    async_registered: bool,
 }
 
 /// What one record is worth in the profile: its value (1 sample, the sampling period, or an
@@ -59,6 +68,22 @@ pub(crate) struct Charge {
     pub(crate) value: u64,
     pub(crate) leaf: Option<&'static str>,
 }
+
+/// Whether samples of this process get asyncio task stacks.
+enum AsyncState {
+    Off,
+    /// Asked for; the reader is made on a thread of its own (it reads `/proc/PID/maps` and
+    /// may open the `_asyncio` module's file, which the sampling loop never does), started at
+    /// the first sample after `retry_at` (the module appears only once the process imports
+    /// asyncio); `job` receives its result.
+    Pending { retry_at: Instant, job: Option<mpsc::Receiver<Result<AsyncReader, AsyncioError>>> },
+    Ready(Box<AsyncReader>),
+    /// Not possible for this process (version, malformed offsets): plain stacks.
+    Refused,
+}
+
+/// How long a process without a loaded `_asyncio` module waits before it is looked at again.
+const ASYNC_RETRY: Duration = Duration::from_secs(1);
 
 /// A symbolized code object and the validation word it had when read.
 struct CodeEntry {
@@ -111,7 +136,126 @@ impl Target {
             counters: Counters::default(),
             alive: true,
             stack: Vec::with_capacity(64),
+            asyncio: AsyncState::Off,
+            async_registered: false,
         }
+    }
+
+    /// Once per target, when the asyncio reader exists (made now if due): the offset of the running task in
+    /// thread states, for the kernel to record at sample time (`ProcessInfo::running_task`).
+    pub(super) fn async_registration_due(&mut self) -> Option<u32> {
+        if self.async_registered {
+            return None;
+        }
+        self.async_reader();
+        match &self.asyncio {
+            AsyncState::Ready(reader) if !self.async_registered => {
+                self.async_registered = true;
+                Some(reader.offsets().thread_running_task)
+            }
+            _ => None,
+        }
+    }
+
+    /// Asks for asyncio task stacks (`--async`); versions before 3.14 keep plain stacks.
+    pub(super) fn enable_async(&mut self) {
+        self.asyncio = if crate::asyncio::supported(self.process.version) {
+            AsyncState::Pending { retry_at: Instant::now(), job: None }
+        } else {
+            AsyncState::Refused
+        };
+    }
+
+    /// Makes the asyncio reader now, waiting at most `budget` (for processes given with
+    /// `--pid`, inspected before sampling starts, so that their first samples already carry
+    /// the running task; never on the sampling loop).
+    pub(super) fn resolve_async_now(&mut self, budget: Duration) {
+        if !matches!(self.asyncio, AsyncState::Pending { job: None, .. }) {
+            return;
+        }
+        let process = self.process.clone();
+        let made = super::Budgeted::default().run(budget, move || AsyncReader::new(&process));
+        self.asyncio = match made {
+            Ok(Ok(reader)) => AsyncState::Ready(Box::new(reader)),
+            Ok(Err(AsyncioError::NotLoaded { .. } | AsyncioError::Discovery { .. })) | Err(_) => {
+                AsyncState::Pending { retry_at: Instant::now() + ASYNC_RETRY, job: None }
+            }
+            Ok(Err(_)) => AsyncState::Refused,
+        };
+    }
+
+    /// The asyncio reader, if made; starts (or collects) the job that makes it when due.
+    fn async_reader(&mut self) -> Option<AsyncReader> {
+        if let AsyncState::Pending { retry_at, job } = &mut self.asyncio {
+            match job.as_ref().map(mpsc::Receiver::try_recv) {
+                Some(Ok(Ok(reader))) => self.asyncio = AsyncState::Ready(Box::new(reader)),
+                Some(Ok(Err(AsyncioError::NotLoaded { .. } | AsyncioError::Discovery { .. })))
+                | Some(Err(mpsc::TryRecvError::Disconnected)) => {
+                    *retry_at = Instant::now() + ASYNC_RETRY;
+                    *job = None;
+                }
+                Some(Ok(Err(_))) => self.asyncio = AsyncState::Refused,
+                Some(Err(mpsc::TryRecvError::Empty)) => {}
+                None if Instant::now() >= *retry_at => {
+                    let (tx, rx) = mpsc::channel();
+                    let process = self.process.clone();
+                    let spawned = std::thread::Builder::new()
+                        .name("pyperch-asyncio".into())
+                        .spawn(move || {
+                            let _ = tx.send(AsyncReader::new(&process));
+                        });
+                    match spawned {
+                        Ok(_) => *job = Some(rx),
+                        Err(_) => *retry_at = Instant::now() + ASYNC_RETRY,
+                    }
+                }
+                None => {}
+            }
+        }
+        match &self.asyncio {
+            AsyncState::Ready(reader) => Some((**reader).clone()),
+            _ => None,
+        }
+    }
+
+    /// Replaces the event-loop machinery of `stack` (root first; `shown` has bit `i` set when
+    /// full frame `i`, leaf first, produced a frame of it) by the running task's chain: its
+    /// awaiting tasks root first, then the task's own frames from its coroutine's up. Leaves
+    /// the stack alone when the thread runs no task or the chain does not validate (counted).
+    fn apply_async(
+        &mut self,
+        header: &SampleHeader,
+        frames: &[(u64, u8)],
+        shown: u64,
+        stack: &mut Vec<FrameId>,
+        profile: &mut Profile,
+    ) -> Result<(), FrameError> {
+        let Some(reader) = self.async_reader() else { return Ok(()) };
+        let sampled = (header.running_task != RUNNING_TASK_UNKNOWN).then_some(header.running_task);
+        let chain = match reader.running_chain(&self.mem, header.thread_state, sampled, frames) {
+            Ok(Some(chain)) => chain,
+            Ok(None) => return Ok(()),
+            Err(miss) => {
+                *self.counters.async_misses.entry(miss).or_default() += 1;
+                return Ok(());
+            }
+        };
+        let i = chain.frame_index;
+        if i >= 64 || shown >> i & 1 == 0 {
+            *self.counters.async_misses.entry(ChainMiss::NotOnStack).or_default() += 1;
+            return Ok(());
+        }
+        let mask = if i == 63 { u64::MAX } else { (1u64 << (i + 1)) - 1 };
+        let own = (shown & mask).count_ones() as usize;
+        let Some(keep_from) = stack.len().checked_sub(own) else { return Ok(()) };
+        let mut logical = Vec::with_capacity(chain.tasks_root_first.len() + own);
+        for name in chain.tasks_root_first {
+            logical.push(synthetic_frame(profile, name)?);
+        }
+        logical.extend_from_slice(&stack[keep_from..]);
+        *stack = logical;
+        self.counters.async_task_stacks += 1;
+        Ok(())
     }
 
     pub(super) fn process_sample(&mut self, header: &SampleHeader, body: &[u8], profile: &mut Profile, threads: bool, charge: Charge) -> SampleOutcome {
@@ -153,6 +297,9 @@ impl Target {
     }
 
     fn process_sample_inner(&mut self, header: &SampleHeader, body: &[u8], profile: &mut Profile, threads: bool, charge: Charge) -> SampleOutcome {
+        if header.interpreter == INTERPRETER_UNKNOWN {
+            return SampleOutcome::SubinterpreterUnknown;
+        }
         match header.status {
             sample_status::COMPLETE => {}
             sample_status::NO_THREAD_STATE => return SampleOutcome::NoThreadState,
@@ -213,11 +360,16 @@ impl Target {
             }
         }
         self.counters.frames_from_kernel += n_full as u64;
+        // Bit i: full frame i (leaf first) produced a frame of `stack`.
+        let mut shown = 0u64;
         if result.is_ok() {
             for i in (0..n_full).rev() {
                 let entry = full(i);
                 match self.frame_id(&entry, entry.check, profile) {
-                    Ok(Some(id)) => stack.push(id),
+                    Ok(Some(id)) => {
+                        stack.push(id);
+                        shown |= 1 << i;
+                    }
                     Ok(None) => {}
                     Err(e) => {
                         result = Err(e);
@@ -227,6 +379,17 @@ impl Target {
             }
         }
         let python_frames = stack.len();
+        if result.is_ok() && !stack.is_empty() && matches!(self.asyncio, AsyncState::Pending { .. } | AsyncState::Ready(_)) {
+            let frames: Vec<(u64, u8)> = (0..n_full).map(|i| full(i)).map(|e| (e.frame, e.owner)).collect();
+            result = self.apply_async(header, &frames, shown, &mut stack, profile);
+        }
+        if result.is_ok() && threads && header.interpreter != 0 && !stack.is_empty() {
+            // `interpreter <id>` right after the thread, for processes with subinterpreters.
+            match synthetic_frame(profile, format!("interpreter {}", header.interpreter - 1)) {
+                Ok(id) => stack.insert(0, id),
+                Err(e) => result = Err(e),
+            }
+        }
         if let (Ok(()), Some(leaf)) = (&result, charge.leaf) {
             let name = FrameName { function: Arc::from(leaf), file: Arc::from(""), line: 0 };
             match profile.try_intern(name) {
@@ -325,6 +488,11 @@ impl Target {
         }
         Ok(code)
     }
+}
+
+/// A frame that is not a Python function (`task <name>`, `interpreter <id>`): no file, no line.
+fn synthetic_frame(profile: &mut Profile, name: String) -> Result<FrameId, FrameError> {
+    profile.try_intern(FrameName { function: name.into(), file: "".into(), line: 0 }).ok_or(FrameError::ProfileFull)
 }
 
 /// Whether the full frames of a record visit one frame address twice: the chain loops (a
