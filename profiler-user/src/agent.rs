@@ -415,6 +415,7 @@ mod tests {
             line_numbers: Default::default(),
             upload: UploadOptions::default(),
             app_name_given: app_name.is_some(),
+            time: Default::default(),
         }
     }
 
