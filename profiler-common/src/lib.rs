@@ -150,6 +150,11 @@ pub mod counter {
 pub mod record_kind {
     /// A CPU-clock sample from the sampling program.
     pub const CPU_SAMPLE: u32 = 0;
+    /// A CPU-clock sample with native context (`--native` / `--kernel`): the header and
+    /// `n_full` frames as in `CPU_SAMPLE`, then a [`NativeTrailer`](super::NativeTrailer),
+    /// then `kernel_stack_len` bytes of kernel return addresses (u64, leaf first), then
+    /// `user_stack_len` bytes of the thread's user stack copied from `sp` upwards.
+    pub const CPU_SAMPLE_NATIVE: u32 = 16;
 }
 
 /// Outcome of one kernel walk.
@@ -210,6 +215,41 @@ pub struct FrameEntry {
     pub owner: u8,
     pub _pad: [u8; 7],
 }
+
+/// Bytes of user stack the kernel copies at most per sample (`--native-stack-bytes`).
+pub const MAX_NATIVE_STACK_BYTES: usize = 16384;
+/// Kernel frames recorded at most per sample (`--kernel`); the kernel's own limit is 127.
+pub const MAX_KERNEL_FRAMES: usize = 127;
+
+/// Where the user registers of a native sample came from.
+pub mod native_regs {
+    /// The interrupt hit user mode: the perf event's registers.
+    pub const FROM_CONTEXT: u32 = 1;
+    /// The interrupt hit kernel mode (a syscall, a fault): the task's saved user registers.
+    pub const FROM_TASK: u32 = 2;
+    /// No user registers could be read (no stack copy follows).
+    pub const NONE: u32 = 0;
+}
+
+/// Native context of a `record_kind::CPU_SAMPLE_NATIVE` record, after its full frames.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NativeTrailer {
+    /// User instruction pointer, stack pointer and frame pointer (rbp) of the thread.
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// Bytes of kernel return addresses that follow (a multiple of 8; 0 without `--kernel`,
+    /// or when the interrupt hit user mode).
+    pub kernel_stack_len: u32,
+    /// Bytes of user stack that follow the kernel addresses (copied from `sp`).
+    pub user_stack_len: u32,
+    /// One of `native_regs`.
+    pub regs: u32,
+    pub _pad: u32,
+}
+
+pub const NATIVE_TRAILER_SIZE: usize = core::mem::size_of::<NativeTrailer>();
 
 pub const SAMPLE_HEADER_SIZE: usize = core::mem::size_of::<SampleHeader>();
 pub const FRAME_ENTRY_SIZE: usize = core::mem::size_of::<FrameEntry>();
@@ -342,11 +382,13 @@ mod pod {
     unsafe impl aya::Pod for super::ProcessInfo {}
     unsafe impl aya::Pod for super::SampleHeader {}
     unsafe impl aya::Pod for super::FrameEntry {}
+    unsafe impl aya::Pod for super::NativeTrailer {}
 }
 
 // The record layout is shared by two compilers: its sizes are fixed here, padding explicit.
 const _: () = assert!(SAMPLE_HEADER_SIZE == 64);
 const _: () = assert!(FRAME_ENTRY_SIZE == 32);
+const _: () = assert!(NATIVE_TRAILER_SIZE == 40);
 const _: () = assert!(core::mem::size_of::<FrameLayout>() == 64);
 
 #[cfg(test)]

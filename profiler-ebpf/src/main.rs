@@ -16,6 +16,7 @@
 
 mod frame_walk;
 mod maps;
+mod native_stack;
 mod process_events;
 mod sampling;
 mod thread_state;

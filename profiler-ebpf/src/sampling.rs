@@ -16,7 +16,7 @@ use profiler_common::{
 };
 
 use crate::frame_walk::{WalkState, read_frame, read_u64, walk_code_check};
-use crate::maps::{PROCESSES, bump, output_record};
+use crate::maps::{PROCESSES, bump};
 use crate::thread_state::{current_fsbase, find_thread_state};
 
 #[repr(C)]
@@ -40,7 +40,7 @@ struct Scratch {
 static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
 
 #[perf_event]
-pub fn pyperch_sample(_ctx: PerfEventContext) -> u32 {
+pub fn pyperch_sample(ctx: PerfEventContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     // SAFETY: the map value is only read, and the kernel keeps it alive for this run.
@@ -51,11 +51,17 @@ pub fn pyperch_sample(_ctx: PerfEventContext) -> u32 {
     let Some(scratch) = scratch_mut() else {
         return 0;
     };
-    sample(info, tgid, pid_tgid as u32, scratch);
+    if let Some(n_full) = sample(info, tgid, pid_tgid as u32, scratch) {
+        if let Some(scratch) = scratch_mut() {
+            emit(&ctx, scratch, n_full);
+        }
+    }
     0
 }
 
-fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch) {
+/// Walks the thread's frames into this CPU's record; returns how many full frames to send
+/// (`None`: nothing to send).
+fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch) -> Option<usize> {
     let header = &mut scratch.record.header;
     header.generation = info.generation;
     header.kind = record_kind::CPU_SAMPLE;
@@ -73,8 +79,7 @@ fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch
     let tstate = find_thread_state(info, tid, fsbase);
     if tstate == 0 {
         header.status = sample_status::NO_THREAD_STATE;
-        emit(scratch, 0);
-        return;
+        return Some(0);
     }
     header.thread_state = tstate;
     let mut frame = read_u64(tstate + info.thread.frame as u64);
@@ -83,8 +88,7 @@ fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch
     }
     if frame == 0 {
         header.status = sample_status::NO_FRAME;
-        emit(scratch, 0);
-        return;
+        return Some(0);
     }
 
     scratch.layout = info.frame;
@@ -102,7 +106,7 @@ fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch
     unsafe {
         generated::bpf_loop(MAX_FULL_FRAMES as u32, full_frame_step as *mut c_void, core::ptr::null_mut(), 0);
     }
-    let Some(scratch) = scratch_mut() else { return };
+    let Some(scratch) = scratch_mut() else { return None };
     if scratch.walk.status == sample_status::TRUNCATED && scratch.walk.frame != 0 {
         scratch.record.header.tail_first = scratch.walk.frame;
         // SAFETY: as above.
@@ -110,7 +114,7 @@ fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch
             generated::bpf_loop(MAX_HASHED_FRAMES as u32, hashed_frame_step as *mut c_void, core::ptr::null_mut(), 0);
         }
     }
-    let Some(scratch) = scratch_mut() else { return };
+    let Some(scratch) = scratch_mut() else { return None };
     let walk = scratch.walk;
     let header = &mut scratch.record.header;
     header.status = if walk.status == sample_status::TRUNCATED && walk.frame == 0 {
@@ -121,7 +125,7 @@ fn sample(info: &ProcessInfo, tgid: u32, tid: u32, scratch: &'static mut Scratch
     header.n_full = walk.n_full;
     header.n_hashed = walk.n_hashed;
     header.tail_hash = walk.hash;
-    emit(scratch, walk.n_full as usize);
+    Some(walk.n_full as usize)
 }
 
 fn scratch_mut() -> Option<&'static mut Scratch> {
@@ -170,11 +174,11 @@ extern "C" fn hashed_frame_step(_index: u64, _ctx: *mut c_void) -> i64 {
     0
 }
 
-/// Sends the header and the first `n_full` frames.
-fn emit(scratch: &Scratch, n_full: usize) {
+/// Sends the header and the first `n_full` frames (with native context when asked for).
+fn emit(ctx: &PerfEventContext, scratch: &Scratch, n_full: usize) {
     let n = if n_full > MAX_FULL_FRAMES { MAX_FULL_FRAMES } else { n_full };
     let len = core::mem::size_of::<SampleHeader>() + n * core::mem::size_of::<FrameEntry>();
     let len = if len > core::mem::size_of::<Record>() { core::mem::size_of::<Record>() } else { len };
     // `len` is at most the size of `Record`.
-    output_record(&scratch.record as *const Record as *const c_void, len);
+    crate::native_stack::emit(ctx, &scratch.record as *const Record as *const c_void, len);
 }

@@ -202,8 +202,16 @@ pub struct KernelCounters {
 }
 
 impl KernelProgram {
-    /// Loads and verifies the kernel program (not attached yet).
+    /// Loads and verifies the kernel program (not attached yet), without native context.
     pub fn load() -> Result<Self, LoadError> {
+        Self::load_with(crate::native::NativeOptions::default())
+    }
+
+    /// Loads and verifies the kernel program; `native` says what it records beside the
+    /// Python frames (frozen into the program).
+    pub fn load_with(native: crate::native::NativeOptions) -> Result<Self, LoadError> {
+        let stack_bytes = u64::from(native.stack_bytes.min(profiler_common::MAX_NATIVE_STACK_BYTES as u32));
+        let kernel_stack = u64::from(native.kernel);
         let offsets = kernel_offsets()?;
         let slots = process_slots();
         // Kernels >= 5.11 charge BPF memory to the memory cgroup; RLIMIT_MEMLOCK only matters
@@ -213,6 +221,8 @@ impl KernelProgram {
             .override_global("TASK_FSBASE_OFFSET", &offsets.fsbase, true)
             .override_global("TASK_SIGNAL_OFFSET", &offsets.task_signal, true)
             .override_global("SIGNAL_LIVE_OFFSET", &offsets.signal_live, true)
+            .override_global("NATIVE_STACK_BYTES", &stack_bytes, true)
+            .override_global("KERNEL_STACK", &kernel_stack, true)
             .map_max_entries("PROCESSES", slots)
             .load(KERNEL_PROGRAM)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;

@@ -212,6 +212,29 @@ struct AgentArgs {
     stats: bool,
 }
 
+/// Native and kernel frames (record only).
+#[derive(clap::Args, Debug)]
+struct NativeArgs {
+    /// Show native frames (executable, libpython, shared libraries) with the Python frames
+    /// in place of the interpreter's evaluation-loop frames.
+    #[arg(long)]
+    native: bool,
+    /// Show the kernel stack of each sample on top of its user stack (frames end in `_[k]`).
+    #[arg(long)]
+    kernel: bool,
+    /// With --native: bytes of each sample's user stack copied by the kernel (512 to 16384;
+    /// deeper native stacks end in `<truncated native>`).
+    #[arg(long, default_value_t = pyperch::native::DEFAULT_STACK_BYTES, value_name = "BYTES")]
+    native_stack_bytes: u32,
+}
+
+impl NativeArgs {
+    fn options(&self) -> Result<pyperch::native::NativeOptions, String> {
+        let stack_bytes = if self.native { pyperch::native::NativeOptions::check_stack_bytes(self.native_stack_bytes)? } else { 0 };
+        Ok(pyperch::native::NativeOptions { stack_bytes, kernel: self.kernel })
+    }
+}
+
 /// "15s", "1m", "250ms", "2h" or a plain number of seconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -288,6 +311,8 @@ struct RecordArgs {
     /// process, on stderr at the end.
     #[arg(long)]
     stats: bool,
+    #[command(flatten)]
+    native: NativeArgs,
     /// Launch this command and profile it and its Python children until it exits; pyperch
     /// then exits with the command's status. If the recording ends first, the command is
     /// ended (see --keep-running) and pyperch exits with 0 once the profile is written.
@@ -388,6 +413,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 keep_running: args.keep_running,
                 line_numbers: args.lines.mode(),
                 full_filenames: args.full_filenames,
+                native: args.native.options()?,
             })?;
             Ok(match summary.command_status {
                 Some(code) => ExitCode::from(code.clamp(0, 255) as u8),

@@ -93,6 +93,15 @@ pub struct Counters {
     pub stale_invalidations: u64,
     /// Times a symbol or frame cache was emptied to stay within its byte budget.
     pub cache_evictions: u64,
+    /// `--native`: samples whose native frames were merged with the Python frames; whose
+    /// native unwind ended before the bottom (merged from the leaf, the rest after a
+    /// `<truncated native>` marker); shown unmerged (counts disagreed); without user registers
+    /// or stack copy; with a malformed native part.
+    pub native_merged: u64,
+    pub native_truncated: u64,
+    pub native_unmerged: u64,
+    pub native_no_stack: u64,
+    pub native_malformed: u64,
 }
 
 impl Counters {
@@ -125,6 +134,11 @@ impl Counters {
         self.code_cache_misses += other.code_cache_misses;
         self.stale_invalidations += other.stale_invalidations;
         self.cache_evictions += other.cache_evictions;
+        self.native_merged += other.native_merged;
+        self.native_truncated += other.native_truncated;
+        self.native_unmerged += other.native_unmerged;
+        self.native_no_stack += other.native_no_stack;
+        self.native_malformed += other.native_malformed;
     }
 
     /// A multi-line report, indented by `indent`.
@@ -164,6 +178,13 @@ impl Counters {
             self.ring_bytes,
             per_sample(self.ring_bytes)
         );
+        if self.native_merged + self.native_unmerged + self.native_no_stack + self.native_malformed > 0 {
+            let _ = writeln!(
+                s,
+                "{indent}native: {} merged ({} with a truncated native stack), {} unmerged, {} without a user stack, {} malformed",
+                self.native_merged, self.native_truncated, self.native_unmerged, self.native_no_stack, self.native_malformed
+            );
+        }
         s
     }
 }

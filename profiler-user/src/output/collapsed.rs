@@ -83,12 +83,15 @@ pub fn folded_stacks(profile: &Profile) -> Vec<(String, u64)> {
     stacks
 }
 
-/// Folded text of one Python frame: `<function> (<file>:<line>)`, or `<function> (<file>)`
-/// when the line is unknown; sanitized.
+/// Folded text of one frame: `<function> (<file>:<line>)`, or `<function> (<file>)` when the
+/// line is unknown, or `<function>` alone without a file (kernel frames, markers, native
+/// frames without a symbol); sanitized.
 pub fn frame_text(frame: &FrameName) -> String {
     let function = sanitize(&frame.function);
     let file = sanitize(&frame.file);
-    if frame.line == 0 {
+    if file.is_empty() {
+        function.into_owned()
+    } else if frame.line == 0 {
         format!("{function} ({file})")
     } else {
         format!("{function} ({file}:{})", frame.line)

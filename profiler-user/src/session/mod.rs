@@ -106,6 +106,18 @@ pub(crate) struct Session {
     late_samples: u64,
     discovery: Option<DiscoveryHandle>,
     pub(crate) discovery_stats: Arc<DiscoveryStats>,
+    /// `--native` / `--kernel`: what the kernel records beside the Python frames.
+    native: Option<Arc<crate::native::NativeContext>>,
+}
+
+/// What is kept of a target that is no longer profiled; the rest is freed here.
+fn retired_entry(old: Target) -> Retired {
+    Retired {
+        pid: old.process.pid,
+        comm: old.process.comm.clone(),
+        version: old.process.version.to_string(),
+        counters: old.counters,
+    }
 }
 
 /// The counts of a process no longer profiled.
@@ -133,7 +145,13 @@ impl Session {
             late_samples: 0,
             discovery: None,
             discovery_stats: Arc::default(),
+            native: None,
         }
+    }
+
+    /// Native and kernel frames for the targets added from now on (`--native`, `--kernel`).
+    pub(crate) fn set_native(&mut self, native: crate::native::NativeContext) {
+        self.native = Some(Arc::new(native));
     }
 
     /// Registers a Python process with the kernel if its interpreter is ready. Only before
@@ -159,7 +177,7 @@ impl Session {
     fn add_target(&mut self, process: PythonProcess, exe_link: PathBuf, label: ProcessLabel, generation: u32) {
         let pid = process.pid;
         self.profile.set_process(pid, label);
-        if let Some(old) = self.targets.insert(pid, Target::new(process, exe_link, generation)) {
+        if let Some(old) = self.targets.insert(pid, Target::new(process, exe_link, generation, self.native.clone())) {
             self.retire(old);
         }
         self.registered += 1;
@@ -220,12 +238,13 @@ impl Session {
 
     /// Keeps the counts of a target no longer profiled, and frees its caches.
     fn retire(&mut self, old: Target) {
-        self.retired.push(Retired {
-            pid: old.process.pid,
-            comm: old.process.comm.clone(),
-            version: old.process.version.to_string(),
-            counters: old.counters,
-        });
+        // `old` (and its native unwinder) is dropped inside `retired_entry`.
+        let entry = retired_entry(old);
+        self.retired.push(entry);
+        // The process's native unwinder held its files: free those no process uses now.
+        if self.native.is_some() {
+            crate::native::module_file::release_unused();
+        }
         if self.retired.len() > MAX_RETIRED {
             let oldest = self.retired.remove(0);
             self.retired_overflow.add(&oldest.counters);
@@ -293,7 +312,7 @@ impl Session {
         }
         // SAFETY: the record starts with a SampleHeader (plain data), checked for length.
         let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
-        if header.kind != record_kind::CPU_SAMPLE {
+        if header.kind != record_kind::CPU_SAMPLE && header.kind != record_kind::CPU_SAMPLE_NATIVE {
             self.malformed_records += 1;
             return;
         }

@@ -5,7 +5,7 @@
 use std::{path::PathBuf, sync::Arc};
 
 use profiler_common::{
-    FRAME_ENTRY_SIZE, FrameEntry, FrameLayout, MAX_FULL_FRAMES, ProcessInfo, SampleHeader, sample_status,
+    FRAME_ENTRY_SIZE, FrameEntry, FrameLayout, MAX_FULL_FRAMES, ProcessInfo, SampleHeader, record_kind, sample_status,
 };
 
 use crate::{
@@ -14,6 +14,11 @@ use crate::{
     discovery::{self, PythonProcess},
     loader::{LoadError, Registry},
     memory::ProcessMemory,
+    native::{
+        NativeContext,
+        merge::{EvalGrouping, WalkedFrame},
+        sample::NativeSampler,
+    },
     stats::{Counters, SampleOutcome},
     symbolize::{self, CodeInfo, SymbolError, TypeAddresses},
 };
@@ -49,6 +54,12 @@ pub(crate) struct Target {
     pub(super) exe_link: PathBuf,
     /// Scratch stack (root first), reused between samples.
     stack: Vec<FrameId>,
+    /// `--native` / `--kernel`: the native side of this process's samples.
+    native: Option<NativeSampler>,
+    /// With `native`: every interpreter frame of the sample, root first (scratch).
+    walked: Vec<WalkedFrame>,
+    /// With `native`: the merged stack (scratch).
+    merged: Vec<FrameId>,
 }
 
 /// A symbolized code object and the validation word it had when read.
@@ -86,8 +97,16 @@ enum FrameError {
 }
 
 impl Target {
-    pub(super) fn new(process: PythonProcess, exe_link: PathBuf, generation: u32) -> Self {
+    pub(super) fn new(process: PythonProcess, exe_link: PathBuf, generation: u32, native: Option<Arc<NativeContext>>) -> Self {
         let mem = ProcessMemory::new(process.pid);
+        let semantics = process.layout.frame_semantics;
+        let grouping = match (semantics.shim_owner, semantics.owner_generator) {
+            (Some(shim_owner), _) => EvalGrouping::Shims { shim_owner },
+            // 3.11: owners but no shims (`is_entry` marks the calls; not sampled).
+            (None, Some(_)) => EvalGrouping::Unknown,
+            (None, None) => EvalGrouping::PerFrame,
+        };
+        let native = native.map(|context| NativeSampler::new(process.pid, context, grouping));
         Self {
             kernel_frame: process.layout.kernel_frame_layout(),
             generation,
@@ -102,6 +121,9 @@ impl Target {
             counters: Counters::default(),
             alive: true,
             stack: Vec::with_capacity(64),
+            native,
+            walked: Vec::new(),
+            merged: Vec::new(),
         }
     }
 
@@ -110,6 +132,9 @@ impl Target {
             // A new interval's profile: the cached frame ids belong to the previous one.
             self.positions.clear();
             self.tails.clear();
+            if let Some(n) = self.native.as_mut() {
+                n.clear();
+            }
             self.epoch = Some(profile.epoch());
         }
         let outcome = self.process_sample_inner(header, body, profile, threads);
@@ -119,7 +144,7 @@ impl Target {
 
     /// Bytes held by this process's caches.
     pub(super) fn cache_bytes(&self) -> usize {
-        self.codes.bytes() + self.positions.bytes() + self.tails.bytes()
+        self.codes.bytes() + self.positions.bytes() + self.tails.bytes() + self.native.as_ref().map_or(0, |n| n.bytes())
     }
 
     /// Empties this process's caches (over a byte budget); they refill from the target.
@@ -127,6 +152,9 @@ impl Target {
         self.codes.clear();
         self.positions.clear();
         self.tails.clear();
+        if let Some(n) = self.native.as_mut() {
+            n.clear();
+        }
         self.counters.cache_evictions += 1;
         self.account();
     }
@@ -162,6 +190,11 @@ impl Target {
         };
         let mut stack = std::mem::take(&mut self.stack);
         stack.clear();
+        let native_part = (header.kind == record_kind::CPU_SAMPLE_NATIVE && self.native.is_some())
+            .then(|| body.get(header.n_full as usize * FRAME_ENTRY_SIZE..))
+            .flatten();
+        let mut walked = std::mem::take(&mut self.walked);
+        walked.clear();
         let mut result = Ok(());
         if header.n_hashed > 0 {
             let layout = self.kernel_frame;
@@ -184,11 +217,15 @@ impl Target {
             self.counters.frames_from_memory += tail.frames_from_memory as u64;
             self.counters.frames_from_cache += (tail.tail.frames.len() - tail.frames_from_memory) as u64;
             match tail.tail.symbols.get() {
-                Some(ids) => stack.extend_from_slice(ids),
-                None => {
+                Some(ids) if native_part.is_none() => stack.extend_from_slice(ids),
+                _ => {
                     // Each tail frame carries the check it was validated with (part of the hash).
                     for entry in tail.tail.frames.iter().rev() {
-                        match self.frame_id(entry, entry.check, profile) {
+                        let shown = self.frame_id(entry, entry.check, profile);
+                        if native_part.is_some() {
+                            walked.push(WalkedFrame { id: shown.as_ref().ok().copied().flatten(), owner: entry.owner });
+                        }
+                        match shown {
                             Ok(Some(id)) => stack.push(id),
                             Ok(None) => {}
                             Err(e) => {
@@ -197,7 +234,7 @@ impl Target {
                             }
                         }
                     }
-                    if result.is_ok() {
+                    if result.is_ok() && tail.tail.symbols.get().is_none() {
                         let _ = tail.tail.symbols.set(stack.as_slice().into());
                     }
                 }
@@ -207,7 +244,11 @@ impl Target {
         if result.is_ok() {
             for i in (0..n_full).rev() {
                 let entry = full(i);
-                match self.frame_id(&entry, entry.check, profile) {
+                let shown = self.frame_id(&entry, entry.check, profile);
+                if native_part.is_some() {
+                    walked.push(WalkedFrame { id: shown.as_ref().ok().copied().flatten(), owner: entry.owner });
+                }
+                match shown {
                     Ok(Some(id)) => stack.push(id),
                     Ok(None) => {}
                     Err(e) => {
@@ -217,6 +258,18 @@ impl Target {
                 }
             }
         }
+        // The Python frames are final here; native and kernel frames go around them.
+        let mut merged = std::mem::take(&mut self.merged);
+        if let (Ok(()), Some(part), Some(native)) = (&result, native_part, self.native.as_mut()) {
+            if !stack.is_empty() {
+                match native.finish(&stack, &walked, part, profile, &mut self.counters, &mut merged) {
+                    Ok(()) => std::mem::swap(&mut stack, &mut merged),
+                    Err(_) => result = Err(FrameError::ProfileFull),
+                }
+            }
+        }
+        self.merged = merged;
+        self.walked = walked;
         let outcome = match result {
             Err(FrameError::BadCode) => SampleOutcome::BadCodeObject,
             Err(FrameError::Changed) => SampleOutcome::ChangedCodeObject,
