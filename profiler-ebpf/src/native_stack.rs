@@ -117,9 +117,22 @@ pub fn emit(ctx: &PerfEventContext, record: *const c_void, len: usize) {
         }
         let at = offset & OFFSET_MASK;
         let sp = s.trailer.sp;
-        // The top of a stack may be closer than `want`: retry with halves (a read fails whole).
-        for _ in 0..4 {
-            let n = want & (MAX_NATIVE_STACK_BYTES * 2 - 1);
+        // A read fails whole when it crosses the top of the stack's mapping (near the top of
+        // a main thread's stack): then retry up to page boundaries, from the longest.
+        let in_page = 4096 - (sp & 4095) as usize;
+        for attempt in 0..6usize {
+            let mut n = want;
+            if attempt > 0 {
+                // attempt 1: 4 pages beyond the first, ..., attempt 5: the first page only.
+                let pages = 5 - attempt;
+                let limit = in_page + pages * 4096;
+                if limit < n {
+                    n = limit;
+                } else {
+                    continue;
+                }
+            }
+            let n = n & (MAX_NATIVE_STACK_BYTES * 2 - 1);
             if n == 0 || n > MAX_NATIVE_STACK_BYTES {
                 break;
             }
@@ -132,7 +145,6 @@ pub fn emit(ctx: &PerfEventContext, record: *const c_void, len: usize) {
                 offset += n;
                 break;
             }
-            want /= 2;
         }
     }
 

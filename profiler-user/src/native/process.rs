@@ -10,7 +10,7 @@ use std::{
 };
 
 use framehop::{
-    ExplicitModuleSectionInfo, Module, Unwinder,
+    ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder,
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
 };
 
@@ -37,6 +37,16 @@ impl LoadedModule {
     pub fn file_address(&self, avma: u64) -> Option<u64> {
         self.file.file_address(self.start, self.offset, avma)
     }
+}
+
+/// One unwound native frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnwoundFrame {
+    /// Address to look up (inside the call instruction for return addresses).
+    pub address: u64,
+    /// The stack it occupies: `[low, high)`.
+    pub low: u64,
+    pub high: u64,
 }
 
 /// How one unwind ended.
@@ -78,9 +88,11 @@ impl ProcessNative {
         (address < m.end).then_some(m)
     }
 
-    /// Unwinds one sample into `out` (lookup addresses, leaf first: the instruction pointer,
-    /// then return addresses minus one).
-    pub fn unwind(&mut self, ip: u64, sp: u64, bp: u64, stack: &[u8], out: &mut Vec<u64>) -> UnwindEnd {
+    /// Unwinds one sample into `out`, leaf first: each frame's lookup address (the
+    /// instruction pointer, then return addresses minus one) and the stack range it occupies
+    /// (`[sp while it ran, sp of its caller)`). When the copied stack ends first, the last
+    /// frame (whose extent is unknown) is left out.
+    pub fn unwind(&mut self, ip: u64, sp: u64, bp: u64, stack: &[u8], out: &mut Vec<UnwoundFrame>) -> UnwindEnd {
         out.clear();
         if self.module(ip).is_none() {
             self.refresh();
@@ -90,19 +102,32 @@ impl ProcessNative {
             let bytes = stack.get(at..at.checked_add(8).ok_or(())?).ok_or(())?;
             Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
         };
-        let mut frames = self.unwinder.iter_frames(ip, UnwindRegsX86_64::new(ip, sp, bp), &mut self.cache, &mut read_stack);
+        let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+        let mut address = FrameAddress::from_instruction_pointer(ip);
         let mut end = UnwindEnd::Truncated;
         while out.len() < MAX_NATIVE_FRAMES {
-            match frames.next() {
-                Ok(Some(frame)) => out.push(frame.address_for_lookup()),
+            let low = regs.sp();
+            match self.unwinder.unwind_frame(address, &mut regs, &mut self.cache, &mut read_stack) {
+                Ok(Some(return_address)) => {
+                    out.push(UnwoundFrame { address: address.address_for_lookup(), low, high: regs.sp() });
+                    // A caller's stack lies above its callee's: anything else is not a stack.
+                    if regs.sp() <= low {
+                        break;
+                    }
+                    match FrameAddress::from_return_address(return_address) {
+                        Some(next) => address = next,
+                        None => break,
+                    }
+                }
                 Ok(None) => {
+                    out.push(UnwoundFrame { address: address.address_for_lookup(), low, high: u64::MAX });
                     end = UnwindEnd::Complete;
                     break;
                 }
                 Err(_) => break,
             }
         }
-        if out.iter().any(|&a| self.module(a).is_none()) {
+        if out.iter().any(|f| self.module(f.address).is_none()) {
             self.refresh();
         }
         end

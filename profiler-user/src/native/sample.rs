@@ -7,6 +7,7 @@ use profiler_common::native_regs;
 
 use super::{
     NativeContext, ProcessNative, UnwindEnd, is_eval_function, kernel_addresses,
+    process::UnwoundFrame,
     merge::{self, EvalGrouping, NativeFrame, WalkedFrame},
     parse_native,
 };
@@ -27,14 +28,14 @@ pub struct NativeSampler {
     unwinder: Option<ProcessNative>,
     /// Address → (frame, is the evaluation function); ids of the profile's current epoch.
     names: HashMap<u64, (FrameId, bool)>,
-    addresses: Vec<u64>,
+    unwound: Vec<UnwoundFrame>,
     native: Vec<NativeFrame>,
 }
 
 impl NativeSampler {
     pub fn new(pid: u32, context: Arc<NativeContext>, grouping: EvalGrouping) -> Self {
         let unwinder = (context.options.stack_bytes > 0).then(|| ProcessNative::new(pid));
-        Self { context, grouping, unwinder, names: HashMap::new(), addresses: Vec::new(), native: Vec::new() }
+        Self { context, grouping, unwinder, names: HashMap::new(), unwound: Vec::new(), native: Vec::new() }
     }
 
     /// Forgets cached frame ids (a new profile epoch).
@@ -78,21 +79,21 @@ impl NativeSampler {
                 leaf_first.extend(python.iter().rev());
             }
             Some(unwinder) => {
-                let mut addresses = std::mem::take(&mut self.addresses);
-                let end = unwinder.unwind(trailer.ip, trailer.sp, trailer.bp, user, &mut addresses);
+                let mut unwound = std::mem::take(&mut self.unwound);
+                let end = unwinder.unwind(trailer.ip, trailer.sp, trailer.bp, user, &mut unwound);
                 let mut native = std::mem::take(&mut self.native);
                 native.clear();
                 let mut result = Ok(());
-                for &a in &addresses {
-                    match self.user_frame(a, profile) {
-                        Ok((id, is_eval)) => native.push(NativeFrame { id, is_eval }),
+                for f in &unwound {
+                    match self.user_frame(f.address, profile) {
+                        Ok((id, is_eval)) => native.push(NativeFrame { id, is_eval, low: f.low, high: f.high }),
                         Err(e) => {
                             result = Err(e);
                             break;
                         }
                     }
                 }
-                self.addresses = addresses;
+                self.unwound = unwound;
                 if let Err(e) = result {
                     self.native = native;
                     return Err(e);

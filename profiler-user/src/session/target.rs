@@ -223,7 +223,7 @@ impl Target {
                     for entry in tail.tail.frames.iter().rev() {
                         let shown = self.frame_id(entry, entry.check, profile);
                         if native_part.is_some() {
-                            walked.push(WalkedFrame { id: shown.as_ref().ok().copied().flatten(), owner: entry.owner });
+                            walked.push(WalkedFrame { address: entry.frame, id: shown.as_ref().ok().copied().flatten(), owner: entry.owner });
                         }
                         match shown {
                             Ok(Some(id)) => stack.push(id),
@@ -246,7 +246,7 @@ impl Target {
                 let entry = full(i);
                 let shown = self.frame_id(&entry, entry.check, profile);
                 if native_part.is_some() {
-                    walked.push(WalkedFrame { id: shown.as_ref().ok().copied().flatten(), owner: entry.owner });
+                    walked.push(WalkedFrame { address: entry.frame, id: shown.as_ref().ok().copied().flatten(), owner: entry.owner });
                 }
                 match shown {
                     Ok(Some(id)) => stack.push(id),
