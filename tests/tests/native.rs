@@ -203,7 +203,7 @@ fn kernel_dev_zero(label: &str, flags: &[&str]) {
     let profiled = share(kernel, total);
     let own = stime / (utime + stime);
     note(format!(
-        "{}: {total} samples of zero_reader, {kernel} with kernel frames ({:.1} %), {named} named; system-time share {:.1} % ({stime} of {} ticks)",
+        "{}: {total} samples of zero_reader, {kernel} with kernel frames ({:.1} %), {named} named; system-time share {:.1} % ({stime:.2} of {:.2} s)",
         py.describe(),
         profiled * 100.0,
         own * 100.0,
