@@ -26,6 +26,8 @@ use crate::discovery::{FileKey, Mapping, open_checked};
 const MAX_SECTION_BYTES: u64 = 64 << 20;
 /// Most function symbols kept from one file.
 const MAX_SYMBOLS: usize = 2_000_000;
+/// Longer symbol names are not kept (the frame then shows `library+0xADDRESS`).
+const MAX_NAME_BYTES: usize = 4096;
 /// Bytes the cache of files may hold; past that, files no process uses are dropped.
 pub const FILES_BUDGET: usize = 256 << 20;
 /// How long a sample waits for one file to be read (the reader goes on; a later sample
@@ -142,7 +144,7 @@ fn read(file: File, name: &str) -> Option<ModuleFile> {
             continue;
         }
         let Ok(raw) = sym.name() else { continue };
-        if raw.is_empty() {
+        if raw.is_empty() || raw.len() > MAX_NAME_BYTES {
             continue;
         }
         let shown = format!("{:#}", rustc_demangle::demangle(raw));
@@ -217,7 +219,11 @@ pub fn load(pid: u32, mapping: &Mapping) -> Result<Arc<ModuleFile>, LoadFailure>
     let owned = mapping.clone();
     let spawned = std::thread::Builder::new().name("pyperch-native".into()).spawn(move || {
         let name = base_name(&owned.path).to_string();
-        let result = open_checked(pid, &owned).ok().and_then(|file| read(file, &name)).map(Arc::new);
+        // A file that makes the parser panic counts as unreadable.
+        let result = std::panic::catch_unwind(|| open_checked(pid, &owned).ok().and_then(|file| read(file, &name)))
+            .ok()
+            .flatten()
+            .map(Arc::new);
         let mut c = cache();
         c.in_flight.remove(&key);
         match &result {

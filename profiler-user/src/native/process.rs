@@ -105,9 +105,18 @@ impl ProcessNative {
         let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
         let mut address = FrameAddress::from_instruction_pointer(ip);
         let mut end = UnwindEnd::Truncated;
+        let (unwinder, cache) = (&self.unwinder, &mut self.cache);
+        // The unwind tables come from the target's files: should the unwinder panic on one,
+        // the sample keeps the frames found so far, as a truncated stack.
+        let mut step = |address: FrameAddress, regs: &mut UnwindRegsX86_64| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                unwinder.unwind_frame(address, regs, &mut *cache, &mut read_stack)
+            }))
+            .unwrap_or(Err(framehop::Error::IntegerOverflow))
+        };
         while out.len() < MAX_NATIVE_FRAMES {
             let low = regs.sp();
-            match self.unwinder.unwind_frame(address, &mut regs, &mut self.cache, &mut read_stack) {
+            match step(address, &mut regs) {
                 Ok(Some(return_address)) => {
                     out.push(UnwoundFrame { address: address.address_for_lookup(), low, high: regs.sp() });
                     // A caller's stack lies above its callee's: anything else is not a stack.
