@@ -299,3 +299,65 @@ fn native_python_frames_unchanged_3_12() {
 fn native_python_frames_unchanged_sid_3_15() {
     python_frames_unchanged("sid-3.15");
 }
+
+/// Deep recursion (300 Python frames, beyond the kernel's 64 full frames) with --native: the
+/// Python frames are exactly those of deep.py, completed and validated as without --native,
+/// and the leaf split matches the workload's own measurement. On 3.9 (a C stack frame per
+/// Python call) the native stack ends in `<truncated native>` long before the bottom.
+fn deep_python_frames_unchanged(label: &str) {
+    const DEPTH: usize = 300;
+    let Some(py) = python(label) else { return };
+    let mut w = Workload::spawn(&py, "deep.py", &["300", "{dir}/deep.json", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let rec = record_native(w.pid, &["--native"], "5");
+    let status = w.terminate();
+    rec.assert_ok();
+    let d = rec.diag_pid(w.pid);
+    assert!(status.is_some_and(|s| s.success()), "{} deep.py failed: {status:?}{d}", py.describe());
+    let measured = w.read_json("deep.json").unwrap_or_else(|e| panic!("{e:#}{d}"));
+    let a_secs = json_f64(&measured, &["leaf_a"]).unwrap();
+    let b_secs = json_f64(&measured, &["leaf_b"]).unwrap();
+    let leaf = |s: &Stack| -> Option<&'static str> {
+        let frames: Vec<PyFrame> = s.frames.iter().filter(|f| is_python(f)).map(|f| PyFrame::parse(f)).collect();
+        if frames.len() != DEPTH + 4 || !frames[0].is("<module>") || !frames[DEPTH + 2].is("hot_loop") {
+            return None;
+        }
+        if !frames[1..DEPTH + 2].iter().all(|f| f.is("recurse")) {
+            return None;
+        }
+        ["leaf_a", "leaf_b"].into_iter().find(|name| frames[DEPTH + 3].is(name))
+    };
+    let mine = rec.profile.for_pid(w.pid);
+    let total = mine.total();
+    let a = mine.count(|s| leaf(s) == Some("leaf_a"));
+    let b = mine.count(|s| leaf(s) == Some("leaf_b"));
+    let native = mine.count(|s| s.frames.iter().skip(1).any(|f| !is_python(f)));
+    let complete = share(a + b, total);
+    let profiled = share(a, a + b);
+    let own = a_secs / (a_secs + b_secs);
+    note(format!(
+        "{} depth {DEPTH}: {total} samples, {native} with native frames, {:.1} % exact; leaf_a {:.1} % profiled vs {:.1} % measured",
+        py.describe(),
+        complete * 100.0,
+        profiled * 100.0,
+        own * 100.0
+    ));
+    assert!(total >= 100, "{}: only {total} samples{d}", py.describe());
+    assert!(native * 10 >= total * 9, "{}: only {native} of {total} samples carry native frames{d}", py.describe());
+    assert!(complete >= 0.95, "{}: only {:.1} % of samples exact at depth {DEPTH}{d}", py.describe(), complete * 100.0);
+    assert!((profiled - own).abs() <= 0.05, "{}: leaf split {:.1} % vs {:.1} %{d}", py.describe(), profiled * 100.0, own * 100.0);
+}
+
+#[test]
+fn native_deep_python_frames_unchanged_3_9() {
+    deep_python_frames_unchanged("3.9");
+}
+
+#[test]
+fn native_deep_python_frames_unchanged_3_12() {
+    deep_python_frames_unchanged("3.12");
+}
+
+#[test]
+fn native_deep_python_frames_unchanged_sid_3_15() {
+    deep_python_frames_unchanged("sid-3.15");
+}

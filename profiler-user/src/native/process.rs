@@ -67,6 +67,9 @@ pub struct ProcessNative {
     /// Mapping starts already looked at (loaded, or not unwindable).
     known: HashSet<(u64, u64)>,
     last_refresh: Option<Instant>,
+    /// Bumped whenever a module goes away: names cached by address must be forgotten (a
+    /// different file may be mapped there next).
+    pub removals: u64,
 }
 
 impl ProcessNative {
@@ -78,6 +81,7 @@ impl ProcessNative {
             modules: Vec::new(),
             known: HashSet::new(),
             last_refresh: None,
+            removals: 0,
         }
     }
 
@@ -153,6 +157,9 @@ impl ProcessNative {
         let executable: Vec<_> = maps.into_iter().filter(|m| m.perms[2] == b'x' && m.is_file()).collect();
         let present: HashSet<(u64, u64)> = executable.iter().map(|m| (m.start, m.end)).collect();
         let gone: Vec<u64> = self.modules.iter().filter(|m| !present.contains(&(m.start, m.end))).map(|m| m.start).collect();
+        if !gone.is_empty() {
+            self.removals += 1;
+        }
         for start in gone {
             self.unwinder.remove_module(start);
             self.modules.retain(|m| m.start != start);

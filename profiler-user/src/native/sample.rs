@@ -30,12 +30,14 @@ pub struct NativeSampler {
     names: HashMap<u64, (FrameId, bool)>,
     unwound: Vec<UnwoundFrame>,
     native: Vec<NativeFrame>,
+    /// `ProcessNative::removals` when `names` was last valid.
+    removals: u64,
 }
 
 impl NativeSampler {
     pub fn new(pid: u32, context: Arc<NativeContext>, grouping: EvalGrouping) -> Self {
         let unwinder = (context.options.stack_bytes > 0).then(|| ProcessNative::new(pid));
-        Self { context, grouping, unwinder, names: HashMap::new(), unwound: Vec::new(), native: Vec::new() }
+        Self { context, grouping, unwinder, names: HashMap::new(), unwound: Vec::new(), native: Vec::new(), removals: 0 }
     }
 
     /// Forgets cached frame ids (a new profile epoch).
@@ -81,6 +83,10 @@ impl NativeSampler {
             Some(unwinder) => {
                 let mut unwound = std::mem::take(&mut self.unwound);
                 let end = unwinder.unwind(trailer.ip, trailer.sp, trailer.bp, user, &mut unwound);
+                if unwinder.removals != self.removals {
+                    self.removals = unwinder.removals;
+                    self.names = HashMap::new();
+                }
                 let mut native = std::mem::take(&mut self.native);
                 native.clear();
                 let mut result = Ok(());
