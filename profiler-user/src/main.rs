@@ -210,9 +210,11 @@ struct AgentArgs {
     /// Print counts of every sample outcome and cache at exit.
     #[arg(long)]
     stats: bool,
+    #[command(flatten)]
+    native: NativeArgs,
 }
 
-/// Native and kernel frames (record only).
+/// Native and kernel frames.
 #[derive(clap::Args, Debug)]
 struct NativeArgs {
     /// Show native frames (executable, libpython, shared libraries) with the Python frames
@@ -376,6 +378,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 queue_bytes: 128 << 20,
                 duration: args.duration,
                 line_numbers: args.lines.mode(),
+                native: args.native.options()?,
                 upload: UploadOptions {
                     api: args.upload_api,
                     ca_file: args.upload_ca_file,
