@@ -80,6 +80,16 @@ pub struct FrameLayout {
     pub shim_owner: u32,
     /// Applied to the code pointer: clears the `_PyStackRef` tag bits in 3.14+.
     pub code_mask: u64,
+    /// `bool is_entry` of the frame (3.11: the first frame of each evaluation-function call),
+    /// read into `FrameEntry::flags` as `frame_flags::ENTRY`; or `NO_FIELD`. Inside `read_size`.
+    pub is_entry: u32,
+    pub _pad: u32,
+}
+
+/// Bits of `FrameEntry::flags`.
+pub mod frame_flags {
+    /// The frame's `is_entry` is set (3.11; see `FrameLayout::is_entry`).
+    pub const ENTRY: u8 = 1;
 }
 
 /// Where the fields of a `PyThreadState` (and what leads to it) are.
@@ -213,7 +223,9 @@ pub struct FrameEntry {
     pub check: u32,
     /// Frame owner (3.11+), or `u8::MAX` when the version has no owner field.
     pub owner: u8,
-    pub _pad: [u8; 7],
+    /// `frame_flags` bits.
+    pub flags: u8,
+    pub _pad: [u8; 6],
 }
 
 /// Bytes of user stack the kernel copies at most per sample (`--native-stack-bytes`).
@@ -277,6 +289,7 @@ pub fn decode_frame(layout: &FrameLayout, frame: u64, buf: &FrameBytes, entry: &
     entry.code = code;
     entry.instr_offset = instr_offset;
     entry.owner = if layout.owner == NO_FIELD { u8::MAX } else { field_u64(buf, layout.owner) as u8 };
+    entry.flags = if layout.is_entry != NO_FIELD && field_u64(buf, layout.is_entry) as u8 != 0 { frame_flags::ENTRY } else { 0 };
     entry.check = 0;
     field_u64(buf, layout.previous)
 }
@@ -356,7 +369,7 @@ pub const HASH_SEED: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// Folds one frame into a running tail hash. Kernel and userspace call this same function,
 /// so a tail that userspace re-reads from the target hashes equal only if every frame
-/// (address, code object address, position, owner) is unchanged and every code object has the
+/// (address, code object address, position, owner, flags) is unchanged and every code object has the
 /// same validation word (`check`): a same-named code object that replaced another at one
 /// address (a module reload, a re-`exec`) changes the hash.
 #[inline(always)]
@@ -365,7 +378,7 @@ pub fn frame_hash(h: u64, e: &FrameEntry) -> u64 {
     h = mix(h ^ e.frame);
     h = mix(h ^ e.code);
     h = mix(h ^ (e.instr_offset as u32 as u64));
-    mix(h ^ ((e.check as u64) | ((e.owner as u64) << 32)))
+    mix(h ^ ((e.check as u64) | ((e.owner as u64) << 32) | ((e.flags as u64) << 40)))
 }
 
 #[inline(always)]
@@ -389,7 +402,7 @@ mod pod {
 const _: () = assert!(SAMPLE_HEADER_SIZE == 64);
 const _: () = assert!(FRAME_ENTRY_SIZE == 32);
 const _: () = assert!(NATIVE_TRAILER_SIZE == 40);
-const _: () = assert!(core::mem::size_of::<FrameLayout>() == 64);
+const _: () = assert!(core::mem::size_of::<FrameLayout>() == 72);
 
 #[cfg(test)]
 mod tests {

@@ -61,6 +61,21 @@ fn share(part: u64, whole: u64) -> f64 {
 /// them, which sits above the Python caller.
 fn c_frames(label: &str) {
     let Some(py) = python(label) else { return };
+    c_frames_on(&py);
+}
+
+/// Debian's own python3.11 (a static, stripped executable: `.dynsym` and `.eh_frame` only).
+fn debian_3_11() -> Option<Python> {
+    let exe = PathBuf::from("/usr/bin/python3.11");
+    if !exe.is_file() {
+        skip("Debian's python3.11 (/usr/bin/python3.11) is not installed");
+        return None;
+    }
+    Some(Python { label: "debian-3.11".into(), major: 3, minor: 11, exe, rootfs: None })
+}
+
+fn c_frames_on(py: &Python) {
+    let py = py.clone();
     let (lib_dir, lib) = match build_library(&py) {
         Ok(built) => built,
         Err(reason) => {
@@ -117,6 +132,19 @@ fn native_c_frames_3_9() {
     c_frames("3.9");
 }
 
+/// 3.11 merges by the frames' `is_entry` flags.
+#[test]
+fn native_c_frames_3_11() {
+    c_frames("3.11");
+}
+
+#[test]
+fn native_c_frames_debian_3_11() {
+    if let Some(py) = debian_3_11() {
+        c_frames_on(&py);
+    }
+}
+
 #[test]
 fn native_c_frames_3_12() {
     c_frames("3.12");
@@ -170,6 +198,11 @@ fn zlib_and_sorted(label: &str) {
         "{}: a native frame lies between sort_caller and sort_key in only {key_placed} of {key_total} samples (want >= 80 %){d}",
         py.describe()
     );
+}
+
+#[test]
+fn native_zlib_and_sorted_3_11() {
+    zlib_and_sorted("3.11");
 }
 
 #[test]

@@ -7,6 +7,8 @@
 //!   that shim lives in the evaluation function's own C stack frame. The native frame whose
 //!   stack range holds the shim's address is that call, whatever its symbol (Debian's static
 //!   interpreters have no symbol for the split-off parts of the function).
+//! - 3.11: each evaluation call runs the frames from one with `is_entry` set (the call's
+//!   first, its bottom) up to the next one; the evaluation frames are found by name.
 //! - 3.8-3.10: one evaluation call per Python frame; the evaluation frames are found by name.
 //!
 //! Invariant: a result is produced only when every group is paired with one native frame,
@@ -24,16 +26,20 @@ pub enum EvalGrouping {
     PerFrame,
     /// 3.12+: shim frames (owner `>= shim_owner`) close the group of each call.
     Shims { shim_owner: u8 },
-    /// The boundaries are not known (3.11 marks them with `is_entry`, not sampled yet).
+    /// 3.11: a frame with `is_entry` set is the bottom frame of its call's group.
+    Entries,
+    /// The boundaries are not known.
     Unknown,
 }
 
-/// One interpreter frame as walked: address, shown frame (`None`: hidden by CPython), owner.
+/// One interpreter frame as walked: address, shown frame (`None`: hidden by CPython), owner,
+/// and whether it is the first frame of an evaluation call (3.11 `is_entry`; else false).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WalkedFrame {
     pub address: u64,
     pub id: Option<FrameId>,
     pub owner: u8,
+    pub is_entry: bool,
 }
 
 /// The Python frames of one evaluation call, leaf first, and the address of the shim that
@@ -50,6 +56,24 @@ pub fn groups(leaf_first: &[WalkedFrame], grouping: EvalGrouping) -> Option<Vec<
         EvalGrouping::Unknown => None,
         EvalGrouping::PerFrame => {
             Some(leaf_first.iter().map(|f| Group { ids: f.id.into_iter().collect(), shim: None }).collect())
+        }
+        EvalGrouping::Entries => {
+            let mut out = Vec::new();
+            let mut current = Vec::new();
+            let mut frames_in_current = 0usize;
+            for f in leaf_first {
+                frames_in_current += 1;
+                current.extend(f.id);
+                if f.is_entry {
+                    out.push(Group { ids: std::mem::take(&mut current), shim: None });
+                    frames_in_current = 0;
+                }
+            }
+            // Frames below the last entry frame belong to no call we can name: refuse.
+            if frames_in_current > 0 {
+                return None;
+            }
+            Some(out)
         }
         EvalGrouping::Shims { shim_owner } => {
             let mut out = Vec::new();
@@ -153,7 +177,7 @@ mod tests {
     use super::*;
 
     fn w(address: u64, id: u32, owner: u8) -> WalkedFrame {
-        WalkedFrame { address, id: Some(id), owner }
+        WalkedFrame { address, id: Some(id), owner, is_entry: false }
     }
     fn n(id: u32, is_eval: bool, low: u64, high: u64) -> NativeFrame {
         NativeFrame { id, is_eval, low, high }
@@ -172,10 +196,20 @@ mod tests {
         let g = groups(&walked, EvalGrouping::Shims { shim_owner: 3 }).unwrap();
         assert_eq!(g, vec![Group { ids: vec![1, 2], shim: Some(0x100) }, Group { ids: vec![3], shim: Some(0x200) }]);
         // A hidden frame still belongs to its call.
-        let walked = [WalkedFrame { address: 0, id: None, owner: 0 }, w(0x100, 10, 3)];
+        let walked = [WalkedFrame { address: 0, id: None, owner: 0, is_entry: false }, w(0x100, 10, 3)];
         let g = groups(&walked, EvalGrouping::Shims { shim_owner: 3 }).unwrap();
         assert_eq!(g, vec![Group { ids: vec![], shim: Some(0x100) }]);
         assert!(groups(&walked, EvalGrouping::Unknown).is_none());
+    }
+
+    #[test]
+    fn entry_groups_3_11() {
+        let e = |id: u32| WalkedFrame { is_entry: true, ..w(0, id, 0) };
+        // leaf: 1, 2 (entry: one call), 3 (entry: another call).
+        let g = groups(&[w(0, 1, 0), e(2), e(3)], EvalGrouping::Entries).unwrap();
+        assert_eq!(g.iter().map(|g| g.ids.clone()).collect::<Vec<_>>(), vec![vec![1, 2], vec![3]]);
+        // A bottom frame that is no entry frame: the calls cannot be told.
+        assert!(groups(&[e(1), w(0, 2, 0)], EvalGrouping::Entries).is_none());
     }
 
     #[test]

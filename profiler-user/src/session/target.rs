@@ -102,7 +102,8 @@ impl Target {
         let semantics = process.layout.frame_semantics;
         let grouping = match (semantics.shim_owner, semantics.owner_generator) {
             (Some(shim_owner), _) => EvalGrouping::Shims { shim_owner },
-            // 3.11: owners but no shims (`is_entry` marks the calls; not sampled).
+            // 3.11: owners but no shims; `is_entry` marks the first frame of each call.
+            (None, Some(_)) if process.layout.frame.is_entry != profiler_common::NO_FIELD => EvalGrouping::Entries,
             (None, Some(_)) => EvalGrouping::Unknown,
             (None, None) => EvalGrouping::PerFrame,
         };
@@ -223,7 +224,7 @@ impl Target {
                     for entry in tail.tail.frames.iter().rev() {
                         let shown = self.frame_id(entry, entry.check, profile);
                         if native_part.is_some() {
-                            walked.push(WalkedFrame { address: entry.frame, id: shown.as_ref().ok().copied().flatten(), owner: entry.owner });
+                            walked.push(WalkedFrame { address: entry.frame, id: shown.as_ref().ok().copied().flatten(), owner: entry.owner, is_entry: entry.flags & profiler_common::frame_flags::ENTRY != 0 });
                         }
                         match shown {
                             Ok(Some(id)) => stack.push(id),
@@ -246,7 +247,7 @@ impl Target {
                 let entry = full(i);
                 let shown = self.frame_id(&entry, entry.check, profile);
                 if native_part.is_some() {
-                    walked.push(WalkedFrame { address: entry.frame, id: shown.as_ref().ok().copied().flatten(), owner: entry.owner });
+                    walked.push(WalkedFrame { address: entry.frame, id: shown.as_ref().ok().copied().flatten(), owner: entry.owner, is_entry: entry.flags & profiler_common::frame_flags::ENTRY != 0 });
                 }
                 match shown {
                     Ok(Some(id)) => stack.push(id),
