@@ -165,7 +165,7 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     session.profile.set_budget(AGENT_INTERVAL_BUDGET);
     session.profile.set_line_numbers(options.line_numbers);
     if options.native.any() {
-        session.set_native(crate::native::NativeContext { options: options.native, kallsyms });
+        session.set_native(crate::native::NativeContext::new(options.native, kallsyms));
     }
     for p in initial {
         session.add_process(p)?;

@@ -146,7 +146,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     session.profile.set_container_root(options.by_container);
     session.profile.set_line_numbers(options.line_numbers);
     if options.native.any() {
-        session.set_native(crate::native::NativeContext { options: options.native, kallsyms });
+        session.set_native(crate::native::NativeContext::new(options.native, kallsyms));
     }
     if options.format.needs_timeline() {
         session.profile.keep_timeline(1_000_000_000 / options.rate.max(1));

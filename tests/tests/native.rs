@@ -394,3 +394,78 @@ fn native_deep_python_frames_unchanged_3_12() {
 fn native_deep_python_frames_unchanged_sid_3_15() {
     deep_python_frames_unchanged("sid-3.15");
 }
+
+/// `--format pprof` with `--native --kernel`, read by `go tool pprof -raw`: kernel frames
+/// carry an address in the `[kernel]` mapping, native frames an address in the mapping of
+/// their file (full path and build id).
+#[test]
+fn native_pprof_mappings_go_tool_pprof_3_12() {
+    let Some(go) = find_program("go") else {
+        skip("go is not installed (`cargo xtask test` installs Debian's golang-go)");
+        return;
+    };
+    let Some(py) = python("3.12") else { return };
+    let mut w = Workload::spawn(&py, "native.py", &["zero", "{dir}/zero.json", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let dir = std::env::temp_dir().join("pyperch-tests").join(format!("native-pprof-{}", random_hex(8)));
+    fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("profile.pb.gz");
+    let pid = w.pid.to_string();
+    let run = pyperch(
+        &["record", "--pid", &pid, "--duration", "3", "--rate", "199", "--native", "--kernel", "--format", "pprof", "--output", out.to_str().unwrap()],
+        std::time::Duration::from_secs(90),
+    );
+    w.terminate();
+    let d = run.diag();
+    assert!(run.success(), "pyperch record failed{d}");
+    let printed = Command::new(&go)
+        .args(["tool", "pprof", "-raw"])
+        .arg(&out)
+        .env("HOME", &dir)
+        .env("GOCACHE", dir.join("cache"))
+        .env("PPROF_TMPDIR", &dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {} tool pprof: {e}", go.display()));
+    let _ = fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&printed.stdout).into_owned();
+    let d = format!("{d}\n--- go tool pprof -raw:\n{text}\n--- its stderr:\n{}", String::from_utf8_lossy(&printed.stderr));
+    assert!(printed.status.success(), "go tool pprof cannot read the file{d}");
+    // `Locations`: `ID: 0xADDRESS M=MAPPING function file:line ...`;
+    // `Mappings`: `ID: 0xSTART/0xLIMIT/0xOFFSET FILE BUILDID [FN]`.
+    let mut section = "";
+    let mut locations: Vec<(u64, u64, String)> = Vec::new();
+    let mut mappings: std::collections::HashMap<u64, (String, String)> = std::collections::HashMap::new();
+    for line in text.lines().map(str::trim) {
+        if line == "Locations" || line == "Mappings" {
+            section = if line == "Locations" { "l" } else { "m" };
+            continue;
+        }
+        let Some((id, rest)) = line.split_once(": ") else { continue };
+        let Ok(id) = id.trim().parse::<u64>() else { continue };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        match section {
+            "l" if words.len() >= 3 && words[1].starts_with("M=") => {
+                let address = u64::from_str_radix(words[0].trim_start_matches("0x"), 16).unwrap_or(0);
+                let mapping = words[1][2..].parse().unwrap_or(0);
+                locations.push((address, mapping, words[2].to_string()));
+            }
+            "m" if words.len() >= 2 => {
+                let build_id = if words.len() >= 3 && words[2] != "[FN]" { words[2].to_string() } else { String::new() };
+                mappings.insert(id, (words[1].to_string(), build_id));
+            }
+            _ => {}
+        }
+    }
+    let kernel = locations
+        .iter()
+        .find(|(address, m, f)| f.ends_with("_[k]") && *address != 0 && mappings.get(m).is_some_and(|(file, _)| file == "[kernel]"));
+    let native = locations.iter().find(|(address, m, f)| {
+        *address != 0
+            && !f.contains("+0x")
+            && !f.ends_with("_[k]")
+            && mappings.get(m).is_some_and(|(file, build_id)| file.contains("libpython3.12") && build_id.len() >= 16)
+    });
+    note(format!("kernel frame: {kernel:?}; libpython frame: {native:?}"));
+    assert!(kernel.is_some(), "no kernel frame with an address in the [kernel] mapping{d}");
+    assert!(native.is_some(), "no named libpython frame with an address in libpython's mapping (with its build id){d}");
+}

@@ -51,6 +51,18 @@ impl Kallsyms {
         Some(&self.symbols.get(i.checked_sub(1)?)?.1)
     }
 
+    /// The function containing `address` and its start address.
+    pub fn symbol_at(&self, address: u64) -> Option<(u64, &Arc<str>)> {
+        let i = self.symbols.partition_point(|s| s.0 <= address);
+        let (start, name) = self.symbols.get(i.checked_sub(1)?)?;
+        Some((*start, name))
+    }
+
+    /// Lowest and highest symbol addresses (the `[kernel]` mapping of pprof).
+    pub fn range(&self) -> Option<(u64, u64)> {
+        Some((self.symbols.first()?.0, self.symbols.last()?.0))
+    }
+
     pub fn len(&self) -> usize {
         self.symbols.len()
     }

@@ -15,6 +15,9 @@ pub mod process;
 pub mod sample;
 
 use profiler_common::{MAX_NATIVE_STACK_BYTES, NATIVE_TRAILER_SIZE, NativeTrailer};
+use std::sync::Arc;
+
+use crate::aggregate::NativeMapping;
 
 pub use kallsyms::Kallsyms;
 pub use process::{ProcessNative, UnwindEnd};
@@ -50,6 +53,22 @@ impl NativeOptions {
 pub struct NativeContext {
     pub options: NativeOptions,
     pub kallsyms: Option<Kallsyms>,
+    /// pprof's mapping of every kernel frame: `[kernel]`, over the symbols' addresses.
+    pub kernel_mapping: Arc<NativeMapping>,
+}
+
+impl NativeContext {
+    pub fn new(options: NativeOptions, kallsyms: Option<Kallsyms>) -> Self {
+        let (start, last) = kallsyms.as_ref().and_then(Kallsyms::range).unwrap_or((0, 0));
+        let kernel_mapping = Arc::new(NativeMapping {
+            file: Arc::from("[kernel]"),
+            build_id: Arc::from(""),
+            start,
+            limit: last.saturating_add(1),
+            offset: 0,
+        });
+        Self { options, kallsyms, kernel_mapping }
+    }
 }
 
 /// The interpreter's evaluation function: its native frames stand for Python frames. GCC

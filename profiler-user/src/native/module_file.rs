@@ -20,7 +20,10 @@ use object::{
     read::elf::ElfFile64,
 };
 
-use crate::discovery::{FileKey, Mapping, open_checked};
+use crate::{
+    aggregate::{NativeMapping, NativeOrigin},
+    discovery::{FileKey, Mapping, open_checked},
+};
 
 /// Largest unwind section read from one file.
 const MAX_SECTION_BYTES: u64 = 64 << 20;
@@ -72,6 +75,8 @@ pub struct ModuleFile {
     pub eh_frame_hdr: Option<(Range<u64>, SharedBytes)>,
     pub debug_frame: Option<SharedBytes>,
     pub segments: Vec<Segment>,
+    /// The pprof mapping of each of `segments` (same index), at link addresses.
+    mappings: Vec<Arc<NativeMapping>>,
     /// Sorted by start, without overlaps at the same start.
     symbols: Vec<Symbol>,
     /// Accounted size.
@@ -84,6 +89,20 @@ impl ModuleFile {
         let i = self.symbols.partition_point(|s| s.start <= address);
         let s = self.symbols.get(i.checked_sub(1)?)?;
         (address < s.end).then_some(&s.name)
+    }
+
+    /// Where file address `address` is, for pprof: the start of its symbol (or `address`
+    /// itself without one) in the mapping of its segment.
+    pub fn origin(&self, address: u64) -> Option<Arc<NativeOrigin>> {
+        let i = self.segments.iter().position(|s| address >= s.address && address - s.address < s.size.max(1))?;
+        let start = self.symbol_start(address).unwrap_or(address);
+        Some(Arc::new(NativeOrigin { address: start, mapping: self.mappings.get(i)?.clone() }))
+    }
+
+    fn symbol_start(&self, address: u64) -> Option<u64> {
+        let i = self.symbols.partition_point(|s| s.start <= address);
+        let s = self.symbols.get(i.checked_sub(1)?)?;
+        (address < s.end).then_some(s.start)
     }
 
     /// The address in the file of process address `avma` inside `mapping` (which maps this
@@ -102,7 +121,7 @@ impl ModuleFile {
 }
 
 /// Reads `file` (see the module docs). `None` when it is not a little-endian x86_64 ELF.
-fn read(file: File, name: &str) -> Option<ModuleFile> {
+fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
     let cache = ReadCache::new(file);
     let elf = ElfFile64::<object::LittleEndian, _>::parse(&cache).ok()?;
     if elf.architecture() != object::Architecture::X86_64 {
@@ -135,6 +154,24 @@ fn read(file: File, name: &str) -> Option<ModuleFile> {
             Segment { offset, address: s.address(), size }
         })
         .collect();
+    let build_id: String = match elf.build_id() {
+        Ok(Some(id)) if id.len() <= 64 => id.iter().map(|b| format!("{b:02x}")).collect(),
+        _ => String::new(),
+    };
+    let (file_name, build_id): (Arc<str>, Arc<str>) = (Arc::from(path), Arc::from(build_id));
+    bytes += path.len() + build_id.len();
+    let mappings = segments
+        .iter()
+        .map(|s| {
+            Arc::new(NativeMapping {
+                file: file_name.clone(),
+                build_id: build_id.clone(),
+                start: s.address,
+                limit: s.address.saturating_add(s.size),
+                offset: s.offset,
+            })
+        })
+        .collect();
     let mut symbols = Vec::new();
     for sym in elf.symbols().chain(elf.dynamic_symbols()) {
         if symbols.len() >= MAX_SYMBOLS {
@@ -162,6 +199,7 @@ fn read(file: File, name: &str) -> Option<ModuleFile> {
         eh_frame_hdr,
         debug_frame,
         segments,
+        mappings,
         symbols,
         bytes,
     })
@@ -220,7 +258,7 @@ pub fn load(pid: u32, mapping: &Mapping) -> Result<Arc<ModuleFile>, LoadFailure>
     let spawned = std::thread::Builder::new().name("pyperch-native".into()).spawn(move || {
         let name = base_name(&owned.path).to_string();
         // A file that makes the parser panic counts as unreadable.
-        let result = std::panic::catch_unwind(|| open_checked(pid, &owned).ok().and_then(|file| read(file, &name)))
+        let result = std::panic::catch_unwind(|| open_checked(pid, &owned).ok().and_then(|file| read(file, &name, &owned.path)))
             .ok()
             .flatten()
             .map(Arc::new);
@@ -294,7 +332,7 @@ mod tests {
     fn reads_own_executable_symbols_and_unwind_sections() {
         let exe = std::env::current_exe().expect("exe");
         let file = File::open(&exe).expect("open");
-        let m = read(file, "self").expect("ELF");
+        let m = read(file, "self", "/proc/self/exe").expect("ELF");
         assert!(m.eh_frame.is_some());
         assert!(m.text.is_some());
         assert!(!m.symbols.is_empty());
@@ -312,7 +350,7 @@ mod tests {
     fn garbage_is_not_a_module() {
         let dir = std::env::temp_dir().join(format!("pyperch-native-{}", std::process::id()));
         std::fs::write(&dir, b"\x7fELF garbage").expect("write");
-        assert!(read(File::open(&dir).expect("open"), "x").is_none());
+        assert!(read(File::open(&dir).expect("open"), "x", "x").is_none());
         let _ = std::fs::remove_file(&dir);
     }
 }

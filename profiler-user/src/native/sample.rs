@@ -12,7 +12,7 @@ use super::{
     parse_native,
 };
 use crate::{
-    aggregate::{FrameId, FrameName, Profile},
+    aggregate::{FrameId, FrameName, NativeOrigin, Profile},
     stats::Counters,
 };
 
@@ -136,7 +136,7 @@ impl NativeSampler {
     }
 
     fn marker(&mut self, profile: &mut Profile, text: &str) -> Result<FrameId, ProfileFull> {
-        profile.try_intern(FrameName { function: Arc::from(text), file: Arc::from(""), line: 0 }).ok_or(ProfileFull)
+        profile.try_intern(FrameName { function: Arc::from(text), file: Arc::from(""), line: 0, native: None }).ok_or(ProfileFull)
     }
 
     /// The frame of a user address: `function (library)`, `library+0xoffset` without a
@@ -149,12 +149,20 @@ impl NativeSampler {
         let (name, is_eval) = match module.and_then(|m| Some((m, m.file_address(address)?))) {
             Some((m, at)) => match m.file.symbol(at) {
                 Some(symbol) => (
-                    FrameName { function: symbol.clone(), file: m.file.name.clone(), line: 0 },
+                    FrameName { function: symbol.clone(), file: m.file.name.clone(), line: 0, native: m.file.origin(at) },
                     is_eval_function(symbol),
                 ),
-                None => (FrameName { function: Arc::from(format!("{}+{:#x}", m.file.name, at)), file: Arc::from(""), line: 0 }, false),
+                None => (
+                    FrameName {
+                        function: Arc::from(format!("{}+{:#x}", m.file.name, at)),
+                        file: Arc::from(""),
+                        line: 0,
+                        native: m.file.origin(at),
+                    },
+                    false,
+                ),
             },
-            None => (FrameName { function: Arc::from("<unknown native>"), file: Arc::from(""), line: 0 }, false),
+            None => (FrameName { function: Arc::from("<unknown native>"), file: Arc::from(""), line: 0, native: None }, false),
         };
         let id = profile.try_intern(name).ok_or(ProfileFull)?;
         // Only named frames are cached by address: a module not loaded yet may load later.
@@ -169,11 +177,12 @@ impl NativeSampler {
         if let Some(&(id, _)) = self.names.get(&address) {
             return Ok(id);
         }
-        let function = match self.context.kallsyms.as_ref().and_then(|k| k.symbol(address)) {
-            Some(name) => format!("{name}_[k]"),
-            None => "<kernel>_[k]".to_string(),
+        let (function, start) = match self.context.kallsyms.as_ref().and_then(|k| k.symbol_at(address)) {
+            Some((start, name)) => (format!("{name}_[k]"), start),
+            None => ("<kernel>_[k]".to_string(), address),
         };
-        let id = profile.try_intern(FrameName { function: Arc::from(function), file: Arc::from(""), line: 0 }).ok_or(ProfileFull)?;
+        let native = Some(Arc::new(NativeOrigin { address: start, mapping: self.context.kernel_mapping.clone() }));
+        let id = profile.try_intern(FrameName { function: Arc::from(function), file: Arc::from(""), line: 0, native }).ok_or(ProfileFull)?;
         self.names.insert(address, (id, false));
         Ok(id)
     }

@@ -173,11 +173,13 @@ python3 (pid 100);<module> (/srv/app.py:3);odd,name x (/srv/we,ird.py:5) 1
             function: Arc::from("f;g"),
             file: Arc::from("m.py"),
             line: 1,
+            native: None,
         });
         let b = p.intern(FrameName {
             function: Arc::from("f,g"),
             file: Arc::from("m.py"),
             line: 1,
+            native: None,
         });
         p.add(1, None, &[a], 2);
         p.add(1, None, &[b], 3);

@@ -314,7 +314,7 @@ impl Target {
             None
         } else {
             let line = profile.line_numbers().pick(|| info.line(entry.instr_offset).unwrap_or(0), info.firstlineno);
-            let name = FrameName { function: info.qualname.clone(), file: info.filename.clone(), line };
+            let name = FrameName { function: info.qualname.clone(), file: info.filename.clone(), line, native: None };
             Some(profile.try_intern(name).ok_or(FrameError::ProfileFull)?)
         };
         self.reserve(cache_budget::position_bytes());
