@@ -177,11 +177,14 @@ impl NativeSampler {
         if let Some(&(id, _)) = self.names.get(&address) {
             return Ok(id);
         }
-        let (function, start) = match self.context.kallsyms.as_ref().and_then(|k| k.symbol_at(address)) {
-            Some((start, name)) => (format!("{name}_[k]"), start),
-            None => ("<kernel>_[k]".to_string(), address),
+        // Without a symbol there is no function address: the frame carries no origin (one
+        // `<kernel>_[k]` frame, not one per address).
+        let (function, native) = match self.context.kallsyms.as_ref().and_then(|k| k.symbol_at(address)) {
+            Some((start, name)) => {
+                (format!("{name}_[k]"), Some(Arc::new(NativeOrigin { address: start, mapping: self.context.kernel_mapping.clone() })))
+            }
+            None => ("<kernel>_[k]".to_string(), None),
         };
-        let native = Some(Arc::new(NativeOrigin { address: start, mapping: self.context.kernel_mapping.clone() }));
         let id = profile.try_intern(FrameName { function: Arc::from(function), file: Arc::from(""), line: 0, native }).ok_or(ProfileFull)?;
         self.names.insert(address, (id, false));
         Ok(id)
