@@ -43,7 +43,14 @@ TOOL_TITLES = {
     "cpython": "CPython 3.15 profiling.sampling",
     "pyperch-ctl": "pyperch watching an idle process (control)",
 }
-SHORT = {"pyperch-ctl": "control", "pyperch": "pyperch", "py-spy": "py-spy", "py-spy-nb": "py-spy nb", "austin": "austin", "cpython": "cpython"}
+SHORT = {"pyperch-ctl": "control", "pyperch": "pyperch", "py-spy": "py-spy", "py-spy-nb": "py-spy nb", "austin": "austin", "cpython": "cpython",
+         "pyperch-native": "pyperch --native", "pyperch-kernel": "pyperch --kernel", "py-spy-native": "py-spy --native"}
+# Variants of a tool with extra flags: their reports and output parse as the base tool's.
+BASE_TOOL = {"pyperch-native": "pyperch", "pyperch-kernel": "pyperch", "py-spy-native": "py-spy"}
+# The native-stacks section (`--only native`): pyperch --native against py-spy --native, and
+# pyperch --kernel against plain pyperch, on the chain workload.
+TOOLS_NATIVE = ["pyperch-native", "py-spy-native"]
+TOOLS_KERNEL = ["pyperch", "pyperch-kernel"]
 WORKLOAD_TITLES = {
     "chain": "CPU split under a 30-call chain (depth 34)",
     "recursion": "recursion, depth 300",
@@ -376,6 +383,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def parse_tool_stderr(tool, text):
+    tool = BASE_TOOL.get(tool, tool)
     text = ANSI.sub("", text)
     info = {}
     if tool == "pyperch":
@@ -392,6 +400,9 @@ def parse_tool_stderr(tool, text):
         m = re.search(r"ring buffer: (\d+) bytes", whole)
         if m:
             info.update(ring_bytes=int(m.group(1)))
+        m = re.search(r"native: (\d+) merged \((\d+) with a truncated native stack\), (\d+) unmerged", whole)
+        if m:
+            info.update(native_merged=int(m.group(1)), native_truncated=int(m.group(2)), native_unmerged=int(m.group(3)))
         m = re.search(r"frames from kernel (\d+), from cache (\d+), from memory (\d+)", whole)
         if m:
             info.update(frames_kernel=int(m.group(1)), frames_cache=int(m.group(2)), frames_memory=int(m.group(3)))
@@ -575,9 +586,13 @@ class Bench(object):
 
     def profiler_argv(self, tool, target, rate, duration, out_inside, whole_host=False):
         d = duration
-        if tool in ("pyperch", "pyperch-ctl"):
+        if tool in ("pyperch", "pyperch-ctl", "pyperch-native", "pyperch-kernel"):
             argv = [self.o.pyperch, "record", "--duration", str(d), "--rate", str(rate),
                     "--format", "collapsed", "--output", out_inside, "--stats"]
+            if tool == "pyperch-native":
+                argv.append("--native")
+            elif tool == "pyperch-kernel":
+                argv.append("--kernel")
             if tool == "pyperch-ctl":
                 # The control: the same perf events and BPF program on every CPU, but the
                 # only registered process is an idle one, so on the busy target's CPU the
@@ -588,11 +603,13 @@ class Bench(object):
             elif not whole_host:
                 argv[2:2] = ["--pid", str(target.pid)]
             return argv
-        if tool in ("py-spy", "py-spy-nb"):
+        if tool in ("py-spy", "py-spy-nb", "py-spy-native"):
             argv = [os.path.join(self.venv_bin, "py-spy"), "record", "--pid", str(target.pid), "--rate", str(rate),
                     "--duration", str(int(round(d))), "--format", "raw", "-o", out_inside]
             if tool == "py-spy-nb":
                 argv.append("--nonblocking")
+            elif tool == "py-spy-native":
+                argv.append("--native")
             return argv
         if tool == "austin":
             # -s: on-CPU samples only (like the other tools' defaults); -i in microseconds.
@@ -693,7 +710,7 @@ class Bench(object):
         info = parse_tool_stderr(tool, err_text)
         stacks = parse_profile(tool, out)
         recorded = sum(n for _, n in stacks)
-        if tool == "pyperch" and whole_host and "ok" in info:
+        if tool.startswith("pyperch") and whole_host and "ok" in info:
             recorded = info["ok"]
         # How long the tool actually sampled: its own report where it gives one; py-spy
         # collects rate x duration samples and may take longer than the duration to do so.
@@ -761,7 +778,7 @@ class Bench(object):
         mm["requested_hz"] = run["rate"] * busy
         mm["achieved_ratio"] = mm["achieved_hz"] / mm["requested_hz"]
         info = run["info"]
-        tool = run["tool"]
+        tool = BASE_TOOL.get(run["tool"], run["tool"])
         lost = None
         attempted = None
         if tool == "pyperch":
@@ -810,6 +827,8 @@ class Bench(object):
                 depth = run.get("depth", 300)
             mm["accuracy"] = accuracy(run["workload"], stacks, run["target"]["truth_cpu"], depth)
         if tool == "pyperch" and rec:
+            if "ring_bytes" in info:
+                mm["ring_bytes_per_sample"] = info["ring_bytes"] / rec
             if "target_reads" in info:
                 mm["target_reads_per_sample"] = info["target_reads"] / rec
                 mm["target_bytes_per_sample"] = info["target_bytes"] / rec
@@ -974,6 +993,14 @@ class Bench(object):
             helper.stop()
         self.results["interrupts"] = res
 
+    def sec_native(self, interp, reps):
+        """--native against py-spy --native, and --kernel against neither, on the chain."""
+        self.group(interp, "chain", 100, TOOLS_NATIVE, 1, kind="native")
+        self.group(interp, "chain", 1000, TOOLS_NATIVE, reps, kind="native")
+        self.group(interp, "chain", 1000, TOOLS_KERNEL, reps, kind="native")
+        # Ring-buffer bandwidth and losses with --native at 10 kHz (py-spy cannot keep up).
+        self.group(interp, "chain", 10000, ["pyperch-native"], 1, kind="native")
+
     def sec_deep(self, interp):
         for depth in (30, 300, 1500):
             log("deep stacks: recursion depth %d, pyperch at 1 kHz" % depth)
@@ -1016,7 +1043,7 @@ class Bench(object):
         o = self.o
         py312 = Interp(o.python_label, o.python)
         interps = discover_interps(self.rootfs)
-        sections = set(o.only.split(",")) if o.only else {"compat", "main", "control", "cpython", "allcpu", "deep", "scale"}
+        sections = set(o.only.split(",")) if o.only else {"compat", "main", "control", "cpython", "allcpu", "deep", "scale", "native"}
         reps = o.reps
         if "compat" in sections:
             self.sec_compat(interps)
@@ -1048,6 +1075,8 @@ class Bench(object):
             self.sec_allcpu(py312)
         if "deep" in sections:
             self.sec_deep(py312)
+        if "native" in sections:
+            self.sec_native(py312, reps)
         if "scale" in sections:
             idle_interps = [i for i in interps if not i.rootfs] or [py312]
             self.sec_scale(py312, idle_interps)
@@ -1204,7 +1233,7 @@ class Report(object):
             return None
         ms = [r["metrics"] for r in runs]
         a = {"n": len(runs)}
-        for key in ("achieved_hz", "achieved_ratio", "lost", "lost_share", "cpu_us_per_sample", "user_cpu_us_per_sample",
+        for key in ("achieved_hz", "achieved_ratio", "lost", "lost_share", "cpu_us_per_sample", "user_cpu_us_per_sample", "ring_bytes_per_sample",
                     "bpf_ns_per_sample", "bpf_ns_per_run", "run_cpu_us_per_sample", "rss_mb", "target_reads_per_sample",
                     "cpu_share_window", "target_cpu_share"):
             a[key] = median([m.get(key) for m in ms])
@@ -1446,6 +1475,31 @@ class Report(object):
                     info.get("frames_kernel", "?"), info.get("frames_cache", "?"), info.get("frames_memory", "?"),
                     fmt(pct(acc.get("full_stack_share")), 1), fmt(acc.get("split_error_pp"), 2)))
             w()
+        # Native stacks.
+        native_groups = [g for g in r["groups"] if g.get("kind") == "native"]
+        if native_groups:
+            w("## Native and kernel stacks (`--native`, `--kernel`)")
+            w()
+            w("The chain workload on CPython %s. CPU/sample = the profiler's own CPU in the steady window (user + system) plus, for pyperch, its BPF program's run time, per recorded sample; ring-buffer bytes/sample and losses from pyperch's `--stats` (losses: ring-buffer drops plus samples not kept), py-spy's from its error count. Goal: pyperch `--native` at most 1/20 of py-spy `--native`'s CPU per sample; `--kernel` at most 1 us per sample more than without." % main)
+            w()
+            w("| tool | rate (Hz) | runs | samples/s | CPU us/sample | of which BPF us | ring-buffer bytes/sample | lost |")
+            w("|---|---:|---:|---:|---:|---:|---:|---:|")
+            seen = set()
+            for g in native_groups:
+                for tool in g["tools"]:
+                    key = (g["interp"], g["rate"], tool)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    a = self.agg(self.runs_for(g["interp"], g["workload"], g["rate"], tool, kind="native"))
+                    if not a:
+                        continue
+                    w("| %s | %d | %d | %s | %s | %s | %s | %s |" % (
+                        SHORT[tool], g["rate"], a["n"], fmt(a["achieved_hz"], 0), fmt(a["cpu_us_per_sample"], 2),
+                        fmt((a["bpf_ns_per_sample"] or 0) / 1000, 2) if tool.startswith("pyperch") else "-",
+                        fmt(a["ring_bytes_per_sample"], 0) if a.get("ring_bytes_per_sample") else "-",
+                        "%s (%s%%)" % (fmt(a["lost"], 0), fmt(pct(a["lost_share"]), 2)) if a["lost"] is not None else "?"))
+            w()
         # Compat.
         if r["compat"]:
             w("## Workloads on every interpreter")
@@ -1677,7 +1731,7 @@ def main():
     ap.add_argument("--tail", type=float, default=0.3, help="steady window ends this long before the run's end")
     ap.add_argument("--reps", type=int, default=3, help="repetitions at 1 kHz (chain, web; one fewer elsewhere)")
     ap.add_argument("--scale-reps", type=int, default=3)
-    ap.add_argument("--only", default="", help="comma list of sections: compat,main,control,cpython,allcpu,deep,scale")
+    ap.add_argument("--only", default="", help="comma list of sections: compat,main,control,cpython,allcpu,deep,scale,native")
     ap.add_argument("--filter", default="", help="regex on WORKLOAD@RATE selecting the comparison groups to run")
     ap.add_argument("--quick", action="store_true", help="short runs, one repetition (for trying the harness)")
     ap.add_argument("--md", default=os.path.join(ROOT, "BENCHMARKS.md"))

@@ -80,6 +80,16 @@ pub struct FrameLayout {
     pub shim_owner: u32,
     /// Applied to the code pointer: clears the `_PyStackRef` tag bits in 3.14+.
     pub code_mask: u64,
+    /// `bool is_entry` of the frame (3.11: the first frame of each evaluation-function call),
+    /// read into `FrameEntry::flags` as `frame_flags::ENTRY`; or `NO_FIELD`. Inside `read_size`.
+    pub is_entry: u32,
+    pub _pad: u32,
+}
+
+/// Bits of `FrameEntry::flags`.
+pub mod frame_flags {
+    /// The frame's `is_entry` is set (3.11; see `FrameLayout::is_entry`).
+    pub const ENTRY: u8 = 1;
 }
 
 /// Where the fields of a `PyThreadState` (and what leads to it) are.
@@ -201,6 +211,11 @@ pub mod record_kind {
     /// An off-CPU interval from the scheduler-switch programs: the thread's stack as it was
     /// while switched out, then (in the slot after the last full frame) an [`super::OffCpuInterval`].
     pub const OFF_CPU: u32 = 1;
+    /// A CPU-clock sample with native context (`--native` / `--kernel`): the header and
+    /// `n_full` frames as in `CPU_SAMPLE`, then a [`NativeTrailer`](super::NativeTrailer),
+    /// then `kernel_stack_len` bytes of kernel return addresses (u64, leaf first), then
+    /// `user_stack_len` bytes of the thread's user stack copied from `sp` upwards.
+    pub const CPU_SAMPLE_NATIVE: u32 = 16;
 }
 
 /// Why a thread left the CPU (`OffCpuInterval::reason`).
@@ -312,8 +327,45 @@ pub struct FrameEntry {
     pub check: u32,
     /// Frame owner (3.11+), or `u8::MAX` when the version has no owner field.
     pub owner: u8,
-    pub _pad: [u8; 7],
+    /// `frame_flags` bits.
+    pub flags: u8,
+    pub _pad: [u8; 6],
 }
+
+/// Bytes of user stack the kernel copies at most per sample (`--native-stack-bytes`).
+pub const MAX_NATIVE_STACK_BYTES: usize = 16384;
+/// Kernel frames recorded at most per sample (`--kernel`); the kernel's own limit is 127.
+pub const MAX_KERNEL_FRAMES: usize = 127;
+
+/// Where the user registers of a native sample came from.
+pub mod native_regs {
+    /// The interrupt hit user mode: the perf event's registers.
+    pub const FROM_CONTEXT: u32 = 1;
+    /// The interrupt hit kernel mode (a syscall, a fault): the task's saved user registers.
+    pub const FROM_TASK: u32 = 2;
+    /// No user registers could be read (no stack copy follows).
+    pub const NONE: u32 = 0;
+}
+
+/// Native context of a `record_kind::CPU_SAMPLE_NATIVE` record, after its full frames.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NativeTrailer {
+    /// User instruction pointer, stack pointer and frame pointer (rbp) of the thread.
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// Bytes of kernel return addresses that follow (a multiple of 8; 0 without `--kernel`,
+    /// or when the interrupt hit user mode).
+    pub kernel_stack_len: u32,
+    /// Bytes of user stack that follow the kernel addresses (copied from `sp`).
+    pub user_stack_len: u32,
+    /// One of `native_regs`.
+    pub regs: u32,
+    pub _pad: u32,
+}
+
+pub const NATIVE_TRAILER_SIZE: usize = core::mem::size_of::<NativeTrailer>();
 
 pub const SAMPLE_HEADER_SIZE: usize = core::mem::size_of::<SampleHeader>();
 pub const FRAME_ENTRY_SIZE: usize = core::mem::size_of::<FrameEntry>();
@@ -341,6 +393,7 @@ pub fn decode_frame(layout: &FrameLayout, frame: u64, buf: &FrameBytes, entry: &
     entry.code = code;
     entry.instr_offset = instr_offset;
     entry.owner = if layout.owner == NO_FIELD { u8::MAX } else { field_u64(buf, layout.owner) as u8 };
+    entry.flags = if layout.is_entry != NO_FIELD && field_u64(buf, layout.is_entry) as u8 != 0 { frame_flags::ENTRY } else { 0 };
     entry.check = 0;
     field_u64(buf, layout.previous)
 }
@@ -420,7 +473,7 @@ pub const HASH_SEED: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// Folds one frame into a running tail hash. Kernel and userspace call this same function,
 /// so a tail that userspace re-reads from the target hashes equal only if every frame
-/// (address, code object address, position, owner) is unchanged and every code object has the
+/// (address, code object address, position, owner, flags) is unchanged and every code object has the
 /// same validation word (`check`): a same-named code object that replaced another at one
 /// address (a module reload, a re-`exec`) changes the hash.
 #[inline(always)]
@@ -429,7 +482,7 @@ pub fn frame_hash(h: u64, e: &FrameEntry) -> u64 {
     h = mix(h ^ e.frame);
     h = mix(h ^ e.code);
     h = mix(h ^ (e.instr_offset as u32 as u64));
-    mix(h ^ ((e.check as u64) | ((e.owner as u64) << 32)))
+    mix(h ^ ((e.check as u64) | ((e.owner as u64) << 32) | ((e.flags as u64) << 40)))
 }
 
 #[inline(always)]
@@ -447,6 +500,7 @@ mod pod {
     unsafe impl aya::Pod for super::SampleHeader {}
     unsafe impl aya::Pod for super::FrameEntry {}
     unsafe impl aya::Pod for super::ThreadSwitch {}
+    unsafe impl aya::Pod for super::NativeTrailer {}
 }
 
 // The record layout is shared by two compilers: its sizes are fixed here, padding explicit.
@@ -454,7 +508,8 @@ const _: () = assert!(SAMPLE_HEADER_SIZE == 80);
 const _: () = assert!(FRAME_ENTRY_SIZE == 32);
 // The off-CPU trailer takes exactly one frame slot.
 const _: () = assert!(core::mem::size_of::<OffCpuInterval>() == FRAME_ENTRY_SIZE);
-const _: () = assert!(core::mem::size_of::<FrameLayout>() == 64);
+const _: () = assert!(NATIVE_TRAILER_SIZE == 40);
+const _: () = assert!(core::mem::size_of::<FrameLayout>() == 72);
 
 #[cfg(test)]
 mod tests {

@@ -18,6 +18,7 @@
 mod frame_walk;
 mod gil;
 mod maps;
+mod native_stack;
 mod process_events;
 mod sampling;
 mod sched_switch;

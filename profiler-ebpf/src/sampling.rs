@@ -48,7 +48,7 @@ pub struct Scratch {
 static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
 
 #[perf_event]
-pub fn pyperch_sample(_ctx: PerfEventContext) -> u32 {
+pub fn pyperch_sample(ctx: PerfEventContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     // SAFETY: the map value is only read, and the kernel keeps it alive for this run.
@@ -60,7 +60,7 @@ pub fn pyperch_sample(_ctx: PerfEventContext) -> u32 {
         return 0;
     }
     if let Some((scratch, n_full)) = walk_current_stack(info, tgid, pid_tgid as u32, record_kind::CPU_SAMPLE) {
-        emit(scratch, n_full, 0);
+        emit_sample(&ctx, scratch, n_full);
     }
     0
 }
@@ -212,6 +212,16 @@ pub(crate) extern "C" fn hashed_frame_step(_index: u64, _ctx: *mut c_void) -> i6
     s.walk.n_hashed += 1;
     s.walk.frame = previous;
     0
+}
+
+/// Sends a CPU sample: the header and the first `n_full` frames, with native context when
+/// `--native` / `--kernel` ask for it (`native_stack`).
+fn emit_sample(ctx: &PerfEventContext, scratch: &Scratch, n_full: usize) {
+    let n = if n_full > MAX_FULL_FRAMES { MAX_FULL_FRAMES } else { n_full };
+    let len = core::mem::size_of::<SampleHeader>() + n * core::mem::size_of::<FrameEntry>();
+    let len = if len > core::mem::size_of::<Record>() { core::mem::size_of::<Record>() } else { len };
+    // `len` is at most the size of `Record`.
+    crate::native_stack::emit(ctx, &scratch.record as *const Record as *const c_void, len);
 }
 
 /// Sends the header, the first `n_full` frames and `trailer_slots` (0 or 1) slots after them.

@@ -57,6 +57,8 @@ pub struct AgentOptions {
     pub duration: Option<Duration>,
     /// Which line frames show (`--function`, `--nolineno`).
     pub line_numbers: crate::aggregate::LineNumbers,
+    /// Native and kernel frames (`--native`, `--kernel`).
+    pub native: crate::native::NativeOptions,
     /// TLS, credentials, headers and API of the uploads.
     pub upload: UploadOptions,
     /// Whether `--app-name` was given: if not, a process in a pod named by its runtime's
@@ -158,13 +160,21 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     }
     crate::loader::preflight()?;
     let initial = inspect_pids(&options.pids, &options.filter)?;
-    let mut kernel = KernelProgram::load_with(&options.time)?;
+    let mut kernel = KernelProgram::load_with(&options.time, options.native)?;
     let ring = kernel.take_ring_buffer()?;
+    // Kernel symbols need privileges that are dropped once sampling starts: read them now.
+    let kallsyms = options.native.kernel.then(crate::native::Kallsyms::load).flatten();
+    if options.native.kernel && kallsyms.is_none() {
+        eprintln!("pyperch agent: warning: /proc/kallsyms shows no addresses; kernel frames will read <kernel>_[k]");
+    }
     let scope = if options.pids.is_empty() { Scope::Host } else { Scope::Pids(options.pids.iter().copied().collect()) };
     let mut session = Session::new(kernel, scope, options.filter.clone(), options.threads);
     session.set_time_mode(options.time.mode, options.rate);
     session.profile.set_budget(AGENT_INTERVAL_BUDGET);
     session.profile.set_line_numbers(options.line_numbers);
+    if options.native.any() {
+        session.set_native(crate::native::NativeContext::new(options.native, kallsyms));
+    }
     for p in initial {
         session.add_process(p)?;
     }

@@ -34,7 +34,8 @@ const FRAME_OVERHEAD: usize = 160;
 /// allocation header.
 const STACK_OVERHEAD: usize = 80;
 
-/// One Python frame as shown to users.
+/// One frame as shown to users (a Python frame, or with `--native`/`--kernel` a native or
+/// kernel frame, or a marker).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FrameName {
     /// The function's (qualified, when the interpreter provides it) name.
@@ -43,6 +44,33 @@ pub struct FrameName {
     pub file: Arc<str>,
     /// The line being executed; `0` means unknown.
     pub line: u32,
+    /// Native and kernel frames: where their code is (pprof writes it as a mapping and an
+    /// address); `None` for Python frames and markers.
+    pub native: Option<Arc<NativeOrigin>>,
+}
+
+/// Where a native or kernel frame's code is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NativeOrigin {
+    /// Start of the frame's function (the frame's own address when no symbol covers it), in
+    /// `mapping`'s address space.
+    pub address: u64,
+    pub mapping: Arc<NativeMapping>,
+}
+
+/// A file's executable code as pprof's `Mapping` describes it. User-space files are given
+/// at their link addresses (the same for every process that maps them, whatever the load
+/// address): `start..limit` is the file's executable segment and `offset` its file offset.
+/// The kernel is `[kernel]` at its runtime addresses, with no file offset.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NativeMapping {
+    /// The path as the target saw it, or `[kernel]`.
+    pub file: Arc<str>,
+    /// The GNU build id in lower-case hex, or empty.
+    pub build_id: Arc<str>,
+    pub start: u64,
+    pub limit: u64,
+    pub offset: u64,
 }
 
 /// Index of an interned [`FrameName`] within one [`Profile`].
@@ -195,6 +223,7 @@ impl Profile {
                 function: Arc::from("[unknown frame]"),
                 file: Arc::from(""),
                 line: 0,
+                native: None,
             },
             line_numbers: LineNumbers::Current,
             timeline: None,
@@ -481,7 +510,8 @@ impl Profile {
 
 /// Accounted bytes of one interned frame.
 fn frame_bytes(frame: &FrameName) -> usize {
-    frame.function.len() + frame.file.len() + FRAME_OVERHEAD
+    // A native origin's mapping is shared by the frames of one file; its own size counts.
+    frame.function.len() + frame.file.len() + FRAME_OVERHEAD + frame.native.as_ref().map_or(0, |_| 48)
 }
 
 /// Accounted bytes of one stack of `depth` frames.
@@ -504,6 +534,7 @@ mod tests {
             function: Arc::from(function),
             file: Arc::from(file),
             line,
+            native: None,
         }
     }
 

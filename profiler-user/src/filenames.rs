@@ -105,7 +105,7 @@ pub fn with_short_names(profile: &Profile) -> Profile {
                     Cow::Borrowed(f) if f.len() == frame.file.len() => frame.file.clone(),
                     f => Arc::from(f.as_ref()),
                 };
-                short.intern(FrameName { function: frame.function.clone(), file, line: frame.line })
+                short.intern(FrameName { function: frame.function.clone(), file, line: frame.line, native: frame.native.clone() })
             });
             frames.push(new);
         }
@@ -150,7 +150,7 @@ mod tests {
         use crate::aggregate::ProcessLabel;
         let mut p = Profile::new();
         let frame = |p: &mut Profile, file: &str| {
-            p.intern(FrameName { function: Arc::from("f"), file: Arc::from(file), line: 1 })
+            p.intern(FrameName { function: Arc::from("f"), file: Arc::from(file), line: 1, native: None })
         };
         let a = frame(&mut p, "/a/lib/python3.12/site-packages/m.py");
         let b = frame(&mut p, "/b/lib/python3.12/site-packages/m.py");

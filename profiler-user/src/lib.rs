@@ -24,6 +24,7 @@ pub mod layout;
 pub mod list;
 pub mod loader;
 pub mod memory;
+pub mod native;
 pub mod output;
 pub mod output_file;
 pub mod pod_names;

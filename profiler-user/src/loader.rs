@@ -276,17 +276,20 @@ pub struct KernelCounters {
 }
 
 impl KernelProgram {
-    /// Loads and verifies the kernel program (not attached yet).
+    /// Loads and verifies the kernel program (not attached yet), without native context.
     pub fn load() -> Result<Self, LoadError> {
-        Self::load_with(&crate::time_mode::TimeOptions::default())
+        Self::load_with(&crate::time_mode::TimeOptions::default(), crate::native::NativeOptions::default())
     }
 
-    /// As [`KernelProgram::load`], for the time mode `time`: off-CPU intervals shorter than
+    /// As [`KernelProgram::load`], for the time mode `time` (off-CPU intervals shorter than
     /// `min_off_cpu` are summed rather than sent; in `--mode gil` only samples of threads
-    /// holding the GIL are taken.
-    pub fn load_with(time: &crate::time_mode::TimeOptions) -> Result<Self, LoadError> {
+    /// holding the GIL are taken) and with `native` saying what the program records beside
+    /// the Python frames (both frozen into the program).
+    pub fn load_with(time: &crate::time_mode::TimeOptions, native: crate::native::NativeOptions) -> Result<Self, LoadError> {
         let min_off_cpu_ns = u64::try_from(time.min_off_cpu.as_nanos()).unwrap_or(u64::MAX);
         let gil_only = u64::from(time.mode == crate::time_mode::TimeMode::Gil);
+        let stack_bytes = u64::from(native.stack_bytes.min(profiler_common::MAX_NATIVE_STACK_BYTES as u32));
+        let kernel_stack = u64::from(native.kernel);
         let offsets = kernel_offsets()?;
         let slots = process_slots();
         // Kernels >= 5.11 charge BPF memory to the memory cgroup; RLIMIT_MEMLOCK only matters
@@ -300,10 +303,17 @@ impl KernelProgram {
             .override_global("GIL_ONLY", &gil_only, true)
             .override_global("TASK_PID_OFFSET", &offsets.task_pid, true)
             .override_global("TASK_TGID_OFFSET", &offsets.task_tgid, true)
+            .override_global("NATIVE_STACK_BYTES", &stack_bytes, true)
+            .override_global("KERNEL_STACK", &kernel_stack, true)
             .map_max_entries("PROCESSES", slots)
             .load(KERNEL_PROGRAM)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let walk = Walk::for_this_kernel();
+        // Native context is sent by the bpf_loop sampler only (its registers come from
+        // bpf_task_pt_regs, 5.15+).
+        if walk == Walk::Bounded && (stack_bytes != 0 || kernel_stack != 0) {
+            return Err(LoadError::NeedsBpfLoop { what: "--native and --kernel" });
+        }
         let sample: &mut PerfEvent = program_mut(&mut ebpf, walk.entry_program())?;
         sample.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
         if walk == Walk::Bounded {

@@ -324,6 +324,31 @@ struct AgentArgs {
     /// Print counts of every sample outcome and cache at exit.
     #[arg(long)]
     stats: bool,
+    #[command(flatten)]
+    native: NativeArgs,
+}
+
+/// Native and kernel frames.
+#[derive(clap::Args, Debug)]
+struct NativeArgs {
+    /// Show native frames (executable, libpython, shared libraries) with the Python frames
+    /// in place of the interpreter's evaluation-loop frames.
+    #[arg(long)]
+    native: bool,
+    /// Show the kernel stack of each sample on top of its user stack (frames end in `_[k]`).
+    #[arg(long)]
+    kernel: bool,
+    /// With --native: bytes of each sample's user stack copied by the kernel (512 to 16384;
+    /// deeper native stacks end in `<truncated native>`).
+    #[arg(long, default_value_t = pyperch::native::DEFAULT_STACK_BYTES, value_name = "BYTES")]
+    native_stack_bytes: u32,
+}
+
+impl NativeArgs {
+    fn options(&self) -> Result<pyperch::native::NativeOptions, String> {
+        let stack_bytes = if self.native { pyperch::native::NativeOptions::check_stack_bytes(self.native_stack_bytes)? } else { 0 };
+        Ok(pyperch::native::NativeOptions { stack_bytes, kernel: self.kernel })
+    }
 }
 
 /// "15s", "1m", "250ms", "2h" or a plain number of seconds.
@@ -408,6 +433,8 @@ struct RecordArgs {
     /// (a --pid of one is refused).
     #[arg(long = "async")]
     async_stacks: bool,
+    #[command(flatten)]
+    native: NativeArgs,
     /// Launch this command and profile it and its Python children until it exits; pyperch
     /// then exits with the command's status. If the recording ends first, the command is
     /// ended (see --keep-running) and pyperch exits with 0 once the profile is written.
@@ -499,6 +526,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 queue_bytes: 128 << 20,
                 duration: args.duration,
                 line_numbers: args.lines.mode(),
+                native: args.native.options()?,
                 upload: UploadOptions {
                     api: args.upload_api,
                     ca_file: args.upload_ca_file,
@@ -540,6 +568,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 full_filenames: args.full_filenames,
                 time,
                 async_stacks: args.async_stacks,
+                native: args.native.options()?,
             })?;
             Ok(match summary.command_status {
                 Some(code) => ExitCode::from(code.clamp(0, 255) as u8),

@@ -62,6 +62,8 @@ pub struct RecordOptions {
     pub time: crate::time_mode::TimeOptions,
     /// asyncio task stacks (`--async`, see `crate::asyncio`).
     pub async_stacks: bool,
+    /// Native and kernel frames (`--native`, `--kernel`).
+    pub native: crate::native::NativeOptions,
 }
 
 /// How the session ended.
@@ -139,8 +141,13 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
         }
     }
 
-    let mut kernel = KernelProgram::load_with(&options.time)?;
+    let mut kernel = KernelProgram::load_with(&options.time, options.native)?;
     let ring = kernel.take_ring_buffer()?;
+    // Kernel symbols need privileges that are dropped once sampling starts: read them now.
+    let kallsyms = options.native.kernel.then(crate::native::Kallsyms::load).flatten();
+    if options.native.kernel && kallsyms.is_none() {
+        eprintln!("pyperch: warning: /proc/kallsyms shows no addresses; kernel frames will read <kernel>_[k]");
+    }
     let scope = match (options.pids.is_empty(), options.subprocesses) {
         (true, _) => Scope::Host,
         (false, false) => Scope::Pids(options.pids.iter().copied().collect()),
@@ -151,6 +158,9 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     session.set_async_stacks(options.async_stacks);
     session.profile.set_container_root(options.by_container);
     session.profile.set_line_numbers(options.line_numbers);
+    if options.native.any() {
+        session.set_native(crate::native::NativeContext::new(options.native, kallsyms));
+    }
     if options.format.needs_timeline() {
         session.profile.keep_timeline(1_000_000_000 / options.rate.max(1));
     }

@@ -109,6 +109,15 @@ pub struct Counters {
     pub async_task_stacks: u64,
     /// `--async`: samples of a thread running a task that kept their plain stack, and why.
     pub async_misses: BTreeMap<crate::asyncio::ChainMiss, u64>,
+    /// `--native`: samples whose native frames were merged with the Python frames; whose
+    /// native unwind ended before the bottom (merged from the leaf, the rest after a
+    /// `<truncated native>` marker); shown unmerged (counts disagreed); without user registers
+    /// or stack copy; with a malformed native part.
+    pub native_merged: u64,
+    pub native_truncated: u64,
+    pub native_unmerged: u64,
+    pub native_no_stack: u64,
+    pub native_malformed: u64,
 }
 
 impl Counters {
@@ -149,6 +158,11 @@ impl Counters {
         for (k, v) in &other.async_misses {
             *self.async_misses.entry(*k).or_default() += v;
         }
+        self.native_merged += other.native_merged;
+        self.native_truncated += other.native_truncated;
+        self.native_unmerged += other.native_unmerged;
+        self.native_no_stack += other.native_no_stack;
+        self.native_malformed += other.native_malformed;
     }
 
     /// A multi-line report, indented by `indent`.
@@ -206,6 +220,13 @@ impl Counters {
                 let _ = write!(s, " {} {n};", miss.label());
             }
             s.push('\n');
+        }
+        if self.native_merged + self.native_unmerged + self.native_no_stack + self.native_malformed > 0 {
+            let _ = writeln!(
+                s,
+                "{indent}native: {} merged ({} with a truncated native stack), {} unmerged, {} without a user stack, {} malformed",
+                self.native_merged, self.native_truncated, self.native_unmerged, self.native_no_stack, self.native_malformed
+            );
         }
         s
     }

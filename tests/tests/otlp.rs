@@ -310,3 +310,49 @@ fn otlp_agent_needs_a_destination() {
     run.assert_clear_error();
     assert!(run.stderr.contains("--otlp-endpoint"), "{}", run.diag());
 }
+
+/// `agent --native --kernel`: every interval's profile carries the native frames in place
+/// (libz under the Python function that called zlib.compress), through the OTLP receiver.
+#[test]
+fn otlp_agent_native_frames() {
+    let Some(decoder) = otlp_python() else { return };
+    let Some(py) = first_python(&["3.12", "3.13"]) else { return };
+    let receiver = Receiver::start(&decoder);
+    let mut w = Workload::spawn(&py, "native.py", &["zlib", "{dir}/out.json", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let pid = w.pid.to_string();
+    let url = format!("http://127.0.0.1:{}", receiver.port);
+    let run = pyperch(
+        &[
+            "agent", "--otlp-endpoint", &url, "--pid", &pid, "--interval", "2s", "--duration", "7s", "--rate", "199",
+            "--native", "--kernel", "--stats",
+        ],
+        Duration::from_secs(90),
+    );
+    w.terminate();
+    let entries = receiver.entries();
+    let d = format!("{}\n--- {} requests received", run.diag(), entries.len());
+    assert!(run.success(), "pyperch agent failed{d}");
+    assert!(entries.len() >= 3, "{d}");
+    let (mut zlib, mut placed) = (0, 0);
+    for e in &entries {
+        let request = &e["request"];
+        check_shape(request, 199, &format!("{d}\n--- request: {request}"));
+        for (_, s) in samples(request) {
+            let frames = s["stack"].as_array().cloned().unwrap_or_default();
+            let function = |f: &Value| f[0].as_str().unwrap_or("").to_string();
+            let file = |f: &Value| f[1].as_str().unwrap_or("").to_string();
+            // Leaf first: the first Python frame (with a .py file) from the leaf.
+            let Some(python) = frames.iter().position(|f| file(f).ends_with(".py")) else { continue };
+            if function(&frames[python]) != "zlib_caller" {
+                continue;
+            }
+            zlib += value(s);
+            if frames[..python].iter().any(|f| file(f).starts_with("libz.so")) {
+                placed += value(s);
+            }
+        }
+    }
+    note(format!("agent --native: libz under zlib_caller in {placed} of {zlib} samples"));
+    assert!(zlib >= 50, "only {zlib} samples ending in zlib_caller{d}");
+    assert!(placed * 10 >= zlib * 8, "libz frames under zlib_caller in only {placed} of {zlib} samples{d}");
+}

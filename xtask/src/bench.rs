@@ -12,6 +12,10 @@
 //!    `BENCHMARKS.md` and `bench/results.json`. Options after `--` go to the driver
 //!    (`cargo xtask bench -- --help`, `-- --quick` for a short trial run).
 //!
+//! The `native` section (`-- --only native`) runs pyperch `--native` beside `py-spy --native`
+//! and pyperch `--kernel` beside plain pyperch, and reports ring-buffer bytes per sample and
+//! losses at 1 and 10 kHz.
+//!
 //! See `bench/README.md` for what is measured and how to read the results.
 
 use std::{

@@ -390,6 +390,20 @@ fn open_mapped(pid: u32, mapping: &Mapping, note: &mut impl FnMut(Problem)) -> R
     }
 }
 
+/// Opens the file behind `mapping` of `pid` for reading with every check of this module
+/// (lease, root-confined path, identity, non-blocking open), on the caller's thread and
+/// without the parsed-file cache: for callers that read other parts of the file and run this
+/// on a thread of their own with a time limit (`native`).
+pub fn open_checked(pid: u32, mapping: &Mapping) -> Result<File, FileError> {
+    if leases::is_write_leased(mapping.key()) {
+        return Err(FileError::Problem { path: mapping.path.clone(), problem: Problem::Leased });
+    }
+    open_mapped(pid, mapping, &mut |_| {}).map_err(|e| match e {
+        OpenFailure::Problem(problem) => FileError::Problem { path: mapping.path.clone(), problem },
+        OpenFailure::Io(source) => FileError::Io { path: mapping.path.clone(), source },
+    })
+}
+
 /// Opens and parses, on the caller's thread (the opener thread of [`facts`]).
 fn load(pid: u32, mapping: &Mapping) -> Result<Arc<FileFacts>, (Option<Problem>, FileError)> {
     let path = mapping.path.clone();

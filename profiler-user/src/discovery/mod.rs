@@ -30,7 +30,8 @@ use crate::layout::{PythonLayout, Version};
 use crate::memory::{MemoryError, ProcessMemory};
 
 pub use elf::oversized_tables;
-pub use files::{FileCounts, Problem as FileProblem, cached_files, counts as file_counts, hung_files};
+pub use files::{FileCounts, FileError, Problem as FileProblem, cached_files, counts as file_counts, hung_files, open_checked};
+pub use procfs::{FileKey, read_maps};
 pub use procfs::{Mapping, parse_maps, parse_maps_line};
 
 /// glibc x86_64: offset of `specific_1stblock[0].data` in `struct pthread` (at fsbase).

@@ -99,7 +99,15 @@ pub const fn frame_layout(
         check_str: NO_FIELD,
         shim_owner: NO_FIELD,
         code_mask,
+        is_entry: NO_FIELD,
+        _pad: 0,
     }
+}
+
+/// `layout` with its `is_entry` flag at `offset` (a `bool`), read size grown to cover it.
+pub const fn with_is_entry(layout: FrameLayout, offset: u32) -> FrameLayout {
+    let read_size = (max(layout.read_size, offset + 1) + 7) & !7;
+    FrameLayout { is_entry: offset, read_size, ..layout }
 }
 
 /// Bytes to read from a code object: up to `co_code_adaptive` (3.11+) and past every field.
@@ -236,8 +244,8 @@ pub static LEGACY: &[LegacyRow] = &[
                 next: 0x08,
                 interp_threads_head: 0x10,
             },
-            // previous 0x30, f_code 0x20, prev_instr 0x38, owner 0x45 (is_entry 0x44).
-            frame: frame_layout(0x30, 0x20, 0x38, instr_kind::POINTER, 0x45, 0xb8, CODE_MASK_PLAIN),
+            // previous 0x30, f_code 0x20, prev_instr 0x38, owner 0x45, is_entry 0x44.
+            frame: with_is_entry(frame_layout(0x30, 0x20, 0x38, instr_kind::POINTER, 0x45, 0xb8, CODE_MASK_PLAIN), 0x44),
             frame_semantics: SEMANTICS_3_11,
             code: code_layout(0x70, 0x78, Some(0x80), 0x48, 0x88, LineTableFormat::LocationTable, Some(0xa8), 0xb8, None),
             objects: OBJECTS_UNTIL_3_11,

@@ -120,7 +120,7 @@ mod tests {
         let mut p = Profile::new();
         p.keep_timeline(10_000);
         let f = |p: &mut Profile, name: &str| {
-            p.intern(FrameName { function: Arc::from(name), file: Arc::from("/a.py"), line: 1 })
+            p.intern(FrameName { function: Arc::from(name), file: Arc::from("/a.py"), line: 1, native: None })
         };
         let (main, a, b) = (f(&mut p, "main"), f(&mut p, "a"), f(&mut p, "b"));
         for (t, stack) in [(0u64, vec![main, a]), (10_000, vec![main, a]), (20_000, vec![main, b]), (100_000, vec![main, b])] {

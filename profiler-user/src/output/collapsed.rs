@@ -83,13 +83,14 @@ pub fn folded_stacks(profile: &Profile) -> Vec<(String, u64)> {
     stacks
 }
 
-/// Folded text of one Python frame: `<function> (<file>:<line>)`, or `<function> (<file>)`
-/// when the line is unknown; sanitized.
+/// Folded text of one frame: `<function> (<file>:<line>)`, or `<function> (<file>)` when the
+/// line is unknown, or `<function>` alone without a file (kernel frames, markers, native
+/// frames without a symbol); sanitized.
 pub fn frame_text(frame: &FrameName) -> String {
     let function = sanitize(&frame.function);
     let file = sanitize(&frame.file);
-    if frame.line == 0 && file.is_empty() {
-        // A frame that is not a Python function: `task <name>`, `interpreter <id>`.
+    if file.is_empty() {
+        // Not a Python function: `task <name>`, `interpreter <id>`, `<off-cpu: sleep>`...
         function.into_owned()
     } else if frame.line == 0 {
         format!("{function} ({file})")
@@ -173,11 +174,13 @@ python3 (pid 100);<module> (/srv/app.py:3);odd,name x (/srv/we,ird.py:5) 1
             function: Arc::from("f;g"),
             file: Arc::from("m.py"),
             line: 1,
+            native: None,
         });
         let b = p.intern(FrameName {
             function: Arc::from("f,g"),
             file: Arc::from("m.py"),
             line: 1,
+            native: None,
         });
         p.add(1, None, &[a], 2);
         p.add(1, None, &[b], 3);

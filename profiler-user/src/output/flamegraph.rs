@@ -115,6 +115,7 @@ mod tests {
             function: Arc::from("evil\x1b[2J\u{7}\u{fffe}<x>&\u{202e}\u{ffff}\u{85}"),
             file: Arc::from("/tmp/a\nb\u{0}.py"),
             line: 1,
+            native: None,
         });
         p.set_process(7, ProcessLabel { comm: "py\x1b]0;t\x07\u{fffe}".into(), ..Default::default() });
         p.add(7, None, &[f], 3);

@@ -279,7 +279,7 @@ mod tests {
     use super::*;
 
     fn frame(p: &mut Profile, function: &str, line: u32) -> FrameId {
-        p.intern(FrameName { function: Arc::from(function), file: Arc::from("/srv/app.py"), line })
+        p.intern(FrameName { function: Arc::from(function), file: Arc::from("/srv/app.py"), line, native: None })
     }
 
     /// The profile written and parsed back.

@@ -274,6 +274,7 @@ pub(crate) mod tests {
                 function: Arc::from(function),
                 file: Arc::from(file),
                 line,
+                native: None,
             })
         };
         let module = frame(&mut p, "<module>", "/srv/app.py", 3);

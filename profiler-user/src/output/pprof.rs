@@ -15,8 +15,10 @@
 //!   `system_name` and `start_line` are left out (with `system_name == name`, `go tool pprof`
 //!   would "demangle" the name and strip `<...>` as if it were C++ template arguments,
 //!   turning `<module>` into nothing);
-//! - one `Location` per distinct (function, line) pair, with a single `Line`; no mappings
-//!   (`mapping_id` 0: Python code has no binary mapping); an unknown line (0) is left out;
+//! - one `Location` per distinct (function, line) pair, with a single `Line`; Python frames
+//!   have no mapping (`mapping_id` 0); native and kernel frames (`--native`, `--kernel`) add
+//!   their `address` and `mapping_id`, one `Mapping` per file segment (link addresses, file
+//!   name, build id) and one `[kernel]`; an unknown line (0) is left out;
 //! - one `Sample` per distinct [`StackKey`], with `location_id` LEAF FIRST (the pprof
 //!   convention; [`StackKey::frames`] is root first), `value = [count, count × period]`
 //!   (saturating at `i64::MAX`), and one string `Label` per pair returned by the caller's
@@ -44,7 +46,9 @@ use flate2::Compression;
 use flate2::write::GzEncoder;
 use prost::Message as _;
 
-use crate::aggregate::{FrameId, Profile, StackKey};
+use std::sync::Arc;
+
+use crate::aggregate::{FrameId, NativeMapping, NativeOrigin, Profile, StackKey};
 
 use super::NO_PYTHON_FRAMES;
 
@@ -177,8 +181,11 @@ struct Table {
     /// `(name, filename)` string indices → function id.
     function_ids: HashMap<(i64, i64), u64>,
     locations: Vec<proto::Location>,
-    /// `(function id, line)` → location id.
-    location_ids: HashMap<(u64, u32), u64>,
+    /// `(function id, line, mapping id, address)` → location id.
+    location_ids: HashMap<(u64, u32, u64, u64), u64>,
+    mappings: Vec<proto::Mapping>,
+    /// Mapping → mapping id.
+    mapping_ids: HashMap<Arc<NativeMapping>, u64>,
     /// Location of each frame id already seen.
     frame_locations: HashMap<FrameId, u64>,
     /// Location of [`NO_PYTHON_FRAMES`], once used.
@@ -193,12 +200,45 @@ impl Table {
             function_ids: HashMap::new(),
             locations: Vec::new(),
             location_ids: HashMap::new(),
+            mappings: Vec::new(),
+            mapping_ids: HashMap::new(),
             frame_locations: HashMap::new(),
             no_python: None,
         }
     }
 
+    /// The id of a native frame's mapping, written once.
+    fn mapping(&mut self, mapping: &Arc<NativeMapping>) -> u64 {
+        if let Some(&id) = self.mapping_ids.get(mapping) {
+            return id;
+        }
+        let id = self.mappings.len() as u64 + 1;
+        let filename = self.strings.intern(&mapping.file);
+        let build_id = self.strings.intern(&mapping.build_id);
+        self.mappings.push(proto::Mapping {
+            id,
+            memory_start: mapping.start,
+            memory_limit: mapping.limit,
+            file_offset: mapping.offset,
+            filename,
+            build_id,
+            // Every location carries its function: readers need not symbolize.
+            has_functions: true,
+            ..Default::default()
+        });
+        self.mapping_ids.insert(mapping.clone(), id);
+        id
+    }
+
     fn location(&mut self, function: &str, file: &str, line: u32) -> u64 {
+        self.location_at(function, file, line, None)
+    }
+
+    fn location_at(&mut self, function: &str, file: &str, line: u32, native: Option<&NativeOrigin>) -> u64 {
+        let (mapping_id, address) = match native {
+            Some(origin) => (self.mapping(&origin.mapping), origin.address),
+            None => (0, 0),
+        };
         let key = (self.strings.intern(function), self.strings.intern(file));
         let next = self.functions.len() as u64 + 1;
         let function_id = *self.function_ids.entry(key).or_insert(next);
@@ -211,10 +251,12 @@ impl Table {
             });
         }
         let next = self.locations.len() as u64 + 1;
-        let location_id = *self.location_ids.entry((function_id, line)).or_insert(next);
+        let location_id = *self.location_ids.entry((function_id, line, mapping_id, address)).or_insert(next);
         if location_id == next {
             self.locations.push(proto::Location {
                 id: location_id,
+                mapping_id,
+                address,
                 line: vec![proto::Line {
                     function_id,
                     line: i64::from(line),
@@ -231,7 +273,7 @@ impl Table {
             return location;
         }
         let frame = profile.frame(id);
-        let location = self.location(&frame.function, &frame.file, frame.line);
+        let location = self.location_at(&frame.function, &frame.file, frame.line, frame.native.as_deref());
         self.frame_locations.insert(id, location);
         location
     }
@@ -302,6 +344,7 @@ fn build(
     proto::Profile {
         sample_type,
         sample: samples,
+        mapping: table.mappings,
         location: table.locations,
         function: table.functions,
         string_table: table.strings.strings,
@@ -577,6 +620,7 @@ mod tests {
                 function: function.into(),
                 file: file.into(),
                 line,
+                native: None,
             })
         };
         let a1 = intern(&mut p, "f", "a.py", 1);
@@ -657,6 +701,43 @@ mod tests {
     }
 
     #[test]
+    fn native_frames_carry_their_mapping_and_address() {
+        use crate::aggregate::{FrameName, NativeMapping, NativeOrigin};
+        let mapping = Arc::new(NativeMapping {
+            file: "/usr/lib/libz.so.1".into(),
+            build_id: "abcd".into(),
+            start: 0x2000,
+            limit: 0x9000,
+            offset: 0x2000,
+        });
+        let mut p = Profile::new();
+        let native = |address| Some(Arc::new(NativeOrigin { address, mapping: mapping.clone() }));
+        let a = p.intern(FrameName { function: "deflate".into(), file: "libz.so.1".into(), line: 0, native: native(0x2100) });
+        let b = p.intern(FrameName { function: "inflate".into(), file: "libz.so.1".into(), line: 0, native: native(0x3100) });
+        let py = p.intern(FrameName { function: "f".into(), file: "a.py".into(), line: 3, native: None });
+        p.add(1, None, &[py, a, b], 2);
+        let mut out = Vec::new();
+        write(&p, &|_| Vec::new(), &mut out).unwrap();
+        let mut raw = Vec::new();
+        GzDecoder::new(&out[..]).read_to_end(&mut raw).unwrap();
+        let m = proto::Profile::decode(&raw[..]).unwrap();
+        assert_eq!(m.mapping.len(), 1, "one mapping for the two frames of one file");
+        let mapping = &m.mapping[0];
+        assert_eq!((mapping.id, mapping.memory_start, mapping.memory_limit, mapping.file_offset), (1, 0x2000, 0x9000, 0x2000));
+        assert_eq!(m.string_table[mapping.filename as usize], "/usr/lib/libz.so.1");
+        assert_eq!(m.string_table[mapping.build_id as usize], "abcd");
+        let located: Vec<(u64, u64)> = m.sample[0]
+            .location_id
+            .iter()
+            .map(|id| {
+                let l = &m.location[*id as usize - 1];
+                (l.mapping_id, l.address)
+            })
+            .collect();
+        assert_eq!(located, vec![(1, 0x3100), (1, 0x2100), (0, 0)]);
+    }
+
+    #[test]
     fn many_stacks_cross_chunk_boundaries() {
         let mut p = Profile::new();
         let ids: Vec<FrameId> = (0..300)
@@ -665,6 +746,7 @@ mod tests {
                     function: format!("function_number_{i}").into(),
                     file: "/a/rather/long/path/to/some/module.py".into(),
                     line: i,
+                    native: None,
                 })
             })
             .collect();

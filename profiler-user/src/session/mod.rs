@@ -133,6 +133,18 @@ pub(crate) struct Session {
     pub(crate) discovery_stats: Arc<DiscoveryStats>,
     /// `--async`: asyncio task stacks for the processes that can have them.
     async_stacks: bool,
+    /// `--native` / `--kernel`: what the kernel records beside the Python frames.
+    native: Option<Arc<crate::native::NativeContext>>,
+}
+
+/// What is kept of a target that is no longer profiled; the rest is freed here.
+fn retired_entry(old: Target) -> Retired {
+    Retired {
+        pid: old.process.pid,
+        comm: old.process.comm.clone(),
+        version: old.process.version.to_string(),
+        counters: old.counters,
+    }
 }
 
 /// The counts of a process no longer profiled.
@@ -162,6 +174,7 @@ impl Session {
             late_samples: 0,
             discovery: None,
             discovery_stats: Arc::default(),
+            native: None,
             async_stacks: false,
         }
     }
@@ -230,6 +243,7 @@ impl Session {
             function: Arc::from(OFF_CPU_SHORT),
             file: Arc::from(""),
             line: 0,
+            native: None,
         }) else {
             return;
         };
@@ -247,6 +261,11 @@ impl Session {
     /// Asks for asyncio task stacks (`--async`) in every process added from now on.
     pub(crate) fn set_async_stacks(&mut self, on: bool) {
         self.async_stacks = on;
+    }
+
+    /// Native and kernel frames for the targets added from now on (`--native`, `--kernel`).
+    pub(crate) fn set_native(&mut self, native: crate::native::NativeContext) {
+        self.native = Some(Arc::new(native));
     }
 
     /// Registers a Python process with the kernel if its interpreter is ready. Only before
@@ -278,7 +297,7 @@ impl Session {
     fn add_target(&mut self, process: PythonProcess, exe_link: PathBuf, label: ProcessLabel, generation: u32) {
         let pid = process.pid;
         self.profile.set_process(pid, label);
-        let mut target = Target::new(process, exe_link, generation);
+        let mut target = Target::new(process, exe_link, generation, self.native.clone());
         if self.async_stacks {
             target.enable_async();
             register_running_task(&self.kernel, &mut target);
@@ -344,12 +363,13 @@ impl Session {
 
     /// Keeps the counts of a target no longer profiled, and frees its caches.
     fn retire(&mut self, old: Target) {
-        self.retired.push(Retired {
-            pid: old.process.pid,
-            comm: old.process.comm.clone(),
-            version: old.process.version.to_string(),
-            counters: old.counters,
-        });
+        // `old` (and its native unwinder) is dropped inside `retired_entry`.
+        let entry = retired_entry(old);
+        self.retired.push(entry);
+        // The process's native unwinder held its files: free those no process uses now.
+        if self.native.is_some() {
+            crate::native::module_file::release_unused();
+        }
         if self.retired.len() > MAX_RETIRED {
             let oldest = self.retired.remove(0);
             self.retired_overflow.add(&oldest.counters);
@@ -418,9 +438,11 @@ impl Session {
         // SAFETY: the record starts with a SampleHeader (plain data), checked for length.
         let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
         let charge = match header.kind {
-            record_kind::CPU_SAMPLE if !self.time_mode.on_cpu() => return,
-            record_kind::CPU_SAMPLE if self.time_mode.in_nanoseconds() => Charge { value: self.period_ns, leaf: None },
-            record_kind::CPU_SAMPLE => Charge { value: 1, leaf: None },
+            record_kind::CPU_SAMPLE | record_kind::CPU_SAMPLE_NATIVE if !self.time_mode.on_cpu() => return,
+            record_kind::CPU_SAMPLE | record_kind::CPU_SAMPLE_NATIVE if self.time_mode.in_nanoseconds() => {
+                Charge { value: self.period_ns, leaf: None }
+            }
+            record_kind::CPU_SAMPLE | record_kind::CPU_SAMPLE_NATIVE => Charge { value: 1, leaf: None },
             record_kind::OFF_CPU if self.time_mode.off_cpu() => {
                 let Some(interval) = off_cpu_trailer(&header, &bytes[SAMPLE_HEADER_SIZE..]) else {
                     self.malformed_records += 1;

@@ -9,7 +9,7 @@ use std::{
 };
 
 use profiler_common::{
-    FRAME_ENTRY_SIZE, FrameEntry, FrameLayout, INTERPRETER_UNKNOWN, MAX_FULL_FRAMES, RUNNING_TASK_UNKNOWN, ProcessInfo, SampleHeader, sample_status,
+    FRAME_ENTRY_SIZE, FrameEntry, FrameLayout, INTERPRETER_UNKNOWN, MAX_FULL_FRAMES, RUNNING_TASK_UNKNOWN, ProcessInfo, SampleHeader, record_kind, sample_status,
 };
 
 use crate::{
@@ -19,6 +19,11 @@ use crate::{
     discovery::{self, PythonProcess},
     loader::{LoadError, Registry},
     memory::ProcessMemory,
+    native::{
+        NativeContext,
+        merge::{EvalGrouping, WalkedFrame},
+        sample::NativeSampler,
+    },
     stats::{Counters, SampleOutcome},
     symbolize::{self, CodeInfo, SymbolError, TypeAddresses},
 };
@@ -58,6 +63,12 @@ pub(crate) struct Target {
     asyncio: AsyncState,
     /// Whether the kernel was asked to record the running task (once the reader exists).
     async_registered: bool,
+    /// `--native` / `--kernel`: the native side of this process's samples.
+    native: Option<NativeSampler>,
+    /// With `native`: every interpreter frame of the sample, root first (scratch).
+    walked: Vec<WalkedFrame>,
+    /// With `native`: the merged stack (scratch).
+    merged: Vec<FrameId>,
 }
 
 /// What one record is worth in the profile: its value (1 sample, the sampling period, or an
@@ -120,8 +131,17 @@ enum FrameError {
 }
 
 impl Target {
-    pub(super) fn new(process: PythonProcess, exe_link: PathBuf, generation: u32) -> Self {
+    pub(super) fn new(process: PythonProcess, exe_link: PathBuf, generation: u32, native: Option<Arc<NativeContext>>) -> Self {
         let mem = ProcessMemory::new(process.pid);
+        let semantics = process.layout.frame_semantics;
+        let grouping = match (semantics.shim_owner, semantics.owner_generator) {
+            (Some(shim_owner), _) => EvalGrouping::Shims { shim_owner },
+            // 3.11: owners but no shims; `is_entry` marks the first frame of each call.
+            (None, Some(_)) if process.layout.frame.is_entry != profiler_common::NO_FIELD => EvalGrouping::Entries,
+            (None, Some(_)) => EvalGrouping::Unknown,
+            (None, None) => EvalGrouping::PerFrame,
+        };
+        let native = native.map(|context| NativeSampler::new(process.pid, context, grouping));
         Self {
             kernel_frame: process.layout.kernel_frame_layout(),
             generation,
@@ -138,6 +158,9 @@ impl Target {
             stack: Vec::with_capacity(64),
             asyncio: AsyncState::Off,
             async_registered: false,
+            native,
+            walked: Vec::new(),
+            merged: Vec::new(),
         }
     }
 
@@ -263,6 +286,9 @@ impl Target {
             // A new interval's profile: the cached frame ids belong to the previous one.
             self.positions.clear();
             self.tails.clear();
+            if let Some(n) = self.native.as_mut() {
+                n.clear();
+            }
             self.epoch = Some(profile.epoch());
         }
         let outcome = self.process_sample_inner(header, body, profile, threads, charge);
@@ -272,7 +298,7 @@ impl Target {
 
     /// Bytes held by this process's caches.
     pub(super) fn cache_bytes(&self) -> usize {
-        self.codes.bytes() + self.positions.bytes() + self.tails.bytes()
+        self.codes.bytes() + self.positions.bytes() + self.tails.bytes() + self.native.as_ref().map_or(0, |n| n.bytes())
     }
 
     /// Empties this process's caches (over a byte budget); they refill from the target.
@@ -280,6 +306,9 @@ impl Target {
         self.codes.clear();
         self.positions.clear();
         self.tails.clear();
+        if let Some(n) = self.native.as_mut() {
+            n.clear();
+        }
         self.counters.cache_evictions += 1;
         self.account();
     }
@@ -318,6 +347,11 @@ impl Target {
         };
         let mut stack = std::mem::take(&mut self.stack);
         stack.clear();
+        let native_part = (header.kind == record_kind::CPU_SAMPLE_NATIVE && self.native.is_some())
+            .then(|| body.get(header.n_full as usize * FRAME_ENTRY_SIZE..))
+            .flatten();
+        let mut walked = std::mem::take(&mut self.walked);
+        walked.clear();
         let mut result = Ok(());
         if header.n_hashed > 0 {
             let layout = self.kernel_frame;
@@ -340,11 +374,15 @@ impl Target {
             self.counters.frames_from_memory += tail.frames_from_memory as u64;
             self.counters.frames_from_cache += (tail.tail.frames.len() - tail.frames_from_memory) as u64;
             match tail.tail.symbols.get() {
-                Some(ids) => stack.extend_from_slice(ids),
-                None => {
+                Some(ids) if native_part.is_none() => stack.extend_from_slice(ids),
+                _ => {
                     // Each tail frame carries the check it was validated with (part of the hash).
                     for entry in tail.tail.frames.iter().rev() {
-                        match self.frame_id(entry, entry.check, profile) {
+                        let shown = self.frame_id(entry, entry.check, profile);
+                        if native_part.is_some() {
+                            walked.push(WalkedFrame { address: entry.frame, id: shown.as_ref().ok().copied().flatten(), owner: entry.owner, is_entry: entry.flags & profiler_common::frame_flags::ENTRY != 0 });
+                        }
+                        match shown {
                             Ok(Some(id)) => stack.push(id),
                             Ok(None) => {}
                             Err(e) => {
@@ -353,7 +391,7 @@ impl Target {
                             }
                         }
                     }
-                    if result.is_ok() {
+                    if result.is_ok() && tail.tail.symbols.get().is_none() {
                         let _ = tail.tail.symbols.set(stack.as_slice().into());
                     }
                 }
@@ -365,7 +403,11 @@ impl Target {
         if result.is_ok() {
             for i in (0..n_full).rev() {
                 let entry = full(i);
-                match self.frame_id(&entry, entry.check, profile) {
+                let id = self.frame_id(&entry, entry.check, profile);
+                if native_part.is_some() {
+                    walked.push(WalkedFrame { address: entry.frame, id: id.as_ref().ok().copied().flatten(), owner: entry.owner, is_entry: entry.flags & profiler_common::frame_flags::ENTRY != 0 });
+                }
+                match id {
                     Ok(Some(id)) => {
                         stack.push(id);
                         shown |= 1 << i;
@@ -379,7 +421,19 @@ impl Target {
             }
         }
         let python_frames = stack.len();
-        if result.is_ok() && !stack.is_empty() && matches!(self.asyncio, AsyncState::Pending { .. } | AsyncState::Ready(_)) {
+        // The Python frames are final here; native and kernel frames go around them.
+        let mut merged = std::mem::take(&mut self.merged);
+        if let (Ok(()), Some(part), Some(native)) = (&result, native_part, self.native.as_mut()) {
+            if !stack.is_empty() {
+                match native.finish(&stack, &walked, part, profile, &mut self.counters, &mut merged) {
+                    Ok(()) => std::mem::swap(&mut stack, &mut merged),
+                    Err(_) => result = Err(FrameError::ProfileFull),
+                }
+            }
+        }
+        self.merged = merged;
+        self.walked = walked;
+        if result.is_ok() && native_part.is_none() && !stack.is_empty() && matches!(self.asyncio, AsyncState::Pending { .. } | AsyncState::Ready(_)) {
             let frames: Vec<(u64, u8)> = (0..n_full).map(|i| full(i)).map(|e| (e.frame, e.owner)).collect();
             result = self.apply_async(header, &frames, shown, &mut stack, profile);
         }
@@ -391,7 +445,7 @@ impl Target {
             }
         }
         if let (Ok(()), Some(leaf)) = (&result, charge.leaf) {
-            let name = FrameName { function: Arc::from(leaf), file: Arc::from(""), line: 0 };
+            let name = FrameName { function: Arc::from(leaf), file: Arc::from(""), line: 0, native: None };
             match profile.try_intern(name) {
                 Some(id) => stack.push(id),
                 None => result = Err(FrameError::ProfileFull),
@@ -442,7 +496,7 @@ impl Target {
             None
         } else {
             let line = profile.line_numbers().pick(|| info.line(entry.instr_offset).unwrap_or(0), info.firstlineno);
-            let name = FrameName { function: info.qualname.clone(), file: info.filename.clone(), line };
+            let name = FrameName { function: info.qualname.clone(), file: info.filename.clone(), line, native: None };
             Some(profile.try_intern(name).ok_or(FrameError::ProfileFull)?)
         };
         self.reserve(cache_budget::position_bytes());
@@ -492,7 +546,7 @@ impl Target {
 
 /// A frame that is not a Python function (`task <name>`, `interpreter <id>`): no file, no line.
 fn synthetic_frame(profile: &mut Profile, name: String) -> Result<FrameId, FrameError> {
-    profile.try_intern(FrameName { function: name.into(), file: "".into(), line: 0 }).ok_or(FrameError::ProfileFull)
+    profile.try_intern(FrameName { function: name.into(), file: "".into(), line: 0, native: None }).ok_or(FrameError::ProfileFull)
 }
 
 /// Whether the full frames of a record visit one frame address twice: the chain loops (a

@@ -1,0 +1,199 @@
+//! Native context for `--native` / `--kernel`: after the Python walk, the sampling program
+//! hands its record here. When neither flag is set (the loader froze both globals to 0) the
+//! record goes out unchanged as a `CPU_SAMPLE`. Otherwise it is copied into a per-CPU buffer
+//! and followed by a `NativeTrailer` (the thread's user registers), the kernel stack
+//! (`--kernel`) and a bounded copy of the top of the user stack (`--native`), and sent as one
+//! `CPU_SAMPLE_NATIVE` record. The Python frames are never changed here.
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    helpers::generated,
+    macros::map,
+    maps::PerCpuArray,
+    programs::PerfEventContext,
+};
+use profiler_common::{
+    MAX_KERNEL_FRAMES, MAX_NATIVE_STACK_BYTES, NATIVE_TRAILER_SIZE, NativeTrailer, SampleHeader, native_regs,
+    record_kind,
+};
+
+use crate::maps::output_record;
+
+/// Bytes of user stack to copy per sample (0: `--native` is off). Frozen at load time.
+#[unsafe(no_mangle)]
+static NATIVE_STACK_BYTES: u64 = 0;
+/// Non-zero: record the kernel stack (`--kernel`). Frozen at load time.
+#[unsafe(no_mangle)]
+static KERNEL_STACK: u64 = 0;
+
+/// Every offset into the buffer is masked with this (for the verifier). The real offsets are
+/// far below: header and full frames at most 2112 bytes, trailer 40, kernel stack 1016.
+const OFFSET_MASK: usize = 8191;
+const KERNEL_STACK_BYTES: usize = MAX_KERNEL_FRAMES * 8;
+/// The buffer: any masked offset plus its largest write (the user stack) fits. Per-CPU values
+/// are limited to 32 KiB by the kernel.
+const BUFFER_SIZE: usize = OFFSET_MASK + 1 + MAX_NATIVE_STACK_BYTES;
+
+/// x86_64 `struct pt_regs`, in 8-byte words.
+const PT_REGS_WORDS: usize = 21;
+const REG_BP: usize = 4;
+const REG_IP: usize = 16;
+const REG_CS: usize = 17;
+const REG_SP: usize = 19;
+
+#[repr(C)]
+struct NativeScratch {
+    trailer: NativeTrailer,
+    regs: [u64; PT_REGS_WORDS],
+    buffer: [u8; BUFFER_SIZE],
+}
+
+#[map]
+static NATIVE_SCRATCH: PerCpuArray<NativeScratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// Whether records need native context at all.
+#[inline(always)]
+fn enabled() -> (u64, bool) {
+    // SAFETY: plain reads of globals the loader froze.
+    unsafe { (core::ptr::read_volatile(&NATIVE_STACK_BYTES), core::ptr::read_volatile(&KERNEL_STACK) != 0) }
+}
+
+/// Sends the record (`len` bytes at `record`, a `SampleHeader` and its full frames), with
+/// native context when a flag asks for it.
+pub fn emit(ctx: &PerfEventContext, record: *const c_void, len: usize) {
+    let (stack_bytes, kernel) = enabled();
+    if stack_bytes == 0 && !kernel {
+        output_record(record, len);
+        return;
+    }
+    let Some(s) = NATIVE_SCRATCH.get_ptr_mut(0) else { return };
+    // SAFETY: a per-CPU array value; this program does not run reentrantly on one CPU.
+    let s = unsafe { &mut *s };
+    let python_len = len & OFFSET_MASK;
+    // SAFETY: `record` has `len` readable bytes (the caller's guarantee); the buffer has room
+    // for any masked length.
+    let copied = unsafe {
+        generated::bpf_probe_read_kernel(s.buffer.as_mut_ptr() as *mut c_void, python_len as u32, record)
+    };
+    if copied != 0 {
+        return;
+    }
+    // The copy's header says what follows now.
+    if python_len >= core::mem::size_of::<SampleHeader>() {
+        // SAFETY: the buffer starts with the header just copied; `kind` is its last field.
+        unsafe {
+            let header = s.buffer.as_mut_ptr() as *mut SampleHeader;
+            core::ptr::write_unaligned(core::ptr::addr_of_mut!((*header).kind), record_kind::CPU_SAMPLE_NATIVE);
+        }
+    }
+
+    s.trailer = NativeTrailer::default();
+    user_registers(ctx, s);
+    let mut offset = python_len + NATIVE_TRAILER_SIZE;
+
+    if kernel {
+        let at = offset & OFFSET_MASK;
+        // SAFETY: the destination range lies inside the buffer (masked offset + constant size).
+        let got = unsafe {
+            generated::bpf_get_stack(
+                ctx.ctx as *mut c_void,
+                s.buffer.as_mut_ptr().add(at) as *mut c_void,
+                KERNEL_STACK_BYTES as u32,
+                0,
+            )
+        };
+        if got > 0 {
+            let got = (got as usize) & 1023;
+            s.trailer.kernel_stack_len = got as u32;
+            offset += got;
+        }
+    }
+
+    if stack_bytes != 0 && s.trailer.regs != native_regs::NONE {
+        let mut want = stack_bytes as usize;
+        if want > MAX_NATIVE_STACK_BYTES {
+            want = MAX_NATIVE_STACK_BYTES;
+        }
+        let at = offset & OFFSET_MASK;
+        let sp = s.trailer.sp;
+        // A read fails whole when it crosses the top of the stack's mapping (near the top of
+        // a main thread's stack): then retry up to page boundaries, from the longest.
+        let in_page = 4096 - (sp & 4095) as usize;
+        for attempt in 0..6usize {
+            let mut n = want;
+            if attempt > 0 {
+                // attempt 1: 4 pages beyond the first, ..., attempt 5: the first page only.
+                let pages = 5 - attempt;
+                let limit = in_page + pages * 4096;
+                if limit < n {
+                    n = limit;
+                } else {
+                    continue;
+                }
+            }
+            let n = n & (MAX_NATIVE_STACK_BYTES * 2 - 1);
+            if n == 0 || n > MAX_NATIVE_STACK_BYTES {
+                break;
+            }
+            // SAFETY: `at + n` lies inside the buffer (see BUFFER_SIZE); `sp` is a user address.
+            let ret = unsafe {
+                generated::bpf_probe_read_user(s.buffer.as_mut_ptr().add(at) as *mut c_void, n as u32, sp as *const c_void)
+            };
+            if ret == 0 {
+                s.trailer.user_stack_len = n as u32;
+                offset += n;
+                break;
+            }
+        }
+    }
+
+    // The trailer goes right after the Python part.
+    let at = python_len & OFFSET_MASK;
+    // SAFETY: the trailer is plain data; the destination lies inside the buffer.
+    unsafe {
+        generated::bpf_probe_read_kernel(
+            s.buffer.as_mut_ptr().add(at) as *mut c_void,
+            NATIVE_TRAILER_SIZE as u32,
+            &s.trailer as *const NativeTrailer as *const c_void,
+        );
+    }
+    let total = if offset > BUFFER_SIZE { BUFFER_SIZE } else { offset };
+    output_record(s.buffer.as_ptr() as *const c_void, total);
+}
+
+/// The interrupted thread's user registers into the trailer: from the perf event when it hit
+/// user mode, else the registers the thread saved when it entered the kernel.
+fn user_registers(ctx: &PerfEventContext, s: &mut NativeScratch) {
+    let regs = ctx.ctx as *const u64;
+    // SAFETY: the perf-event context starts with the interrupted `pt_regs`.
+    let cs = unsafe { core::ptr::read_volatile(regs.add(REG_CS)) };
+    if cs & 3 == 3 {
+        // SAFETY: as above, word reads inside `pt_regs`.
+        unsafe {
+            s.trailer.ip = core::ptr::read_volatile(regs.add(REG_IP));
+            s.trailer.sp = core::ptr::read_volatile(regs.add(REG_SP));
+            s.trailer.bp = core::ptr::read_volatile(regs.add(REG_BP));
+        }
+        s.trailer.regs = native_regs::FROM_CONTEXT;
+        return;
+    }
+    // SAFETY: the helpers return the current task and its saved user registers (kernel memory,
+    // read with a probe that fails cleanly).
+    let ret = unsafe {
+        let task = generated::bpf_get_current_task_btf();
+        let user = generated::bpf_task_pt_regs(task) as *const c_void;
+        generated::bpf_probe_read_kernel(
+            s.regs.as_mut_ptr() as *mut c_void,
+            (PT_REGS_WORDS * 8) as u32,
+            user,
+        )
+    };
+    if ret != 0 || s.regs[REG_CS] & 3 != 3 {
+        return;
+    }
+    s.trailer.ip = s.regs[REG_IP];
+    s.trailer.sp = s.regs[REG_SP];
+    s.trailer.bp = s.regs[REG_BP];
+    s.trailer.regs = native_regs::FROM_TASK;
+}

@@ -1,0 +1,129 @@
+//! Native and kernel frames (`--native`, `--kernel`).
+//!
+//! The kernel program appends to a sample the thread's user registers, a bounded copy of the
+//! top of its user stack and its kernel stack (`profiler_common::NativeTrailer`). Here the
+//! user stack is unwound (`process`, framehop over the files' unwind tables read by
+//! `module_file`), named from the files' symbol tables and `/proc/kallsyms` (`kallsyms`),
+//! and the Python frames are spliced in place of the interpreter's evaluation-function
+//! frames (`merge`). The Python frames themselves are exactly those of a sample without
+//! `--native`: this module only adds frames around them.
+
+pub mod kallsyms;
+pub mod merge;
+pub mod module_file;
+pub mod process;
+pub mod sample;
+
+use profiler_common::{MAX_NATIVE_STACK_BYTES, NATIVE_TRAILER_SIZE, NativeTrailer};
+use std::sync::Arc;
+
+use crate::aggregate::NativeMapping;
+
+pub use kallsyms::Kallsyms;
+pub use process::{ProcessNative, UnwindEnd};
+
+/// Bytes of user stack copied per sample by default (`--native-stack-bytes`).
+pub const DEFAULT_STACK_BYTES: u32 = 16384;
+
+/// What the kernel program records beside the Python frames.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NativeOptions {
+    /// Bytes of user stack to copy (0: no native frames).
+    pub stack_bytes: u32,
+    /// Record the kernel stack.
+    pub kernel: bool,
+}
+
+impl NativeOptions {
+    pub fn any(&self) -> bool {
+        self.stack_bytes > 0 || self.kernel
+    }
+
+    /// Checks a `--native-stack-bytes` value.
+    pub fn check_stack_bytes(bytes: u32) -> Result<u32, String> {
+        if (512..=MAX_NATIVE_STACK_BYTES as u32).contains(&bytes) && bytes % 8 == 0 {
+            Ok(bytes)
+        } else {
+            Err(format!("--native-stack-bytes must be a multiple of 8 from 512 to {MAX_NATIVE_STACK_BYTES} (got {bytes})"))
+        }
+    }
+}
+
+/// The session-wide part: options and kernel symbols.
+pub struct NativeContext {
+    pub options: NativeOptions,
+    pub kallsyms: Option<Kallsyms>,
+    /// pprof's mapping of every kernel frame: `[kernel]`, over the symbols' addresses.
+    pub kernel_mapping: Arc<NativeMapping>,
+}
+
+impl NativeContext {
+    pub fn new(options: NativeOptions, kallsyms: Option<Kallsyms>) -> Self {
+        let (start, last) = kallsyms.as_ref().and_then(Kallsyms::range).unwrap_or((0, 0));
+        let kernel_mapping = Arc::new(NativeMapping {
+            file: Arc::from("[kernel]"),
+            build_id: Arc::from(""),
+            start,
+            limit: last.saturating_add(1),
+            offset: 0,
+        });
+        Self { options, kallsyms, kernel_mapping }
+    }
+}
+
+/// The interpreter's evaluation function: its native frames stand for Python frames. GCC
+/// may split it (`_PyEval_EvalFrameDefault.cold`); those parts count too.
+pub fn is_eval_function(name: &str) -> bool {
+    name == "_PyEval_EvalFrameDefault" || name.starts_with("_PyEval_EvalFrameDefault.")
+}
+
+/// The native part of a record (what follows its full frames): the trailer, the kernel
+/// addresses and the user stack bytes; `None` when the lengths do not fit the record.
+pub fn parse_native(bytes: &[u8]) -> Option<(NativeTrailer, &[u8], &[u8])> {
+    let head = bytes.get(..NATIVE_TRAILER_SIZE)?;
+    // SAFETY: NativeTrailer is plain data and `head` has its size.
+    let trailer: NativeTrailer = unsafe { std::ptr::read_unaligned(head.as_ptr() as *const NativeTrailer) };
+    let rest = &bytes[NATIVE_TRAILER_SIZE..];
+    let k = trailer.kernel_stack_len as usize;
+    let u = trailer.user_stack_len as usize;
+    if k % 8 != 0 || u > MAX_NATIVE_STACK_BYTES {
+        return None;
+    }
+    let kernel = rest.get(..k)?;
+    let user = rest.get(k..k.checked_add(u)?)?;
+    Some((trailer, kernel, user))
+}
+
+/// The kernel addresses of a record, leaf first.
+pub fn kernel_addresses(kernel: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    kernel.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).take_while(|&a| a != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn native_part_lengths_are_checked() {
+        let t = NativeTrailer { ip: 1, sp: 2, bp: 3, kernel_stack_len: 16, user_stack_len: 8, regs: 1, _pad: 0 };
+        let mut bytes = vec![0u8; NATIVE_TRAILER_SIZE];
+        // SAFETY: plain data into a buffer of its size.
+        unsafe { std::ptr::write_unaligned(bytes.as_mut_ptr() as *mut NativeTrailer, t) };
+        bytes.extend_from_slice(&0xffff_ffff_8100_0000u64.to_le_bytes());
+        bytes.extend_from_slice(&0u64.to_le_bytes());
+        bytes.extend_from_slice(&[7; 8]);
+        let (got, k, u) = parse_native(&bytes).expect("fits");
+        assert_eq!(got, t);
+        assert_eq!(kernel_addresses(k).collect::<Vec<_>>(), vec![0xffff_ffff_8100_0000]);
+        assert_eq!(u, &[7; 8]);
+        assert!(parse_native(&bytes[..bytes.len() - 1]).is_none(), "short record");
+        assert!(parse_native(&bytes[..10]).is_none());
+    }
+
+    #[test]
+    fn eval_function_names() {
+        assert!(is_eval_function("_PyEval_EvalFrameDefault"));
+        assert!(is_eval_function("_PyEval_EvalFrameDefault.cold"));
+        assert!(!is_eval_function("_PyEval_EvalFrame"));
+    }
+}

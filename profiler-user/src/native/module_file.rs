@@ -1,0 +1,356 @@
+//! One executable file as `--native` needs it: its unwind sections (`.eh_frame`,
+//! `.eh_frame_hdr`, `.debug_frame`), its loadable segments and its function symbols
+//! (`.symtab` and `.dynsym`). Read through `discovery::open_checked` (inside the target's
+//! root, identity-checked, non-blocking), on a thread of its own with a time limit, and kept
+//! in a process-wide cache keyed by the file's identity (device, inode), bounded in bytes.
+//!
+//! Every size comes from a hostile file: sections larger than `MAX_SECTION_BYTES` and symbol
+//! tables with more than `MAX_SYMBOLS` entries are not read.
+
+use std::{
+    collections::HashMap,
+    fs::File,
+    ops::{Deref, Range},
+    sync::{Arc, LazyLock, Mutex, mpsc},
+    time::{Duration, Instant},
+};
+
+use object::{
+    Object, ObjectSection, ObjectSegment, ObjectSymbol, ReadCache, SymbolKind,
+    read::elf::ElfFile64,
+};
+
+use crate::{
+    aggregate::{NativeMapping, NativeOrigin},
+    discovery::{FileKey, Mapping, open_checked},
+};
+
+/// Largest unwind section read from one file.
+const MAX_SECTION_BYTES: u64 = 64 << 20;
+/// Most function symbols kept from one file.
+const MAX_SYMBOLS: usize = 2_000_000;
+/// Longer symbol names are not kept (the frame then shows `library+0xADDRESS`).
+const MAX_NAME_BYTES: usize = 4096;
+/// Bytes the cache of files may hold; past that, files no process uses are dropped.
+pub const FILES_BUDGET: usize = 256 << 20;
+/// How long a sample waits for one file to be read (the reader goes on; a later sample
+/// finds it cached).
+const WAIT: Duration = Duration::from_millis(500);
+/// A file that failed is not tried again before this.
+const RETRY_AFTER: Duration = Duration::from_secs(10);
+
+/// Shared, immutable bytes of one section (cheap to clone into every process's unwinder).
+#[derive(Clone, Default)]
+pub struct SharedBytes(pub Arc<[u8]>);
+
+impl Deref for SharedBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// A function symbol: `[start, end)` in the file's address space.
+struct Symbol {
+    start: u64,
+    end: u64,
+    name: Arc<str>,
+}
+
+/// A loadable segment: file offset, address and file size.
+#[derive(Clone, Copy, Debug)]
+pub struct Segment {
+    pub offset: u64,
+    pub address: u64,
+    pub size: u64,
+}
+
+/// What `--native` keeps of one file.
+pub struct ModuleFile {
+    /// The file's base name, as shown in frames (`libz.so.1`).
+    pub name: Arc<str>,
+    pub text: Option<Range<u64>>,
+    pub got: Option<Range<u64>>,
+    pub eh_frame: Option<(Range<u64>, SharedBytes)>,
+    pub eh_frame_hdr: Option<(Range<u64>, SharedBytes)>,
+    pub debug_frame: Option<SharedBytes>,
+    pub segments: Vec<Segment>,
+    /// The pprof mapping of each of `segments` (same index), at link addresses.
+    mappings: Vec<Arc<NativeMapping>>,
+    /// Sorted by start, without overlaps at the same start.
+    symbols: Vec<Symbol>,
+    /// Accounted size.
+    pub bytes: usize,
+}
+
+impl ModuleFile {
+    /// The function containing `address` (file address space), if a symbol covers it.
+    pub fn symbol(&self, address: u64) -> Option<&Arc<str>> {
+        let i = self.symbols.partition_point(|s| s.start <= address);
+        let s = self.symbols.get(i.checked_sub(1)?)?;
+        (address < s.end).then_some(&s.name)
+    }
+
+    /// Where file address `address` is, for pprof: the start of its symbol (or `address`
+    /// itself without one) in the mapping of its segment.
+    pub fn origin(&self, address: u64) -> Option<Arc<NativeOrigin>> {
+        let i = self.segments.iter().position(|s| address >= s.address && address - s.address < s.size.max(1))?;
+        let start = self.symbol_start(address).unwrap_or(address);
+        Some(Arc::new(NativeOrigin { address: start, mapping: self.mappings.get(i)?.clone() }))
+    }
+
+    fn symbol_start(&self, address: u64) -> Option<u64> {
+        let i = self.symbols.partition_point(|s| s.start <= address);
+        let s = self.symbols.get(i.checked_sub(1)?)?;
+        (address < s.end).then_some(s.start)
+    }
+
+    /// The address in the file of process address `avma` inside `mapping` (which maps this
+    /// file at `mapping.offset`), through the segment holding that offset.
+    pub fn file_address(&self, mapping_start: u64, mapping_offset: u64, avma: u64) -> Option<u64> {
+        let offset = avma.checked_sub(mapping_start)?.checked_add(mapping_offset)?;
+        let seg = self.segments.iter().find(|s| offset >= s.offset && offset - s.offset < s.size.max(1))?;
+        Some(seg.address.wrapping_add(offset - seg.offset))
+    }
+
+    /// Process address at which file address 0 would be, for the mapping (`base_avma`).
+    pub fn base_address(&self, mapping_start: u64, mapping_offset: u64) -> Option<u64> {
+        let at = self.file_address(mapping_start, mapping_offset, mapping_start)?;
+        Some(mapping_start.wrapping_sub(at))
+    }
+}
+
+/// Reads `file` (see the module docs). `None` when it is not a little-endian x86_64 ELF.
+fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
+    let cache = ReadCache::new(file);
+    let elf = ElfFile64::<object::LittleEndian, _>::parse(&cache).ok()?;
+    if elf.architecture() != object::Architecture::X86_64 {
+        return None;
+    }
+    let mut bytes = 512 + name.len();
+    let mut section = |wanted: &str, keep_data: bool| -> Option<(Range<u64>, Option<SharedBytes>)> {
+        let s = elf.section_by_name(wanted)?;
+        let range = s.address()..s.address().checked_add(s.size())?;
+        if !keep_data {
+            return Some((range, None));
+        }
+        if s.size() > MAX_SECTION_BYTES {
+            return None;
+        }
+        let data = s.data().ok()?;
+        bytes += data.len();
+        Some((range, Some(SharedBytes(Arc::from(data)))))
+    };
+    let text = section(".text", false).map(|(r, _)| r);
+    let got = section(".got", false).map(|(r, _)| r);
+    let eh_frame = section(".eh_frame", true).and_then(|(r, d)| Some((r, d?)));
+    let eh_frame_hdr = section(".eh_frame_hdr", true).and_then(|(r, d)| Some((r, d?)));
+    let debug_frame = section(".debug_frame", true).and_then(|(_, d)| d);
+    let segments: Vec<Segment> = elf
+        .segments()
+        .take(64)
+        .map(|s| {
+            let (offset, size) = s.file_range();
+            Segment { offset, address: s.address(), size }
+        })
+        .collect();
+    let build_id: String = match elf.build_id() {
+        Ok(Some(id)) if id.len() <= 64 => id.iter().map(|b| format!("{b:02x}")).collect(),
+        _ => String::new(),
+    };
+    let (file_name, build_id): (Arc<str>, Arc<str>) = (Arc::from(path), Arc::from(build_id));
+    bytes += path.len() + build_id.len();
+    let mappings = segments
+        .iter()
+        .map(|s| {
+            Arc::new(NativeMapping {
+                file: file_name.clone(),
+                build_id: build_id.clone(),
+                start: s.address,
+                limit: s.address.saturating_add(s.size),
+                offset: s.offset,
+            })
+        })
+        .collect();
+    let mut symbols = Vec::new();
+    for sym in elf.symbols().chain(elf.dynamic_symbols()) {
+        if symbols.len() >= MAX_SYMBOLS {
+            break;
+        }
+        if sym.kind() != SymbolKind::Text || sym.size() == 0 || sym.address() == 0 {
+            continue;
+        }
+        let Ok(raw) = sym.name() else { continue };
+        if raw.is_empty() || raw.len() > MAX_NAME_BYTES {
+            continue;
+        }
+        let shown = format!("{:#}", rustc_demangle::demangle(raw));
+        let Some(end) = sym.address().checked_add(sym.size()) else { continue };
+        bytes += shown.len() + 48;
+        symbols.push(Symbol { start: sym.address(), end, name: Arc::from(shown) });
+    }
+    symbols.sort_unstable_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
+    symbols.dedup_by_key(|s| s.start);
+    Some(ModuleFile {
+        name: Arc::from(name),
+        text,
+        got,
+        eh_frame,
+        eh_frame_hdr,
+        debug_frame,
+        segments,
+        mappings,
+        symbols,
+        bytes,
+    })
+}
+
+/// The base name of a mapped path.
+pub fn base_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+#[derive(Default)]
+struct Cache {
+    files: HashMap<FileKey, (Arc<ModuleFile>, Instant)>,
+    failed: HashMap<FileKey, Instant>,
+    in_flight: HashMap<FileKey, Instant>,
+    bytes: usize,
+}
+
+static CACHE: LazyLock<Mutex<Cache>> = LazyLock::new(Default::default);
+
+fn cache() -> std::sync::MutexGuard<'static, Cache> {
+    CACHE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Why a file gave no unwind data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadFailure {
+    /// Not readable, not ELF x86_64, or failed recently (retried later).
+    Unreadable,
+    /// Still being read (slow file system): a later sample will find it.
+    Pending,
+}
+
+/// The file behind `mapping` of `pid`, from the cache or read now (waiting at most `WAIT`).
+pub fn load(pid: u32, mapping: &Mapping) -> Result<Arc<ModuleFile>, LoadFailure> {
+    let key = mapping.key();
+    {
+        let mut c = cache();
+        if let Some((file, used)) = c.files.get_mut(&key) {
+            *used = Instant::now();
+            return Ok(file.clone());
+        }
+        if c.in_flight.contains_key(&key) {
+            return Err(LoadFailure::Pending);
+        }
+        if c.failed.get(&key).is_some_and(|at| at.elapsed() < RETRY_AFTER) {
+            return Err(LoadFailure::Unreadable);
+        }
+        if c.in_flight.len() >= 16 {
+            return Err(LoadFailure::Pending);
+        }
+        c.in_flight.insert(key, Instant::now());
+    }
+    let (done, outcome) = mpsc::sync_channel(1);
+    let owned = mapping.clone();
+    let spawned = std::thread::Builder::new().name("pyperch-native".into()).spawn(move || {
+        let name = base_name(&owned.path).to_string();
+        // A file that makes the parser panic counts as unreadable.
+        let result = std::panic::catch_unwind(|| open_checked(pid, &owned).ok().and_then(|file| read(file, &name, &owned.path)))
+            .ok()
+            .flatten()
+            .map(Arc::new);
+        let mut c = cache();
+        c.in_flight.remove(&key);
+        match &result {
+            Some(file) => insert(&mut c, key, file.clone()),
+            None => {
+                if c.failed.len() > 4096 {
+                    c.failed.clear();
+                }
+                c.failed.insert(key, Instant::now());
+            }
+        }
+        drop(c);
+        let _ = done.send(result);
+    });
+    if spawned.is_err() {
+        cache().in_flight.remove(&key);
+        return Err(LoadFailure::Unreadable);
+    }
+    match outcome.recv_timeout(WAIT) {
+        Ok(Some(file)) => Ok(file),
+        Ok(None) => Err(LoadFailure::Unreadable),
+        Err(_) => Err(LoadFailure::Pending),
+    }
+}
+
+/// Caches a file; over `FILES_BUDGET`, drops the least recently used files that no process
+/// holds any more (a file in use stays: its processes' unwinders hold it anyway).
+fn insert(c: &mut Cache, key: FileKey, file: Arc<ModuleFile>) {
+    c.bytes = c.bytes.saturating_add(file.bytes);
+    c.files.insert(key, (file, Instant::now()));
+    if c.bytes <= FILES_BUDGET {
+        return;
+    }
+    let mut unused: Vec<(Instant, FileKey)> =
+        c.files.iter().filter(|(_, (f, _))| Arc::strong_count(f) == 1).map(|(k, (_, used))| (*used, *k)).collect();
+    unused.sort_unstable();
+    for (_, k) in unused {
+        if c.bytes <= FILES_BUDGET {
+            break;
+        }
+        if let Some((f, _)) = c.files.remove(&k) {
+            c.bytes = c.bytes.saturating_sub(f.bytes);
+        }
+    }
+}
+
+/// Drops every cached file no process holds (called when processes go).
+pub fn release_unused() {
+    let mut c = cache();
+    let before: Vec<FileKey> = c.files.iter().filter(|(_, (f, _))| Arc::strong_count(f) == 1).map(|(k, _)| *k).collect();
+    for k in before {
+        if let Some((f, _)) = c.files.remove(&k) {
+            c.bytes = c.bytes.saturating_sub(f.bytes);
+        }
+    }
+}
+
+/// Bytes held by the cache of files.
+pub fn cached_bytes() -> usize {
+    cache().bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_executable_symbols_and_unwind_sections() {
+        let exe = std::env::current_exe().expect("exe");
+        let file = File::open(&exe).expect("open");
+        let m = read(file, "self", "/proc/self/exe").expect("ELF");
+        assert!(m.eh_frame.is_some());
+        assert!(m.text.is_some());
+        assert!(!m.symbols.is_empty());
+        // The symbol of a function of this very test binary.
+        let f = base_name as fn(&str) -> &str as usize as u64;
+        // Find the mapping of our text to translate the address.
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        let mapping = crate::discovery::parse_maps(&maps).into_iter().find(|m| m.contains(f)).expect("mapping");
+        let at = m.file_address(mapping.start, mapping.offset, f).expect("address");
+        let name = m.symbol(at).expect("symbol");
+        assert!(name.contains("base_name"), "{name}");
+    }
+
+    #[test]
+    fn garbage_is_not_a_module() {
+        let dir = std::env::temp_dir().join(format!("pyperch-native-{}", std::process::id()));
+        std::fs::write(&dir, b"\x7fELF garbage").expect("write");
+        assert!(read(File::open(&dir).expect("open"), "x", "x").is_none());
+        let _ = std::fs::remove_file(&dir);
+    }
+}

@@ -1,0 +1,192 @@
+//! One profiled process's native side: turns the native part of a sample into frames of the
+//! profile and merges them with the sample's (already validated) Python frames.
+
+use std::{collections::HashMap, sync::Arc};
+
+use profiler_common::native_regs;
+
+use super::{
+    NativeContext, ProcessNative, UnwindEnd, is_eval_function, kernel_addresses,
+    process::UnwoundFrame,
+    merge::{self, EvalGrouping, NativeFrame, WalkedFrame},
+    parse_native,
+};
+use crate::{
+    aggregate::{FrameId, FrameName, NativeOrigin, Profile},
+    stats::Counters,
+};
+
+/// Frame names cached per process (by address), before the cache is emptied.
+const MAX_CACHED_ADDRESSES: usize = 1 << 16;
+
+/// The profile is at its byte budget and a new frame was needed.
+pub struct ProfileFull;
+
+pub struct NativeSampler {
+    context: Arc<NativeContext>,
+    grouping: EvalGrouping,
+    unwinder: Option<ProcessNative>,
+    /// Address → (frame, is the evaluation function); ids of the profile's current epoch.
+    names: HashMap<u64, (FrameId, bool)>,
+    unwound: Vec<UnwoundFrame>,
+    native: Vec<NativeFrame>,
+    /// `ProcessNative::removals` when `names` was last valid.
+    removals: u64,
+}
+
+impl NativeSampler {
+    pub fn new(pid: u32, context: Arc<NativeContext>, grouping: EvalGrouping) -> Self {
+        let unwinder = (context.options.stack_bytes > 0).then(|| ProcessNative::new(pid));
+        Self { context, grouping, unwinder, names: HashMap::new(), unwound: Vec::new(), native: Vec::new(), removals: 0 }
+    }
+
+    /// Forgets cached frame ids (a new profile epoch).
+    pub fn clear(&mut self) {
+        self.names = HashMap::new();
+    }
+
+    /// Bytes held by the name cache (approximate).
+    pub fn bytes(&self) -> usize {
+        self.names.capacity() * 24
+    }
+
+    /// The final stack, root first, into `out`: `python` (root first, shown frames) with the
+    /// native and kernel frames of `native_part` around it. `walked` is every interpreter
+    /// frame of the sample, root first (for the evaluation-call boundaries).
+    pub fn finish(
+        &mut self,
+        python: &[FrameId],
+        walked: &[WalkedFrame],
+        native_part: &[u8],
+        profile: &mut Profile,
+        counters: &mut Counters,
+        out: &mut Vec<FrameId>,
+    ) -> Result<(), ProfileFull> {
+        out.clear();
+        if self.names.len() > MAX_CACHED_ADDRESSES {
+            self.clear();
+        }
+        let Some((trailer, kernel, user)) = parse_native(native_part) else {
+            counters.native_malformed += 1;
+            out.extend_from_slice(python);
+            return Ok(());
+        };
+        // Leaf first from here on.
+        let mut leaf_first: Vec<FrameId> = Vec::with_capacity(python.len() + 64);
+        match self.unwinder.as_mut() {
+            None => leaf_first.extend(python.iter().rev()),
+            Some(_) if trailer.regs == native_regs::NONE || user.is_empty() => {
+                counters.native_no_stack += 1;
+                leaf_first.push(self.marker(profile, "<no native stack>")?);
+                leaf_first.extend(python.iter().rev());
+            }
+            Some(unwinder) => {
+                let mut unwound = std::mem::take(&mut self.unwound);
+                let end = unwinder.unwind(trailer.ip, trailer.sp, trailer.bp, user, &mut unwound);
+                if unwinder.removals != self.removals {
+                    self.removals = unwinder.removals;
+                    self.names = HashMap::new();
+                }
+                let mut native = std::mem::take(&mut self.native);
+                native.clear();
+                let mut result = Ok(());
+                for f in &unwound {
+                    match self.user_frame(f.address, profile) {
+                        Ok((id, is_eval)) => native.push(NativeFrame { id, is_eval, low: f.low, high: f.high }),
+                        Err(e) => {
+                            result = Err(e);
+                            break;
+                        }
+                    }
+                }
+                self.unwound = unwound;
+                if let Err(e) = result {
+                    self.native = native;
+                    return Err(e);
+                }
+                let walked_leaf_first: Vec<WalkedFrame> = walked.iter().rev().copied().collect();
+                let groups = merge::groups(&walked_leaf_first, self.grouping);
+                let truncated = self.marker(profile, "<truncated native>")?;
+                let merged = groups.and_then(|g| merge::merge(&g, &native, end == UnwindEnd::Complete, truncated));
+                match merged {
+                    Some(m) => {
+                        counters.native_merged += 1;
+                        if end == UnwindEnd::Truncated {
+                            counters.native_truncated += 1;
+                        }
+                        leaf_first.extend(m);
+                    }
+                    None => {
+                        counters.native_unmerged += 1;
+                        leaf_first.push(self.marker(profile, "<unmerged native>")?);
+                        leaf_first.extend(python.iter().rev());
+                    }
+                }
+                self.native = native;
+            }
+        }
+        // Kernel frames go on top, leaf side.
+        let mut kernel_ids = Vec::new();
+        for a in kernel_addresses(kernel) {
+            kernel_ids.push(self.kernel_frame(a, profile)?);
+        }
+        out.extend(leaf_first.iter().rev());
+        out.extend(kernel_ids.iter().rev());
+        Ok(())
+    }
+
+    fn marker(&mut self, profile: &mut Profile, text: &str) -> Result<FrameId, ProfileFull> {
+        profile.try_intern(FrameName { function: Arc::from(text), file: Arc::from(""), line: 0, native: None }).ok_or(ProfileFull)
+    }
+
+    /// The frame of a user address: `function (library)`, `library+0xoffset` without a
+    /// symbol, `<unknown native>` outside any file.
+    fn user_frame(&mut self, address: u64, profile: &mut Profile) -> Result<(FrameId, bool), ProfileFull> {
+        if let Some(&found) = self.names.get(&address) {
+            return Ok(found);
+        }
+        let module = self.unwinder.as_ref().and_then(|u| u.module(address));
+        let (name, is_eval) = match module.and_then(|m| Some((m, m.file_address(address)?))) {
+            Some((m, at)) => match m.file.symbol(at) {
+                Some(symbol) => (
+                    FrameName { function: symbol.clone(), file: m.file.name.clone(), line: 0, native: m.file.origin(at) },
+                    is_eval_function(symbol),
+                ),
+                None => (
+                    FrameName {
+                        function: Arc::from(format!("{}+{:#x}", m.file.name, at)),
+                        file: Arc::from(""),
+                        line: 0,
+                        native: m.file.origin(at),
+                    },
+                    false,
+                ),
+            },
+            None => (FrameName { function: Arc::from("<unknown native>"), file: Arc::from(""), line: 0, native: None }, false),
+        };
+        let id = profile.try_intern(name).ok_or(ProfileFull)?;
+        // Only named frames are cached by address: a module not loaded yet may load later.
+        if module.is_some() {
+            self.names.insert(address, (id, is_eval));
+        }
+        Ok((id, is_eval))
+    }
+
+    /// The frame of a kernel address: `function_[k]` (inferno colours the suffix).
+    fn kernel_frame(&mut self, address: u64, profile: &mut Profile) -> Result<FrameId, ProfileFull> {
+        if let Some(&(id, _)) = self.names.get(&address) {
+            return Ok(id);
+        }
+        // Without a symbol there is no function address: the frame carries no origin (one
+        // `<kernel>_[k]` frame, not one per address).
+        let (function, native) = match self.context.kallsyms.as_ref().and_then(|k| k.symbol_at(address)) {
+            Some((start, name)) => {
+                (format!("{name}_[k]"), Some(Arc::new(NativeOrigin { address: start, mapping: self.context.kernel_mapping.clone() })))
+            }
+            None => ("<kernel>_[k]".to_string(), None),
+        };
+        let id = profile.try_intern(FrameName { function: Arc::from(function), file: Arc::from(""), line: 0, native }).ok_or(ProfileFull)?;
+        self.names.insert(address, (id, false));
+        Ok(id)
+    }
+}

@@ -1,0 +1,471 @@
+//! `--native` and `--kernel`: native frames in place between the Python frames, kernel frames
+//! on top, and the Python frames unchanged.
+//!
+//! workloads/native.py runs one of three workloads (ctypes with workloads/native_lib.c built
+//! here, zlib + sorted, a /dev/zero reader); split.py (see versions.rs) checks that the Python
+//! frames are the same validated ones as without `--native`.
+
+use std::{fs, path::PathBuf, process::Command};
+
+use pyperch_tests::*;
+
+const LIBRARY: &str = "libpyperch_native.so";
+
+/// Compiles native_lib.c into a directory the interpreter sees; returns the host directory
+/// (removed by the caller) and the library's path as the interpreter sees it.
+fn build_library(py: &Python) -> Result<(PathBuf, String), String> {
+    let cc = find_program("cc").or_else(|| find_program("gcc")).ok_or("no C compiler (cc or gcc) on PATH")?;
+    let name = format!("native-lib-{}-{}", std::process::id(), py.label);
+    let guest = PathBuf::from("/tmp/pyperch-tests").join(&name);
+    let host = match &py.rootfs {
+        Some(root) => root.join(guest.strip_prefix("/").unwrap()),
+        None => guest.clone(),
+    };
+    fs::create_dir_all(&host).map_err(|e| format!("cannot create {}: {e}", host.display()))?;
+    let status = Command::new(&cc)
+        .args(["-O2", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC", "-o"])
+        .arg(host.join(LIBRARY))
+        .arg(workload_source("native_lib.c"))
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", cc.display()))?;
+    if !status.success() {
+        return Err(format!("{} failed to compile native_lib.c ({})", cc.display(), describe_status(status)));
+    }
+    Ok((host, guest.join(LIBRARY).to_string_lossy().into_owned()))
+}
+
+/// A Python frame: `function (file.py:line)`. Native frames carry no line.
+fn is_python(frame: &str) -> bool {
+    PyFrame::parse(frame).line.is_some()
+}
+
+/// Index of the first Python frame named `func` in the stack's frames.
+fn python_index(stack: &Stack, func: &str) -> Option<usize> {
+    stack.frames.iter().position(|f| is_python(f) && PyFrame::parse(f).is(func))
+}
+
+/// Records `pid` with `flags` for `seconds` at 199 Hz.
+fn record_native(pid: u32, flags: &[&str], seconds: &str) -> Recording {
+    let pid = pid.to_string();
+    let mut args = vec!["--pid", &pid, "--duration", seconds, "--rate", "199", "--stats"];
+    args.extend_from_slice(flags);
+    record(&args)
+}
+
+fn share(part: u64, whole: u64) -> f64 {
+    if whole == 0 { 0.0 } else { part as f64 / whole as f64 }
+}
+
+/// The C functions of a ctypes library: the CPU-bound one is the leaf right below the Python
+/// line that called it; the callback's Python frames sit above the C function that called
+/// them, which sits above the Python caller.
+fn c_frames(label: &str) {
+    let Some(py) = python(label) else { return };
+    c_frames_on(&py);
+}
+
+/// Debian's own python3.11 (a static, stripped executable: `.dynsym` and `.eh_frame` only).
+fn debian_3_11() -> Option<Python> {
+    let exe = PathBuf::from("/usr/bin/python3.11");
+    if !exe.is_file() {
+        skip("Debian's python3.11 (/usr/bin/python3.11) is not installed");
+        return None;
+    }
+    Some(Python { label: "debian-3.11".into(), major: 3, minor: 11, exe, rootfs: None })
+}
+
+fn c_frames_on(py: &Python) {
+    let py = py.clone();
+    let (lib_dir, lib) = match build_library(&py) {
+        Ok(built) => built,
+        Err(reason) => {
+            skip(format!("{}: {reason}", py.describe()));
+            return;
+        }
+    };
+    let mut w = Workload::spawn(&py, "native.py", &["ctypes", "{dir}/out.json", "120", &lib]).unwrap_or_else(|e| panic!("{e:#}"));
+    let rec = record_native(w.pid, &["--native"], "5");
+    w.terminate();
+    let _ = fs::remove_dir_all(&lib_dir);
+    rec.assert_ok();
+    let d = rec.diag_pid(w.pid);
+    let mine = rec.profile.for_pid(w.pid);
+    let spin_frame = format!("pyperch_spin ({LIBRARY})");
+    let callback_frame = format!("pyperch_callback ({LIBRARY})");
+
+    let spin_total = mine.count(|s| python_index(s, "c_spin_caller").is_some());
+    let spin_placed = mine.count(|s| {
+        let Some(caller) = python_index(s, "c_spin_caller") else { return false };
+        // The C function is the leaf, below the caller, with no Python frame in between.
+        s.frames.last() == Some(&spin_frame) && !s.frames[caller + 1..].iter().any(|f| is_python(f))
+    });
+    let cb_total = mine.count(|s| python_index(s, "py_callback").is_some());
+    let cb_placed = mine.count(|s| {
+        let (Some(caller), Some(callback)) = (python_index(s, "callback_caller"), python_index(s, "py_callback")) else {
+            return false;
+        };
+        s.frames.iter().position(|f| *f == callback_frame).is_some_and(|c| caller < c && c < callback)
+    });
+    let unmerged = mine.count(|s| s.frames.iter().any(|f| f == "<unmerged native>"));
+    note(format!(
+        "{}: {} samples; pyperch_spin placed in {spin_placed} of {spin_total}, pyperch_callback between the Python frames in {cb_placed} of {cb_total}; {unmerged} unmerged",
+        py.describe(),
+        mine.total()
+    ));
+    assert!(spin_total >= 100, "{}: only {spin_total} samples in c_spin_caller{d}", py.describe());
+    assert!(cb_total >= 10, "{}: only {cb_total} samples in py_callback{d}", py.describe());
+    assert!(
+        share(spin_placed, spin_total) >= 0.8,
+        "{}: `{spin_frame}` is the leaf under c_spin_caller in only {spin_placed} of {spin_total} samples (want >= 80 %){d}",
+        py.describe()
+    );
+    assert!(
+        share(cb_placed, cb_total) >= 0.8,
+        "{}: `{callback_frame}` lies between callback_caller and py_callback in only {cb_placed} of {cb_total} samples (want >= 80 %){d}",
+        py.describe()
+    );
+    assert!(share(unmerged, mine.total()) <= 0.05, "{}: {unmerged} of {} samples unmerged{d}", py.describe(), mine.total());
+}
+
+#[test]
+fn native_c_frames_3_9() {
+    c_frames("3.9");
+}
+
+/// 3.11 merges by the frames' `is_entry` flags.
+#[test]
+fn native_c_frames_3_11() {
+    c_frames("3.11");
+}
+
+#[test]
+fn native_c_frames_debian_3_11() {
+    if let Some(py) = debian_3_11() {
+        c_frames_on(&py);
+    }
+}
+
+#[test]
+fn native_c_frames_3_12() {
+    c_frames("3.12");
+}
+
+#[test]
+fn native_c_frames_3_13() {
+    c_frames("3.13");
+}
+
+#[test]
+fn native_c_frames_sid_3_15() {
+    c_frames("sid-3.15");
+}
+
+/// zlib.compress shows libz under the calling line; sorted(key=f) shows the C sort between
+/// the caller and f.
+fn zlib_and_sorted(label: &str) {
+    let Some(py) = python(label) else { return };
+    let mut w = Workload::spawn(&py, "native.py", &["zlib", "{dir}/out.json", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let rec = record_native(w.pid, &["--native"], "5");
+    w.terminate();
+    rec.assert_ok();
+    let d = rec.diag_pid(w.pid);
+    let mine = rec.profile.for_pid(w.pid);
+
+    let last_python = |s: &Stack| s.frames.iter().rposition(|f| is_python(f));
+    let zlib_total = mine.count(|s| last_python(s).is_some_and(|i| PyFrame::parse(&s.frames[i]).is("zlib_caller")));
+    let zlib_placed = mine.count(|s| {
+        let Some(i) = last_python(s) else { return false };
+        PyFrame::parse(&s.frames[i]).is("zlib_caller") && s.frames[i + 1..].iter().any(|f| f.contains("(libz.so"))
+    });
+    let key_total = mine.count(|s| python_index(s, "sort_key").is_some());
+    let key_placed = mine.count(|s| {
+        let (Some(caller), Some(key)) = (python_index(s, "sort_caller"), python_index(s, "sort_key")) else { return false };
+        caller < key && s.frames[caller + 1..key].iter().any(|f| !is_python(f))
+    });
+    note(format!(
+        "{}: libz under zlib_caller in {zlib_placed} of {zlib_total} samples; a native frame between sort_caller and sort_key in {key_placed} of {key_total}",
+        py.describe()
+    ));
+    assert!(zlib_total >= 50, "{}: only {zlib_total} samples ending in zlib_caller{d}", py.describe());
+    assert!(key_total >= 10, "{}: only {key_total} samples in sort_key{d}", py.describe());
+    assert!(
+        share(zlib_placed, zlib_total) >= 0.8,
+        "{}: a libz frame follows zlib_caller in only {zlib_placed} of {zlib_total} samples (want >= 80 %){d}",
+        py.describe()
+    );
+    assert!(
+        share(key_placed, key_total) >= 0.8,
+        "{}: a native frame lies between sort_caller and sort_key in only {key_placed} of {key_total} samples (want >= 80 %){d}",
+        py.describe()
+    );
+}
+
+#[test]
+fn native_zlib_and_sorted_3_11() {
+    zlib_and_sorted("3.11");
+}
+
+#[test]
+fn native_zlib_and_sorted_3_12() {
+    zlib_and_sorted("3.12");
+}
+
+#[test]
+fn native_zlib_and_sorted_sid_3_15() {
+    zlib_and_sorted("sid-3.15");
+}
+
+/// A thread reading /dev/zero: with --kernel, the share of its samples with kernel frames
+/// agrees within 5 points with its system-time share, measured by the workload itself.
+fn kernel_dev_zero(label: &str, flags: &[&str]) {
+    let Some(py) = python(label) else { return };
+    let mut w = Workload::spawn(&py, "native.py", &["zero", "{dir}/zero.json", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let rec = record_native(w.pid, flags, "5");
+    let status = w.terminate();
+    rec.assert_ok();
+    let d = rec.diag_pid(w.pid);
+    assert!(status.is_some_and(|s| s.success()), "{} native.py zero did not exit cleanly: {status:?}{d}", py.describe());
+    let measured = w.read_json("zero.json").unwrap_or_else(|e| panic!("{e:#}{d}"));
+    let utime = json_f64(&measured, &["utime"]).unwrap();
+    let stime = json_f64(&measured, &["stime"]).unwrap();
+    let mine = rec.profile.for_pid(w.pid);
+    let reader = mine.filter(|s| python_index(s, "zero_reader").is_some());
+    let total = reader.total();
+    let kernel = reader.count(|s| s.frames.iter().any(|f| f.ends_with("_[k]")));
+    let named = reader.count(|s| s.frames.iter().any(|f| f.ends_with("_[k]") && !f.starts_with('<')));
+    let profiled = share(kernel, total);
+    let own = stime / (utime + stime);
+    note(format!(
+        "{}: {total} samples of zero_reader, {kernel} with kernel frames ({:.1} %), {named} named; system-time share {:.1} % ({stime:.2} of {:.2} s)",
+        py.describe(),
+        profiled * 100.0,
+        own * 100.0,
+        utime + stime
+    ));
+    assert!(total >= 200, "{}: only {total} samples of zero_reader{d}", py.describe());
+    assert!(named * 10 >= kernel * 9, "{}: {named} of {kernel} kernel stacks have named frames{d}", py.describe());
+    assert!(
+        (profiled - own).abs() <= 0.05,
+        "{}: kernel frames in {:.1} % of zero_reader's samples, but its system time is {:.1} % of its CPU time; want within 5 points{d}",
+        py.describe(),
+        profiled * 100.0,
+        own * 100.0
+    );
+}
+
+#[test]
+fn kernel_frames_dev_zero_3_12() {
+    kernel_dev_zero("3.12", &["--kernel"]);
+}
+
+#[test]
+fn kernel_frames_dev_zero_with_native_sid_3_15() {
+    kernel_dev_zero("sid-3.15", &["--kernel", "--native"]);
+}
+
+/// With --native the Python frames are the same validated ones: split.py's chain is complete
+/// in the same share of samples and the leaf split matches the workload's own measurement.
+fn python_frames_unchanged(label: &str) {
+    const CHAIN: usize = 28;
+    let Some(py) = python(label) else { return };
+    let mut w = Workload::spawn(&py, "split.py", &["{dir}/split.json", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let rec = record_native(w.pid, &["--native"], "5");
+    let status = w.terminate();
+    rec.assert_ok();
+    let d = rec.diag_pid(w.pid);
+    assert!(status.is_some_and(|s| s.success()), "{} split.py did not exit cleanly: {status:?}{d}", py.describe());
+    let measured = w.read_json("split.json").unwrap_or_else(|e| panic!("{e:#}{d}"));
+    let a_secs = json_f64(&measured, &["leaf_a"]).unwrap();
+    let b_secs = json_f64(&measured, &["leaf_b"]).unwrap();
+    // The Python frames alone, in order; native frames must sit only around and between them.
+    let leaf = |s: &Stack| -> Option<&'static str> {
+        let frames: Vec<PyFrame> = s.frames.iter().filter(|f| is_python(f)).map(|f| PyFrame::parse(f)).collect();
+        let start = frames.iter().position(|f| f.is("chain_00"))?;
+        if frames.len() != start + CHAIN + 1 {
+            return None;
+        }
+        for (k, f) in frames[start..start + CHAIN].iter().enumerate() {
+            if !f.is(&format!("chain_{k:02}")) || !f.file.ends_with("split.py") {
+                return None;
+            }
+        }
+        ["leaf_a", "leaf_b"].into_iter().find(|name| frames[start + CHAIN].is(name))
+    };
+    let mine = rec.profile.for_pid(w.pid);
+    let total = mine.total();
+    let a = mine.count(|s| leaf(s) == Some("leaf_a"));
+    let b = mine.count(|s| leaf(s) == Some("leaf_b"));
+    let native = mine.count(|s| s.frames.iter().skip(1).any(|f| !is_python(f)));
+    let complete = share(a + b, total);
+    let profiled = share(a, a + b);
+    let own = a_secs / (a_secs + b_secs);
+    note(format!(
+        "{}: {total} samples, {native} with native frames, {:.1} % with the full chain; leaf_a share profiled {:.1} %, measured {:.1} %",
+        py.describe(),
+        complete * 100.0,
+        profiled * 100.0,
+        own * 100.0
+    ));
+    assert!(total >= 100, "{}: only {total} samples{d}", py.describe());
+    assert!(native * 10 >= total * 9, "{}: only {native} of {total} samples carry native frames{d}", py.describe());
+    assert!(complete >= 0.95, "{}: only {:.1} % of samples hold the full chain (want >= 95 %){d}", py.describe(), complete * 100.0);
+    assert!(
+        (profiled - own).abs() <= 0.05,
+        "{}: leaf_a share {:.1} % vs the workload's own {:.1} %; want within 5 points{d}",
+        py.describe(),
+        profiled * 100.0,
+        own * 100.0
+    );
+}
+
+#[test]
+fn native_python_frames_unchanged_3_9() {
+    python_frames_unchanged("3.9");
+}
+
+#[test]
+fn native_python_frames_unchanged_3_12() {
+    python_frames_unchanged("3.12");
+}
+
+#[test]
+fn native_python_frames_unchanged_sid_3_15() {
+    python_frames_unchanged("sid-3.15");
+}
+
+/// Deep recursion (300 Python frames, beyond the kernel's 64 full frames) with --native: the
+/// Python frames are exactly those of deep.py, completed and validated as without --native,
+/// and the leaf split matches the workload's own measurement. On 3.9 (a C stack frame per
+/// Python call) the native stack ends in `<truncated native>` long before the bottom.
+fn deep_python_frames_unchanged(label: &str) {
+    const DEPTH: usize = 300;
+    let Some(py) = python(label) else { return };
+    let mut w = Workload::spawn(&py, "deep.py", &["300", "{dir}/deep.json", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let rec = record_native(w.pid, &["--native"], "5");
+    let status = w.terminate();
+    rec.assert_ok();
+    let d = rec.diag_pid(w.pid);
+    assert!(status.is_some_and(|s| s.success()), "{} deep.py failed: {status:?}{d}", py.describe());
+    let measured = w.read_json("deep.json").unwrap_or_else(|e| panic!("{e:#}{d}"));
+    let a_secs = json_f64(&measured, &["leaf_a"]).unwrap();
+    let b_secs = json_f64(&measured, &["leaf_b"]).unwrap();
+    let leaf = |s: &Stack| -> Option<&'static str> {
+        let frames: Vec<PyFrame> = s.frames.iter().filter(|f| is_python(f)).map(|f| PyFrame::parse(f)).collect();
+        if frames.len() != DEPTH + 4 || !frames[0].is("<module>") || !frames[DEPTH + 2].is("hot_loop") {
+            return None;
+        }
+        if !frames[1..DEPTH + 2].iter().all(|f| f.is("recurse")) {
+            return None;
+        }
+        ["leaf_a", "leaf_b"].into_iter().find(|name| frames[DEPTH + 3].is(name))
+    };
+    let mine = rec.profile.for_pid(w.pid);
+    let total = mine.total();
+    let a = mine.count(|s| leaf(s) == Some("leaf_a"));
+    let b = mine.count(|s| leaf(s) == Some("leaf_b"));
+    let native = mine.count(|s| s.frames.iter().skip(1).any(|f| !is_python(f)));
+    let complete = share(a + b, total);
+    let profiled = share(a, a + b);
+    let own = a_secs / (a_secs + b_secs);
+    note(format!(
+        "{} depth {DEPTH}: {total} samples, {native} with native frames, {:.1} % exact; leaf_a {:.1} % profiled vs {:.1} % measured",
+        py.describe(),
+        complete * 100.0,
+        profiled * 100.0,
+        own * 100.0
+    ));
+    assert!(total >= 100, "{}: only {total} samples{d}", py.describe());
+    assert!(native * 10 >= total * 9, "{}: only {native} of {total} samples carry native frames{d}", py.describe());
+    assert!(complete >= 0.95, "{}: only {:.1} % of samples exact at depth {DEPTH}{d}", py.describe(), complete * 100.0);
+    assert!((profiled - own).abs() <= 0.05, "{}: leaf split {:.1} % vs {:.1} %{d}", py.describe(), profiled * 100.0, own * 100.0);
+}
+
+#[test]
+fn native_deep_python_frames_unchanged_3_9() {
+    deep_python_frames_unchanged("3.9");
+}
+
+#[test]
+fn native_deep_python_frames_unchanged_3_12() {
+    deep_python_frames_unchanged("3.12");
+}
+
+#[test]
+fn native_deep_python_frames_unchanged_sid_3_15() {
+    deep_python_frames_unchanged("sid-3.15");
+}
+
+/// `--format pprof` with `--native --kernel`, read by `go tool pprof -raw`: kernel frames
+/// carry an address in the `[kernel]` mapping, native frames an address in the mapping of
+/// their file (full path and build id).
+#[test]
+fn native_pprof_mappings_go_tool_pprof_3_12() {
+    let Some(go) = find_program("go") else {
+        skip("go is not installed (`cargo xtask test` installs Debian's golang-go)");
+        return;
+    };
+    let Some(py) = python("3.12") else { return };
+    let mut w = Workload::spawn(&py, "native.py", &["zero", "{dir}/zero.json", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let dir = std::env::temp_dir().join("pyperch-tests").join(format!("native-pprof-{}", random_hex(8)));
+    fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("profile.pb.gz");
+    let pid = w.pid.to_string();
+    let run = pyperch(
+        &["record", "--pid", &pid, "--duration", "3", "--rate", "199", "--native", "--kernel", "--format", "pprof", "--output", out.to_str().unwrap()],
+        std::time::Duration::from_secs(90),
+    );
+    w.terminate();
+    let d = run.diag();
+    assert!(run.success(), "pyperch record failed{d}");
+    let printed = Command::new(&go)
+        .args(["tool", "pprof", "-raw"])
+        .arg(&out)
+        .env("HOME", &dir)
+        .env("GOCACHE", dir.join("cache"))
+        .env("PPROF_TMPDIR", &dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {} tool pprof: {e}", go.display()));
+    let _ = fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&printed.stdout).into_owned();
+    let d = format!("{d}\n--- go tool pprof -raw:\n{text}\n--- its stderr:\n{}", String::from_utf8_lossy(&printed.stderr));
+    assert!(printed.status.success(), "go tool pprof cannot read the file{d}");
+    // `Locations`: `ID: 0xADDRESS M=MAPPING function file:line ...`;
+    // `Mappings`: `ID: 0xSTART/0xLIMIT/0xOFFSET FILE BUILDID [FN]`.
+    let mut section = "";
+    let mut locations: Vec<(u64, u64, String)> = Vec::new();
+    let mut mappings: std::collections::HashMap<u64, (String, String)> = std::collections::HashMap::new();
+    for line in text.lines().map(str::trim) {
+        if line == "Locations" || line == "Mappings" {
+            section = if line == "Locations" { "l" } else { "m" };
+            continue;
+        }
+        let Some((id, rest)) = line.split_once(": ") else { continue };
+        let Ok(id) = id.trim().parse::<u64>() else { continue };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        match section {
+            "l" if words.len() >= 3 && words[1].starts_with("M=") => {
+                let address = u64::from_str_radix(words[0].trim_start_matches("0x"), 16).unwrap_or(0);
+                let mapping = words[1][2..].parse().unwrap_or(0);
+                locations.push((address, mapping, words[2].to_string()));
+            }
+            "m" if words.len() >= 2 => {
+                let build_id = if words.len() >= 3 && words[2] != "[FN]" { words[2].to_string() } else { String::new() };
+                mappings.insert(id, (words[1].to_string(), build_id));
+            }
+            _ => {}
+        }
+    }
+    let kernel = locations
+        .iter()
+        .find(|(address, m, f)| f.ends_with("_[k]") && *address != 0 && mappings.get(m).is_some_and(|(file, _)| file == "[kernel]"));
+    let native = locations.iter().find(|(address, m, f)| {
+        *address != 0
+            && !f.contains("+0x")
+            && !f.ends_with("_[k]")
+            && mappings.get(m).is_some_and(|(file, build_id)| file.contains("libpython3.12") && build_id.len() >= 16)
+    });
+    note(format!("kernel frame: {kernel:?}; libpython frame: {native:?}"));
+    assert!(kernel.is_some(), "no kernel frame with an address in the [kernel] mapping{d}");
+    assert!(native.is_some(), "no named libpython frame with an address in libpython's mapping (with its build id){d}");
+}
