@@ -426,6 +426,7 @@ mod tests {
             upload: UploadOptions::default(),
             app_name_given: app_name.is_some(),
             time: Default::default(),
+            native: Default::default(),
         }
     }
 
@@ -442,7 +443,7 @@ mod tests {
     #[test]
     fn service_name_defaults_to_namespace_and_container_for_pods() {
         let mut p = Profile::new();
-        let f = p.intern(FrameName { function: Arc::from("work"), file: Arc::from("/app/w.py"), line: 3 });
+        let f = p.intern(FrameName { function: Arc::from("work"), file: Arc::from("/app/w.py"), line: 3, native: None });
         let id = "ab".repeat(32);
         let names = PodNames { namespace: "shop".into(), pod: "checkout-7d9f6b5c4-x2x7q".into(), container: "checkout-api".into() };
         let label = ProcessLabel {

@@ -14,6 +14,10 @@ const SID: &str = "/root/.cache/pyperch/sid-rootfs";
 const SCRIPT: &str = r#"
 import asyncio
 async def c_sleep():
+    # Every await of the chain is in place once this runs a second step: main awaits A,
+    # A gathers, B1 awaits C.
+    await asyncio.sleep(0.2)
+    print("ready", flush=True)
     await asyncio.sleep(60)
 async def b1():
     await asyncio.create_task(c_sleep(), name="C")
@@ -24,10 +28,7 @@ async def b2():
 async def a():
     await asyncio.gather(asyncio.create_task(b1(), name="B1"), asyncio.create_task(b2(), name="B2"))
 async def main():
-    t = asyncio.create_task(a(), name="A")
-    await asyncio.sleep(0.2)
-    print("ready", flush=True)
-    await t
+    await asyncio.create_task(a(), name="A")
 asyncio.run(main())
 "#;
 
@@ -52,6 +53,8 @@ fn tasks_of(minor: u32) {
     let mut line = String::new();
     BufReader::new(child.0.stdout.as_mut().expect("piped")).read_line(&mut line).expect("read");
     assert_eq!(line.trim(), "ready");
+    // "ready" is printed by a running task: give it time to suspend again.
+    std::thread::sleep(Duration::from_millis(200));
     let pid = child.0.id();
     let deadline = Instant::now() + Duration::from_secs(10);
     let process = loop {
@@ -77,7 +80,7 @@ fn tasks_of(minor: u32) {
     assert_eq!(names(b1), ["b1"]);
     assert_eq!(names(b2), ["b2", "b2_inner", "sleep"], "{b2:#?}");
     assert_eq!(names(c), ["c_sleep", "sleep"]);
-    assert!(b2.suspended_at[1].file.ends_with("<string>") && b2.suspended_at[1].line == 8, "{b2:#?}");
+    assert!(b2.suspended_at[1].file.ends_with("<string>") && b2.suspended_at[1].line == 12, "{b2:#?}");
 }
 
 #[test]

@@ -396,7 +396,7 @@ mod pod_name_tests {
     /// pid 10 in a named pod, pid 20 in a container without names, pid 30 on the host.
     pub(crate) fn named_profile() -> Profile {
         let mut p = Profile::new();
-        let f = p.intern(FrameName { function: Arc::from("work"), file: Arc::from("/app/w.py"), line: 3 });
+        let f = p.intern(FrameName { function: Arc::from("work"), file: Arc::from("/app/w.py"), line: 3, native: None });
         let names = PodNames { namespace: "shop".into(), pod: "checkout-7d9f6b5c4-x2x7q".into(), container: "checkout-api".into() };
         p.set_process(
             10,
