@@ -250,6 +250,10 @@ fn read_debug<'d, R: object::ReadRef<'d>>(elf: &ElfFile64<'d, object::LittleEndi
     let mut total = 0usize;
     let endian = gimli::RunTimeEndian::Little;
     let dwarf = gimli::Dwarf::load(|id: gimli::SectionId| -> Result<DwarfReader, ()> {
+        // Variable locations are not needed for names and lines: not read.
+        if matches!(id, gimli::SectionId::DebugLoc | gimli::SectionId::DebugLocLists) {
+            return Ok(gimli::EndianArcSlice::new(Arc::from(&[][..]), endian));
+        }
         let data: Arc<[u8]> = match elf.section_by_name(id.name()) {
             Some(s) if s.size() <= MAX_SECTION_BYTES => {
                 let data = s.uncompressed_data().map_err(|_| ())?;
