@@ -34,9 +34,20 @@ fn build_library(py: &Python) -> Result<(PathBuf, String), String> {
     Ok((host, guest.join(LIBRARY).to_string_lossy().into_owned()))
 }
 
-/// A Python frame: `function (file.py:line)`. Native frames carry no line.
+/// Source files of native frames that have DWARF line numbers (`function (file.c:line)`).
+const NATIVE_SOURCES: [&str; 8] = [".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".S", ".rs"];
+
+/// A Python frame: `function (file.py:line)`. Native frames carry no line, or one in a
+/// native source file (from DWARF).
 fn is_python(frame: &str) -> bool {
-    PyFrame::parse(frame).line.is_some()
+    let f = PyFrame::parse(frame);
+    f.line.is_some() && !NATIVE_SOURCES.iter().any(|ext| f.file.ends_with(ext))
+}
+
+/// The C function `func` of native_lib.c (built with -g), named with its source line.
+fn is_c_function(frame: &str, func: &str) -> bool {
+    let f = PyFrame::parse(frame);
+    f.name == func && f.file.ends_with("native_lib.c") && f.line.is_some()
 }
 
 /// Index of the first Python frame named `func` in the stack's frames.
@@ -90,21 +101,22 @@ fn c_frames_on(py: &Python) {
     rec.assert_ok();
     let d = rec.diag_pid(w.pid);
     let mine = rec.profile.for_pid(w.pid);
-    let spin_frame = format!("pyperch_spin ({LIBRARY})");
-    let callback_frame = format!("pyperch_callback ({LIBRARY})");
+    // Named `function (native_lib.c:LINE)` from the library's DWARF.
+    let spin_frame = "pyperch_spin (native_lib.c:LINE)";
+    let callback_frame = "pyperch_callback (native_lib.c:LINE)";
 
     let spin_total = mine.count(|s| python_index(s, "c_spin_caller").is_some());
     let spin_placed = mine.count(|s| {
         let Some(caller) = python_index(s, "c_spin_caller") else { return false };
         // The C function is the leaf, below the caller, with no Python frame in between.
-        s.frames.last() == Some(&spin_frame) && !s.frames[caller + 1..].iter().any(|f| is_python(f))
+        s.frames.last().is_some_and(|f| is_c_function(f, "pyperch_spin")) && !s.frames[caller + 1..].iter().any(|f| is_python(f))
     });
     let cb_total = mine.count(|s| python_index(s, "py_callback").is_some());
     let cb_placed = mine.count(|s| {
         let (Some(caller), Some(callback)) = (python_index(s, "callback_caller"), python_index(s, "py_callback")) else {
             return false;
         };
-        s.frames.iter().position(|f| *f == callback_frame).is_some_and(|c| caller < c && c < callback)
+        s.frames.iter().position(|f| is_c_function(f, "pyperch_callback")).is_some_and(|c| caller < c && c < callback)
     });
     let unmerged = mine.count(|s| s.frames.iter().any(|f| f == "<unmerged native>"));
     note(format!(

@@ -25,6 +25,13 @@ use crate::{
     discovery::{FileKey, Mapping, open_checked},
 };
 
+/// Reads DWARF sections for `addr2line` (shared bytes, the file's own byte order).
+type DwarfReader = addr2line::gimli::EndianArcSlice<addr2line::gimli::RunTimeEndian>;
+/// Most bytes of DWARF debug sections kept for one file (past that: no line numbers).
+const MAX_DEBUG_BYTES: usize = 96 << 20;
+/// Inline levels looked at per address.
+const MAX_INLINE_DEPTH: usize = 64;
+
 /// Largest unwind section read from one file.
 const MAX_SECTION_BYTES: u64 = 64 << 20;
 /// Most function symbols kept from one file.
@@ -79,6 +86,9 @@ pub struct ModuleFile {
     mappings: Vec<Arc<NativeMapping>>,
     /// Sorted by start, without overlaps at the same start.
     symbols: Vec<Symbol>,
+    /// Line tables from the file's DWARF (`.debug_info`, `.debug_line`...), when it has them.
+    /// Parsed lazily per compilation unit by `addr2line`, behind a lock (not `Sync`).
+    debug: Option<Mutex<addr2line::Context<DwarfReader>>>,
     /// Accounted size.
     pub bytes: usize,
 }
@@ -97,6 +107,30 @@ impl ModuleFile {
         let i = self.segments.iter().position(|s| address >= s.address && address - s.address < s.size.max(1))?;
         let start = self.symbol_start(address).unwrap_or(address);
         Some(Arc::new(NativeOrigin { address: start, mapping: self.mappings.get(i)?.clone() }))
+    }
+
+    /// `(source file, line)` of file address `address` from the DWARF line tables: the
+    /// location in the outermost function (the symbol's own code, where an inlined call
+    /// happened). `None` without debug information for it.
+    pub fn line(&self, address: u64) -> Option<(Arc<str>, u32)> {
+        let debug = self.debug.as_ref()?;
+        // A parser panic on a hostile file costs this frame its line, nothing more.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let context = debug.lock().ok()?;
+            let mut frames = context.find_frames(address).skip_all_loads().ok()?;
+            let mut found = None;
+            for _ in 0..MAX_INLINE_DEPTH {
+                let Ok(Some(frame)) = frames.next() else { break };
+                if let Some(addr2line::Location { file: Some(file), line: Some(line), .. }) = frame.location {
+                    if file.len() <= MAX_NAME_BYTES && line > 0 {
+                        found = Some((Arc::from(file), line));
+                    }
+                }
+            }
+            found
+        }))
+        .ok()
+        .flatten()
     }
 
     fn symbol_start(&self, address: u64) -> Option<u64> {
@@ -172,6 +206,7 @@ fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
             })
         })
         .collect();
+    let debug = read_debug(&elf, &mut bytes);
     let mut symbols = Vec::new();
     for sym in elf.symbols().chain(elf.dynamic_symbols()) {
         if symbols.len() >= MAX_SYMBOLS {
@@ -201,8 +236,45 @@ fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
         segments,
         mappings,
         symbols,
+        debug,
         bytes,
     })
+}
+
+/// The DWARF of `elf` as an `addr2line` context, when it has `.debug_info` and its debug
+/// sections fit `MAX_DEBUG_BYTES` (each also within `MAX_SECTION_BYTES`); adds their size to
+/// `bytes`.
+fn read_debug<'d, R: object::ReadRef<'d>>(elf: &ElfFile64<'d, object::LittleEndian, R>, bytes: &mut usize) -> Option<Mutex<addr2line::Context<DwarfReader>>> {
+    use addr2line::gimli;
+    elf.section_by_name(".debug_info")?;
+    let mut total = 0usize;
+    let endian = gimli::RunTimeEndian::Little;
+    let dwarf = gimli::Dwarf::load(|id: gimli::SectionId| -> Result<DwarfReader, ()> {
+        // Variable locations are not needed for names and lines: not read.
+        if matches!(id, gimli::SectionId::DebugLoc | gimli::SectionId::DebugLocLists) {
+            return Ok(gimli::EndianArcSlice::new(Arc::from(&[][..]), endian));
+        }
+        let data: Arc<[u8]> = match elf.section_by_name(id.name()) {
+            Some(s) if s.size() <= MAX_SECTION_BYTES => {
+                let data = s.uncompressed_data().map_err(|_| ())?;
+                if data.len() as u64 > MAX_SECTION_BYTES {
+                    return Err(());
+                }
+                total = total.saturating_add(data.len());
+                if total > MAX_DEBUG_BYTES {
+                    return Err(());
+                }
+                Arc::from(&data[..])
+            }
+            Some(_) => return Err(()),
+            None => Arc::from(&[][..]),
+        };
+        Ok(gimli::EndianArcSlice::new(data, endian))
+    })
+    .ok()?;
+    let context = addr2line::Context::from_dwarf(dwarf).ok()?;
+    *bytes += total;
+    Some(Mutex::new(context))
 }
 
 /// The base name of a mapped path.

@@ -148,10 +148,11 @@ impl NativeSampler {
         let module = self.unwinder.as_ref().and_then(|u| u.module(address));
         let (name, is_eval) = match module.and_then(|m| Some((m, m.file_address(address)?))) {
             Some((m, at)) => match m.file.symbol(at) {
-                Some(symbol) => (
-                    FrameName { function: symbol.clone(), file: m.file.name.clone(), line: 0, native: m.file.origin(at) },
-                    is_eval_function(symbol),
-                ),
+                Some(symbol) => {
+                    // `function (file:line)` with DWARF line tables, else `function (library)`.
+                    let (file, line) = m.file.line(at).unwrap_or_else(|| (m.file.name.clone(), 0));
+                    (FrameName { function: symbol.clone(), file, line, native: m.file.origin(at) }, is_eval_function(symbol))
+                }
                 None => (
                     FrameName {
                         function: Arc::from(format!("{}+{:#x}", m.file.name, at)),
