@@ -103,6 +103,10 @@ struct TopArgs {
     /// Rows in a plain table.
     #[arg(long, default_value_t = 20, value_name = "N")]
     rows: usize,
+    /// asyncio (CPython 3.14+): show a thread running an event loop as its running task's
+    /// logical stack (`task <name>` frames), as `record --async` does.
+    #[arg(long = "async")]
+    async_stacks: bool,
     #[command(flatten)]
     filter: FilterArgs,
 }
@@ -120,6 +124,10 @@ struct DumpArgs {
     /// (cut short), containers as their type and length, other objects as their type.
     #[arg(long)]
     locals: bool,
+    /// asyncio (CPython 3.14+): also list every task of the process: where each is
+    /// suspended (or the thread running it) and which tasks await it.
+    #[arg(long = "async")]
+    async_tasks: bool,
 }
 
 /// Which time is profiled (`--mode`), and py-spy's names for the modes.
@@ -487,11 +495,12 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 window: args.window,
                 display,
                 rows: args.rows,
+                async_stacks: args.async_stacks,
             })?;
             Ok(ExitCode::SUCCESS)
         }
         Commands::Dump(args) => {
-            let dump = pyperch::dump::dump(args.pid, pyperch::dump::DumpOptions { locals: args.locals })?;
+            let dump = pyperch::dump::dump(args.pid, pyperch::dump::DumpOptions { locals: args.locals, async_tasks: args.async_tasks })?;
             let text =
                 if args.json { pyperch::dump::render::json(&dump) } else { pyperch::dump::render::text(&dump) };
             use std::io::Write as _;

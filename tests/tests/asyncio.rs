@@ -114,3 +114,70 @@ fn async_refused_before_3_14() {
     run.assert_clear_error();
     assert!(run.stderr.contains("asyncio task stacks need CPython 3.14 or later"), "the reason is not given{d}");
 }
+
+/// `dump --async`: every task with who awaits it and where it is suspended (task C runs on
+/// the main thread; A and B wait in their coroutines; the root task awaits A); `--json` holds
+/// the same links by address. `top --async` shows the logical stack too.
+fn dump_and_top(label: &str) {
+    let Some(py) = python(label) else { return };
+    let mut w = Workload::spawn(&py, "asyncio_tasks.py", &["chain", "60"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let pid = w.pid.to_string();
+    let text = pyperch(&["dump", "--pid", &pid, "--async"], std::time::Duration::from_secs(30));
+    let json = pyperch(&["dump", "--pid", &pid, "--async", "--json"], std::time::Duration::from_secs(30));
+    let top = pyperch(
+        &["top", "--pid", &pid, "--async", "--once", "--window", "2", "--rate", "199", "--rows", "40"],
+        std::time::Duration::from_secs(60),
+    );
+    w.terminate();
+    let d = format!("{}{}{}", text.diag(), json.diag(), top.diag());
+    assert!(text.success() && json.success() && top.success(), "{}: a command failed{d}", py.describe());
+    for needle in [
+        "asyncio tasks: 4",
+        "task C (awaited by task B)",
+        "task B (awaited by task A)",
+        "task A (awaited by task Task-1)",
+        "task Task-1 (not awaited by a task)",
+        "suspended in b_coro (",
+        "suspended in a_coro (",
+    ] {
+        assert!(text.stdout.contains(needle), "dump --async does not show {needle:?}{d}");
+    }
+    assert!(text.stdout.contains(&format!("running on thread {pid}")), "task C is not shown running on the main thread{d}");
+    let doc: serde_json::Value = serde_json::from_str(&json.stdout).unwrap_or_else(|e| panic!("dump --json: {e}{d}"));
+    let tasks = doc["tasks"].as_array().unwrap_or_else(|| panic!("no tasks array{d}"));
+    let address = |name: &str| -> serde_json::Value {
+        tasks.iter().find(|t| t["name"] == name).map(|t| t["address"].clone()).unwrap_or_else(|| panic!("no task {name}{d}"))
+    };
+    let awaited_by = |name: &str| -> Vec<serde_json::Value> {
+        tasks.iter().find(|t| t["name"] == name).and_then(|t| t["awaited_by"].as_array().cloned()).unwrap_or_default()
+    };
+    assert_eq!(awaited_by("C"), [address("B")], "{d}");
+    assert_eq!(awaited_by("B"), [address("A")], "{d}");
+    assert_eq!(awaited_by("A"), [address("Task-1")], "{d}");
+    assert!(top.stdout.contains("task C") && top.stdout.contains("c_work"), "top --async does not show task C's logical stack{d}");
+    assert!(!top.stdout.contains("_run_once"), "top --async shows the loop machinery{d}");
+}
+
+#[test]
+fn async_dump_and_top_sid_3_14() {
+    dump_and_top("sid-3.14");
+}
+
+#[test]
+fn async_dump_and_top_sid_3_15() {
+    dump_and_top("sid-3.15");
+}
+
+/// `dump --async` of a process older than 3.14 is refused in one sentence with the reason.
+#[test]
+fn async_dump_refused_before_3_14() {
+    let Some(py) = first_python(&["3.12", "sid-3.13", "3.13"]) else { return };
+    let mut w = Workload::spawn(&py, "asyncio_tasks.py", &["chain", "60"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let pid = w.pid.to_string();
+    let run = pyperch(&["dump", "--pid", &pid, "--async"], std::time::Duration::from_secs(30));
+    w.terminate();
+    let d = run.diag();
+    assert!(!run.success(), "dump --async on {} should be refused{d}", py.describe());
+    run.assert_clear_error();
+    assert!(run.stderr.contains("asyncio task stacks need CPython 3.14 or later"), "the reason is not given{d}");
+}

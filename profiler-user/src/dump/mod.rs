@@ -17,6 +17,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
+use crate::asyncio::{AsyncReader, AsyncioError, TaskInfo};
 use crate::discovery::{self, DiscoveryError, PythonProcess};
 use crate::layout::debug_offsets;
 use crate::layout::inspection::{GLIBC_PTHREAD_TID, GilLocation, InspectionLayout, inspection_layout};
@@ -40,6 +41,8 @@ const EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
 pub struct DumpOptions {
     /// Local variables of every frame.
     pub locals: bool,
+    /// Every asyncio task (`--async`, CPython 3.14+).
+    pub async_tasks: bool,
 }
 
 /// One thread in the dump.
@@ -78,6 +81,9 @@ pub struct ProcessDump {
     pub threads: Vec<ThreadDump>,
     /// Threads that ended while the dump was taken (listed by the kernel, gone when read).
     pub threads_ended: u32,
+    /// `--async`: every asyncio task, with where it is suspended and who awaits it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<Vec<TaskInfo>>,
 }
 
 /// Why there is no dump. Each is one sentence for the user.
@@ -99,6 +105,8 @@ pub enum DumpError {
     ListUnstable(u32),
     #[error("could not read the memory of process {pid}: {source}")]
     Memory { pid: u32, source: MemoryError },
+    #[error("{0}")]
+    Async(AsyncioError),
 }
 
 /// One Python thread state found in the interpreters' lists.
@@ -141,6 +149,8 @@ pub fn dump(pid: u32, options: DumpOptions) -> Result<ProcessDump, DumpError> {
         if gone || exited_after_grace() { DumpError::Exited(pid) } else { error }
     };
 
+    // Refused before anything is read, with the reason (version, `_asyncio` not loaded).
+    let async_reader = if options.async_tasks { Some(AsyncReader::new(&process).map_err(DumpError::Async)?) } else { None };
     let inspection = inspection_for(&process, &mem).map_err(fail)?;
     let states = thread_states(&process, &inspection, &mem).map_err(fail)?;
     let holders = gil_holders(&process, &inspection, &mem, &states);
@@ -203,6 +213,14 @@ pub fn dump(pid: u32, options: DumpOptions) -> Result<ProcessDump, DumpError> {
     }
     threads.sort_by_key(|t| (!t.main, t.tid));
     let gil_holder = threads.iter().find(|t| t.holds_gil).map(|t| t.tid);
+    let tasks = match &async_reader {
+        None => None,
+        Some(reader) => Some(
+            reader
+                .list_tasks(&mem)
+                .map_err(|e| if exited_after_grace() { DumpError::Exited(pid) } else { DumpError::Async(e) })?,
+        ),
+    };
     Ok(ProcessDump {
         pid,
         command: process.comm.clone(),
@@ -210,6 +228,7 @@ pub fn dump(pid: u32, options: DumpOptions) -> Result<ProcessDump, DumpError> {
         gil_holder,
         threads,
         threads_ended: ended,
+        tasks,
     })
 }
 

@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use super::{Activity, ProcessDump, ThreadDump};
+use crate::asyncio::TaskInfo;
 use crate::text::field;
 
 /// The dump as text: a header line, then each thread (main thread first) with its Python
@@ -30,7 +31,40 @@ pub fn text(dump: &ProcessDump) -> String {
         out.push('\n');
         thread_text(&mut out, thread);
     }
+    if let Some(tasks) = &dump.tasks {
+        tasks_text(&mut out, tasks);
+    }
     out
+}
+
+/// `--async`: every task, root tasks first, each with who awaits it and where it waits.
+fn tasks_text(out: &mut String, tasks: &[TaskInfo]) {
+    let _ = writeln!(out, "\nasyncio tasks: {}", tasks.len());
+    let name_of = |address: u64| -> String {
+        match tasks.iter().find(|t| t.address == address) {
+            Some(t) => format!("task {}", field(&t.name)),
+            None => format!("task at {address:#x}"),
+        }
+    };
+    let mut ordered: Vec<&TaskInfo> = tasks.iter().collect();
+    ordered.sort_by_key(|t| (!t.awaited_by.is_empty(), t.address));
+    for task in ordered {
+        let awaited = if task.awaited_by.is_empty() {
+            "not awaited by a task".to_string()
+        } else {
+            format!("awaited by {}", task.awaited_by.iter().map(|a| name_of(*a)).collect::<Vec<_>>().join(", "))
+        };
+        let _ = writeln!(out, "\n  task {} ({awaited})", field(&task.name));
+        if let Some(tid) = task.running_on {
+            let _ = writeln!(out, "    running on thread {tid}");
+        } else if !task.settled {
+            let _ = writeln!(out, "    (its coroutine chain changed while it was read: not shown)");
+        } else {
+            for frame in &task.suspended_at {
+                let _ = writeln!(out, "    suspended in {} ({}:{})", field(&frame.function), field(&frame.file), frame.line);
+            }
+        }
+    }
 }
 
 fn activity(thread: &ThreadDump) -> String {

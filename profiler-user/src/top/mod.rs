@@ -50,6 +50,8 @@ pub struct TopOptions {
     pub display: Display,
     /// Rows shown in the plain tables.
     pub rows: usize,
+    /// asyncio task stacks (`--async`, CPython 3.14+), as for `record`.
+    pub async_stacks: bool,
 }
 
 /// Why `top` cannot show its screen.
@@ -85,12 +87,20 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
     }
     crate::loader::preflight()?;
     let initial = inspect_pids(&options.pids, &options.filter)?;
+    if options.async_stacks {
+        // An explicit process that cannot have task stacks is refused, with the reason.
+        if let Some(p) = initial.iter().find(|p| !crate::asyncio::supported(p.version)) {
+            let reason = crate::asyncio::AsyncioError::TooOld { pid: p.pid, version: p.version }.to_string();
+            return Err(RecordError::Unsupported { pid: p.pid, comm: p.comm.clone(), reason }.into());
+        }
+    }
     let mut kernel = KernelProgram::load()?;
     let ring = kernel.take_ring_buffer()?;
     let scope =
         if options.pids.is_empty() { Scope::Host } else { Scope::Pids(options.pids.iter().copied().collect()) };
     // Per thread, for the thread column.
     let mut session = Session::new(kernel, scope, options.filter.clone(), true);
+    session.set_async_stacks(options.async_stacks);
     for p in initial {
         session.add_process(p)?;
     }
