@@ -489,3 +489,46 @@ fn exception_sid_3_14() {
 fn exception_sid_3_15() {
     exception("sid-3.15");
 }
+
+/// `--threads` names each thread frame with the thread's OS name: exception_share.py names
+/// its threads `pp-<function>` (prctl), and the thread running each function shows that name.
+fn thread_names(label: &str) {
+    let Some(running) = spawn_script(label, "exception_share.py") else { return };
+    let describe = running.describe.clone();
+    let (rec, _m, pid) = record_workload(running, "cpu", &[]);
+    let d = rec.diag_pid(pid);
+    for function in ["in_handler", "outside_handler"] {
+        let want = format!("pp-{function}");
+        let want = &want[..want.len().min(15)];
+        let names: std::collections::BTreeSet<Option<String>> = rec
+            .profile
+            .for_pid(pid)
+            .stacks
+            .iter()
+            .filter(|s| s.python_frames().iter().any(|f| f.name == function))
+            .map(|s| s.thread_name().map(str::to_string))
+            .collect();
+        note(format!("{describe}: thread of {function} named {names:?}"));
+        assert!(!names.is_empty(), "{describe}: no stack of {function}{d}");
+        assert!(names.contains(&Some(want.to_string())), "{describe}: {function}'s thread is not named {want}: {names:?}{d}");
+        // Before its prctl the thread shows the name it inherited: never another thread's.
+        for name in names.iter().flatten() {
+            assert!(!name.starts_with("pp-") || name == want, "{describe}: {function}'s thread named {name}{d}");
+        }
+    }
+}
+
+#[test]
+fn thread_names_3_9() {
+    thread_names("3.9");
+}
+
+#[test]
+fn thread_names_3_12() {
+    thread_names("3.12");
+}
+
+#[test]
+fn thread_names_sid_3_15() {
+    thread_names("sid-3.15");
+}

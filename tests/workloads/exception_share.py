@@ -9,7 +9,8 @@ Prints "ready <pid>", waits until GO_FILE exists, then runs for SECONDS:
 - outside_handler: spins, never raising;
 - after_handler: raises and catches once, then spins after the `except` block (the
   thread's exception state then holds None or NULL: handling nothing).
-Each thread asserts what `sys.exc_info()` says while it spins and writes its CPU time
+Each thread first sets its OS name (prctl PR_SET_NAME, what /proc/PID/task/TID/comm shows)
+to "pp-" and its function's name cut to 15 bytes, e.g. "pp-in_handler". Each thread asserts what `sys.exc_info()` says while it spins and writes its CPU time
 (time.thread_time) to OUT_JSON. Then waits for SIGTERM. CPython 3.8 ... 3.15, stdlib only.
 """
 import json
@@ -22,6 +23,12 @@ OUT, SECONDS, GO = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 RESULT = {}
 
 
+def set_os_name():
+    import ctypes
+    name = ("pp-" + sys._getframe(1).f_code.co_name)[:15].encode()
+    ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME
+
+
 def spin(stop, handling):
     assert (sys.exc_info()[0] is not None) == handling
     x = 0
@@ -32,6 +39,7 @@ def spin(stop, handling):
 
 
 def in_handler(stop):
+    set_os_name()
     try:
         raise ValueError("handled for the whole run")
     except ValueError:
@@ -44,6 +52,7 @@ def spinning_generator(stop):
 
 
 def generator_in_handler(stop):
+    set_os_name()
     try:
         raise KeyError("handled while a generator runs")
     except KeyError:
@@ -53,11 +62,13 @@ def generator_in_handler(stop):
 
 
 def outside_handler(stop):
+    set_os_name()
     spin(stop, False)
     RESULT["outside_handler"] = time.thread_time()
 
 
 def after_handler(stop):
+    set_os_name()
     try:
         raise RuntimeError("caught at once")
     except RuntimeError:
