@@ -1089,14 +1089,17 @@ impl Stack {
         Some(root[..root.rfind(" (pid ")?].trim())
     }
 
-    /// From the `thread <tid>` frame (with `--threads`).
+    /// From the `thread <tid>` or `thread <tid> <name>` frame (with `--threads`).
     pub fn tid(&self) -> Option<u32> {
-        self.frames
-            .get(1)?
-            .strip_prefix("thread ")?
-            .trim()
-            .parse()
-            .ok()
+        self.frames.get(1)?.strip_prefix("thread ")?.split(' ').next()?.trim().parse().ok()
+    }
+
+    /// The `<name>` of a `thread <tid> <name>` frame, if the thread's name was known.
+    pub fn thread_name(&self) -> Option<&str> {
+        let rest = self.frames.get(1)?.strip_prefix("thread ")?;
+        let (tid, name) = rest.split_once(' ')?;
+        tid.parse::<u32>().ok()?;
+        Some(name)
     }
 
     /// The frames after the root (and the thread frame, if any): the Python stack, root first.

@@ -159,6 +159,17 @@ pub struct ProcessInfo {
     /// without `--async`) records nothing. Userspace sets it once it found the `_asyncio`
     /// module's offsets, by registering the process again.
     pub running_task: u32,
+    /// `--mode exception`: offset in the tstate of `exc_info` (the topmost
+    /// `_PyErr_StackItem *`); 0 when the version's layout is not known (samples dropped).
+    pub exc_info: u32,
+    /// Offset in a `_PyErr_StackItem` of the word that says "handling": `exc_value` (3.11+)
+    /// or `exc_type` (3.8-3.10).
+    pub exc_handled: u32,
+    /// Offset in a `_PyErr_StackItem` of `previous_item`.
+    pub exc_previous: u32,
+    pub _pad2: u32,
+    /// Address of `_Py_NoneStruct`: a stack item holding None handles nothing.
+    pub none_address: u64,
 }
 
 /// How a version tells which thread holds the GIL (`ProcessInfo::gil_check`).
@@ -199,8 +210,12 @@ pub mod counter {
     pub const NOT_GIL_HOLDER: u32 = 8;
     /// `--mode gil`: samples dropped because the version cannot tell the GIL's holder.
     pub const GIL_UNKNOWN: u32 = 9;
+    /// `--mode exception`: samples dropped because the thread handled no exception.
+    pub const NOT_HANDLING_EXCEPTION: u32 = 10;
+    /// `--mode exception`: samples dropped because the version's exception state is unknown.
+    pub const EXCEPTION_UNKNOWN: u32 = 11;
     /// Number of slots.
-    pub const SLOTS: u32 = 10;
+    pub const SLOTS: u32 = 12;
 }
 
 /// Kinds of records in the `SAMPLES` ring buffer; every record starts with a `SampleHeader`

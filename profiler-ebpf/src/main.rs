@@ -16,6 +16,7 @@
 #![no_main]
 
 mod frame_walk;
+mod exception;
 mod gil;
 mod maps;
 mod native_stack;

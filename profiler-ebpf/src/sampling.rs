@@ -56,7 +56,7 @@ pub fn pyperch_sample(ctx: PerfEventContext) -> u32 {
         return 0;
     };
     bump(counter::SAMPLED);
-    if !crate::gil::sample_wanted(info, pid_tgid as u32) {
+    if !crate::gil::sample_wanted(info, pid_tgid as u32) || !crate::exception::sample_wanted(info, pid_tgid as u32) {
         return 0;
     }
     if let Some((scratch, n_full)) = walk_current_stack(info, tgid, pid_tgid as u32, record_kind::CPU_SAMPLE) {

@@ -42,7 +42,7 @@ pub fn pyperch_sample_bounded(ctx: PerfEventContext) -> u32 {
         return 0;
     };
     bump(counter::SAMPLED);
-    if !crate::gil::sample_wanted(info, pid_tgid as u32) {
+    if !crate::gil::sample_wanted(info, pid_tgid as u32) || !crate::exception::sample_wanted(info, pid_tgid as u32) {
         return 0;
     }
     let Some(scratch) = scratch_mut() else {

@@ -186,7 +186,12 @@ pub struct Profile {
     /// Which generation of interning this is: `FrameId`s are only valid within one epoch,
     /// and caches holding them are emptied when it changes ([`Profile::take_interval`]).
     epoch: u64,
+    /// With `--threads`: the OS names of threads, by tid (at most [`MAX_THREAD_NAMES`]).
+    thread_names: HashMap<u32, Arc<str>>,
 }
+
+/// Thread names a profile keeps.
+pub const MAX_THREAD_NAMES: usize = 65_536;
 
 impl Default for Profile {
     fn default() -> Self {
@@ -230,6 +235,7 @@ impl Profile {
             bytes: 0,
             budget: RECORD_PROFILE_BUDGET,
             epoch: 0,
+            thread_names: HashMap::new(),
         }
     }
 
@@ -241,6 +247,7 @@ impl Profile {
         p.timing = self.timing.clone();
         p.line_numbers = self.line_numbers;
         p.time_mode = self.time_mode;
+        p.thread_names = self.thread_names.clone();
         // A copy of a profile that was within its budget.
         p.budget = usize::MAX;
         p
@@ -339,6 +346,19 @@ impl Profile {
     /// again (e.g. after an `exec`) replaces the label but keeps the process's sample count.
     pub fn set_process(&mut self, pid: u32, label: ProcessLabel) {
         self.processes.entry(pid).or_default().label = Some(label);
+    }
+
+    /// Records the name of thread `tid` (replacing an older one; ignored once
+    /// [`MAX_THREAD_NAMES`] other threads are named).
+    pub fn set_thread_name(&mut self, tid: u32, name: &str) {
+        if self.thread_names.len() < MAX_THREAD_NAMES || self.thread_names.contains_key(&tid) {
+            self.thread_names.insert(tid, Arc::from(name));
+        }
+    }
+
+    /// The name of thread `tid`, if known.
+    pub fn thread_name(&self, tid: u32) -> Option<&str> {
+        self.thread_names.get(&tid).map(|n| &**n)
     }
 
     /// The label of process `pid`, if [`Profile::set_process`] was called for it.
@@ -445,6 +465,7 @@ impl Profile {
         fresh.line_numbers = self.line_numbers;
         fresh.time_mode = self.time_mode;
         fresh.epoch = self.epoch.wrapping_add(1);
+        fresh.thread_names = self.thread_names.clone();
         for (pid, entry) in &self.processes {
             if let Some(label) = entry.label.as_ref().filter(|_| keep_label(*pid)) {
                 fresh.set_process(*pid, label.clone());
@@ -462,6 +483,7 @@ impl Profile {
         part.budget = usize::MAX;
         part.line_numbers = self.line_numbers;
         part.time_mode = self.time_mode;
+        part.thread_names = self.thread_names.clone();
         let mut ids: HashMap<FrameId, FrameId> = HashMap::new();
         let mut frames = Vec::new();
         for (key, count, events) in self.stacks_with_events() {

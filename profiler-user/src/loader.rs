@@ -273,6 +273,10 @@ pub struct KernelCounters {
     /// `--mode gil`: samples dropped as not the GIL's holder / of versions that cannot tell.
     pub not_gil_holder: u64,
     pub gil_unknown: u64,
+    /// `--mode exception`: samples dropped as not handling an exception / of versions whose
+    /// exception state is not known.
+    pub not_handling_exception: u64,
+    pub exception_unknown: u64,
 }
 
 impl KernelProgram {
@@ -283,11 +287,13 @@ impl KernelProgram {
 
     /// As [`KernelProgram::load`], for the time mode `time` (off-CPU intervals shorter than
     /// `min_off_cpu` are summed rather than sent; in `--mode gil` only samples of threads
-    /// holding the GIL are taken) and with `native` saying what the program records beside
-    /// the Python frames (both frozen into the program).
+    /// holding the GIL are taken; in `--mode exception` only samples of threads handling an
+    /// exception) and with `native` saying what the program records beside the Python frames
+    /// (both frozen into the program).
     pub fn load_with(time: &crate::time_mode::TimeOptions, native: crate::native::NativeOptions) -> Result<Self, LoadError> {
         let min_off_cpu_ns = u64::try_from(time.min_off_cpu.as_nanos()).unwrap_or(u64::MAX);
         let gil_only = u64::from(time.mode == crate::time_mode::TimeMode::Gil);
+        let exception_only = u64::from(time.mode == crate::time_mode::TimeMode::Exception);
         let stack_bytes = u64::from(native.stack_bytes.min(profiler_common::MAX_NATIVE_STACK_BYTES as u32));
         let kernel_stack = u64::from(native.kernel);
         let offsets = kernel_offsets()?;
@@ -301,6 +307,7 @@ impl KernelProgram {
             .override_global("SIGNAL_LIVE_OFFSET", &offsets.signal_live, true)
             .override_global("MIN_OFF_CPU_NS", &min_off_cpu_ns, true)
             .override_global("GIL_ONLY", &gil_only, true)
+            .override_global("EXCEPTION_ONLY", &exception_only, true)
             .override_global("TASK_PID_OFFSET", &offsets.task_pid, true)
             .override_global("TASK_TGID_OFFSET", &offsets.task_tgid, true)
             .override_global("NATIVE_STACK_BYTES", &stack_bytes, true)
@@ -575,6 +582,8 @@ impl Registry {
             off_cpu_lost: self.counter_sum(counter::OFF_CPU_LOST),
             not_gil_holder: self.counter_sum(counter::NOT_GIL_HOLDER),
             gil_unknown: self.counter_sum(counter::GIL_UNKNOWN),
+            not_handling_exception: self.counter_sum(counter::NOT_HANDLING_EXCEPTION),
+            exception_unknown: self.counter_sum(counter::EXCEPTION_UNKNOWN),
         }
     }
 

@@ -136,7 +136,8 @@ struct ModeArgs {
     /// Which time to profile: cpu (samples of threads on a CPU), wall (every thread's whole
     /// time: on-CPU samples weighted by the period plus exact off-CPU intervals, in
     /// nanoseconds), off-cpu (only the time threads spend switched out, in nanoseconds) or
-    /// gil (samples of the threads holding the GIL only).
+    /// gil (samples of the threads holding the GIL only) or exception (samples of threads
+    /// handling an exception, inside an `except` block, only).
     #[arg(long, value_enum, default_value = "cpu", value_name = "MODE")]
     mode: TimeMode,
     /// Off-CPU intervals shorter than this are not walked; their time is summed per thread

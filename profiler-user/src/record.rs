@@ -399,6 +399,13 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
             kernel.not_gil_holder, kernel.gil_unknown
         );
     }
+    if kernel.not_handling_exception + kernel.exception_unknown > 0 {
+        let _ = writeln!(
+            s,
+            "  kernel --mode exception: {} samples of threads not handling an exception dropped, {} of versions whose exception state is not known dropped",
+            kernel.not_handling_exception, kernel.exception_unknown
+        );
+    }
     let _ = writeln!(s, "  {}", session.discovery_stats.report());
     if let Some(t) = session.profile.timeline() {
         let _ = writeln!(

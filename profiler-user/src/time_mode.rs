@@ -6,6 +6,8 @@
 //! - `off-cpu`: only the off-CPU intervals; values are nanoseconds.
 //! - `gil`: CPU-clock samples of threads holding the GIL only (the kernel checks the holder
 //!   as each version records it, see `layout::gil`); values are sample counts.
+//! - `exception`: CPU-clock samples of threads handling an exception only (the kernel reads
+//!   the thread state's exception stack, see `layout::exception`); values are sample counts.
 //!
 //! Off-CPU stacks end in a frame saying why the thread was off ([`OFF_CPU_SLEEP`],
 //! [`OFF_CPU_PREEMPTED`]); intervals shorter than `--min-off-cpu` are not walked, and their
@@ -26,6 +28,9 @@ pub enum TimeMode {
     OffCpu,
     /// On-CPU samples of threads holding the GIL only: sample counts.
     Gil,
+    /// On-CPU samples of threads handling an exception only (inside an `except` block, as
+    /// `sys.exc_info()` says): sample counts.
+    Exception,
 }
 
 /// Below this an off-CPU interval is summed, not walked (`--min-off-cpu` default). A walk costs
@@ -43,7 +48,7 @@ pub const OFF_CPU_SHORT: &str = "<off-cpu: short>";
 impl TimeMode {
     /// Whether CPU-clock samples count.
     pub fn on_cpu(self) -> bool {
-        matches!(self, TimeMode::Cpu | TimeMode::Wall | TimeMode::Gil)
+        matches!(self, TimeMode::Cpu | TimeMode::Wall | TimeMode::Gil | TimeMode::Exception)
     }
 
     /// Whether off-CPU intervals are taken (the scheduler-switch programs are attached).
@@ -63,6 +68,7 @@ impl TimeMode {
             TimeMode::Wall => "wall",
             TimeMode::OffCpu => "off-cpu",
             TimeMode::Gil => "gil",
+            TimeMode::Exception => "exception",
         }
     }
 }

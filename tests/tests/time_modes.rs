@@ -410,3 +410,125 @@ fn gil_sid_3_14() {
 fn gil_sid_3_15() {
     gil("sid-3.15");
 }
+
+/// `--mode exception` (exception_share.py): the threads spinning inside an `except` block
+/// (directly, or in a generator run from one) have the samples, each a fair share of its CPU
+/// time; the threads spinning outside one (never raised, or after a handled exception, when
+/// the thread's exception state holds None or NULL) have none.
+fn exception(label: &str) {
+    let Some(running) = spawn_script(label, "exception_share.py") else { return };
+    let describe = running.describe.clone();
+    let (rec, m, pid) = record_workload(running, "exception", &[]);
+    let d = rec.diag_pid(pid);
+    let threads = threads_of(&rec.profile, pid);
+    for name in ["in_handler", "generator_in_handler"] {
+        let samples = thread_with(&threads, name, &d).total();
+        let cpu = json_f64(&m, &[name]).unwrap_or_else(|e| panic!("{e:#}"));
+        note(format!("{describe}: {name} ran {cpu:.2} s on a CPU inside an except block; {samples} exception-mode samples"));
+        // At 999 Hz a thread gets about 1000 samples per CPU second; half is a wide margin.
+        assert!(
+            samples as f64 >= cpu * 500.0,
+            "{describe}: {name} ran {cpu:.2} s handling an exception but has only {samples} exception-mode samples{d}"
+        );
+    }
+    for name in ["outside_handler", "after_handler"] {
+        let samples: u64 = threads.values().filter(|t| t.has(name)).map(ThreadTime::total).sum();
+        let cpu = json_f64(&m, &[name]).unwrap_or_else(|e| panic!("{e:#}"));
+        note(format!("{describe}: {name} ran {cpu:.2} s on a CPU handling nothing; {samples} exception-mode samples"));
+        assert!(cpu > 0.2, "{describe}: {name} hardly ran ({cpu:.2} s): the check would prove nothing{d}");
+        assert_eq!(samples, 0, "{describe}: {name} handles no exception but has {samples} exception-mode samples{d}");
+    }
+    let stats = &rec.run.stderr;
+    assert!(
+        stats.contains("samples of threads not handling an exception dropped"),
+        "{describe}: --stats does not count the dropped samples{d}"
+    );
+}
+
+#[test]
+fn exception_3_8() {
+    exception("3.8");
+}
+
+#[test]
+fn exception_3_9() {
+    exception("3.9");
+}
+
+#[test]
+fn exception_3_10() {
+    exception("3.10");
+}
+
+#[test]
+fn exception_3_11() {
+    exception("3.11");
+}
+
+#[test]
+fn exception_3_12() {
+    exception("3.12");
+}
+
+#[test]
+fn exception_3_13() {
+    exception("3.13");
+}
+
+#[test]
+fn exception_sid_3_13() {
+    exception("sid-3.13");
+}
+
+#[test]
+fn exception_sid_3_14() {
+    exception("sid-3.14");
+}
+
+#[test]
+fn exception_sid_3_15() {
+    exception("sid-3.15");
+}
+
+/// `--threads` names each thread frame with the thread's OS name: exception_share.py names
+/// its threads `pp-<function>` (prctl), and the thread running each function shows that name.
+fn thread_names(label: &str) {
+    let Some(running) = spawn_script(label, "exception_share.py") else { return };
+    let describe = running.describe.clone();
+    let (rec, _m, pid) = record_workload(running, "cpu", &[]);
+    let d = rec.diag_pid(pid);
+    for function in ["in_handler", "outside_handler"] {
+        let want = format!("pp-{function}");
+        let want = &want[..want.len().min(15)];
+        let names: std::collections::BTreeSet<Option<String>> = rec
+            .profile
+            .for_pid(pid)
+            .stacks
+            .iter()
+            .filter(|s| s.python_frames().iter().any(|f| f.name == function))
+            .map(|s| s.thread_name().map(str::to_string))
+            .collect();
+        note(format!("{describe}: thread of {function} named {names:?}"));
+        assert!(!names.is_empty(), "{describe}: no stack of {function}{d}");
+        assert!(names.contains(&Some(want.to_string())), "{describe}: {function}'s thread is not named {want}: {names:?}{d}");
+        // Before its prctl the thread shows the name it inherited: never another thread's.
+        for name in names.iter().flatten() {
+            assert!(!name.starts_with("pp-") || name == want, "{describe}: {function}'s thread named {name}{d}");
+        }
+    }
+}
+
+#[test]
+fn thread_names_3_9() {
+    thread_names("3.9");
+}
+
+#[test]
+fn thread_names_3_12() {
+    thread_names("3.12");
+}
+
+#[test]
+fn thread_names_sid_3_15() {
+    thread_names("sid-3.15");
+}

@@ -212,6 +212,8 @@ pub struct PythonFile {
     /// code object points to.
     pub str_type: Option<u64>,
     pub bytes_type: Option<u64>,
+    /// `_Py_NoneStruct`: None (`--mode exception`).
+    pub none: Option<u64>,
     /// The value of `Py_Version` (3.11+).
     pub py_version: Option<u64>,
     /// The first `MAX_ENCODED_SIZE` bytes of `_PyRuntime`, when they start with the
@@ -254,6 +256,7 @@ const WANTED: &[&[u8]] = &[
     b"PyGILState_GetThisThreadState",
     b"PyCode_NewWithPosOnlyArgs",
     b"PyFrame_GetCode",
+    b"_Py_NoneStruct",
 ];
 
 /// `(symbol, minor)`: a file defining `symbol` is CPython 3.minor or later.
@@ -474,6 +477,7 @@ fn parse_data(data: Data<'_>) -> FileFacts {
         code_type: symbols.get(b"PyCode_Type").map(|f| f.value),
         str_type: symbols.get(b"PyUnicode_Type").map(|f| f.value),
         bytes_type: symbols.get(b"PyBytes_Type").map(|f| f.value),
+        none: symbols.get(b"_Py_NoneStruct").map(|f| f.value),
         py_version,
         debug_offsets,
         gilstate_tls,

@@ -95,6 +95,10 @@ pub struct PythonProcess {
     /// The `.AsyncioDebug` section of the interpreter's file, when `_asyncio` is built into it
     /// (else it is in the `_asyncio` shared object, found once loaded: `crate::asyncio`).
     pub asyncio_debug: Option<Vec<u8>>,
+    /// Where the thread state says which exception is handled (`--mode exception`).
+    pub exception: crate::layout::exception::ExceptionLayout,
+    /// `_Py_NoneStruct` (0 if not exported: then `--mode exception` cannot tell None).
+    pub none_address: u64,
 }
 
 /// Display escapes the target's text (command names, reasons holding paths): see `text`.
@@ -305,6 +309,8 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
         layout,
         tstate_lookup,
         gil: crate::layout::gil::gil_layout(version, file.debug_offsets.as_deref()),
+        exception: crate::layout::exception::exception_layout(version),
+        none_address: file.none.map(|v| v.wrapping_add(bias)).unwrap_or(0),
     })
 }
 
@@ -395,6 +401,12 @@ impl PythonProcess {
             interp_id: self.interpreters.and_then(|i| i.id).unwrap_or(NO_FIELD),
             // Set by the session under `--async`.
             running_task: NO_FIELD,
+            // Without None's address an item holding None would read as "handling".
+            exc_info: if self.none_address != 0 { self.exception.exc_info } else { 0 },
+            exc_handled: self.exception.handled,
+            exc_previous: self.exception.previous,
+            _pad2: 0,
+            none_address: self.none_address,
         })
     }
 
@@ -433,6 +445,7 @@ mod tests {
             code_type: None,
             str_type: None,
             bytes_type: None,
+            none: None,
             py_version: None,
             debug_offsets: None,
             gilstate_tls: None,

@@ -111,6 +111,7 @@ mod tests {
             code_type: None,
             str_type: None,
             bytes_type: None,
+            none: None,
             py_version: None,
             debug_offsets: None,
             gilstate_tls: None,

@@ -9,6 +9,7 @@
 //! BPF map as plain numbers; the rest is used by userspace to complete and symbolize stacks.
 
 pub mod debug_offsets;
+pub mod exception;
 pub mod gil;
 pub mod inspection;
 pub mod published;

@@ -3,7 +3,8 @@
 //! One line per distinct stack: frames ROOT FIRST separated by `;`, then a space and the
 //! sample count. The frames of a line are:
 //! 1. `<comm> (pid <pid>)` (see [`super::UNKNOWN_COMM`] for unlabelled processes);
-//! 2. `thread <tid>`, only when recording per thread;
+//! 2. `thread <tid>`, only when recording per thread, followed by ` <name>` when the
+//!    thread's OS name is known (`/proc/PID/task/TID/comm`, sanitized as below);
 //! 3. each Python frame as `<function> (<file>:<line>)`, or `<function> (<file>)` when the
 //!    line is unknown (0); a stack with no Python frames ends in
 //!    [`super::NO_PYTHON_FRAMES`] instead.
@@ -61,6 +62,10 @@ pub fn folded_stacks(profile: &Profile) -> Vec<(String, u64)> {
         if let Some(tid) = key.tid {
             line.push_str(";thread ");
             line.push_str(&tid.to_string());
+            if let Some(name) = profile.thread_name(tid) {
+                line.push(' ');
+                line.push_str(&sanitize(name));
+            }
         }
         if key.frames.is_empty() {
             line.push(';');

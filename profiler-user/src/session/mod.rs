@@ -7,6 +7,7 @@ mod cache_budget;
 mod discoverer;
 mod event_loop;
 mod target;
+mod thread_names;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -119,6 +120,9 @@ pub(crate) struct Session {
     retired_overflow: Counters,
     pub(crate) profile: Profile,
     threads: bool,
+    /// With `--threads`: the helper reading thread names off the sampling loop (started with
+    /// discovery).
+    namer: Option<thread_names::ThreadNamer>,
     /// Which records count and what each is worth (`--mode`).
     time_mode: TimeMode,
     /// Nanoseconds between two CPU-clock samples (the value of one in the time modes).
@@ -166,6 +170,7 @@ impl Session {
             retired_overflow: Counters::default(),
             profile: Profile::new(),
             threads,
+            namer: None,
             time_mode: TimeMode::Cpu,
             period_ns: 0,
             unknown_process_samples: 0,
@@ -326,6 +331,10 @@ impl Session {
         )
         .map_err(|e| RecordError::Runtime(format!("could not start the discovery thread: {e}")))?;
         self.discovery = Some(handle);
+        // Started with discovery: after pyperch dropped its capabilities (a single thread then).
+        if self.threads && self.namer.is_none() {
+            self.namer = thread_names::ThreadNamer::start();
+        }
         Ok(())
     }
 
@@ -338,6 +347,7 @@ impl Session {
     /// Applies what discovery reported since the last call. Called before every batch of
     /// samples, so every registered process is known when its samples arrive.
     pub(crate) fn apply_discovery(&mut self) {
+        self.sync_thread_names();
         let Some(handle) = &self.discovery else { return };
         let events: Vec<DiscoveryEvent> = handle.events.try_iter().collect();
         for event in events {
@@ -358,6 +368,16 @@ impl Session {
                     }
                 }
             }
+        }
+    }
+
+    /// With `--threads`: gives the name helper the live processes and the profile the names
+    /// it read (never waits for the helper).
+    fn sync_thread_names(&mut self) {
+        let Some(namer) = &self.namer else { return };
+        namer.set_pids(self.targets.values().filter(|t| t.alive).map(|t| t.process.pid).collect());
+        for (tid, name) in namer.take() {
+            self.profile.set_thread_name(tid, &name);
         }
     }
 
