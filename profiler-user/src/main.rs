@@ -108,6 +108,8 @@ struct TopArgs {
     #[arg(long = "async")]
     async_stacks: bool,
     #[command(flatten)]
+    modes: ModeArgs,
+    #[command(flatten)]
     filter: FilterArgs,
 }
 
@@ -497,6 +499,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 display,
                 rows: args.rows,
                 async_stacks: args.async_stacks,
+                time: args.modes.time()?,
             })?;
             Ok(ExitCode::SUCCESS)
         }

@@ -47,6 +47,17 @@ pub const OFF_CPU_SHORT: &str = "<off-cpu: short>";
 
 impl TimeMode {
     /// Whether CPU-clock samples count.
+    /// The mode's name on the command line.
+    pub fn label(self) -> &'static str {
+        match self {
+            TimeMode::Cpu => "cpu",
+            TimeMode::Wall => "wall",
+            TimeMode::OffCpu => "off-cpu",
+            TimeMode::Gil => "gil",
+            TimeMode::Exception => "exception",
+        }
+    }
+
     pub fn on_cpu(self) -> bool {
         matches!(self, TimeMode::Cpu | TimeMode::Wall | TimeMode::Gil | TimeMode::Exception)
     }

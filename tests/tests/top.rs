@@ -230,3 +230,33 @@ fn top_plain_and_not_a_terminal() {
     assert!(once.stdout.contains("leaf_b") && once.stdout.contains("leaf_a"), "{d}");
     assert_eq!(once.stdout.matches("pyperch top:").count(), 1, "one table{d}");
 }
+
+/// `top --mode wall`: off-CPU time is shown beside on-CPU time (`<off-cpu: sleep>` under the
+/// sleeping function, nanoseconds in the header); the default cpu mode shows none of it.
+#[test]
+fn top_wall_mode() {
+    let Some(py) = first_python(&["3.12", "sid-3.14", "3.11"]) else { return };
+    let w = Workload::spawn(&py, "time_modes.py", &["{dir}/result.json", "120", "{dir}/go"]).unwrap_or_else(|e| panic!("{e:#}"));
+    std::fs::write(w.dir.host_path("go"), b"go").expect("cannot write the go file");
+    let pid = w.pid.to_string();
+    let args = |mode: &str| -> Vec<String> {
+        ["top", "--pid", &pid, "--once", "--window", "3", "--rate", "199", "--rows", "60", "--mode", mode]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let run_mode = |mode: &str| {
+        let a = args(mode);
+        pyperch(&a.iter().map(String::as_str).collect::<Vec<_>>(), Duration::from_secs(60))
+    };
+    let wall = run_mode("wall");
+    let cpu = run_mode("cpu");
+    let d = format!("{}{}", wall.diag(), cpu.diag());
+    assert!(wall.success() && cpu.success(), "top --once failed{d}");
+    assert!(wall.stdout.contains("mode wall") && wall.stdout.contains(" ns in the last 3 s"), "wall header{d}");
+    for f in ["<off-cpu: sleep>", "sleep_part", "spin_part", "wait_lock", "read_pipe"] {
+        assert!(wall.stdout.contains(f), "top --mode wall does not show {f}{d}");
+    }
+    assert!(cpu.stdout.contains("mode cpu") && cpu.stdout.contains(" samples in the last 3 s"), "cpu header{d}");
+    assert!(cpu.stdout.contains("spin_part") && !cpu.stdout.contains("<off-cpu"), "top --mode cpu shows off-CPU time{d}");
+}

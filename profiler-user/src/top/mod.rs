@@ -52,6 +52,8 @@ pub struct TopOptions {
     pub rows: usize,
     /// asyncio task stacks (`--async`, CPython 3.14+), as for `record`.
     pub async_stacks: bool,
+    /// Which time is shown (`--mode`), as for `record`.
+    pub time: crate::time_mode::TimeOptions,
 }
 
 /// Why `top` cannot show its screen.
@@ -94,23 +96,32 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
             return Err(RecordError::Unsupported { pid: p.pid, comm: p.comm.clone(), reason }.into());
         }
     }
-    let mut kernel = KernelProgram::load()?;
+    let mut kernel = KernelProgram::load_with(&options.time, crate::native::NativeOptions::default())?;
     let ring = kernel.take_ring_buffer()?;
     let scope =
         if options.pids.is_empty() { Scope::Host } else { Scope::Pids(options.pids.iter().copied().collect()) };
     // Per thread, for the thread column.
     let mut session = Session::new(kernel, scope, options.filter.clone(), true);
     session.set_async_stacks(options.async_stacks);
+    session.set_time_mode(options.time.mode, options.rate);
     for p in initial {
         session.add_process(p)?;
     }
-    // `--mode` (wall, off-cpu, gil) will choose what the kernel samples here; top shows
-    // whatever the session counts.
+    // The shares are of the session's values: samples, or nanoseconds in the wall and
+    // off-CPU modes.
     session.kernel.attach(options.rate)?;
+    if options.time.mode.off_cpu() {
+        session.kernel.attach_off_cpu()?;
+    }
     privileges::drop_after_attach(&privileges::Keep { output: None })?;
 
     let mut model = Model::new(options.window.max(1) as usize);
-    let header = Header { rate: options.rate, window: options.window.max(1), mode: "cpu" };
+    let header = Header {
+        rate: options.rate,
+        window: options.window.max(1),
+        mode: options.time.mode.label(),
+        unit: if options.time.mode.in_nanoseconds() { "ns" } else { "samples" },
+    };
     let runtime = runtime()?;
     let mut failure: Option<std::io::Error> = None;
     let end = match options.display {
@@ -180,8 +191,10 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
 pub struct Header {
     pub rate: u64,
     pub window: u32,
-    /// What the samples measure: `cpu` (on-CPU time) until `--mode` chooses another.
+    /// What the samples measure: the `--mode` (`cpu`, `wall`, ...).
     pub mode: &'static str,
+    /// What the counts are: `samples`, or `ns` in the modes that weigh time.
+    pub unit: &'static str,
 }
 
 /// Ends the session's loop the way SIGTERM does: the loop has one way to stop on request,

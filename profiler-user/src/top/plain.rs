@@ -14,11 +14,12 @@ pub fn table(model: &Model, header: &Header, limit: usize) -> String {
     let processes: Vec<String> = model.processes.iter().map(|(pid, comm)| format!("{pid} {}", field(comm))).collect();
     let _ = writeln!(
         out,
-        "pyperch top: {} Python processes ({}), rate {} Hz, mode {}, {window} samples in the last {} s, {all} since start",
+        "pyperch top: {} Python processes ({}), rate {} Hz, mode {}, {window} {} in the last {} s, {all} since start",
         model.processes.len(),
         processes.join(", "),
         header.rate,
         header.mode,
+        header.unit,
         header.window,
     );
     let _ = writeln!(out, "{:>6} {:>6} {:>7} {:>7}  {:<40} {:<40} {:>8} {:>8}", "OWN%", "TOTAL%", "OWN%ALL", "TOT%ALL", "FUNCTION", "FILE", "PID", "TID");

@@ -174,9 +174,10 @@ impl Screen {
         (
             format!("pyperch top - {} Python processes: {list}", model.processes.len()),
             format!(
-                "rate {} Hz, mode {}, samples: {} in the last {} s, {} since start{}",
+                "rate {} Hz, mode {}, {}: {} in the last {} s, {} since start{}",
                 header.rate,
                 header.mode,
+                header.unit,
                 self.drawn_samples.0,
                 header.window,
                 self.drawn_samples.1,
