@@ -49,20 +49,30 @@ static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
 
 #[perf_event]
 pub fn pyperch_sample(ctx: PerfEventContext) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let tgid = (pid_tgid >> 32) as u32;
-    // SAFETY: the map value is only read, and the kernel keeps it alive for this run.
-    let Some(info) = (unsafe { PROCESSES.get(&tgid) }) else {
+    let Some((info, tgid, tid)) = wanted_sample() else {
         return 0;
     };
-    bump(counter::SAMPLED);
-    if !crate::gil::sample_wanted(info, pid_tgid as u32) || !crate::exception::sample_wanted(info, pid_tgid as u32) {
-        return 0;
-    }
-    if let Some((scratch, n_full)) = walk_current_stack(info, tgid, pid_tgid as u32, record_kind::CPU_SAMPLE) {
+    if let Some((scratch, n_full)) = walk_current_stack(info, tgid, tid, record_kind::CPU_SAMPLE) {
         emit_sample(&ctx, scratch, n_full);
     }
     0
+}
+
+/// The start of every sampling program: the running thread's process registration, tgid and
+/// tid, when its process is registered (counted) and the mode wants this thread's sample
+/// (`--mode gil`, `--mode exception`); `None` otherwise (the early exit for the rest of the
+/// host is the one map lookup).
+#[inline(always)]
+pub(crate) fn wanted_sample() -> Option<(&'static ProcessInfo, u32, u32)> {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    // SAFETY: the map value is only read, and the kernel keeps it alive for this run.
+    let info = unsafe { PROCESSES.get(&tgid) }?;
+    bump(counter::SAMPLED);
+    if !crate::gil::sample_wanted(info, tid) || !crate::exception::sample_wanted(info, tid) {
+        return None;
+    }
+    Some((info, tgid, tid))
 }
 
 /// Walks the Python stack of the running thread `tid` of process `tgid` into this CPU's

@@ -12,15 +12,15 @@
 use core::ptr::null_mut;
 
 use aya_ebpf::{
-    helpers::bpf_get_current_pid_tgid,
     macros::{map, perf_event},
     maps::ProgramArray,
     programs::PerfEventContext,
 };
-use profiler_common::{MAX_FULL_FRAMES, MAX_HASHED_FRAMES, counter, record_kind, sample_status};
+use profiler_common::{MAX_FULL_FRAMES, MAX_HASHED_FRAMES, record_kind, sample_status};
 
-use crate::maps::{PROCESSES, bump};
-use crate::sampling::{emit, finish_walk, full_frame_step, hashed_frame_step, scratch_mut, start_tail, start_walk};
+use crate::sampling::{
+    emit, finish_walk, full_frame_step, hashed_frame_step, scratch_mut, start_tail, start_walk, wanted_sample,
+};
 
 /// Hashed frames per run of `pyperch_sample_tail`.
 const TAIL_CHUNK: usize = 64;
@@ -35,20 +35,13 @@ static WALK_PROGRAMS: ProgramArray = ProgramArray::with_max_entries(1, 0);
 
 #[perf_event]
 pub fn pyperch_sample_bounded(ctx: PerfEventContext) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let tgid = (pid_tgid >> 32) as u32;
-    // SAFETY: the map value is only read, and the kernel keeps it alive for this run.
-    let Some(info) = (unsafe { PROCESSES.get(&tgid) }) else {
+    let Some((info, tgid, tid)) = wanted_sample() else {
         return 0;
     };
-    bump(counter::SAMPLED);
-    if !crate::gil::sample_wanted(info, pid_tgid as u32) || !crate::exception::sample_wanted(info, pid_tgid as u32) {
-        return 0;
-    }
     let Some(scratch) = scratch_mut() else {
         return 0;
     };
-    if !start_walk(info, tgid, pid_tgid as u32, record_kind::CPU_SAMPLE, scratch) {
+    if !start_walk(info, tgid, tid, record_kind::CPU_SAMPLE, scratch) {
         emit(scratch, 0, 0);
         return 0;
     }
