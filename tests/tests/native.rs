@@ -275,6 +275,43 @@ fn kernel_frames_dev_zero_with_native_sid_3_15() {
     kernel_dev_zero("sid-3.15", &["--kernel", "--native"]);
 }
 
+/// What the split and deep workloads must show with --native: native frames in at least 90 %
+/// of the samples, the Python frames `leaf` accepts (exactly the workload's chain) in at least
+/// 95 %, and the leaf_a/leaf_b split within 5 points of the workload's own measurement.
+fn check_leaf_split(
+    py: &Python,
+    mine: &Profile,
+    leaf: impl Fn(&Stack) -> Option<&'static str>,
+    (a_secs, b_secs): (f64, f64),
+    what: &str,
+    d: &str,
+) {
+    let total = mine.total();
+    let a = mine.count(|s| leaf(s) == Some("leaf_a"));
+    let b = mine.count(|s| leaf(s) == Some("leaf_b"));
+    let native = mine.count(|s| s.frames.iter().skip(1).any(|f| !is_python(f)));
+    let complete = share(a + b, total);
+    let profiled = share(a, a + b);
+    let own = a_secs / (a_secs + b_secs);
+    note(format!(
+        "{} {what}: {total} samples, {native} with native frames, {:.1} % exact; leaf_a {:.1} % profiled vs {:.1} % measured",
+        py.describe(),
+        complete * 100.0,
+        profiled * 100.0,
+        own * 100.0
+    ));
+    assert!(total >= 100, "{}: only {total} samples{d}", py.describe());
+    assert!(native * 10 >= total * 9, "{}: only {native} of {total} samples carry native frames{d}", py.describe());
+    assert!(complete >= 0.95, "{}: only {:.1} % of samples exact ({what}){d}", py.describe(), complete * 100.0);
+    assert!(
+        (profiled - own).abs() <= 0.05,
+        "{}: leaf_a share {:.1} % vs the workload's own {:.1} %; want within 5 points{d}",
+        py.describe(),
+        profiled * 100.0,
+        own * 100.0
+    );
+}
+
 /// With --native the Python frames are the same validated ones: split.py's chain is complete
 /// in the same share of samples and the leaf split matches the workload's own measurement.
 fn python_frames_unchanged(label: &str) {
@@ -303,31 +340,7 @@ fn python_frames_unchanged(label: &str) {
         }
         ["leaf_a", "leaf_b"].into_iter().find(|name| frames[start + CHAIN].is(name))
     };
-    let mine = rec.profile.for_pid(w.pid);
-    let total = mine.total();
-    let a = mine.count(|s| leaf(s) == Some("leaf_a"));
-    let b = mine.count(|s| leaf(s) == Some("leaf_b"));
-    let native = mine.count(|s| s.frames.iter().skip(1).any(|f| !is_python(f)));
-    let complete = share(a + b, total);
-    let profiled = share(a, a + b);
-    let own = a_secs / (a_secs + b_secs);
-    note(format!(
-        "{}: {total} samples, {native} with native frames, {:.1} % with the full chain; leaf_a share profiled {:.1} %, measured {:.1} %",
-        py.describe(),
-        complete * 100.0,
-        profiled * 100.0,
-        own * 100.0
-    ));
-    assert!(total >= 100, "{}: only {total} samples{d}", py.describe());
-    assert!(native * 10 >= total * 9, "{}: only {native} of {total} samples carry native frames{d}", py.describe());
-    assert!(complete >= 0.95, "{}: only {:.1} % of samples hold the full chain (want >= 95 %){d}", py.describe(), complete * 100.0);
-    assert!(
-        (profiled - own).abs() <= 0.05,
-        "{}: leaf_a share {:.1} % vs the workload's own {:.1} %; want within 5 points{d}",
-        py.describe(),
-        profiled * 100.0,
-        own * 100.0
-    );
+    check_leaf_split(&py, &rec.profile.for_pid(w.pid), leaf, (a_secs, b_secs), "full chain", &d);
 }
 
 #[test]
@@ -371,25 +384,7 @@ fn deep_python_frames_unchanged(label: &str) {
         }
         ["leaf_a", "leaf_b"].into_iter().find(|name| frames[DEPTH + 3].is(name))
     };
-    let mine = rec.profile.for_pid(w.pid);
-    let total = mine.total();
-    let a = mine.count(|s| leaf(s) == Some("leaf_a"));
-    let b = mine.count(|s| leaf(s) == Some("leaf_b"));
-    let native = mine.count(|s| s.frames.iter().skip(1).any(|f| !is_python(f)));
-    let complete = share(a + b, total);
-    let profiled = share(a, a + b);
-    let own = a_secs / (a_secs + b_secs);
-    note(format!(
-        "{} depth {DEPTH}: {total} samples, {native} with native frames, {:.1} % exact; leaf_a {:.1} % profiled vs {:.1} % measured",
-        py.describe(),
-        complete * 100.0,
-        profiled * 100.0,
-        own * 100.0
-    ));
-    assert!(total >= 100, "{}: only {total} samples{d}", py.describe());
-    assert!(native * 10 >= total * 9, "{}: only {native} of {total} samples carry native frames{d}", py.describe());
-    assert!(complete >= 0.95, "{}: only {:.1} % of samples exact at depth {DEPTH}{d}", py.describe(), complete * 100.0);
-    assert!((profiled - own).abs() <= 0.05, "{}: leaf split {:.1} % vs {:.1} %{d}", py.describe(), profiled * 100.0, own * 100.0);
+    check_leaf_split(&py, &rec.profile.for_pid(w.pid), leaf, (a_secs, b_secs), &format!("depth {DEPTH}"), &d);
 }
 
 #[test]
