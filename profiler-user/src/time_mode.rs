@@ -46,7 +46,6 @@ pub const OFF_CPU_PREEMPTED: &str = "<off-cpu: preempted>";
 pub const OFF_CPU_SHORT: &str = "<off-cpu: short>";
 
 impl TimeMode {
-    /// Whether CPU-clock samples count.
     /// The mode's name on the command line.
     pub fn label(self) -> &'static str {
         match self {
@@ -58,6 +57,7 @@ impl TimeMode {
         }
     }
 
+    /// Whether CPU-clock samples count.
     pub fn on_cpu(self) -> bool {
         matches!(self, TimeMode::Cpu | TimeMode::Wall | TimeMode::Gil | TimeMode::Exception)
     }
@@ -72,15 +72,9 @@ impl TimeMode {
         self.off_cpu()
     }
 
-    /// The pprof sample type of the time values.
+    /// The pprof sample type of the time values: the mode's name.
     pub fn pprof_type(self) -> &'static str {
-        match self {
-            TimeMode::Cpu => "cpu",
-            TimeMode::Wall => "wall",
-            TimeMode::OffCpu => "off-cpu",
-            TimeMode::Gil => "gil",
-            TimeMode::Exception => "exception",
-        }
+        self.label()
     }
 }
 
