@@ -31,7 +31,7 @@ use crate::memory::{MemoryError, ProcessMemory};
 
 pub use elf::oversized_tables;
 pub use files::{FileCounts, FileError, Problem as FileProblem, cached_files, counts as file_counts, hung_files, open_checked};
-pub use procfs::{FileKey, read_maps};
+pub use procfs::{FileKey, read_maps, read_task_comm, task_ids};
 pub use procfs::{Mapping, parse_maps, parse_maps_line};
 
 /// glibc x86_64: offset of `specific_1stblock[0].data` in `struct pthread` (at fsbase).

@@ -210,6 +210,25 @@ pub fn read_comm(pid: u32) -> io::Result<String> {
     Ok(text)
 }
 
+/// The thread ids of `pid` (at most `limit` of them), sorted, or `None` if the process is
+/// gone.
+pub fn task_ids(pid: u32, limit: usize) -> Option<Vec<u32>> {
+    let entries = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut tids: Vec<u32> = entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).take(limit).collect();
+    tids.sort_unstable();
+    Some(tids)
+}
+
+/// `/proc/PID/task/TID/comm` without its newline, at most 64 bytes read (the kernel keeps
+/// 15); invalid UTF-8 as `\xNN`. `None` if the thread is gone or its name is empty.
+pub fn read_task_comm(pid: u32, tid: u32) -> Option<String> {
+    use std::io::Read;
+    let mut bytes = Vec::with_capacity(64);
+    std::fs::File::open(format!("/proc/{pid}/task/{tid}/comm")).ok()?.take(64).read_to_end(&mut bytes).ok()?;
+    let text = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+    (!text.is_empty()).then(|| crate::text::decode(text))
+}
+
 /// The device and inode of the target's executable, from the kernel's cached attributes
 /// (`statx` with `AT_STATX_DONT_SYNC` through the `/proc/PID/exe` magic link: no path is
 /// walked and no FUSE or network server is asked), as `/proc/PID/maps` shows them.

@@ -23,11 +23,7 @@ fn read_bounded(path: &Path) -> Option<String> {
 
 /// The thread ids of `pid`, sorted, or `None` if the process is gone.
 pub fn task_ids(pid: u32) -> Option<Vec<u32>> {
-    let entries = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    let mut tids: Vec<u32> =
-        entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).take(MAX_TASKS).collect();
-    tids.sort_unstable();
-    Some(tids)
+    crate::discovery::task_ids(pid, MAX_TASKS)
 }
 
 /// `(state letter, start time)` of a process or thread from its `stat` text: fields 3 and 22,
@@ -151,7 +147,7 @@ pub fn task_state(pid: u32, tid: u32) -> Option<TaskState> {
     let dir = format!("/proc/{pid}/task/{tid}");
     let stat = read_bounded(Path::new(&format!("{dir}/stat")))?;
     let (state, _) = parse_state_and_start(&stat)?;
-    let name = read_bounded(Path::new(&format!("{dir}/comm"))).map(|n| n.trim_end_matches('\n').to_owned());
+    let name = crate::discovery::read_task_comm(pid, tid);
     let syscall_text = read_bounded(Path::new(&format!("{dir}/syscall")));
     let syscall = syscall_text.as_deref().and_then(parse_syscall);
     let wchan = read_bounded(Path::new(&format!("{dir}/wchan")))

@@ -340,6 +340,9 @@ impl Session {
 
     /// Stops discovery (without waiting for it) and applies what it reported until now.
     pub(crate) fn stop_discovery(&mut self) {
+        if let Some(namer) = self.namer.as_mut() {
+            namer.sync_next();
+        }
         self.apply_discovery();
         self.discovery = None;
     }
@@ -374,7 +377,10 @@ impl Session {
     /// With `--threads`: gives the name helper the live processes and the profile the names
     /// it read (never waits for the helper).
     fn sync_thread_names(&mut self) {
-        let Some(namer) = &self.namer else { return };
+        let Some(namer) = self.namer.as_mut() else { return };
+        if !namer.due() {
+            return;
+        }
         namer.set_pids(self.targets.values().filter(|t| t.alive).map(|t| t.process.pid).collect());
         for (tid, name) in namer.take() {
             self.profile.set_thread_name(tid, &name);

@@ -10,12 +10,11 @@
 
 use std::{
     collections::HashMap,
-    io::Read,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 /// How often the helper reads the names.
@@ -30,12 +29,14 @@ pub(crate) struct ThreadNamer {
     pids: Arc<Mutex<Vec<u32>>>,
     names: Arc<Mutex<HashMap<u32, String>>>,
     stop: Arc<AtomicBool>,
+    /// When the session last exchanged with the helper (see [`ThreadNamer::due`]).
+    last_sync: Option<Instant>,
 }
 
 impl ThreadNamer {
     /// Starts the helper thread; `None` if the thread cannot be started (names then stay off).
     pub(crate) fn start() -> Option<Self> {
-        let namer = ThreadNamer { pids: Arc::default(), names: Arc::default(), stop: Arc::default() };
+        let namer = ThreadNamer { pids: Arc::default(), names: Arc::default(), stop: Arc::default(), last_sync: None };
         let (pids, names, stop) = (namer.pids.clone(), namer.names.clone(), namer.stop.clone());
         std::thread::Builder::new()
             .name("pyperch-names".into())
@@ -60,6 +61,23 @@ impl ThreadNamer {
         Some(namer)
     }
 
+    /// Whether the session should exchange with the helper now: at most once per [`PERIOD`]
+    /// (the helper reads no more often), so the sampling loop, which asks before every batch,
+    /// does not rebuild the process list each time.
+    pub(crate) fn due(&mut self) -> bool {
+        if self.last_sync.is_some_and(|t| t.elapsed() < PERIOD) {
+            return false;
+        }
+        self.last_sync = Some(Instant::now());
+        true
+    }
+
+    /// Makes the next [`ThreadNamer::due`] true (the last exchange before the profile is
+    /// written).
+    pub(crate) fn sync_next(&mut self) {
+        self.last_sync = None;
+    }
+
     /// Tells the helper which processes to look at; skipped if it holds the lock right now.
     pub(crate) fn set_pids(&self, pids: Vec<u32>) {
         if let Ok(mut p) = self.pids.try_lock() {
@@ -81,22 +99,11 @@ impl Drop for ThreadNamer {
 
 /// Adds the names of `pid`'s threads to `found`.
 fn read_process(pid: u32, found: &mut HashMap<u32, String>) {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return };
-    for entry in tasks.take(MAX_TASKS).flatten() {
-        let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse::<u32>().ok()) else { continue };
-        if let Some(name) = read_comm(pid, tid) {
+    for tid in crate::discovery::task_ids(pid, MAX_TASKS).unwrap_or_default() {
+        if let Some(name) = crate::discovery::read_task_comm(pid, tid) {
             found.insert(tid, name);
         }
     }
-}
-
-/// `/proc/PID/task/TID/comm` without its newline, at most 64 bytes read.
-fn read_comm(pid: u32, tid: u32) -> Option<String> {
-    let file = std::fs::File::open(format!("/proc/{pid}/task/{tid}/comm")).ok()?;
-    let mut bytes = Vec::with_capacity(64);
-    file.take(64).read_to_end(&mut bytes).ok()?;
-    let text = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
-    (!text.is_empty()).then(|| crate::text::decode(text))
 }
 
 #[cfg(test)]
