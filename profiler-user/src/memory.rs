@@ -86,6 +86,29 @@ impl ProcessMemory {
         Ok(u64::from_le_bytes(b))
     }
 
+    /// A NUL-terminated C string of at most `max` bytes, printable ASCII only (type names and
+    /// the like); `None` if unreadable, longer, or not printable. Read in 16-byte pieces, so a
+    /// string near the end of a mapping still reads.
+    pub fn read_c_string(&self, address: u64, max: usize) -> Option<String> {
+        let mut out = Vec::new();
+        let mut at = address;
+        while out.len() < max {
+            let mut chunk = [0u8; 16];
+            self.read(at, &mut chunk).ok()?;
+            for &b in &chunk {
+                if b == 0 {
+                    return String::from_utf8(out).ok();
+                }
+                if !(0x20..0x7f).contains(&b) || out.len() >= max {
+                    return None;
+                }
+                out.push(b);
+            }
+            at = at.wrapping_add(16);
+        }
+        None
+    }
+
     pub fn read_u32(&self, address: u64) -> Result<u32, MemoryError> {
         let mut b = [0u8; 4];
         self.read(address, &mut b)?;

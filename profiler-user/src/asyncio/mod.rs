@@ -403,13 +403,11 @@ impl AsyncReader {
         }
     }
 
-    /// `tp_name` of the object's type (at most 16 bytes; longer names are not wanted here).
+    /// `tp_name` of the object's type (under 16 bytes; longer names are not wanted here).
     fn type_name(&self, mem: &ProcessMemory, object: u64) -> Option<String> {
         let ty = mem.read_u64(object.wrapping_add(self.layout.objects.ob_type.into())).ok()?;
         let name = mem.read_u64(ty.wrapping_add(self.objects.type_name.into())).ok()?;
-        let bytes = mem.read_vec(name, 16).ok()?;
-        let end = bytes.iter().position(|&b| b == 0)?;
-        String::from_utf8(bytes[..end].to_vec()).ok()
+        mem.read_c_string(name, 15)
     }
 
     /// A non-negative `int` of at most two 30-bit digits.

@@ -51,7 +51,7 @@ fn try_render(mem: &ProcessMemory, objects: &ObjectLayout, values: &ValueLayout,
     let ob_type = mem.read_u64(address.wrapping_add(objects.ob_type.into())).ok()?;
     let name_ptr = mem.read_u64(ob_type.wrapping_add(values.type_name.into())).ok()?;
     let flags = mem.read_u64(ob_type.wrapping_add(values.type_flags.into())).ok()?;
-    let type_name = read_c_string(mem, name_ptr)?;
+    let type_name = mem.read_c_string(name_ptr, MAX_TYPE_NAME)?;
     let builtin = flags & TPFLAGS_HEAPTYPE == 0;
     let value = if builtin { render_builtin(mem, objects, values, address, &type_name) } else { None };
     let value = value.unwrap_or_else(|| format!("<{} object>", crate::text::field(&type_name)));
@@ -192,28 +192,6 @@ fn render_bytes(mem: &ProcessMemory, objects: &ObjectLayout, address: u64) -> Op
         out.push_str(&format!("... ({size} bytes)"));
     }
     Some(out)
-}
-
-/// A NUL-terminated `char *` of at most `MAX_TYPE_NAME` bytes, printable ASCII only.
-fn read_c_string(mem: &ProcessMemory, address: u64) -> Option<String> {
-    // Read in small pieces so a name near the end of a mapping still reads.
-    let mut out = Vec::new();
-    let mut at = address;
-    while out.len() < MAX_TYPE_NAME {
-        let mut chunk = [0u8; 16];
-        mem.read(at, &mut chunk).ok()?;
-        for &b in &chunk {
-            if b == 0 {
-                return String::from_utf8(out).ok();
-            }
-            if !(0x20..0x7f).contains(&b) {
-                return None;
-            }
-            out.push(b);
-        }
-        at = at.wrapping_add(16);
-    }
-    None
 }
 
 /// The names in a tuple of `str` (e.g. `co_varnames`), at most `max` of them; `None` when the
