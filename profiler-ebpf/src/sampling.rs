@@ -227,19 +227,20 @@ pub(crate) extern "C" fn hashed_frame_step(_index: u64, _ctx: *mut c_void) -> i6
 /// Sends a CPU sample: the header and the first `n_full` frames, with native context when
 /// `--native` / `--kernel` ask for it (`native_stack`).
 fn emit_sample(ctx: &PerfEventContext, scratch: &Scratch, n_full: usize) {
-    let n = if n_full > MAX_FULL_FRAMES { MAX_FULL_FRAMES } else { n_full };
-    let len = core::mem::size_of::<SampleHeader>() + n * core::mem::size_of::<FrameEntry>();
-    let len = if len > core::mem::size_of::<Record>() { core::mem::size_of::<Record>() } else { len };
-    // `len` is at most the size of `Record`.
-    crate::native_stack::emit(ctx, &scratch.record as *const Record as *const c_void, len);
+    crate::native_stack::emit(ctx, &scratch.record as *const Record as *const c_void, record_len(n_full, 0));
 }
 
 /// Sends the header, the first `n_full` frames and `trailer_slots` (0 or 1) slots after them.
 pub fn emit(scratch: &Scratch, n_full: usize, trailer_slots: usize) {
+    output_record(&scratch.record as *const Record as *const c_void, record_len(n_full, trailer_slots));
+}
+
+/// Bytes of a record with the header, `n_full` frames (at most `MAX_FULL_FRAMES`) and
+/// `trailer_slots` (0 or 1) slots after them: never more than the size of `Record`.
+#[inline(always)]
+fn record_len(n_full: usize, trailer_slots: usize) -> usize {
     let n = if n_full > MAX_FULL_FRAMES { MAX_FULL_FRAMES } else { n_full };
     let n = n + if trailer_slots > 0 { 1 } else { 0 };
     let len = core::mem::size_of::<SampleHeader>() + n * core::mem::size_of::<FrameEntry>();
-    let len = if len > core::mem::size_of::<Record>() { core::mem::size_of::<Record>() } else { len };
-    // `len` is at most the size of `Record`.
-    output_record(&scratch.record as *const Record as *const c_void, len);
+    if len > core::mem::size_of::<Record>() { core::mem::size_of::<Record>() } else { len }
 }
