@@ -8,7 +8,9 @@ MODE is one of:
   zlib    zlib_caller compresses a large buffer; sort_caller sorts with key=sort_key.
   zero    a thread (zero_reader) reads /dev/zero in large chunks and sums part of each in
           Python; at exit its user and system time (getrusage(RUSAGE_THREAD)) go to
-          OUT_JSON as {"utime": seconds, "stime": seconds}.
+          OUT_JSON as {"utime": seconds, "stime": seconds}: between SIGUSR1 and SIGUSR2
+          (the test sends them when the recording starts and ends, so that truth and
+          profile cover the same window), or over its whole run if they never came.
 Prints "ready" once running; exits on SIGTERM or after MAX_SECONDS.
 
 Runs unchanged on CPython 3.8 ... 3.15 (stdlib only).
@@ -26,6 +28,10 @@ import zlib
 MODE, OUT, MAX_SECONDS = sys.argv[1], sys.argv[2], float(sys.argv[3])
 STOP = threading.Event()
 signal.signal(signal.SIGTERM, lambda *_: STOP.set())
+WINDOW_START = threading.Event()
+WINDOW_END = threading.Event()
+signal.signal(signal.SIGUSR1, lambda *_: WINDOW_START.set())
+signal.signal(signal.SIGUSR2, lambda *_: WINDOW_END.set())
 
 
 def c_spin_caller(lib):
@@ -92,15 +98,35 @@ def zero_reader(result):
     buf = bytearray(8 << 20)
     view = memoryview(buf)
     start = thread_times()
+    cpu_start = time.thread_time()
+    end = None
+    windowed = False
+    in_read = 0.0
     with open("/dev/zero", "rb", buffering=0) as f:
         while not STOP.is_set():
+            if WINDOW_START.is_set() and not windowed:
+                start, windowed = thread_times(), True
+                cpu_start, in_read = time.thread_time(), 0.0
+            if WINDOW_END.is_set() and end is None:
+                end = thread_times()
+                cpu_end = time.thread_time()
+            before = time.thread_time()
             f.readinto(view)
+            if end is None:
+                in_read += time.thread_time() - before
             total = 0
             for b in buf[:20_000]:
                 total += b
-    end = thread_times()
+    if end is None:
+        end = thread_times()
+        cpu_end = time.thread_time()
     result["utime"] = end[0] - start[0]
     result["stime"] = end[1] - start[1]
+    # Exact (scheduler-clock) CPU time of the window and the part of it spent inside
+    # read(): the kernel's utime/stime split above is sampled at the scheduler tick.
+    result["cpu"] = cpu_end - cpu_start
+    result["in_read"] = in_read
+    result["windowed"] = windowed
 
 
 def run_zero():
