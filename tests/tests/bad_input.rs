@@ -104,7 +104,14 @@ fn target_exiting_mid_recording_keeps_its_samples() {
     };
     let mut w = Workload::spawn(&py, "exit_early.py", &["2"]).unwrap_or_else(|e| panic!("{e:#}"));
     let pid = w.pid.to_string();
-    let rec = record(&["--pid", &pid, "--duration", "5", "--rate", "199"]);
+    // The workload exits 2 s after it is told that sampling has begun (on a loaded machine
+    // pyperch's start can take longer than the workload's whole life otherwise).
+    let run = RecordRun::start(&["--pid", &pid, "--duration", "5", "--rate", "199"]);
+    let sampling = run.wait_until_sampling(Duration::from_secs(60));
+    // SAFETY: kill(2) with the pid of a child we spawned; no memory effects.
+    unsafe { libc::kill(w.pid as libc::pid_t, libc::SIGUSR1) };
+    let rec = run.finish();
+    assert!(sampling, "pyperch did not start sampling within 60 s{}", rec.diag());
     let status = w.wait_exit(Duration::from_secs(30));
     rec.assert_ok();
     let d = rec.diag_pid(w.pid);
