@@ -55,6 +55,12 @@ fn chain(label: &str) {
     assert!(rec.run.stderr.contains("asyncio: "), "--stats does not count asyncio task stacks{d}");
 }
 
+/// The number `--stats` gives after `label` in its asyncio line (the first one: whole run).
+fn stat_count(stderr: &str, label: &str) -> u64 {
+    let Some(at) = stderr.find(label) else { return 0 };
+    stderr[at + label.len()..].split_whitespace().next().and_then(|n| n.trim_end_matches(';').parse().ok()).unwrap_or(0)
+}
+
 fn gather(label: &str) {
     let Some(py) = python(label) else { return };
     let (w, rec) = record_async(&py, "gather");
@@ -63,9 +69,14 @@ fn gather(label: &str) {
     let total = mine.total();
     let working = mine.filter(|s| s.has_function("child_work"));
     let logical = working.count(|s| names(s).iter().any(|f| f.starts_with("task child_")));
+    // Samples taken before the asyncio reader was made (late on a loaded machine) carry no
+    // kernel-recorded running task; reading it afterwards finds another child task running
+    // most of the time. They are counted apart in --stats and not held against the 90 %.
+    let late = stat_count(&rec.run.stderr, "sampled before the kernel recorded running tasks, task read later not on the stack");
+    let judged = working.total().saturating_sub(late);
     assert!(
-        logical * 10 >= working.total() * 9 && logical > 0,
-        "only {logical} of {} samples in child_work show their task{d}",
+        logical * 10 >= judged * 9 && logical > 0 && late * 2 <= working.total(),
+        "only {logical} of {} samples in child_work show their task ({late} sampled before the kernel recorded running tasks){d}",
         working.total()
     );
     for i in 0..3 {

@@ -107,7 +107,9 @@ struct Running {
 /// sampling runs. Returns the recording and the workload's measurements.
 fn record_workload(running: Running, mode: &str, extra: &[&str]) -> (Recording, serde_json::Value, u32) {
     let pid = running.pid.to_string();
-    let duration = format!("{}", SECONDS + 6.0);
+    // A long --duration only as a backstop: the recording is ended with SIGINT (Ctrl-C) once
+    // the workload has written its measurements, i.e. after its threads have ended.
+    let duration = format!("{}", SECONDS + 60.0);
     let mut args = vec!["--pid", &pid, "--mode", mode, "--threads", "--rate", RATE, "--duration", &duration, "--stats"];
     args.extend_from_slice(extra);
     let rec = RecordRun::start(&args);
@@ -115,11 +117,26 @@ fn record_workload(running: Running, mode: &str, extra: &[&str]) -> (Recording, 
     // The scheduler-switch program attaches right after the perf events.
     std::thread::sleep(Duration::from_millis(1500));
     fs::write(&running.go, b"go").expect("cannot write the go file");
+    let deadline = std::time::Instant::now() + Duration::from_secs_f64(SECONDS + 50.0);
+    let measured = loop {
+        let text = fs::read_to_string(&running.result).unwrap_or_default();
+        if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
+            break Some(value);
+        }
+        if std::time::Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Samples and intervals already in the kernel's ring buffer are read before pyperch
+    // stops; the short wait covers those still being taken at the threads' ends.
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) with the pid of the pyperch we started; no memory effects.
+    unsafe { libc::kill(rec.pid() as libc::pid_t, libc::SIGINT) };
     let rec = rec.finish();
     rec.assert_ok();
     let d = rec.diag_pid(running.pid);
-    let text = fs::read_to_string(&running.result).unwrap_or_else(|e| panic!("{}: no measurements ({e}){d}", running.describe));
-    let measured: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON {e}: {text}"));
+    let measured = measured.unwrap_or_else(|| panic!("{}: no measurements in {}{d}", running.describe, running.result.display()));
     (rec, measured, running.pid)
 }
 

@@ -88,6 +88,10 @@ pub enum ChainMiss {
     /// The running task's coroutine frame is not among the frames the kernel sent in full:
     /// the task read now is not the one sampled (or lies deeper than 64 frames).
     NotOnStack,
+    /// As `NotOnStack`, for a sample taken before the kernel was asked to record the running
+    /// task (the asyncio reader was not made yet): the task read afterwards is usually another
+    /// one by then. Shows how much of a recording's start went by without task stacks.
+    ReadLate,
     /// The task or an awaiter could not be read or was not a task.
     Unreadable,
     /// The running task, or its coroutine, changed while its awaiters were read.
@@ -95,11 +99,12 @@ pub enum ChainMiss {
 }
 
 impl ChainMiss {
-    pub const ALL: [ChainMiss; 3] = [ChainMiss::NotOnStack, ChainMiss::Unreadable, ChainMiss::Changed];
+    pub const ALL: [ChainMiss; 4] = [ChainMiss::NotOnStack, ChainMiss::ReadLate, ChainMiss::Unreadable, ChainMiss::Changed];
 
     pub fn label(self) -> &'static str {
         match self {
             ChainMiss::NotOnStack => "running task's coroutine not among the sampled frames",
+            ChainMiss::ReadLate => "sampled before the kernel recorded running tasks, task read later not on the stack",
             ChainMiss::Unreadable => "task graph unreadable",
             ChainMiss::Changed => "running task changed while read",
         }
@@ -236,7 +241,7 @@ impl AsyncReader {
         let frame_index = frames_leaf_first
             .iter()
             .position(|&(address, owner)| address == frame && Some(owner) == generator)
-            .ok_or(ChainMiss::NotOnStack)?;
+            .ok_or(if sampled_task.is_some() { ChainMiss::NotOnStack } else { ChainMiss::ReadLate })?;
         let task_type = self.ob_type(&bytes);
         let mut names = vec![self.task_name(mem, &bytes)];
         let mut seen = HashSet::from([task]);
