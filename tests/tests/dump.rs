@@ -82,6 +82,10 @@ fn four_threads(label: &str) {
         .unwrap_or_else(|e| panic!("{e:#}"));
     let measured = w.read_json("dump.json").unwrap_or_else(|e| panic!("{e:#}"));
     let pid = w.pid.to_string();
+    // The main thread prints "ready" holding the GIL and only then blocks: give it the time
+    // to let go (on a loaded machine it can be preempted in between), so that the spinner is
+    // the only thread that wants the GIL when the dump reads it.
+    std::thread::sleep(Duration::from_millis(300));
     let run = pyperch(&["dump", "--pid", &pid, "--json", "--locals"], Duration::from_secs(30));
     let d = run.diag();
     assert!(run.success(), "{}: pyperch dump failed{d}", py.describe());
