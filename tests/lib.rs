@@ -941,6 +941,15 @@ impl RecordRun {
         false
     }
 
+    /// Ends the recording as Ctrl-C does (SIGINT: pyperch drains what the kernel sent,
+    /// writes its output and exits 0), then `finish`. For tests that end the recording when
+    /// their workload is done rather than after a fixed `--duration` with room to spare.
+    pub fn interrupt(self) -> Recording {
+        // SAFETY: kill(2) with the pid of the pyperch we started; no memory effects.
+        unsafe { libc::kill(self.pid() as libc::pid_t, libc::SIGINT) };
+        self.finish()
+    }
+
     pub fn finish(self) -> Recording {
         let run = self.running.finish(self.timeout);
         let collapsed = fs::read_to_string(&self.output).unwrap_or_default();

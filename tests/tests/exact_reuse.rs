@@ -26,9 +26,11 @@ fn same_name(label: &str) {
     let mut w = Workload::spawn(&py, "same_name.py", &["120", "60", "{dir}/same_name.json"])
         .unwrap_or_else(|e| panic!("{e:#}"));
     let pid = w.pid.to_string();
-    // The workload spins 120 x 60 ms; the recording covers it with room to spare.
-    let rec = record(&["--pid", &pid, "--duration", "12", "--rate", "4999", "--stats"]);
+    // The workload spins 120 x 60 ms; the recording ends when it has exited (the
+    // --duration is only a backstop).
+    let run = RecordRun::start(&["--pid", &pid, "--duration", "60", "--rate", "4999", "--stats"]);
     let status = w.wait_exit(Duration::from_secs(60));
+    let rec = run.interrupt();
     rec.assert_ok();
     let d = rec.diag_pid(w.pid);
     assert!(status.is_some_and(|s| s.success()), "{} same_name.py failed: {status:?}{d}", py.describe());
@@ -80,9 +82,11 @@ fn reload_below_64(label: &str) {
     let mut w = Workload::spawn(&py, "reload_deep.py", &["60", "120", "{dir}/reload.json"])
         .unwrap_or_else(|e| panic!("{e:#}"));
     let pid = w.pid.to_string();
-    // The workload runs 60 phases of 120 ms; the recording covers them with room to spare.
-    let rec = record(&["--pid", &pid, "--duration", "15", "--rate", "1999", "--stats"]);
+    // The workload runs 60 phases of 120 ms; the recording ends when it has exited (the
+    // --duration is only a backstop).
+    let run = RecordRun::start(&["--pid", &pid, "--duration", "60", "--rate", "1999", "--stats"]);
     let status = w.wait_exit(Duration::from_secs(60));
+    let rec = run.interrupt();
     rec.assert_ok();
     let d = rec.diag_pid(w.pid);
     assert!(status.is_some_and(|s| s.success()), "{} reload_deep.py failed: {status:?}{d}", py.describe());

@@ -131,9 +131,7 @@ fn record_workload(running: Running, mode: &str, extra: &[&str]) -> (Recording, 
     // Samples and intervals already in the kernel's ring buffer are read before pyperch
     // stops; the short wait covers those still being taken at the threads' ends.
     std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: kill(2) with the pid of the pyperch we started; no memory effects.
-    unsafe { libc::kill(rec.pid() as libc::pid_t, libc::SIGINT) };
-    let rec = rec.finish();
+    let rec = rec.interrupt();
     rec.assert_ok();
     let d = rec.diag_pid(running.pid);
     let measured = measured.unwrap_or_else(|| panic!("{}: no measurements in {}{d}", running.describe, running.result.display()));
