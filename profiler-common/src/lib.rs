@@ -170,6 +170,29 @@ pub struct ProcessInfo {
     pub _pad2: u32,
     /// Address of `_Py_NoneStruct`: a stack item holding None handles nothing.
     pub none_address: u64,
+    /// Off-CPU reason `GIL_WAIT` (`--mode wall/off-cpu`): how to find the interpreter's
+    /// `struct _gil_runtime_state`, one of `gil_wait`. A thread switched out asleep in a futex
+    /// call whose address lies in that struct waits for the GIL.
+    pub gil_wait_kind: u32,
+    /// `sizeof(struct _gil_runtime_state)`: the futex addresses inside it are the GIL's.
+    pub gil_wait_size: u32,
+    /// `gil_wait::RUNTIME_ADDRESS`: the struct's address. `INTERP_POINTER`: offset in
+    /// `PyInterpreterState` of the pointer to it (`ceval.gil`).
+    pub gil_wait_at: u64,
+    /// `gil_wait::INTERP_POINTER`: offset of `interp` in `PyThreadState` (the waiting
+    /// thread's own interpreter: with per-interpreter GILs each has its own).
+    pub gil_wait_tstate_interp: u32,
+    pub _pad3: u32,
+}
+
+/// How the kernel finds the GIL's struct to tell a GIL wait (`ProcessInfo::gil_wait_kind`).
+pub mod gil_wait {
+    /// Not known (or no GIL): waits for the GIL show as `off_cpu_reason::SLEEP`.
+    pub const UNKNOWN: u32 = 0;
+    /// 3.8-3.11: one GIL for the process, `_PyRuntime.ceval.gil`, at a fixed address.
+    pub const RUNTIME_ADDRESS: u32 = 1;
+    /// 3.12+: the thread's interpreter points to the GIL it uses (`interp->ceval.gil`).
+    pub const INTERP_POINTER: u32 = 2;
 }
 
 /// How a version tells which thread holds the GIL (`ProcessInfo::gil_check`).
@@ -239,6 +262,9 @@ pub mod off_cpu_reason {
     pub const SLEEP: u32 = 0;
     /// It was preempted while runnable.
     pub const PREEMPTED: u32 = 1;
+    /// It blocked waiting for the GIL: asleep in a futex call on the interpreter's GIL struct
+    /// (see `ProcessInfo::gil_wait_kind`).
+    pub const GIL_WAIT: u32 = 2;
 }
 
 /// Trailer of an `record_kind::OFF_CPU` record, in the frame slot after its `n_full` frames.

@@ -1,8 +1,13 @@
 //! `--mode gil`: whether the sampled thread holds the GIL, read the way its version says
 //! (`ProcessInfo::gil_check`, numbers from userspace's per-version tables).
+//!
+//! `--mode wall/off-cpu`: whether a thread switched out asleep waits for the GIL
+//! ([`waiting_for_gil`], `ProcessInfo::gil_wait_kind`).
 
-use aya_ebpf::helpers::bpf_probe_read_user;
-use profiler_common::{ProcessInfo, counter, gil_check};
+use core::ffi::c_void;
+
+use aya_ebpf::helpers::{bpf_probe_read_user, generated};
+use profiler_common::{ProcessInfo, counter, gil_check, gil_wait};
 
 use crate::frame_walk::read_u64;
 use crate::maps::bump;
@@ -45,4 +50,62 @@ pub fn sample_wanted(info: &ProcessInfo, tid: u32) -> bool {
         bump(counter::NOT_GIL_HOLDER);
     }
     holds
+}
+
+/// x86_64 system calls whose first argument is the futex word the caller sleeps on: `futex`
+/// and futex2's `futex_wait`. (`futex_waitv` takes an array, so is not recognised.)
+const FUTEX_SYSCALLS: [u64; 2] = [202, 455];
+/// Word indices in x86_64 `struct pt_regs` of `di` (first system-call argument) and
+/// `orig_ax` (the system call number; -1 outside a system call).
+const REG_DI: usize = 14;
+const REG_ORIG_AX: usize = 15;
+
+/// Whether the current thread, switched out asleep, is waiting for its interpreter's GIL: it
+/// sleeps in a futex call (the GIL's mutex or condition variables, as `take_gil` and the
+/// forced switch of `drop_gil` wait) on an address inside the `struct _gil_runtime_state`
+/// that `info.gil_wait_*` locate. `tstate` is its thread state (0: unknown).
+///
+/// Reads two saved user registers and at most two user words; false whenever one fails, so a
+/// GIL wait that cannot be told stays a plain sleep.
+pub fn waiting_for_gil(info: &ProcessInfo, tstate: u64) -> bool {
+    let size = info.gil_wait_size as u64;
+    if info.gil_wait_kind == gil_wait::UNKNOWN || size == 0 {
+        return false;
+    }
+    let Some((syscall, futex)) = syscall_and_first_argument() else { return false };
+    if !FUTEX_SYSCALLS.contains(&syscall) {
+        return false;
+    }
+    let gil = match info.gil_wait_kind {
+        gil_wait::RUNTIME_ADDRESS => info.gil_wait_at,
+        gil_wait::INTERP_POINTER if tstate != 0 => {
+            let interp = read_u64(tstate.wrapping_add(info.gil_wait_tstate_interp as u64));
+            if interp == 0 {
+                return false;
+            }
+            read_u64(interp.wrapping_add(info.gil_wait_at))
+        }
+        _ => return false,
+    };
+    gil != 0 && futex >= gil && futex - gil < size
+}
+
+/// The current thread's system call number and first argument, from the user registers it
+/// saved on entering the kernel.
+fn syscall_and_first_argument() -> Option<(u64, u64)> {
+    let mut words = [0u64; 2];
+    // SAFETY: the helpers return the current task and the address of its saved user
+    // registers (kernel memory), read with a probe that fails cleanly; `di` and `orig_ax`
+    // are adjacent words of it, copied into `words`.
+    let ret = unsafe {
+        let task = generated::bpf_get_current_task_btf();
+        let regs = generated::bpf_task_pt_regs(task) as *const u64;
+        generated::bpf_probe_read_kernel(
+            words.as_mut_ptr() as *mut c_void,
+            16,
+            regs.wrapping_add(REG_DI) as *const c_void,
+        )
+    };
+    const _: () = assert!(REG_ORIG_AX == REG_DI + 1);
+    (ret == 0).then_some((words[1], words[0]))
 }

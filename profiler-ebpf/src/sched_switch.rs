@@ -4,8 +4,9 @@
 //! the CPU (`prev`, still `current`, its memory still mapped) and names the one coming in:
 //! - `prev` of a registered process: its Python stack is walked now, with the sampling
 //!   program's walk, and kept in `OFF_CPU_RECORDS` with the time and the reason (preempted
-//!   while runnable: `preempt` or `prev_state == TASK_RUNNING`; otherwise asleep). The stack cannot change while the thread is off a CPU, so it
-//!   is the stack of the whole interval.
+//!   while runnable: `preempt` or `prev_state == TASK_RUNNING`; otherwise asleep, and asleep
+//!   waiting for the GIL when `gil::waiting_for_gil` says so). The stack cannot change while
+//!   the thread is off a CPU, so it is the stack of the whole interval.
 //! - `next` of a registered process with a pending switch-out: the interval ends now; its
 //!   length is written into the kept record, which is sent. Intervals shorter than
 //!   `MIN_OFF_CPU_NS` are not sent; their time is summed per thread (`THREAD_SWITCHES`) and
@@ -33,6 +34,7 @@ use profiler_common::{
     off_cpu_reason, record_kind,
 };
 
+use crate::gil::waiting_for_gil;
 use crate::maps::{PROCESSES, bump, output_record};
 use crate::sampling::{Record, walk_current_stack};
 
@@ -90,6 +92,11 @@ fn switch_out(preempt: bool) {
     let now = now();
     let Some((scratch, _)) = walk_current_stack(info, tgid, tid, record_kind::OFF_CPU) else {
         return;
+    };
+    let reason = if reason == off_cpu_reason::SLEEP && waiting_for_gil(info, scratch.record.header.thread_state) {
+        off_cpu_reason::GIL_WAIT
+    } else {
+        reason
     };
     if OFF_CPU_RECORDS.insert(&tid, &scratch.record, 0).is_err() {
         return;

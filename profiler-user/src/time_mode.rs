@@ -10,10 +10,12 @@
 //!   the thread state's exception stack, see `layout::exception`); values are sample counts.
 //!
 //! Off-CPU stacks end in a frame saying why the thread was off ([`OFF_CPU_SLEEP`],
-//! [`OFF_CPU_PREEMPTED`]); intervals shorter than `--min-off-cpu` are not walked, and their
+//! [`OFF_CPU_PREEMPTED`], [`OFF_CPU_GIL_WAIT`]); intervals shorter than `--min-off-cpu` are not walked, and their
 //! time shows per thread as [`OFF_CPU_SHORT`].
 
 use std::time::Duration;
+
+use profiler_common::off_cpu_reason;
 
 /// `--mode`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -38,12 +40,26 @@ pub enum TimeMode {
 /// describe while every function waiting for a timer tick (1-4 ms) or longer is walked.
 pub const DEFAULT_MIN_OFF_CPU: Duration = Duration::from_micros(100);
 
-/// Leaf frame of time spent asleep (blocked: locks, I/O, sleeps, waiting for the GIL).
+/// Leaf frame of time spent asleep (blocked: locks, I/O, sleeps; waiting for the GIL where
+/// that cannot be told).
 pub const OFF_CPU_SLEEP: &str = "<off-cpu: sleep>";
+/// Leaf frame of time spent asleep waiting for the GIL (a futex call on the interpreter's GIL
+/// struct, see `layout::gil::gil_wait_layout`).
+pub const OFF_CPU_GIL_WAIT: &str = "<off-cpu: GIL wait>";
 /// Leaf frame of time spent runnable but preempted.
 pub const OFF_CPU_PREEMPTED: &str = "<off-cpu: preempted>";
 /// The only frame of the summed time of intervals below `--min-off-cpu`.
 pub const OFF_CPU_SHORT: &str = "<off-cpu: short>";
+
+/// The leaf frame of an off-CPU interval for the kernel's `off_cpu_reason`; a reason this
+/// build does not know reads as a plain sleep.
+pub fn off_cpu_leaf(reason: u32) -> &'static str {
+    match reason {
+        off_cpu_reason::PREEMPTED => OFF_CPU_PREEMPTED,
+        off_cpu_reason::GIL_WAIT => OFF_CPU_GIL_WAIT,
+        _ => OFF_CPU_SLEEP,
+    }
+}
 
 impl TimeMode {
     /// The mode's name on the command line.
@@ -89,5 +105,18 @@ pub struct TimeOptions {
 impl Default for TimeOptions {
     fn default() -> Self {
         TimeOptions { mode: TimeMode::Cpu, min_off_cpu: DEFAULT_MIN_OFF_CPU }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_off_cpu_reason_has_its_leaf() {
+        assert_eq!(off_cpu_leaf(off_cpu_reason::SLEEP), "<off-cpu: sleep>");
+        assert_eq!(off_cpu_leaf(off_cpu_reason::PREEMPTED), "<off-cpu: preempted>");
+        assert_eq!(off_cpu_leaf(off_cpu_reason::GIL_WAIT), "<off-cpu: GIL wait>");
+        assert_eq!(off_cpu_leaf(77), "<off-cpu: sleep>");
     }
 }

@@ -14,10 +14,13 @@
 //! - off-cpu mode: only `<off-cpu: ...>` stacks, with the same off-CPU times;
 //! - cpu mode: no `<off-cpu: ...>` frame, spin_part has the samples, sleep_part none to speak of;
 //! - gil mode (gil_share.py: four pure-Python threads on two CPUs contending for the GIL,
-//!   and one hashing with the GIL released): each of the four threads' share of the samples
-//!   within 3 points of its share of the GIL (its CPU time, `time.thread_time`: a thread
-//!   running Python holds the GIL), and the hashing thread, busy on a CPU without the GIL,
-//!   nearly absent.
+//!   one hashing with the GIL released, one sleeping): each of the four threads' share of the
+//!   samples within 3 points of its share of the GIL (its CPU time, `time.thread_time`: a
+//!   thread running Python holds the GIL), and the hashing thread, busy on a CPU without the
+//!   GIL, nearly absent;
+//! - wall mode on gil_share.py (`gil_wait`): each of the four threads' `<off-cpu: GIL wait>`
+//!   time is the rest of its lifetime (see the function), and `time.sleep` stays
+//!   `<off-cpu: sleep>`.
 //!
 //! The truth is measured by the workload on the same clock as the recording, so a loaded
 //! machine changes both alike; what matters is that the recording covers the threads' whole
@@ -106,10 +109,16 @@ struct Running {
 /// A recording of the workload in `mode` (plus `extra` flags), the threads started once
 /// sampling runs. Returns the recording and the workload's measurements.
 fn record_workload(running: Running, mode: &str, extra: &[&str]) -> (Recording, serde_json::Value, u32) {
+    record_workload_for(running, mode, extra, SECONDS)
+}
+
+/// `record_workload` for a workload whose threads run `seconds`: the recording ends
+/// once it has written its measurements (a minute later at the latest).
+fn record_workload_for(running: Running, mode: &str, extra: &[&str], seconds: f64) -> (Recording, serde_json::Value, u32) {
     let pid = running.pid.to_string();
     // A long --duration only as a backstop: the recording is ended with SIGINT (Ctrl-C) once
     // the workload has written its measurements, i.e. after its threads have ended.
-    let duration = format!("{}", SECONDS + 60.0);
+    let duration = format!("{}", seconds + 60.0);
     let mut args = vec!["--pid", &pid, "--mode", mode, "--threads", "--rate", RATE, "--duration", &duration, "--stats"];
     args.extend_from_slice(extra);
     let rec = RecordRun::start(&args);
@@ -117,7 +126,7 @@ fn record_workload(running: Running, mode: &str, extra: &[&str]) -> (Recording, 
     // The scheduler-switch program attaches right after the perf events.
     std::thread::sleep(Duration::from_millis(1500));
     fs::write(&running.go, b"go").expect("cannot write the go file");
-    let deadline = std::time::Instant::now() + Duration::from_secs_f64(SECONDS + 50.0);
+    let deadline = std::time::Instant::now() + Duration::from_secs_f64(seconds + 50.0);
     let measured = loop {
         let text = fs::read_to_string(&running.result).unwrap_or_default();
         if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
@@ -143,8 +152,13 @@ fn spawn_plain(label: &str) -> Option<Running> {
 }
 
 fn spawn_script(label: &str, script: &str) -> Option<Running> {
+    spawn_script_for(label, script, SECONDS)
+}
+
+/// `script` run by `label`'s interpreter, its threads running `seconds` once told to go.
+fn spawn_script_for(label: &str, script: &str, seconds: f64) -> Option<Running> {
     let py = python(label)?;
-    let w = Workload::spawn(&py, script, &["{dir}/result.json", &SECONDS.to_string(), "{dir}/go"])
+    let w = Workload::spawn(&py, script, &["{dir}/result.json", &seconds.to_string(), "{dir}/go"])
         .unwrap_or_else(|e| panic!("{e:#}"));
     Some(Running {
         pid: w.pid,
@@ -379,6 +393,90 @@ fn gil(label: &str) {
         (hasher as f64) < all_samples * 0.05,
         "{describe}: hash_free (GIL released, {hash_cpu:.2} s on a CPU) has {hasher} gil-mode samples against {all_samples} of the holders{d}"
     );
+}
+
+/// How long gil_share.py's threads run for `gil_wait`: its checks compare exact times (the
+/// kernel's intervals, the threads' own clocks), not sample counts, so a short run suffices.
+const GIL_WAIT_SECONDS: f64 = 2.5;
+
+/// Wall mode on gil_share.py: each of the four contending threads spends its time holding the
+/// GIL (its CPU time), preempted, or waiting for the GIL. So its `<off-cpu: GIL wait>` time
+/// equals its lifetime minus its CPU time minus its (exact, kernel-measured) preempted and
+/// short off-CPU time, within 3 points of its lifetime, and its plain `<off-cpu: sleep>` is
+/// nearly nothing. The sleeper's `time.sleep` stays `<off-cpu: sleep>`: at least the sleep
+/// time it asked for (a GIL wait taken for a sleep would be missing there), at most the time
+/// its calls took.
+fn gil_wait(label: &str) {
+    let Some(running) = spawn_script_for(label, "gil_share.py", GIL_WAIT_SECONDS) else { return };
+    let describe = running.describe.clone();
+    let (rec, m, pid) = record_workload_for(running, "wall", &[], GIL_WAIT_SECONDS);
+    let d = rec.diag_pid(pid);
+    let threads = threads_of(&rec.profile, pid);
+    let leaf_of = |t: &ThreadTime, function: &str, leaf: &str| -> f64 {
+        secs(
+            t.stacks
+                .iter()
+                .filter(|(f, _)| f.iter().any(|x| x == function) && f.last().is_some_and(|l| l == leaf))
+                .map(|(_, n)| n)
+                .sum(),
+        )
+    };
+    for name in ["gil_a", "gil_b", "gil_c", "gil_d"] {
+        let t = thread_with(&threads, name, &d);
+        let lifetime = json_f64(&m, &["lifetime", name]).unwrap_or_else(|e| panic!("{e:#}"));
+        let cpu = json_f64(&m, &[name]).unwrap_or_else(|e| panic!("{e:#}"));
+        let gil_wait = leaf_of(t, name, "<off-cpu: GIL wait>");
+        let preempted = leaf_of(t, name, "<off-cpu: preempted>");
+        let sleep = leaf_of(t, name, "<off-cpu: sleep>");
+        let short = secs(t.stacks.iter().filter(|(f, _)| f.iter().any(|x| x == "<off-cpu: short>")).map(|(_, n)| n).sum());
+        let want = lifetime - cpu - preempted - short;
+        note(format!(
+            "{describe}: {name} lived {lifetime:.3} s, on a CPU {cpu:.3} s; profiled GIL wait {gil_wait:.3} s \
+             (want {want:.3} s), preempted {preempted:.3} s, short {short:.4} s, sleep {sleep:.4} s"
+        ));
+        assert!(
+            gil_wait >= 0.2 * lifetime,
+            "{describe}: {name} has only {gil_wait:.3} s of GIL wait in {lifetime:.3} s: the contention proves nothing{d}"
+        );
+        assert!(
+            (gil_wait - want).abs() <= 0.03 * lifetime,
+            "{describe}: {name} has {gil_wait:.3} s of <off-cpu: GIL wait>, want {want:.3} s (lifetime {lifetime:.3} - CPU \
+             {cpu:.3} - preempted {preempted:.3} - short {short:.4}) within 3 % of its lifetime{d}"
+        );
+        assert!(
+            sleep <= 0.03 * lifetime,
+            "{describe}: {name} waits only for the GIL but has {sleep:.3} s of <off-cpu: sleep> in {lifetime:.3} s{d}"
+        );
+    }
+    let t = thread_with(&threads, "sleeper", &d);
+    let requested = measured(&m, "sleeper", "requested");
+    let in_sleep = measured(&m, "sleeper", "in_sleep");
+    let sleep = leaf_of(t, "sleeper", "<off-cpu: sleep>");
+    note(format!(
+        "{describe}: sleeper asked for {requested:.3} s of sleep, its calls took {in_sleep:.3} s; profiled sleep {sleep:.3} s, \
+         GIL wait {:.3} s",
+        leaf_of(t, "sleeper", "<off-cpu: GIL wait>")
+    ));
+    assert!(
+        sleep >= 0.98 * requested && sleep <= 1.02 * in_sleep,
+        "{describe}: sleeper has {sleep:.3} s of <off-cpu: sleep>; it asked for {requested:.3} s and its calls took \
+         {in_sleep:.3} s{d}"
+    );
+}
+
+#[test]
+fn gil_wait_3_9() {
+    gil_wait("3.9");
+}
+
+#[test]
+fn gil_wait_3_12() {
+    gil_wait("3.12");
+}
+
+#[test]
+fn gil_wait_sid_3_15() {
+    gil_wait("sid-3.15");
 }
 
 #[test]

@@ -99,6 +99,8 @@ pub struct PythonProcess {
     pub exception: crate::layout::exception::ExceptionLayout,
     /// `_Py_NoneStruct` (0 if not exported: then `--mode exception` cannot tell None).
     pub none_address: u64,
+    /// Where the GIL's struct is (`<off-cpu: GIL wait>` in `--mode wall/off-cpu`).
+    pub gil_wait: crate::layout::gil::GilWaitLayout,
 }
 
 /// Display escapes the target's text (command names, reasons holding paths): see `text`.
@@ -311,6 +313,7 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
         gil: crate::layout::gil::gil_layout(version, file.debug_offsets.as_deref()),
         exception: crate::layout::exception::exception_layout(version),
         none_address: file.none.map(|v| v.wrapping_add(bias)).unwrap_or(0),
+        gil_wait: crate::layout::gil::gil_wait_layout(version, file.debug_offsets.as_deref()),
     })
 }
 
@@ -407,6 +410,15 @@ impl PythonProcess {
             exc_previous: self.exception.previous,
             _pad2: 0,
             none_address: self.none_address,
+            gil_wait_kind: self.gil_wait.kind,
+            gil_wait_size: self.gil_wait.size,
+            gil_wait_at: if self.gil_wait.kind == profiler_common::gil_wait::RUNTIME_ADDRESS {
+                self.runtime_address.wrapping_add(self.gil_wait.at)
+            } else {
+                self.gil_wait.at
+            },
+            gil_wait_tstate_interp: self.gil_wait.tstate_interp,
+            _pad3: 0,
         })
     }
 

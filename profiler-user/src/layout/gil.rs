@@ -10,8 +10,17 @@
 //! - 3.15: the tstate's `holds_gil`, from `_Py_DebugOffsets`.
 //!
 //! `last_holder` stays set after the GIL is released, so 3.12-3.14 also need `locked`.
+//!
+//! Where the GIL itself is (`--mode wall/off-cpu`: a thread asleep in a futex call inside it
+//! waits for the GIL, [`gil_wait_layout`]): the `struct _gil_runtime_state` (its mutex and
+//! condition variables, 0xd0 bytes on x86_64 glibc in every version) is
+//! - 3.8-3.11: `_PyRuntime.ceval.gil`, at an offset per minor version (DWARF of the pyenv
+//!   builds 3.8.18, 3.9.18, 3.10.13, 3.11.7);
+//! - 3.12+: wherever the thread's interpreter's `ceval.gil` points (its own `_gil`, or the
+//!   main interpreter's when shared); the pointer's offset from DWARF of pyenv 3.12.1, and
+//!   for 3.13+ from `_Py_DebugOffsets` (`interpreter_state.ceval_gil`).
 
-use profiler_common::gil_check;
+use profiler_common::{gil_check, gil_wait};
 
 use super::{Version, debug_offsets};
 
@@ -58,6 +67,52 @@ pub fn gil_layout(version: Version, debug_offsets: Option<&[u8]>) -> GilLayout {
     }
 }
 
+/// How one process's kernel program finds the GIL's struct (the `ProcessInfo::gil_wait_*`
+/// fields, except that `RUNTIME_ADDRESS`'s `at` is an offset in `_PyRuntime` here, made an
+/// address at registration).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GilWaitLayout {
+    pub kind: u32,
+    pub size: u32,
+    pub at: u64,
+    pub tstate_interp: u32,
+}
+
+/// `_PyRuntime.ceval.gil`, by minor version.
+const RUNTIME_GIL: [(u8, u64); 4] = [(8, 0x480), (9, 0x160), (10, 0x160), (11, 0x168)];
+/// 3.12: `PyInterpreterState.ceval.gil` (the pointer) and `PyThreadState.interp`.
+const INTERP_GIL_POINTER_3_12: (u64, u32) = (0x180, 0x10);
+/// `sizeof(struct _gil_runtime_state)` in GIL builds, 3.8-3.15 (x86_64 glibc: `interval`,
+/// `last_holder`, `locked`, `switch_number`, then two condition variables of 48 bytes and two
+/// mutexes of 40).
+const GIL_STATE_SIZE: u32 = 0xd0;
+
+/// Where `version`'s GIL is; `debug_offsets` as for [`gil_layout`]. `UNKNOWN` (GIL waits then
+/// show as plain sleeps) when the version or its offsets do not tell.
+pub fn gil_wait_layout(version: Version, debug_offsets: Option<&[u8]>) -> GilWaitLayout {
+    let unknown = GilWaitLayout::default();
+    if version.major != 3 {
+        return unknown;
+    }
+    if let Some(&(_, offset)) = RUNTIME_GIL.iter().find(|(minor, _)| *minor == version.minor) {
+        return GilWaitLayout { kind: gil_wait::RUNTIME_ADDRESS, size: GIL_STATE_SIZE, at: offset, tstate_interp: 0 };
+    }
+    if version.minor == 12 {
+        let (pointer, tstate_interp) = INTERP_GIL_POINTER_3_12;
+        return GilWaitLayout { kind: gil_wait::INTERP_POINTER, size: GIL_STATE_SIZE, at: pointer, tstate_interp };
+    }
+    let Some(decoded) = debug_offsets.and_then(|b| debug_offsets::decode(b).ok()) else { return unknown };
+    match (
+        decoded.get("interpreter_state", "ceval_gil"),
+        decoded.get("thread_state", "interp").and_then(|o| u32::try_from(o).ok()),
+    ) {
+        (Some(pointer), Some(tstate_interp)) if pointer != 0 && tstate_interp != 0 => {
+            GilWaitLayout { kind: gil_wait::INTERP_POINTER, size: GIL_STATE_SIZE, at: pointer, tstate_interp }
+        }
+        _ => unknown,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +125,18 @@ mod tests {
         assert_eq!((l.check, l.holder, l.locked), (gil_check::INTERP_HOLDER, 0x418, 0x420));
         assert_eq!(gil_layout(Version::new(3, 13, 0), None).check, gil_check::UNKNOWN);
         assert_eq!(gil_layout(Version::new(2, 7, 18), None).check, gil_check::UNKNOWN);
+    }
+
+    #[test]
+    fn gil_struct_locations_come_from_the_tables() {
+        let l = gil_wait_layout(Version::new(3, 8, 18), None);
+        assert_eq!((l.kind, l.at, l.size), (gil_wait::RUNTIME_ADDRESS, 0x480, 0xd0));
+        let l = gil_wait_layout(Version::new(3, 11, 7), None);
+        assert_eq!((l.kind, l.at), (gil_wait::RUNTIME_ADDRESS, 0x168));
+        let l = gil_wait_layout(Version::new(3, 12, 1), None);
+        assert_eq!((l.kind, l.at, l.tstate_interp), (gil_wait::INTERP_POINTER, 0x180, 0x10));
+        // 3.13+ need the target's _Py_DebugOffsets.
+        assert_eq!(gil_wait_layout(Version::new(3, 13, 0), None).kind, gil_wait::UNKNOWN);
+        assert_eq!(gil_wait_layout(Version::new(2, 7, 18), None).kind, gil_wait::UNKNOWN);
     }
 }

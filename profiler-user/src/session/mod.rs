@@ -17,7 +17,7 @@ use std::{
 };
 
 use profiler_common::{
-    FRAME_ENTRY_SIZE, MAX_FULL_FRAMES, OffCpuInterval, SAMPLE_HEADER_SIZE, SampleHeader, off_cpu_reason, record_kind,
+    FRAME_ENTRY_SIZE, MAX_FULL_FRAMES, OffCpuInterval, SAMPLE_HEADER_SIZE, SampleHeader, record_kind,
 };
 
 use crate::{
@@ -28,7 +28,7 @@ use crate::{
     memory::{self, ProcessMemory},
     record::RecordError,
     stats::{Counters, SampleOutcome},
-    time_mode::{OFF_CPU_PREEMPTED, OFF_CPU_SHORT, OFF_CPU_SLEEP, TimeMode},
+    time_mode::{OFF_CPU_SHORT, TimeMode, off_cpu_leaf},
 };
 
 pub(crate) use event_loop::{LoopControl, LoopEnd, exit_code, run_loop};
@@ -474,7 +474,7 @@ impl Session {
                     self.malformed_records += 1;
                     return;
                 };
-                let leaf = if interval.reason == off_cpu_reason::PREEMPTED { OFF_CPU_PREEMPTED } else { OFF_CPU_SLEEP };
+                let leaf = off_cpu_leaf(interval.reason);
                 self.add_short_off_cpu(header.tgid, header.generation, header.tid, interval.short_ns);
                 Charge { value: interval.off_ns, leaf: Some(leaf) }
             }
@@ -543,6 +543,7 @@ fn off_cpu_trailer(header: &SampleHeader, body: &[u8]) -> Option<OffCpuInterval>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use profiler_common::off_cpu_reason;
 
     /// The trailer is the slot after the record's full frames; a record too short for it is
     /// malformed (`None`), and a forged `n_full` cannot read past the body.
