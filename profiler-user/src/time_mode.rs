@@ -44,6 +44,9 @@ pub const OFF_CPU_SLEEP: &str = "<off-cpu: sleep>";
 pub const OFF_CPU_PREEMPTED: &str = "<off-cpu: preempted>";
 /// The only frame of the summed time of intervals below `--min-off-cpu`.
 pub const OFF_CPU_SHORT: &str = "<off-cpu: short>";
+/// Leaf frame of a CPU sample taken while the sampled thread ran the garbage collector
+/// (without `--native`, which shows the collector's own C functions instead).
+pub const GC_FRAME: &str = "<GC>";
 
 impl TimeMode {
     /// The mode's name on the command line.
