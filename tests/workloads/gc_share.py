@@ -1,14 +1,14 @@
 """Cyclic garbage collected by gc.collect() in a loop, after a phase without any collection.
 
-Usage: gc_share.py OUT_JSON QUIET_CPU_SECONDS CHURN_CPU_SECONDS
+Usage: gc_share.py OUT_JSON QUIET_CPU_SECONDS CHURN_CPU_SECONDS GO_FILE
 
-Disables automatic collection, then runs:
+Disables automatic collection, prints "ready <pid>", waits until GO_FILE exists, then runs:
 - quiet: allocation-heavy pure Python (lists, dicts, strings; no cycles) for
   QUIET_CPU_SECONDS of CPU time, with no collection at all;
 - churn: for CHURN_CPU_SECONDS of CPU time, make_cycles (a random number of two-object
   reference cycles, so that the loop's period does not line up with the sampling period)
   then collect (gc.collect(), its CPU time measured with time.thread_time around the call).
-Writes {"churn": CPU s, "in_gc": CPU s inside gc.collect(), "collections": n} to OUT_JSON.
+Writes {"pid": its pid, "churn": CPU s, "in_gc": CPU s inside gc.collect(), "collections": n} to OUT_JSON.
 Runs unchanged on CPython 3.8 ... 3.15 (stdlib only).
 """
 import gc
@@ -18,7 +18,7 @@ import random
 import sys
 import time
 
-OUT, QUIET, CHURN = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+OUT, QUIET, CHURN, GO = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 
 
 class Node:
@@ -62,10 +62,13 @@ def quiet(seconds):
 
 def main():
     gc.disable()
+    print("ready", os.getpid(), flush=True)
+    while not os.path.exists(GO):
+        time.sleep(0.01)
     quiet(QUIET)
     total, in_gc, collections = churn(CHURN)
     with open(OUT + ".tmp", "w") as f:
-        json.dump({"churn": total, "in_gc": in_gc, "collections": collections}, f)
+        json.dump({"pid": os.getpid(), "churn": total, "in_gc": in_gc, "collections": collections}, f)
     os.rename(OUT + ".tmp", OUT)
 
 
