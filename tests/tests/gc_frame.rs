@@ -13,7 +13,8 @@
 //!   collector there), and `quiet` has none. (Before the go, the interpreter's start-up may
 //!   collect automatically: such samples rightly end in `<GC>` too.)
 //!
-//! 3.9, 3.12 and sid 3.15 run alone; the other supported versions share one recording (their
+//! 3.9, 3.12 (with `--kernel`, where `<GC>` ends the Python frames under the kernel frames)
+//! and sid 3.15 run alone; the other supported versions share one recording (their
 //! CPU-time-bounded phases give each the same number of samples on two busy CPUs).
 
 use std::{collections::BTreeMap, time::Duration};
@@ -28,7 +29,7 @@ const GC: &str = "<GC>";
 
 /// `pyperch record --pid ...` of gc_share.py on the available interpreters among `labels`,
 /// from the go to the workloads' exit; `None` (skipped) when none is available.
-fn record_all(labels: &[&str]) -> Option<(Recording, Vec<Workload>)> {
+fn record_all(labels: &[&str], extra: &[&str]) -> Option<(Recording, Vec<Workload>)> {
     let pythons: Vec<Python> = labels.iter().filter_map(|l| python(l)).collect();
     if pythons.is_empty() {
         return None;
@@ -42,6 +43,7 @@ fn record_all(labels: &[&str]) -> Option<(Recording, Vec<Workload>)> {
         .collect();
     let pids: Vec<String> = workloads.iter().map(|w| w.pid.to_string()).collect();
     let mut args = vec!["--rate", RATE, "--duration", "120", "--stats"];
+    args.extend_from_slice(extra);
     for pid in &pids {
         args.extend(["--pid", pid.as_str()]);
     }
@@ -73,13 +75,13 @@ fn check(rec: &Recording, workloads: &[Workload]) {
         let describe = &w.python.describe();
 
         let churn = profile.count(|s| s.has_function("churn"));
-        let gc = profile.count(|s| s.has_function("churn") && s.frames.last().is_some_and(|f| f == GC));
+        let gc = profile.count(|s| s.has_function("churn") && user_frames(s).last().is_some_and(|f| f.name == GC));
         let quiet = profile.count(|s| s.has_function("quiet"));
         let quiet_gc = profile.count(|s| s.has_function("quiet") && s.frames.iter().any(|f| f == GC));
         // `<GC>` only as the leaf, and in `churn` right on `collect`.
         let mut misplaced: BTreeMap<String, u64> = BTreeMap::new();
         for s in profile.stacks.iter().filter(|s| s.frames.iter().any(|f| f == GC)) {
-            let frames = s.python_frames();
+            let frames = user_frames(s);
             let n = frames.len();
             let placed = frames.last().is_some_and(|f| f.name == GC)
                 && frames[..n - 1].iter().all(|f| f.name != GC)
@@ -108,28 +110,39 @@ fn check(rec: &Recording, workloads: &[Workload]) {
     }
 }
 
-fn gc_share(labels: &[&str]) {
-    let Some((rec, workloads)) = record_all(labels) else { return };
+/// The stack's frames below the process (and thread) frame, without the kernel frames that
+/// `--kernel` puts on top (`function_[k]`).
+fn user_frames(s: &Stack) -> Vec<PyFrame> {
+    let mut frames = s.python_frames();
+    while frames.last().is_some_and(|f| f.name.ends_with("_[k]")) {
+        frames.pop();
+    }
+    frames
+}
+
+fn gc_share(labels: &[&str], extra: &[&str]) {
+    let Some((rec, workloads)) = record_all(labels, extra) else { return };
     check(&rec, &workloads);
 }
 
 #[test]
 fn gc_frame_share_3_9() {
-    gc_share(&["3.9"]);
+    gc_share(&["3.9"], &[]);
 }
 
+/// With `--kernel` (no user frames): `<GC>` ends the Python frames, under the kernel frames.
 #[test]
-fn gc_frame_share_3_12() {
-    gc_share(&["3.12"]);
+fn gc_frame_share_with_kernel_3_12() {
+    gc_share(&["3.12"], &["--kernel"]);
 }
 
 #[test]
 fn gc_frame_share_sid_3_15() {
-    gc_share(&["sid-3.15"]);
+    gc_share(&["sid-3.15"], &[]);
 }
 
 /// The other supported versions, in one recording.
 #[test]
 fn gc_frame_share_other_versions() {
-    gc_share(&["3.8", "3.10", "3.11", "3.13", "sid-3.13", "sid-3.14"]);
+    gc_share(&["3.8", "3.10", "3.11", "3.13", "sid-3.13", "sid-3.14"], &[]);
 }

@@ -534,8 +534,9 @@ impl Session {
 
 
 /// The `<GC>` leaf of a CPU sample whose thread was collecting garbage (the kernel's
-/// `sample_flags::GC`). Records with native context (`--native`, `--kernel`) get none: their
-/// user stack shows the collector's C functions, and kernel frames end the stack.
+/// `sample_flags::GC`). Records with native context get it from the native merge instead:
+/// with `--kernel` alone under the kernel frames, with `--native` not at all (the user stack
+/// shows the collector's C functions).
 fn gc_leaf(header: &SampleHeader) -> Option<&'static str> {
     (header.kind == record_kind::CPU_SAMPLE && header.flags & sample_flags::GC != 0).then_some(GC_FRAME)
 }
