@@ -183,6 +183,15 @@ pub struct ProcessInfo {
     /// thread's own interpreter: with per-interpreter GILs each has its own).
     pub gil_wait_tstate_interp: u32,
     pub _pad3: u32,
+    /// How to tell that the garbage collector runs (`SampleHeader::flags`' `sample_flags::GC`):
+    /// one of `gc_check`.
+    pub gc_check: u32,
+    /// `gc_check::INTERP_FLAG`: offset of `interp` in `PyThreadState` (the sampled thread's
+    /// interpreter holds the flag).
+    pub gc_tstate_interp: u32,
+    /// `gc_check::RUNTIME_FLAG`: address of the `int` "collecting"; `INTERP_FLAG`: its offset
+    /// in `PyInterpreterState` (`gc.collecting`).
+    pub gc_collecting: u64,
 }
 
 /// How the kernel finds the GIL's struct to tell a GIL wait (`ProcessInfo::gil_wait_kind`).
@@ -193,6 +202,25 @@ pub mod gil_wait {
     pub const RUNTIME_ADDRESS: u32 = 1;
     /// 3.12+: the thread's interpreter points to the GIL it uses (`interp->ceval.gil`).
     pub const INTERP_POINTER: u32 = 2;
+}
+
+/// How a version says that its garbage collector is collecting (`ProcessInfo::gc_check`).
+/// The flag is per runtime or per interpreter, not per thread: the kernel credits a sample to
+/// the collector only when the flag reads exactly 1 *and* the sampled thread holds the GIL
+/// (`gil_check`), which the collecting thread does throughout a collection.
+pub mod gc_check {
+    /// Not known (or no GIL to tell the collecting thread by): no sample is marked.
+    pub const UNKNOWN: u32 = 0;
+    /// 3.8: `_PyRuntime.gc.collecting`, at the address `ProcessInfo::gc_collecting`.
+    pub const RUNTIME_FLAG: u32 = 1;
+    /// 3.9+: `PyInterpreterState.gc.collecting` of the thread state's interpreter.
+    pub const INTERP_FLAG: u32 = 2;
+}
+
+/// Bits of `SampleHeader::flags`.
+pub mod sample_flags {
+    /// A CPU sample taken while the sampled thread ran the garbage collector (see `gc_check`).
+    pub const GC: u32 = 1;
 }
 
 /// How a version tells which thread holds the GIL (`ProcessInfo::gil_check`).
@@ -342,6 +370,9 @@ pub struct SampleHeader {
     /// The thread's running asyncio task (0: none) when `ProcessInfo::running_task` is set,
     /// else `RUNNING_TASK_UNKNOWN`.
     pub running_task: u64,
+    /// Bits of `sample_flags` (CPU samples only; 0 in other records).
+    pub flags: u32,
+    pub _pad: u32,
 }
 
 /// `SampleHeader::running_task` when the kernel did not record it.
@@ -545,7 +576,7 @@ mod pod {
 }
 
 // The record layout is shared by two compilers: its sizes are fixed here, padding explicit.
-const _: () = assert!(SAMPLE_HEADER_SIZE == 80);
+const _: () = assert!(SAMPLE_HEADER_SIZE == 88);
 const _: () = assert!(FRAME_ENTRY_SIZE == 32);
 // The off-CPU trailer takes exactly one frame slot.
 const _: () = assert!(core::mem::size_of::<OffCpuInterval>() == FRAME_ENTRY_SIZE);

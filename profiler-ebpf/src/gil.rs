@@ -17,7 +17,7 @@ use crate::thread_state::{current_fsbase, find_thread_state};
 #[unsafe(no_mangle)]
 static GIL_ONLY: u64 = 0;
 
-fn read_u32(address: u64) -> u32 {
+pub(crate) fn read_u32(address: u64) -> u32 {
     // SAFETY: bpf_probe_read_user tolerates any address; failure reads as 0.
     unsafe { bpf_probe_read_user(address as *const u32) }.unwrap_or(0)
 }
@@ -31,6 +31,23 @@ pub fn sample_wanted(info: &ProcessInfo, tid: u32) -> bool {
         return true;
     }
     let tstate = find_thread_state(info, tid, current_fsbase());
+    let holds = match holds_gil(info, tstate) {
+        Some(holds) => holds,
+        None => {
+            bump(counter::GIL_UNKNOWN);
+            return false;
+        }
+    };
+    if !holds {
+        bump(counter::NOT_GIL_HOLDER);
+    }
+    holds
+}
+
+/// Whether thread state `tstate` (0: none found) holds the GIL now, read the way its version
+/// says (`ProcessInfo::gil_check`); `None` when the version cannot tell.
+#[inline(always)]
+pub fn holds_gil(info: &ProcessInfo, tstate: u64) -> Option<bool> {
     let holds = tstate != 0
         && match info.gil_check {
             gil_check::RUNTIME_TSTATE => read_u64(info.gil_holder) == tstate,
@@ -41,15 +58,9 @@ pub fn sample_wanted(info: &ProcessInfo, tid: u32) -> bool {
                     && read_u64(interp + info.gil_holder) == tstate
             }
             gil_check::TSTATE_FLAG => read_u32(tstate + info.gil_holder) != 0,
-            _ => {
-                bump(counter::GIL_UNKNOWN);
-                return false;
-            }
+            _ => return None,
         };
-    if !holds {
-        bump(counter::NOT_GIL_HOLDER);
-    }
-    holds
+    Some(holds)
 }
 
 /// x86_64 system calls whose first argument is the futex word the caller sleeps on: `futex`

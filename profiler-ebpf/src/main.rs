@@ -17,6 +17,7 @@
 
 mod frame_walk;
 mod exception;
+mod gc;
 mod gil;
 mod maps;
 mod native_stack;

@@ -15,7 +15,7 @@ use aya_ebpf::{
 };
 use profiler_common::{
     FrameBytes, FrameEntry, FrameLayout, HASH_SEED, MAX_FULL_FRAMES, MAX_HASHED_FRAMES, NO_FIELD, ProcessInfo,
-    SampleHeader, counter, frame_hash, record_kind, sample_status,
+    SampleHeader, counter, frame_hash, record_kind, sample_flags, sample_status,
 };
 
 use crate::frame_walk::{WalkState, read_frame, read_u64, walk_code_check};
@@ -120,6 +120,7 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
     header.thread_state = 0;
     header.interpreter = 0;
     header.running_task = profiler_common::RUNNING_TASK_UNKNOWN;
+    header.flags = 0;
 
     let fsbase = current_fsbase();
     let tstate = find_thread_state(info, tid, fsbase);
@@ -130,6 +131,9 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
     header.thread_state = tstate;
     header.interpreter = interpreter_of(info, tstate);
     header.running_task = running_task_of(info, tstate);
+    if kind != record_kind::OFF_CPU && crate::gc::collecting(info, tstate) {
+        header.flags |= sample_flags::GC;
+    }
     let mut frame = read_u64(tstate + info.thread.frame as u64);
     if frame != 0 && info.thread.cframe_frame != NO_FIELD {
         frame = read_u64(frame + info.thread.cframe_frame as u64);

@@ -118,6 +118,9 @@ pub struct Counters {
     pub native_unmerged: u64,
     pub native_no_stack: u64,
     pub native_malformed: u64,
+    /// Samples kept whose thread was running the garbage collector (kernel's `sample_flags::GC`);
+    /// without `--native` they end in a `<GC>` frame.
+    pub gc_samples: u64,
 }
 
 impl Counters {
@@ -163,6 +166,7 @@ impl Counters {
         self.native_unmerged += other.native_unmerged;
         self.native_no_stack += other.native_no_stack;
         self.native_malformed += other.native_malformed;
+        self.gc_samples += other.gc_samples;
     }
 
     /// A multi-line report, indented by `indent`.
@@ -227,6 +231,9 @@ impl Counters {
                 "{indent}native: {} merged ({} with a truncated native stack), {} unmerged, {} without a user stack, {} malformed",
                 self.native_merged, self.native_truncated, self.native_unmerged, self.native_no_stack, self.native_malformed
             );
+        }
+        if self.gc_samples > 0 {
+            let _ = writeln!(s, "{indent}garbage collector: {} samples collecting (<GC> without --native)", self.gc_samples);
         }
         s
     }

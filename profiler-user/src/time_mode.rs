@@ -50,6 +50,9 @@ pub const OFF_CPU_GIL_WAIT: &str = "<off-cpu: GIL wait>";
 pub const OFF_CPU_PREEMPTED: &str = "<off-cpu: preempted>";
 /// The only frame of the summed time of intervals below `--min-off-cpu`.
 pub const OFF_CPU_SHORT: &str = "<off-cpu: short>";
+/// Leaf frame of a CPU sample taken while the sampled thread ran the garbage collector
+/// (without `--native`, which shows the collector's own C functions instead).
+pub const GC_FRAME: &str = "<GC>";
 
 /// The leaf frame of an off-CPU interval for the kernel's `off_cpu_reason`; a reason this
 /// build does not know reads as a plain sleep.

@@ -101,6 +101,8 @@ pub struct PythonProcess {
     pub none_address: u64,
     /// Where the GIL's struct is (`<off-cpu: GIL wait>` in `--mode wall/off-cpu`).
     pub gil_wait: crate::layout::gil::GilWaitLayout,
+    /// Where the garbage collector's `collecting` flag is (`<GC>` frames).
+    pub gc: crate::layout::gc::GcLayout,
 }
 
 /// Display escapes the target's text (command names, reasons holding paths): see `text`.
@@ -294,6 +296,7 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
     let published = file.debug_offsets.as_deref().and_then(|bytes| crate::layout::debug_offsets::decode(bytes).ok());
     let interpreters = crate::layout::published::interpreter_offsets(version, published.as_ref());
     let objects = published.as_ref().and_then(crate::layout::published::object_offsets);
+    let gil = crate::layout::gil::gil_layout(version, file.debug_offsets.as_deref());
     Ok(PythonProcess {
         interpreters,
         objects,
@@ -310,7 +313,8 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
         bytes_type_address: file.bytes_type.map(|v| v.wrapping_add(bias)),
         layout,
         tstate_lookup,
-        gil: crate::layout::gil::gil_layout(version, file.debug_offsets.as_deref()),
+        gil,
+        gc: crate::layout::gc::gc_layout(version, file.debug_offsets.as_deref(), gil.check),
         exception: crate::layout::exception::exception_layout(version),
         none_address: file.none.map(|v| v.wrapping_add(bias)).unwrap_or(0),
         gil_wait: crate::layout::gil::gil_wait_layout(version, file.debug_offsets.as_deref()),
@@ -419,6 +423,13 @@ impl PythonProcess {
             },
             gil_wait_tstate_interp: self.gil_wait.tstate_interp,
             _pad3: 0,
+            gc_check: self.gc.check,
+            gc_tstate_interp: self.gc.tstate_interp,
+            gc_collecting: if self.gc.check == profiler_common::gc_check::RUNTIME_FLAG {
+                self.runtime_address.wrapping_add(self.gc.collecting)
+            } else {
+                self.gc.collecting
+            },
         })
     }
 

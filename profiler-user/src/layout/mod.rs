@@ -10,6 +10,7 @@
 
 pub mod debug_offsets;
 pub mod exception;
+pub mod gc;
 pub mod gil;
 pub mod inspection;
 pub mod published;

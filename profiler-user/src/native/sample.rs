@@ -52,12 +52,17 @@ impl NativeSampler {
 
     /// The final stack, root first, into `out`: `python` (root first, shown frames) with the
     /// native and kernel frames of `native_part` around it. `walked` is every interpreter
-    /// frame of the sample, root first (for the evaluation-call boundaries).
+    /// frame of the sample, root first (for the evaluation-call boundaries). `collecting`:
+    /// the kernel saw the thread run the garbage collector; without user frames (`--kernel`
+    /// alone) a `<GC>` frame then ends the Python frames, under the kernel frames (with
+    /// them, the collector's own C functions show).
+    #[allow(clippy::too_many_arguments)]
     pub fn finish(
         &mut self,
         python: &[FrameId],
         walked: &[WalkedFrame],
         native_part: &[u8],
+        collecting: bool,
         profile: &mut Profile,
         counters: &mut Counters,
         out: &mut Vec<FrameId>,
@@ -74,7 +79,12 @@ impl NativeSampler {
         // Leaf first from here on.
         let mut leaf_first: Vec<FrameId> = Vec::with_capacity(python.len() + 64);
         match self.unwinder.as_mut() {
-            None => leaf_first.extend(python.iter().rev()),
+            None => {
+                if collecting {
+                    leaf_first.push(self.marker(profile, crate::time_mode::GC_FRAME)?);
+                }
+                leaf_first.extend(python.iter().rev());
+            }
             Some(_) if trailer.regs == native_regs::NONE || user.is_empty() => {
                 counters.native_no_stack += 1;
                 leaf_first.push(self.marker(profile, "<no native stack>")?);

@@ -17,7 +17,7 @@ use std::{
 };
 
 use profiler_common::{
-    FRAME_ENTRY_SIZE, MAX_FULL_FRAMES, OffCpuInterval, SAMPLE_HEADER_SIZE, SampleHeader, record_kind,
+    FRAME_ENTRY_SIZE, MAX_FULL_FRAMES, OffCpuInterval, SAMPLE_HEADER_SIZE, SampleHeader, record_kind, sample_flags,
 };
 
 use crate::{
@@ -28,7 +28,7 @@ use crate::{
     memory::{self, ProcessMemory},
     record::RecordError,
     stats::{Counters, SampleOutcome},
-    time_mode::{OFF_CPU_SHORT, TimeMode, off_cpu_leaf},
+    time_mode::{GC_FRAME, OFF_CPU_SHORT, TimeMode, off_cpu_leaf},
 };
 
 pub(crate) use event_loop::{LoopControl, LoopEnd, exit_code, run_loop};
@@ -465,10 +465,10 @@ impl Session {
         let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
         let charge = match header.kind {
             record_kind::CPU_SAMPLE | record_kind::CPU_SAMPLE_NATIVE if !self.time_mode.on_cpu() => return,
-            record_kind::CPU_SAMPLE | record_kind::CPU_SAMPLE_NATIVE if self.time_mode.in_nanoseconds() => {
-                Charge { value: self.period_ns, leaf: None }
+            record_kind::CPU_SAMPLE | record_kind::CPU_SAMPLE_NATIVE => {
+                let value = if self.time_mode.in_nanoseconds() { self.period_ns } else { 1 };
+                Charge { value, leaf: gc_leaf(&header) }
             }
-            record_kind::CPU_SAMPLE | record_kind::CPU_SAMPLE_NATIVE => Charge { value: 1, leaf: None },
             record_kind::OFF_CPU if self.time_mode.off_cpu() => {
                 let Some(interval) = off_cpu_trailer(&header, &bytes[SAMPLE_HEADER_SIZE..]) else {
                     self.malformed_records += 1;
@@ -496,6 +496,9 @@ impl Session {
         let outcome = target.process_sample(&header, &bytes[SAMPLE_HEADER_SIZE..], &mut self.profile, self.threads, charge);
         register_running_task(&self.kernel, target);
         target.counters.count(outcome);
+        if outcome == SampleOutcome::Ok && header.kind != record_kind::OFF_CPU && header.flags & sample_flags::GC != 0 {
+            target.counters.gc_samples += 1;
+        }
         if header.kind == record_kind::OFF_CPU {
             target.counters.off_cpu_intervals += 1;
             if outcome == SampleOutcome::Ok {
@@ -530,6 +533,14 @@ impl Session {
 }
 
 
+/// The `<GC>` leaf of a CPU sample whose thread was collecting garbage (the kernel's
+/// `sample_flags::GC`). Records with native context get it from the native merge instead:
+/// with `--kernel` alone under the kernel frames, with `--native` not at all (the user stack
+/// shows the collector's C functions).
+fn gc_leaf(header: &SampleHeader) -> Option<&'static str> {
+    (header.kind == record_kind::CPU_SAMPLE && header.flags & sample_flags::GC != 0).then_some(GC_FRAME)
+}
+
 /// The off-CPU trailer of an `record_kind::OFF_CPU` record: the slot after its full frames.
 /// `None` when the record is too short to hold it (malformed).
 fn off_cpu_trailer(header: &SampleHeader, body: &[u8]) -> Option<OffCpuInterval> {
@@ -544,6 +555,17 @@ fn off_cpu_trailer(header: &SampleHeader, body: &[u8]) -> Option<OffCpuInterval>
 mod tests {
     use super::*;
     use profiler_common::off_cpu_reason;
+
+    /// Only plain CPU samples flagged by the kernel end in `<GC>`; native ones and off-CPU
+    /// intervals never do.
+    #[test]
+    fn gc_leaf_only_for_flagged_plain_cpu_samples() {
+        let flagged = SampleHeader { kind: record_kind::CPU_SAMPLE, flags: sample_flags::GC, ..Default::default() };
+        assert_eq!(gc_leaf(&flagged), Some(GC_FRAME));
+        assert_eq!(gc_leaf(&SampleHeader { flags: 0, ..flagged }), None);
+        assert_eq!(gc_leaf(&SampleHeader { kind: record_kind::CPU_SAMPLE_NATIVE, ..flagged }), None);
+        assert_eq!(gc_leaf(&SampleHeader { kind: record_kind::OFF_CPU, ..flagged }), None);
+    }
 
     /// The trailer is the slot after the record's full frames; a record too short for it is
     /// malformed (`None`), and a forged `n_full` cannot read past the body.

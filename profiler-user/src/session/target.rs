@@ -423,9 +423,10 @@ impl Target {
         let python_frames = stack.len();
         // The Python frames are final here; native and kernel frames go around them.
         let mut merged = std::mem::take(&mut self.merged);
+        let collecting = header.flags & profiler_common::sample_flags::GC != 0;
         if let (Ok(()), Some(part), Some(native)) = (&result, native_part, self.native.as_mut()) {
             if !stack.is_empty() {
-                match native.finish(&stack, &walked, part, profile, &mut self.counters, &mut merged) {
+                match native.finish(&stack, &walked, part, collecting, profile, &mut self.counters, &mut merged) {
                     Ok(()) => std::mem::swap(&mut stack, &mut merged),
                     Err(_) => result = Err(FrameError::ProfileFull),
                 }

@@ -1,0 +1,31 @@
+//! `<GC>` frames: whether the sampled thread is running CPython's cyclic garbage collector,
+//! read with the per-version numbers of `ProcessInfo::gc_*` (userspace's table `layout::gc`).
+//!
+//! The interpreter's `collecting` flag says that *a* collection is under way, not which
+//! thread runs it; the collecting thread holds the GIL for the whole collection, so the flag
+//! reading 1 and the sampled thread holding the GIL (`gil::holds_gil`) together say it is
+//! this one. Where the GIL holder cannot be told, nothing is marked.
+
+use profiler_common::{ProcessInfo, gc_check};
+
+use crate::frame_walk::read_u64;
+use crate::gil::{holds_gil, read_u32};
+
+/// Whether the thread whose state is `tstate` (not 0) collects garbage now.
+#[inline(always)]
+pub fn collecting(info: &ProcessInfo, tstate: u64) -> bool {
+    let flag = match info.gc_check {
+        gc_check::RUNTIME_FLAG => info.gc_collecting,
+        gc_check::INTERP_FLAG => {
+            let interp = read_u64(tstate + info.gc_tstate_interp as u64);
+            if interp == 0 {
+                return false;
+            }
+            interp + info.gc_collecting
+        }
+        _ => return false,
+    };
+    // The flag is an `int` set to exactly 1 while collecting: any other value means the
+    // numbers do not fit this build, and nothing is marked.
+    read_u32(flag) == 1 && holds_gil(info, tstate) == Some(true)
+}
