@@ -17,8 +17,9 @@
 //! (`finish_task_switch`), and kernels without kprobes (`CONFIG_KPROBES=n`, as on this 6.18
 //! build) or where it is a compiler clone (`finish_task_switch.isra.0`, no fentry) have none.
 //!
-//! For threads of unregistered processes the program costs one `PROCESSES` lookup for
-//! `prev`, and two kernel reads (`next`'s ids) and one lookup for `next`.
+//! For threads of unregistered processes the program costs one `PROCESSES` lookup, for
+//! `next` (after one kernel read of its ids): whether `prev` is registered was decided when
+//! it came in (`switch_filter`).
 
 use core::ffi::c_void;
 
@@ -34,6 +35,7 @@ use profiler_common::{
 };
 
 use crate::maps::{PROCESSES, bump, output_record};
+use crate::switch_filter;
 use crate::sampling::{Record, walk_current_stack};
 
 /// Intervals shorter than this (nanoseconds) are summed, not sent. Set at load time.
@@ -65,9 +67,13 @@ pub fn pyperch_sched_switch(ctx: RawTracePointContext) -> i32 {
     // the way back to user mode, where `prev_state` is still TASK_RUNNING, 0).
     let preempt: u64 = ctx.arg(0);
     let prev_state: u64 = ctx.arg(3);
-    switch_out(preempt as u8 != 0 || prev_state as u32 == 0);
+    let epoch = switch_filter::epoch();
+    if !switch_filter::prev_is_unregistered(bpf_get_current_pid_tgid() as u32, epoch) {
+        switch_out(preempt as u8 != 0 || prev_state as u32 == 0);
+    }
     let next: u64 = ctx.arg(2);
-    switch_in(next);
+    let (tid, registered) = switch_in(next);
+    switch_filter::remember_next(tid, registered, epoch);
     0
 }
 
@@ -112,26 +118,40 @@ fn switch_out(preempt: bool) {
     }
 }
 
-fn switch_in(next: u64) {
+/// Ends `next`'s pending interval, if any. Returns `next`'s tid and whether its process is
+/// registered (true when unknown), for `switch_filter::remember_next`.
+fn switch_in(next: u64) -> (u32, bool) {
     // SAFETY: frozen load-time constants; the kernel read tolerates any address.
     let (tgid, tid) = unsafe {
         let tgid_offset = core::ptr::read_volatile(&TASK_TGID_OFFSET);
         let pid_offset = core::ptr::read_volatile(&TASK_PID_OFFSET);
         if next == 0 || tgid_offset == 0 || pid_offset == 0 {
-            return;
+            return (0, true);
         }
-        (
-            bpf_probe_read_kernel((next + tgid_offset) as *const u32).unwrap_or(0),
-            bpf_probe_read_kernel((next + pid_offset) as *const u32).unwrap_or(0),
-        )
+        if tgid_offset == pid_offset + 4 {
+            // `pid` then `tgid`, as in every kernel's task_struct: one read for both.
+            let ids = bpf_probe_read_kernel((next + pid_offset) as *const u64).unwrap_or(0);
+            ((ids >> 32) as u32, ids as u32)
+        } else {
+            (
+                bpf_probe_read_kernel((next + tgid_offset) as *const u32).unwrap_or(0),
+                bpf_probe_read_kernel((next + pid_offset) as *const u32).unwrap_or(0),
+            )
+        }
     };
     if tgid == 0 {
-        return;
+        return (tid, false);
     }
     // SAFETY: as in `switch_out`.
     let Some(info) = (unsafe { PROCESSES.get(&tgid) }) else {
-        return;
+        return (tid, false);
     };
+    charge_interval(info, tgid, tid);
+    (tid, true)
+}
+
+/// Ends the pending interval of `tid` (of registered process `tgid`) that is switched in now.
+fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
     let Some(state) = THREAD_SWITCHES.get_ptr_mut(&tid) else {
         return;
     };
