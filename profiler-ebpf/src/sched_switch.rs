@@ -52,10 +52,13 @@ static TASK_TGID_OFFSET: u64 = 0;
 #[map]
 pub static THREAD_SWITCHES: LruHashMap<u32, ThreadSwitch> = LruHashMap::with_max_entries(65536, 0);
 
-/// The record of each switched-out registered thread (by tid), walked at the switch-out and
-/// sent at the switch-in. Entries live only while their thread is off a CPU; a thread whose
-/// entry was evicted (more threads off at once than slots) has that interval's time summed
-/// like a short one (`counter::OFF_CPU_LOST`).
+/// The record of each registered thread (by tid) walked at its last switch-out, sent at the
+/// switch-in if the interval is long enough. Each switch-out writes over its thread's entry
+/// (only the bytes it uses) rather than inserting a new one, and the entry stays when the
+/// thread runs (userspace reads it only for threads with a pending switch-out): inserting and
+/// deleting 2 KB entries at every switch cost more than the copy. A thread whose entry was
+/// evicted while it was off (more registered threads than slots) has that interval's time
+/// summed like a short one (`counter::OFF_CPU_LOST`).
 #[map]
 static OFF_CPU_RECORDS: LruHashMap<u32, Record> = LruHashMap::with_max_entries(8192, 0);
 
@@ -97,7 +100,7 @@ fn switch_out(preempt: bool) {
     let Some((scratch, _)) = walk_current_stack(info, tgid, tid, record_kind::OFF_CPU) else {
         return;
     };
-    if OFF_CPU_RECORDS.insert(&tid, &scratch.record, 0).is_err() {
+    if !keep_record(tid, &scratch.record) {
         return;
     }
     if let Some(state) = THREAD_SWITCHES.get_ptr_mut(&tid) {
@@ -179,7 +182,6 @@ fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
     if interval.off_ns < min {
         state.short_ns = state.short_ns.saturating_add(interval.off_ns);
         bump(counter::OFF_CPU_SHORT);
-        let _ = OFF_CPU_RECORDS.remove(&tid);
         return;
     }
     state.short_ns = 0;
@@ -197,5 +199,26 @@ fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
         let len = if len > core::mem::size_of::<Record>() { core::mem::size_of::<Record>() } else { len };
         output_record(record as *const Record as *const c_void, len);
     }
-    let _ = OFF_CPU_RECORDS.remove(&tid);
+}
+
+/// Keeps `record` (just walked) as thread `tid`'s until it runs again: copies its header and
+/// full frames over the thread's entry, or inserts the entry on the thread's first switch-out.
+fn keep_record(tid: u32, record: &Record) -> bool {
+    let Some(slot) = OFF_CPU_RECORDS.get_ptr_mut(&tid) else {
+        return OFF_CPU_RECORDS.insert(&tid, record, 0).is_ok();
+    };
+    let n_full = record.header.n_full as usize;
+    let n = if n_full > MAX_FULL_FRAMES { MAX_FULL_FRAMES } else { n_full };
+    let len = SAMPLE_HEADER_SIZE + n * FRAME_ENTRY_SIZE;
+    let len = if len > core::mem::size_of::<Record>() { core::mem::size_of::<Record>() } else { len };
+    // SAFETY: `slot` is a map value of `size_of::<Record>()` bytes and `len` is at most that;
+    // `record` is as large. The helper copies kernel memory (the per-CPU scratch).
+    let ret = unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_kernel(
+            slot as *mut c_void,
+            len as u32,
+            record as *const Record as *const c_void,
+        )
+    };
+    ret == 0
 }
