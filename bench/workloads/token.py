@@ -1,6 +1,6 @@
 """Two threads passing a token back and forth through a pair of queues: a context-switch storm.
 
-Usage: token.py SNAPSHOT_PATH MAX_SECONDS
+Usage: token.py SNAPSHOT_PATH MAX_SECONDS [WORK]
 
 Thread `ping` puts the token into one queue and waits on the other; thread `pong` does the
 reverse, so every hand-over blocks one thread and wakes the other: two context switches of
@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness  # noqa: E402
 
 # Loop iterations each thread runs per hand-over (optional first argument): sets the pace.
-WORK = 100
+WORK = 2000
 
 
 def work(n):
