@@ -42,11 +42,22 @@ TOOL_TITLES = {
     "austin": "Austin 3.7",
     "cpython": "CPython 3.15 profiling.sampling",
     "pyperch-ctl": "pyperch watching an idle process (control)",
+    "pyperch-wall": "pyperch --mode wall",
+    "py-spy-idle": "py-spy 0.4 --idle",
+    "cpython-wall": "CPython 3.15 profiling.sampling --mode wall",
 }
 SHORT = {"pyperch-ctl": "control", "pyperch": "pyperch", "py-spy": "py-spy", "py-spy-nb": "py-spy nb", "austin": "austin", "cpython": "cpython",
-         "pyperch-native": "pyperch --native", "pyperch-kernel": "pyperch --kernel", "py-spy-native": "py-spy --native"}
+         "pyperch-native": "pyperch --native", "pyperch-kernel": "pyperch --kernel", "py-spy-native": "py-spy --native",
+         "pyperch-wall": "pyperch wall", "py-spy-idle": "py-spy --idle", "cpython-wall": "cpython wall"}
 # Variants of a tool with extra flags: their reports and output parse as the base tool's.
-BASE_TOOL = {"pyperch-native": "pyperch", "pyperch-kernel": "pyperch", "py-spy-native": "py-spy"}
+BASE_TOOL = {"pyperch-native": "pyperch", "pyperch-kernel": "pyperch", "py-spy-native": "py-spy",
+             "pyperch-wall": "pyperch", "py-spy-idle": "py-spy", "cpython-wall": "cpython"}
+# The context-switch section (`--only switches`): every thread's whole time (issue 11's wall
+# mode) on the token workload (two threads passing a token through queues), at about 100 Hz,
+# the peers' default rate; and the scheduler-switch program's cost for the rest of the host.
+TOOLS_SWITCH_312 = ["pyperch-wall", "py-spy-idle"]
+TOOLS_SWITCH_315 = ["pyperch-wall", "cpython-wall"]
+SWITCH_RATE = 100
 # The native-stacks section (`--only native`): pyperch --native against py-spy --native, and
 # pyperch --kernel against plain pyperch, on the chain workload.
 TOOLS_NATIVE = ["pyperch-native", "py-spy-native"]
@@ -128,6 +139,53 @@ def sched_ns(pid):
     except OSError:
         return None
     return total
+
+
+def ctx_switches(pid):
+    """Context switches so far (voluntary + involuntary) of every live thread of pid."""
+    total = 0
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                for line in f:
+                    if "ctxt_switches:" in line:
+                        total += int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def switches_between(s0, s1):
+    """Context switches per second of the target between two snapshots."""
+    if not s0 or not s1 or s0.get("switches") is None or s1.get("switches") is None or s1["t"] <= s0["t"]:
+        return None
+    return (s1["switches"] - s0["switches"]) / (s1["t"] - s0["t"])
+
+
+def bpf_progs(pid):
+    """{prog_id: (prog_type, run_time_ns, run_cnt)} of the BPF programs pid holds (fdinfo;
+    counted only while kernel.bpf_stats_enabled=1). Types: 7 perf event, 17 raw tracepoint."""
+    progs = {}
+    try:
+        fds = os.listdir("/proc/%d/fdinfo" % pid)
+    except OSError:
+        return progs
+    for fd in fds:
+        try:
+            with open("/proc/%d/fdinfo/%s" % (pid, fd)) as f:
+                text = f.read()
+        except OSError:
+            continue
+        if "link_type:" in text:
+            continue
+        m = [re.search(r"^%s:\s*(\d+)" % k, text, re.M) for k in ("prog_id", "prog_type", "run_time_ns", "run_cnt")]
+        if all(m):
+            progs[int(m[0].group(1))] = tuple(int(x.group(1)) for x in m[1:])
+    return progs
 
 
 def stat_ticks_s(pid):
@@ -263,6 +321,7 @@ class Target(object):
                 if data.get("seq", 0) > self.seq:
                     self.seq = data["seq"]
                     data["cpu_ns"] = sched_ns(self.pid)
+                    data["switches"] = ctx_switches(self.pid)
                     return data
             except (OSError, ValueError):
                 pass
@@ -352,6 +411,7 @@ def parse_colon_frames(stack):
 
 
 def parse_profile(tool, path):
+    tool = BASE_TOOL.get(tool, tool)
     stacks = []
     if not os.path.exists(path):
         return stacks
@@ -586,13 +646,15 @@ class Bench(object):
 
     def profiler_argv(self, tool, target, rate, duration, out_inside, whole_host=False):
         d = duration
-        if tool in ("pyperch", "pyperch-ctl", "pyperch-native", "pyperch-kernel"):
+        if tool in ("pyperch", "pyperch-ctl", "pyperch-native", "pyperch-kernel", "pyperch-wall"):
             argv = [self.o.pyperch, "record", "--duration", str(d), "--rate", str(rate),
                     "--format", "collapsed", "--output", out_inside, "--stats"]
             if tool == "pyperch-native":
                 argv.append("--native")
             elif tool == "pyperch-kernel":
                 argv.append("--kernel")
+            elif tool == "pyperch-wall":
+                argv += ["--mode", "wall"]
             if tool == "pyperch-ctl":
                 # The control: the same perf events and BPF program on every CPU, but the
                 # only registered process is an idle one, so on the busy target's CPU the
@@ -603,22 +665,25 @@ class Bench(object):
             elif not whole_host:
                 argv[2:2] = ["--pid", str(target.pid)]
             return argv
-        if tool in ("py-spy", "py-spy-nb", "py-spy-native"):
+        if tool in ("py-spy", "py-spy-nb", "py-spy-native", "py-spy-idle"):
             argv = [os.path.join(self.venv_bin, "py-spy"), "record", "--pid", str(target.pid), "--rate", str(rate),
                     "--duration", str(int(round(d))), "--format", "raw", "-o", out_inside]
             if tool == "py-spy-nb":
                 argv.append("--nonblocking")
             elif tool == "py-spy-native":
                 argv.append("--native")
+            elif tool == "py-spy-idle":
+                argv.append("--idle")
             return argv
         if tool == "austin":
             # -s: on-CPU samples only (like the other tools' defaults); -i in microseconds.
             return [os.path.join(self.venv_bin, "austin"), "-s", "-i", "%dus" % max(1, int(round(1e6 / rate))),
                     "-x", str(int(round(d))), "-p", str(target.pid), "-o", out_inside]
-        if tool == "cpython":
+        if tool in ("cpython", "cpython-wall"):
             # Runs in the target's mount namespace and root (the sid rootfs, /proc mounted).
             return ["nsenter", "--target", str(target.pid), "--mount", "--root", "--wd=/", "--",
-                    "/usr/bin/python3.15", "-m", "profiling.sampling", "attach", "-a", "--mode", "cpu",
+                    "/usr/bin/python3.15", "-m", "profiling.sampling", "attach", "-a",
+                    "--mode", "wall" if tool == "cpython-wall" else "cpu",
                     "-r", str(rate), "-d", str(int(round(d))), "--collapsed", "-o", out_inside, str(target.pid)]
         raise ValueError(tool)
 
@@ -628,7 +693,7 @@ class Bench(object):
         """Run one profiler against target (or the whole host); measure it."""
         self.run_counter += 1
         rid = "%03d-%s-%s-%s%s" % (self.run_counter, tool, target.name if target else "host", rate, tag)
-        if tool == "cpython":
+        if BASE_TOOL.get(tool, tool) == "cpython":
             out_inside = "%s/out/%s.txt" % (INSIDE, rid)
             out = os.path.join(self.rootfs, out_inside.lstrip("/"))
         else:
@@ -851,11 +916,12 @@ class Bench(object):
             b1 = target.snapshot()
             g["baselines"].append(rate_between(b0, b1))
             g["baselines_per_cpu"] = [rate_per_cpu(b0, b1)]
+            g["baseline_switches"] = [switches_between(b0, b1)]
             for r in range(reps):
                 k = r % len(tools)
                 order = tools[k:] + tools[:k]
                 for tool in order:
-                    if tool == "cpython" and not self.rootfs:
+                    if BASE_TOOL.get(tool, tool) == "cpython" and not self.rootfs:
                         continue
                     run = self.profile(tool, target, rate, self.o.duration, depth=depth)
                     before = g["baselines"][-1]
@@ -865,6 +931,7 @@ class Bench(object):
                     b1 = target.snapshot()
                     after = rate_between(b0, b1)
                     g["baselines"].append(after)
+                    g["baseline_switches"].append(switches_between(b0, b1))
                     pr = run["target"]["rate_window"] if run["target"] else None
                     base = [x for x in (before, after) if x]
                     slow = None
@@ -891,7 +958,7 @@ class Bench(object):
         return g
 
     def _out_path(self, run):
-        if run["tool"] == "cpython":
+        if BASE_TOOL.get(run["tool"], run["tool"]) == "cpython":
             return os.path.join(self.rootfs, INSIDE.lstrip("/"), "out", run["id"] + ".txt")
         return os.path.join(WORK, "out", run["id"] + ".txt")
 
@@ -1001,6 +1068,61 @@ class Bench(object):
         # Ring-buffer bandwidth and losses with --native at 10 kHz (py-spy cannot keep up).
         self.group(interp, "chain", 10000, ["pyperch-native"], 1, kind="native")
 
+    def sec_switches(self, interp, interp315):
+        """Issue 11's context-switch costs: `--mode wall` on the token workload (about 20,000
+        context switches/s) beside py-spy --idle (3.12) and CPython's --mode wall (3.15), and
+        the scheduler-switch program's cost per switch of unregistered processes."""
+        self.group(interp, "token", SWITCH_RATE, TOOLS_SWITCH_312, self.o.reps, kind="switches")
+        if interp315:
+            self.group(interp315, "token", SWITCH_RATE, TOOLS_SWITCH_315, self.o.reps, kind="switches")
+        self.sec_switch_storm(interp)
+
+    def sec_switch_storm(self, interp):
+        """A non-Python context-switch storm (`dd bs=1 | cat`: every one-byte write wakes the
+        reader) while pyperch --mode wall registers only an idle Python process: the
+        scheduler-switch program then runs for unregistered threads only. Its run time per run
+        is compared with the sampling program's early exit (one map lookup) in the same run
+        (`--subprocesses` keeps one perf event per CPU, so that program runs on the storm's
+        CPUs too)."""
+        helper = Target(interp, "idle")
+        storm = spawn(["sh", "-c", "dd if=/dev/zero bs=1 count=2000000000 status=none | cat > /dev/null"],
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        rows = []
+        try:
+            time.sleep(0.5)
+            for rep in range(max(1, self.o.reps - 1)):
+                log("switch storm: dd | cat beside pyperch --mode wall on an idle process (rep %d)" % (rep + 1))
+                argv = [self.o.pyperch, "record", "--pid", str(helper.pid), "--subprocesses", "--mode", "wall",
+                        "--rate", "1000", "--duration", str(self.o.duration), "--format", "collapsed", "--output", os.devnull]
+                p = spawn(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                storm_pids = [int(x) for x in sh("pgrep -P %d" % storm.pid).split()]
+                time.sleep(self.o.warm + 0.5)
+                t0, a = time.monotonic(), bpf_progs(p.pid)
+                c0 = sum(ctx_switches(x) or 0 for x in storm_pids)
+                time.sleep(max(0.5, self.o.duration - self.o.warm - self.o.tail - 1.0))
+                t1, b = time.monotonic(), bpf_progs(p.pid)
+                c1 = sum(ctx_switches(x) or 0 for x in storm_pids)
+                p.wait(timeout=60)
+                reap(p)
+                row = {"seconds": t1 - t0, "storm_switches_per_s": (c1 - c0) / (t1 - t0)}
+                # The raw tracepoint with the most runs is the switch program (the others fire
+                # on forks, execs and exits); the perf-event one is the sampler.
+                for kind, ptype in (("switch", 17), ("sample", 7)):
+                    deltas = [(b[i][2] - a[i][2], b[i][1] - a[i][1]) for i in b if i in a and b[i][0] == ptype]
+                    if deltas:
+                        runs, ns = max(deltas)
+                        row[kind + "_runs_per_s"] = runs / (t1 - t0)
+                        row[kind + "_ns_per_run"] = ns / runs if runs else None
+                log("  storm %.0f switches/s; switch program %s runs/s, %s ns/run; sampler early exit %s ns/run" % (
+                    row["storm_switches_per_s"], fmt(row.get("switch_runs_per_s"), 0), fmt(row.get("switch_ns_per_run"), 1),
+                    fmt(row.get("sample_ns_per_run"), 1)))
+                rows.append(row)
+        finally:
+            kill_tree(storm)
+            reap(storm)
+            helper.stop()
+        self.results["switch_storm"] = rows
+
     def sec_deep(self, interp):
         for depth in (30, 300, 1500):
             log("deep stacks: recursion depth %d, pyperch at 1 kHz" % depth)
@@ -1043,7 +1165,7 @@ class Bench(object):
         o = self.o
         py312 = Interp(o.python_label, o.python)
         interps = discover_interps(self.rootfs)
-        sections = set(o.only.split(",")) if o.only else {"compat", "main", "control", "cpython", "allcpu", "deep", "scale", "native"}
+        sections = set(o.only.split(",")) if o.only else {"compat", "main", "control", "cpython", "allcpu", "deep", "scale", "native", "switches"}
         reps = o.reps
         if "compat" in sections:
             self.sec_compat(interps)
@@ -1077,6 +1199,9 @@ class Bench(object):
             self.sec_deep(py312)
         if "native" in sections:
             self.sec_native(py312, reps)
+        if "switches" in sections:
+            py315 = Interp("3.15 (Debian sid, static)", "/usr/bin/python3.15", self.rootfs) if self.rootfs else None
+            self.sec_switches(py312, py315)
         if "scale" in sections:
             idle_interps = [i for i in interps if not i.rootfs] or [py312]
             self.sec_scale(py312, idle_interps)
@@ -1500,6 +1625,32 @@ class Report(object):
                         fmt(a["ring_bytes_per_sample"], 0) if a.get("ring_bytes_per_sample") else "-",
                         "%s (%s%%)" % (fmt(a["lost"], 0), fmt(pct(a["lost_share"]), 2)) if a["lost"] is not None else "?"))
             w()
+        # Context switches (issue 11).
+        sw = self.switch_rows()
+        storm = self.storm_summary()
+        if sw or storm:
+            w("## Context switches: `--mode wall` and the rest of the host")
+            w()
+        if sw:
+            w("The token workload: two threads pass a token through a pair of `queue.Queue`s, with a short busy loop per hand-over, so that every hand-over blocks one thread and wakes the other (about 20,000 context switches of its threads per second on this machine when nothing else runs; the rate falls when other jobs load the machine). Every tool records every thread's whole time at %d Hz: pyperch `--mode wall` (on-CPU samples plus every off-CPU interval charged exactly at the switch), py-spy `--idle` (3.12) and CPython's `profiling.sampling --mode wall` (3.15). Switches/s = voluntary + involuntary context switches of the workload's threads (from /proc) per second, in the unprofiled windows and in the profiled steady window. CPU us/switch = the profiler's CPU (user + system, all threads) in the steady window, plus for pyperch the run time of all its BPF programs in that window (`+ BPF`), ÷ the workload's context switches in that window. Target slowdown = 1 − (round trips/s profiled ÷ unprofiled, windows interleaved), median of the repetitions (each listed)." % SWITCH_RATE)
+            w()
+            w("| tool | target | switches/s unprofiled | switches/s profiled | target slowdown | CPU us/switch: process | + BPF | = total | profiler CPU share of one CPU | peak RSS MB |")
+            w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+            for row in sw:
+                w("| %s | %s | %s | %s | %s%% (%s) | %s | %s | **%s** | %s%% | %s |" % (
+                    TOOL_TITLES[row["tool"]], row["interp"], fmt(row["base_switches"], 0), fmt(row["switches"], 0),
+                    fmt(pct(row["slowdown"]), 1), ", ".join(fmt(pct(x), 1) for x in row["slowdowns"] if x is not None),
+                    fmt(row["user_us"], 2), fmt(row["bpf_us"], 2) if row["tool"].startswith("pyperch") else "-",
+                    fmt(row["total_us"], 2), fmt(pct(row["cpu_share"]), 1), fmt(row["rss_mb"], 1)))
+            w()
+        if storm:
+            w("The rest of the host: a non-Python context-switch storm (`dd bs=1 | cat`, every one-byte write wakes the reader) while pyperch `--mode wall` registers only an idle Python process, so the scheduler-switch program sees unregistered threads only. Its run time per run (`run_time_ns` ÷ `run_cnt`) is set beside the sampling program's early exit in the same run, which is one map lookup (`--subprocesses` keeps one perf event per CPU at 1 kHz, so it runs on the storm's CPUs too). Medians of %d runs." % storm["n"])
+            w()
+            w("| storm switches/s | switch program runs/s (whole host) | switch program ns per run | sampling program's early exit (one lookup) ns per run |")
+            w("|---:|---:|---:|---:|")
+            w("| %s | %s | **%s** | %s |" % (fmt(storm["storm_switches_per_s"], 0), fmt(storm["switch_runs_per_s"], 0),
+                                            fmt(storm["switch_ns_per_run"], 1), fmt(storm["sample_ns_per_run"], 1)))
+            w()
         # Compat.
         if r["compat"]:
             w("## Workloads on every interpreter")
@@ -1514,6 +1665,47 @@ class Report(object):
         g = self.goals_section(sums, sums315)
         self.lines[goals_at:goals_at] = g
         return "\n".join(self.lines) + "\n"
+
+    def switch_rows(self):
+        """Per tool and target of the switches section: medians over its repetitions."""
+        out = []
+        for g in self.r["groups"]:
+            if g.get("kind") != "switches":
+                continue
+            for tool in g["tools"]:
+                runs = self.runs_for(g["interp"], g["workload"], g["rate"], tool, kind="switches")
+                if not runs:
+                    continue
+                per = []
+                for run in runs:
+                    t = run.get("target") or {}
+                    w = run.get("window") or {}
+                    s0, s1 = t.get("w0"), t.get("w1")
+                    n = (s1["switches"] - s0["switches"]) if s0 and s1 and s0.get("switches") is not None and s1.get("switches") is not None else None
+                    if not n or "cpu_s" not in w:
+                        continue
+                    user = 1e6 * w["cpu_s"] / n
+                    bpf = (w.get("bpf_ns") or 0) / 1000.0 / n
+                    per.append({"user": user, "bpf": bpf, "total": user + bpf, "switches": switches_between(s0, s1),
+                                "share": w["cpu_s"] / w["seconds"] if w.get("seconds") else None})
+                a = self.agg(runs)
+                out.append({"tool": tool, "interp": g["interp"], "n": len(runs),
+                            "base_switches": median([x for x in g.get("baseline_switches", []) if x]),
+                            "switches": median([x["switches"] for x in per]),
+                            "slowdown": a["slowdown"], "slowdowns": a["slowdowns"],
+                            "user_us": median([x["user"] for x in per]), "bpf_us": median([x["bpf"] for x in per]),
+                            "total_us": median([x["total"] for x in per]), "cpu_share": median([x["share"] for x in per]),
+                            "rss_mb": a["rss_mb"]})
+        return out
+
+    def storm_summary(self):
+        rows = self.r.get("switch_storm") or []
+        if not rows:
+            return None
+        keys = ("storm_switches_per_s", "switch_runs_per_s", "switch_ns_per_run", "sample_ns_per_run")
+        out = {k: median([x.get(k) for x in rows]) for k in keys}
+        out["n"] = len(rows)
+        return out
 
     def interrupt_cost(self):
         """The probe's rows, and the cost of one sampling interrupt derived from them: from
@@ -1662,6 +1854,23 @@ class Report(object):
                      "; ".join(acc_rows), verdict(acc_ok if any_acc else None)))
         rows.append(("Zero impossible stacks on the frame-reuse workload",
                      "; ".join("pyperch on %s: %d impossible of %s samples" % (l, m, t) for l, m, t in imp), verdict(imp_ok)))
+        # 6. Context switches (issue 11).
+        sw = [x for x in self.switch_rows()]
+        mine = [x for x in sw if x["tool"] == "pyperch-wall"]
+        if mine:
+            ok = all(x["slowdown"] is not None and x["slowdown"] < 0.05 and x["total_us"] is not None and x["total_us"] < 2.0 for x in mine)
+            rows.append(("`--mode wall` on a workload with about 20,000 context switches/s: target slowdown under 5% and profiler CPU (process + BPF) under 2 us per switch",
+                         "; ".join("%s on %s: %s%% slowdown, %s us/switch at %s switches/s" % (
+                             SHORT[x["tool"]], x["interp"], fmt(pct(x["slowdown"]), 1), fmt(x["total_us"], 2), fmt(x["switches"], 0)) for x in sw),
+                         verdict(ok)))
+        st = self.storm_summary()
+        if st and st.get("switch_ns_per_run") is not None:
+            ref = st.get("sample_ns_per_run")
+            ok = ref is not None and st["switch_ns_per_run"] <= 1.25 * ref
+            rows.append(("The scheduler-switch program costs unregistered processes at most a map lookup (at most 1.25x the sampling program's one-lookup early exit, same run)",
+                         "%s ns per switch in a storm of %s switches/s; the one-lookup early exit: %s ns" % (
+                             fmt(st["switch_ns_per_run"], 1), fmt(st["storm_switches_per_s"], 0), fmt(ref, 1)),
+                         verdict(ok)))
         # Peers on frame reuse, for reference.
         out.append("## Goals")
         out.append("")
@@ -1731,7 +1940,7 @@ def main():
     ap.add_argument("--tail", type=float, default=0.3, help="steady window ends this long before the run's end")
     ap.add_argument("--reps", type=int, default=3, help="repetitions at 1 kHz (chain, web; one fewer elsewhere)")
     ap.add_argument("--scale-reps", type=int, default=3)
-    ap.add_argument("--only", default="", help="comma list of sections: compat,main,control,cpython,allcpu,deep,scale,native")
+    ap.add_argument("--only", default="", help="comma list of sections: compat,main,control,cpython,allcpu,deep,scale,native,switches")
     ap.add_argument("--filter", default="", help="regex on WORKLOAD@RATE selecting the comparison groups to run")
     ap.add_argument("--quick", action="store_true", help="short runs, one repetition (for trying the harness)")
     ap.add_argument("--md", default=os.path.join(ROOT, "BENCHMARKS.md"))

@@ -24,6 +24,7 @@ mod native_stack;
 mod process_events;
 mod sampling;
 mod sched_switch;
+mod switch_filter;
 mod sampling_bounded;
 mod thread_state;
 

@@ -18,8 +18,9 @@
 //! (`finish_task_switch`), and kernels without kprobes (`CONFIG_KPROBES=n`, as on this 6.18
 //! build) or where it is a compiler clone (`finish_task_switch.isra.0`, no fentry) have none.
 //!
-//! For threads of unregistered processes the program costs one `PROCESSES` lookup for
-//! `prev`, and two kernel reads (`next`'s ids) and one lookup for `next`.
+//! For threads of unregistered processes the program costs one `PROCESSES` lookup, for
+//! `next` (after one kernel read of its ids): whether `prev` is registered was decided when
+//! it came in (`switch_filter`).
 
 use core::ffi::c_void;
 
@@ -36,6 +37,7 @@ use profiler_common::{
 
 use crate::gil::waiting_for_gil;
 use crate::maps::{PROCESSES, bump, output_record};
+use crate::switch_filter;
 use crate::sampling::{Record, walk_current_stack};
 
 /// Intervals shorter than this (nanoseconds) are summed, not sent. Set at load time.
@@ -52,10 +54,13 @@ static TASK_TGID_OFFSET: u64 = 0;
 #[map]
 pub static THREAD_SWITCHES: LruHashMap<u32, ThreadSwitch> = LruHashMap::with_max_entries(65536, 0);
 
-/// The record of each switched-out registered thread (by tid), walked at the switch-out and
-/// sent at the switch-in. Entries live only while their thread is off a CPU; a thread whose
-/// entry was evicted (more threads off at once than slots) has that interval's time summed
-/// like a short one (`counter::OFF_CPU_LOST`).
+/// The record of each registered thread (by tid) walked at its last switch-out, sent at the
+/// switch-in if the interval is long enough. Each switch-out writes over its thread's entry
+/// (only the bytes it uses) rather than inserting a new one, and the entry stays when the
+/// thread runs (userspace reads it only for threads with a pending switch-out): inserting and
+/// deleting 2 KB entries at every switch cost more than the copy. A thread whose entry was
+/// evicted while it was off (more registered threads than slots) has that interval's time
+/// summed like a short one (`counter::OFF_CPU_LOST`).
 #[map]
 static OFF_CPU_RECORDS: LruHashMap<u32, Record> = LruHashMap::with_max_entries(8192, 0);
 
@@ -67,9 +72,13 @@ pub fn pyperch_sched_switch(ctx: RawTracePointContext) -> i32 {
     // the way back to user mode, where `prev_state` is still TASK_RUNNING, 0).
     let preempt: u64 = ctx.arg(0);
     let prev_state: u64 = ctx.arg(3);
-    switch_out(preempt as u8 != 0 || prev_state as u32 == 0);
+    let epoch = switch_filter::epoch();
+    if !switch_filter::prev_is_unregistered(bpf_get_current_pid_tgid() as u32, epoch) {
+        switch_out(preempt as u8 != 0 || prev_state as u32 == 0);
+    }
     let next: u64 = ctx.arg(2);
-    switch_in(next);
+    let (tid, registered) = switch_in(next);
+    switch_filter::remember_next(tid, registered, epoch);
     0
 }
 
@@ -98,7 +107,7 @@ fn switch_out(preempt: bool) {
     } else {
         reason
     };
-    if OFF_CPU_RECORDS.insert(&tid, &scratch.record, 0).is_err() {
+    if !keep_record(tid, &scratch.record) {
         return;
     }
     if let Some(state) = THREAD_SWITCHES.get_ptr_mut(&tid) {
@@ -119,26 +128,40 @@ fn switch_out(preempt: bool) {
     }
 }
 
-fn switch_in(next: u64) {
+/// Ends `next`'s pending interval, if any. Returns `next`'s tid and whether its process is
+/// registered (true when unknown), for `switch_filter::remember_next`.
+fn switch_in(next: u64) -> (u32, bool) {
     // SAFETY: frozen load-time constants; the kernel read tolerates any address.
     let (tgid, tid) = unsafe {
         let tgid_offset = core::ptr::read_volatile(&TASK_TGID_OFFSET);
         let pid_offset = core::ptr::read_volatile(&TASK_PID_OFFSET);
         if next == 0 || tgid_offset == 0 || pid_offset == 0 {
-            return;
+            return (0, true);
         }
-        (
-            bpf_probe_read_kernel((next + tgid_offset) as *const u32).unwrap_or(0),
-            bpf_probe_read_kernel((next + pid_offset) as *const u32).unwrap_or(0),
-        )
+        if tgid_offset == pid_offset + 4 {
+            // `pid` then `tgid`, as in every kernel's task_struct: one read for both.
+            let ids = bpf_probe_read_kernel((next + pid_offset) as *const u64).unwrap_or(0);
+            ((ids >> 32) as u32, ids as u32)
+        } else {
+            (
+                bpf_probe_read_kernel((next + tgid_offset) as *const u32).unwrap_or(0),
+                bpf_probe_read_kernel((next + pid_offset) as *const u32).unwrap_or(0),
+            )
+        }
     };
     if tgid == 0 {
-        return;
+        return (tid, false);
     }
     // SAFETY: as in `switch_out`.
     let Some(info) = (unsafe { PROCESSES.get(&tgid) }) else {
-        return;
+        return (tid, false);
     };
+    charge_interval(info, tgid, tid);
+    (tid, true)
+}
+
+/// Ends the pending interval of `tid` (of registered process `tgid`) that is switched in now.
+fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
     let Some(state) = THREAD_SWITCHES.get_ptr_mut(&tid) else {
         return;
     };
@@ -166,7 +189,6 @@ fn switch_in(next: u64) {
     if interval.off_ns < min {
         state.short_ns = state.short_ns.saturating_add(interval.off_ns);
         bump(counter::OFF_CPU_SHORT);
-        let _ = OFF_CPU_RECORDS.remove(&tid);
         return;
     }
     state.short_ns = 0;
@@ -184,5 +206,26 @@ fn switch_in(next: u64) {
         let len = if len > core::mem::size_of::<Record>() { core::mem::size_of::<Record>() } else { len };
         output_record(record as *const Record as *const c_void, len);
     }
-    let _ = OFF_CPU_RECORDS.remove(&tid);
+}
+
+/// Keeps `record` (just walked) as thread `tid`'s until it runs again: copies its header and
+/// full frames over the thread's entry, or inserts the entry on the thread's first switch-out.
+fn keep_record(tid: u32, record: &Record) -> bool {
+    let Some(slot) = OFF_CPU_RECORDS.get_ptr_mut(&tid) else {
+        return OFF_CPU_RECORDS.insert(&tid, record, 0).is_ok();
+    };
+    let n_full = record.header.n_full as usize;
+    let n = if n_full > MAX_FULL_FRAMES { MAX_FULL_FRAMES } else { n_full };
+    let len = SAMPLE_HEADER_SIZE + n * FRAME_ENTRY_SIZE;
+    let len = if len > core::mem::size_of::<Record>() { core::mem::size_of::<Record>() } else { len };
+    // SAFETY: `slot` is a map value of `size_of::<Record>()` bytes and `len` is at most that;
+    // `record` is as large. The helper copies kernel memory (the per-CPU scratch).
+    let ret = unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_kernel(
+            slot as *mut c_void,
+            len as u32,
+            record as *const Record as *const c_void,
+        )
+    };
+    ret == 0
 }

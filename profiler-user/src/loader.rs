@@ -235,6 +235,10 @@ pub struct Registry {
     map_full: AtomicU64,
     /// Registrations handed out (`ProcessInfo::generation`).
     generations: AtomicU32,
+    /// The kernel's `REGISTRATION_EPOCH` (slot 0), bumped after every registration: the
+    /// scheduler-switch program trusts a per-CPU "not registered" answer only while it is
+    /// unchanged (see profiler-ebpf's `switch_filter`).
+    registration_epoch: Mutex<aya::maps::Array<MapData, u64>>,
 }
 
 /// The kernel program's entry points: one per sample, one per fork or exit, one per exec.
@@ -339,6 +343,10 @@ impl KernelProgram {
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").ok_or(LoadError::MissingMap("COUNTERS"))?)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
+        let registration_epoch = aya::maps::Array::try_from(
+            ebpf.take_map("REGISTRATION_EPOCH").ok_or(LoadError::MissingMap("REGISTRATION_EPOCH"))?,
+        )
+        .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let registry = Arc::new(Registry {
             processes: Mutex::new(processes),
             counters,
@@ -346,6 +354,7 @@ impl KernelProgram {
             slots,
             map_full: AtomicU64::new(0),
             generations: AtomicU32::new(0),
+            registration_epoch: Mutex::new(registration_epoch),
         });
         Ok(Self {
             ebpf,
@@ -530,7 +539,10 @@ impl Registry {
     pub fn register(&self, pid: u32, info: &ProcessInfo) -> Result<(), LoadError> {
         let inserted = self.processes().insert(pid, *info, 0);
         match inserted {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.bump_registration_epoch();
+                Ok(())
+            }
             Err(aya::maps::MapError::SyscallError(e))
                 if matches!(e.io_error.raw_os_error(), Some(libc::E2BIG) | Some(libc::ENOSPC) | Some(libc::ENOMEM)) =>
             {
@@ -543,6 +555,19 @@ impl Registry {
                 Err(LoadError::MapFull { pid, slots: self.slots })
             }
             Err(e) => Err(LoadError::Register { pid, message: error_chain(&e) }),
+        }
+    }
+
+    /// Tells the scheduler-switch program that a process was registered: its per-CPU "not
+    /// registered" answers taken before now are no longer trusted. Called after the insert.
+    /// If the write fails the program keeps trusting old answers: a thread of the new process
+    /// already on a CPU then misses its first switch-out (its time until it next runs), so
+    /// the failure is reported.
+    fn bump_registration_epoch(&self) {
+        let mut epoch = self.registration_epoch.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let next = epoch.get(&0, 0).unwrap_or(0).wrapping_add(1);
+        if let Err(e) = epoch.set(0, next, 0) {
+            eprintln!("pyperch: warning: could not update the kernel's registration epoch: {}", error_chain(&e));
         }
     }
 

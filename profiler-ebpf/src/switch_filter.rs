@@ -1,0 +1,74 @@
+//! The scheduler-switch program's early exit for the rest of the host: one map lookup per
+//! switch when neither thread belongs to a registered process.
+//!
+//! A switch names two threads: `prev` (leaving) and `next` (coming in). Looking both up in
+//! `PROCESSES` costs two hash lookups. But `prev` is, on its CPU, always the thread the
+//! previous switch on that CPU let in, and that switch already looked it up as its `next`:
+//! [`remember_next`] keeps that answer per CPU, and [`prev_is_unregistered`] reuses it, so an
+//! unregistered `prev` costs an array read instead of a hash lookup.
+//!
+//! The kept answer is trusted only when it is certainly still true:
+//! - it is about this very thread (same tid; after a missed switch, or at attach time, it
+//!   is about another one or none, and `prev` is looked up as before);
+//! - no process was registered since it was taken: userspace bumps `REGISTRATION_EPOCH`
+//!   after every insert into `PROCESSES`, and the answer carries the epoch read *before*
+//!   its lookup, so a registration racing with that lookup makes the answer stale, never
+//!   wrongly trusted. (A registration landing between the epoch read of the switch-out and
+//!   its decision is the same as one landing just after the switch: the thread is counted
+//!   from its next switch-out.)
+//! Only "not registered" answers are reused: a registered `prev` is always looked up, since
+//! its walk needs the registration itself, and an unregistration then shows as usual.
+
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, PerCpuArray},
+};
+
+/// Bumped by userspace after each registration (slot 0).
+#[map]
+pub static REGISTRATION_EPOCH: Array<u64> = Array::with_max_entries(1, 0);
+
+/// What this CPU's last switch decided about the thread it let in.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CpuCurrent {
+    /// `REGISTRATION_EPOCH` when the answer was taken (read before the lookup).
+    pub epoch: u64,
+    pub tid: u32,
+    /// 1: the thread's process was registered (or unknown); 0: not registered.
+    pub registered: u32,
+}
+
+#[map]
+static CPU_CURRENT: PerCpuArray<CpuCurrent> = PerCpuArray::with_max_entries(1, 0);
+
+/// The registration epoch now: read once per switch, before any lookup of this switch.
+#[inline(always)]
+pub fn epoch() -> u64 {
+    REGISTRATION_EPOCH.get(0).map(|e| unsafe { core::ptr::read_volatile(e) }).unwrap_or(u64::MAX)
+}
+
+/// Whether `prev` (thread `tid`, leaving this CPU) is known, without a lookup, to belong to
+/// no registered process.
+#[inline(always)]
+pub fn prev_is_unregistered(tid: u32, epoch: u64) -> bool {
+    match CPU_CURRENT.get_ptr(0) {
+        // SAFETY: a per-CPU value, written only by this program on this CPU, which does not
+        // run reentrantly there.
+        Some(c) => {
+            let c = unsafe { &*c };
+            c.registered == 0 && c.tid == tid && c.epoch == epoch
+        }
+        None => false,
+    }
+}
+
+/// Keeps, for this CPU, whether `next` (thread `tid`) belongs to a registered process, as
+/// looked up under `epoch`.
+#[inline(always)]
+pub fn remember_next(tid: u32, registered: bool, epoch: u64) {
+    if let Some(c) = CPU_CURRENT.get_ptr_mut(0) {
+        // SAFETY: as in `prev_is_unregistered`.
+        unsafe { *c = CpuCurrent { epoch, tid, registered: registered as u32 } };
+    }
+}
