@@ -118,6 +118,9 @@ pub struct Counters {
     pub native_unmerged: u64,
     pub native_no_stack: u64,
     pub native_malformed: u64,
+    /// `--native`: samples shown with their Python frames behind `<loading native>`: the
+    /// process's maps or a file they ran in were still being read (off the sampling loop).
+    pub native_loading: u64,
 }
 
 impl Counters {
@@ -163,6 +166,7 @@ impl Counters {
         self.native_unmerged += other.native_unmerged;
         self.native_no_stack += other.native_no_stack;
         self.native_malformed += other.native_malformed;
+        self.native_loading += other.native_loading;
     }
 
     /// A multi-line report, indented by `indent`.
@@ -221,11 +225,16 @@ impl Counters {
             }
             s.push('\n');
         }
-        if self.native_merged + self.native_unmerged + self.native_no_stack + self.native_malformed > 0 {
+        if self.native_merged + self.native_unmerged + self.native_no_stack + self.native_malformed + self.native_loading > 0 {
             let _ = writeln!(
                 s,
-                "{indent}native: {} merged ({} with a truncated native stack), {} unmerged, {} without a user stack, {} malformed",
-                self.native_merged, self.native_truncated, self.native_unmerged, self.native_no_stack, self.native_malformed
+                "{indent}native: {} merged ({} with a truncated native stack), {} unmerged, {} without a user stack, {} malformed, {} loading (maps or file still being read)",
+                self.native_merged,
+                self.native_truncated,
+                self.native_unmerged,
+                self.native_no_stack,
+                self.native_malformed,
+                self.native_loading
             );
         }
         s

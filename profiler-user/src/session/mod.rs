@@ -2,7 +2,7 @@
 //! kernel registrations, and the path of every sample from the ring buffer to the profile
 //! (completion → symbolization → aggregation).
 
-mod budget;
+pub(crate) mod budget;
 mod cache_budget;
 mod discoverer;
 mod event_loop;
@@ -271,6 +271,11 @@ impl Session {
     /// Native and kernel frames for the targets added from now on (`--native`, `--kernel`).
     pub(crate) fn set_native(&mut self, native: crate::native::NativeContext) {
         self.native = Some(Arc::new(native));
+    }
+
+    /// `--stats`' line of the native side's reading of maps and files (with native frames).
+    pub(crate) fn native_io_report(&self) -> Option<String> {
+        self.native.as_ref()?.io.as_ref().map(|io| io.report())
     }
 
     /// Registers a Python process with the kernel if its interpreter is ready. Only before
