@@ -148,6 +148,8 @@ impl ProcessNative {
     /// (asked for here, at most every `REFRESH_INTERVAL`: a library loaded after the start).
     fn waits_for(&mut self, address: u64, io: &NativeIo) -> bool {
         if !self.maps_known {
+            // Asked at the start; asked again if that answer was a failure or was refused.
+            self.refresh(io);
             return true;
         }
         if self.module(address).is_some() {
@@ -266,11 +268,11 @@ impl ProcessNative {
                         }
                     }
                 }
-                None => {
-                    if self.early.len() < MAX_MODULES {
-                        self.early.insert(key, file);
-                    }
+                // Only a maps answer still to come can list it.
+                None if self.state == MapsState::Requested && self.early.len() < MAX_MODULES => {
+                    self.early.insert(key, file);
                 }
+                None => {}
             }
         }
     }
@@ -346,5 +348,32 @@ impl ProcessNative {
         };
         self.unwinder.add_module(Module::new(file.name.to_string(), m.start..m.end, base, info));
         self.modules.insert(at, LoadedModule { start: m.start, end: m.end, offset: m.offset, file });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The maps and the files arrive through the worker while the caller only polls: the
+    /// module of one of this test's own functions shows up without any call that waits.
+    #[test]
+    fn maps_and_files_arrive_while_the_caller_only_polls() {
+        let io = NativeIo::start();
+        let mut p = ProcessNative::new(std::process::id(), &io);
+        let f = maps_and_files_arrive_while_the_caller_only_polls as fn() as usize as u64;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while p.module(f).is_none() {
+            assert!(Instant::now() < deadline, "the test binary's module never arrived");
+            p.poll();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(p.maps_known);
+        let m = p.module(f).expect("module");
+        let name = m.file.symbol(m.file_address(f).expect("address")).expect("symbol");
+        assert!(name.contains("maps_and_files_arrive"), "{name}");
+        // Its mapping is no longer waiting for its file.
+        assert_eq!(p.mapped(f), Some(false));
+        assert!(io.stats.maps_reads.load(std::sync::atomic::Ordering::Relaxed) >= 1);
     }
 }
