@@ -121,6 +121,9 @@ pub struct Counters {
     /// `--native`: samples shown with their Python frames behind `<loading native>`: the
     /// process's maps or a file they ran in were still being read (off the sampling loop).
     pub native_loading: u64,
+    /// `--native`: samples held at the process's start until its files were read (or for
+    /// at most 2 s; each is also counted by how it was finally shown).
+    pub native_held: u64,
 }
 
 impl Counters {
@@ -167,6 +170,7 @@ impl Counters {
         self.native_no_stack += other.native_no_stack;
         self.native_malformed += other.native_malformed;
         self.native_loading += other.native_loading;
+        self.native_held += other.native_held;
     }
 
     /// A multi-line report, indented by `indent`.
@@ -228,13 +232,14 @@ impl Counters {
         if self.native_merged + self.native_unmerged + self.native_no_stack + self.native_malformed + self.native_loading > 0 {
             let _ = writeln!(
                 s,
-                "{indent}native: {} merged ({} with a truncated native stack), {} unmerged, {} without a user stack, {} malformed, {} loading (maps or file still being read)",
+                "{indent}native: {} merged ({} with a truncated native stack), {} unmerged, {} without a user stack, {} malformed, {} loading (maps or file still being read); {} held at the start until the files were read",
                 self.native_merged,
                 self.native_truncated,
                 self.native_unmerged,
                 self.native_no_stack,
                 self.native_malformed,
-                self.native_loading
+                self.native_loading,
+                self.native_held
             );
         }
         s

@@ -21,7 +21,7 @@
 
 use std::{
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicU64, Ordering::Relaxed},
         mpsc,
     },
@@ -96,6 +96,8 @@ pub struct IoStats {
 /// The session's handle on the worker; dropping it stops the worker at its next request.
 pub struct NativeIo {
     requests: mpsc::SyncSender<Request>,
+    /// The worker's end, until `start_worker` hands it to the worker thread.
+    pending_worker: Mutex<Option<mpsc::Receiver<Request>>>,
     pub stats: Arc<IoStats>,
 }
 
@@ -106,19 +108,24 @@ pub struct Asker {
 }
 
 impl NativeIo {
-    /// Starts the worker thread. Without a thread, every request is refused (and counted):
-    /// samples then keep their Python frames with a `<loading native>` marker.
-    pub fn start() -> NativeIo {
+    /// The queue, without its worker: requests wait in it until `start_worker` (threads may
+    /// start only once the session has dropped its capabilities, which needs one thread).
+    pub fn new() -> NativeIo {
         let (requests, receive) = mpsc::sync_channel::<Request>(MAX_QUEUED);
-        let stats = Arc::new(IoStats::default());
-        let worker_stats = stats.clone();
+        NativeIo { requests, pending_worker: Mutex::new(Some(receive)), stats: Arc::default() }
+    }
+
+    /// Starts the worker thread (once; later calls do nothing). Without a thread, requests
+    /// stay unanswered: samples then keep their Python frames behind `<loading native>`.
+    pub fn start_worker(&self) {
+        let Some(receive) = self.pending_worker.lock().ok().and_then(|mut r| r.take()) else { return };
+        let stats = self.stats.clone();
         let _ = std::thread::Builder::new().name("pyperch-native-io".into()).spawn(move || {
             let budgeted = Budgeted::default();
             while let Ok(request) = receive.recv() {
-                serve(&budgeted, &worker_stats, request);
+                serve(&budgeted, &stats, request);
             }
         });
-        NativeIo { requests, stats }
     }
 
     /// A new process's channels.

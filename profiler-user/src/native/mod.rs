@@ -71,7 +71,7 @@ impl NativeContext {
             limit: last.saturating_add(1),
             offset: 0,
         });
-        let io = (options.stack_bytes > 0).then(NativeIo::start);
+        let io = (options.stack_bytes > 0).then(NativeIo::new);
         Self { options, kallsyms, kernel_mapping, io }
     }
 }

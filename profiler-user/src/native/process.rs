@@ -129,6 +129,13 @@ impl ProcessNative {
         p
     }
 
+    /// Whether the maps are not known yet, or files of them are still being read (takes in
+    /// what has arrived; never waits).
+    pub fn waiting(&mut self) -> bool {
+        self.poll();
+        !self.maps_known || !self.loading.is_empty() || self.deferred
+    }
+
     /// The module containing `address`.
     pub fn module(&self, address: u64) -> Option<&LoadedModule> {
         let i = self.modules.partition_point(|m| m.start <= address);
@@ -359,7 +366,8 @@ mod tests {
     /// module of one of this test's own functions shows up without any call that waits.
     #[test]
     fn maps_and_files_arrive_while_the_caller_only_polls() {
-        let io = NativeIo::start();
+        let io = NativeIo::new();
+        io.start_worker();
         let mut p = ProcessNative::new(std::process::id(), &io);
         let f = maps_and_files_arrive_while_the_caller_only_polls as fn() as usize as u64;
         let deadline = Instant::now() + Duration::from_secs(60);

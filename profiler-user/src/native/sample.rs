@@ -40,6 +40,11 @@ impl NativeSampler {
         Self { context, grouping, unwinder, names: HashMap::new(), unwound: Vec::new(), native: Vec::new(), removals: 0 }
     }
 
+    /// Whether the process's maps or files are still being read (never waits).
+    pub fn waiting(&mut self) -> bool {
+        self.unwinder.as_mut().is_some_and(|u| u.waiting())
+    }
+
     /// Forgets cached frame ids (a new profile epoch).
     pub fn clear(&mut self) {
         self.names = HashMap::new();
