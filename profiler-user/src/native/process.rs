@@ -30,6 +30,8 @@ pub const MAX_NATIVE_FRAMES: usize = 256;
 const MAX_MODULES: usize = 4096;
 /// `/proc/PID/maps` is read again at most this often (when an address is in no module).
 const REFRESH_INTERVAL: Duration = Duration::from_millis(500);
+/// How soon the maps are asked for again when files of them were put off.
+const DEFERRED_RETRY: Duration = Duration::from_millis(50);
 
 /// An executable mapping of a file.
 pub struct LoadedModule {
@@ -131,8 +133,12 @@ impl ProcessNative {
 
     /// Whether the maps are not known yet, or files of them are still being read (takes in
     /// what has arrived; never waits).
-    pub fn waiting(&mut self) -> bool {
+    /// Asks again (rate-limited) when the maps are not known or files were put off.
+    pub fn waiting(&mut self, io: &NativeIo) -> bool {
         self.poll();
+        if !self.maps_known || self.deferred {
+            self.refresh(io);
+        }
         !self.maps_known || !self.loading.is_empty() || self.deferred
     }
 
@@ -244,7 +250,10 @@ impl ProcessNative {
     /// Asks for the maps again, at most every `REFRESH_INTERVAL` and one request at a time;
     /// never waits.
     fn refresh(&mut self, io: &NativeIo) {
-        if self.state == MapsState::Requested || self.last_request.is_some_and(|t| t.elapsed() < REFRESH_INTERVAL) {
+        // Files put off (too many in flight) are asked for again soon: slots free up as
+        // reads end.
+        let interval = if self.deferred { DEFERRED_RETRY } else { REFRESH_INTERVAL };
+        if self.state == MapsState::Requested || self.last_request.is_some_and(|t| t.elapsed() < interval) {
             return;
         }
         self.request(io);

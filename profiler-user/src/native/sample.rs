@@ -42,7 +42,10 @@ impl NativeSampler {
 
     /// Whether the process's maps or files are still being read (never waits).
     pub fn waiting(&mut self) -> bool {
-        self.unwinder.as_mut().is_some_and(|u| u.waiting())
+        match (self.unwinder.as_mut(), self.context.io.as_ref()) {
+            (Some(u), Some(io)) => u.waiting(io),
+            _ => false,
+        }
     }
 
     /// Forgets cached frame ids (a new profile epoch).
