@@ -97,7 +97,7 @@ pub struct ProcessNative {
     maps_known: bool,
     state: MapsState,
     last_request: Option<Instant>,
-    /// The last maps answer had files put off: ask again (at the refresh interval).
+    /// The last maps answer had files put off: ask again (after `DEFERRED_RETRY`).
     deferred: bool,
     asker: Asker,
     inbox: Inbox,
@@ -132,8 +132,8 @@ impl ProcessNative {
     }
 
     /// Whether the maps are not known yet, or files of them are still being read (takes in
-    /// what has arrived; never waits).
-    /// Asks again (rate-limited) when the maps are not known or files were put off.
+    /// what has arrived; never waits). Asks again (rate-limited) when the maps are not known
+    /// or files were put off.
     pub fn waiting(&mut self, io: &NativeIo) -> bool {
         self.poll();
         if !self.maps_known || self.deferred {
