@@ -440,6 +440,9 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
         files.skips,
         files.hung_now
     );
+    if let Some(line) = session.native_io_report() {
+        let _ = writeln!(s, "  {line}");
+    }
     let _ = writeln!(
         s,
         "  pod names (runtime annotations): {} containers named; {} bundles refused (not a regular file, over 1 MiB, not JSON, not Kubernetes names, or another pod's UID)",

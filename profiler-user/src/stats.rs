@@ -121,6 +121,12 @@ pub struct Counters {
     /// Samples kept whose thread was running the garbage collector (kernel's `sample_flags::GC`);
     /// without `--native` they end in a `<GC>` frame.
     pub gc_samples: u64,
+    /// `--native`: samples shown with their Python frames behind `<loading native>`: the
+    /// process's maps or a file they ran in were still being read (off the sampling loop).
+    pub native_loading: u64,
+    /// `--native`: samples held at the process's start until its files were read (or for
+    /// at most 2 s; each is also counted by how it was finally shown).
+    pub native_held: u64,
 }
 
 impl Counters {
@@ -167,6 +173,8 @@ impl Counters {
         self.native_no_stack += other.native_no_stack;
         self.native_malformed += other.native_malformed;
         self.gc_samples += other.gc_samples;
+        self.native_loading += other.native_loading;
+        self.native_held += other.native_held;
     }
 
     /// A multi-line report, indented by `indent`.
@@ -225,11 +233,17 @@ impl Counters {
             }
             s.push('\n');
         }
-        if self.native_merged + self.native_unmerged + self.native_no_stack + self.native_malformed > 0 {
+        if self.native_merged + self.native_unmerged + self.native_no_stack + self.native_malformed + self.native_loading > 0 {
             let _ = writeln!(
                 s,
-                "{indent}native: {} merged ({} with a truncated native stack), {} unmerged, {} without a user stack, {} malformed",
-                self.native_merged, self.native_truncated, self.native_unmerged, self.native_no_stack, self.native_malformed
+                "{indent}native: {} merged ({} with a truncated native stack), {} unmerged, {} without a user stack, {} malformed, {} loading (maps or file still being read); {} held at the start until the files were read",
+                self.native_merged,
+                self.native_truncated,
+                self.native_unmerged,
+                self.native_no_stack,
+                self.native_malformed,
+                self.native_loading,
+                self.native_held
             );
         }
         if self.gc_samples > 0 {

@@ -504,3 +504,158 @@ fn native_pprof_mappings_go_tool_pprof_3_12() {
     assert!(kernel.is_some(), "no kernel frame with an address in the [kernel] mapping{d}");
     assert!(native.is_some(), "no named libpython frame with an address in libpython's mapping (with its build id){d}");
 }
+
+/// utime + stime of `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
+/// The number before `label` in `line` (`..., 12 loading (...)`), if any.
+fn count_before(line: &str, label: &str) -> Option<u64> {
+    let at = line.find(label)?;
+    line[..at].split([' ', ',', ';', ':']).rfind(|w| !w.is_empty())?.parse().ok()
+}
+
+/// SIGKILLs the pids on drop (processes the FUSE workload forked).
+struct KillPids(Vec<u32>);
+
+impl Drop for KillPids {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            // SAFETY: kill(2) of processes this test started.
+            unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Issue #10, rule "no file I/O on the sampling loop": the ctypes library of `c_frames`
+/// lives on a FUSE file system whose server is then stopped (SIGSTOP), after the process
+/// loaded it and ran its code once. Reading that file for its unwind tables hangs for ever.
+/// A 3 s `--native` recording must still get the process's samples at the sampling rate
+/// and end on time; the samples running in the library keep their Python frames behind
+/// `<loading native>` (no frame of the library is guessed), and are counted in `--stats`.
+#[test]
+fn native_hung_library_does_not_stall_sampling() {
+    const RATE: f64 = 499.0;
+    const SECONDS: f64 = 3.0;
+    if !is_root() {
+        skip("needs root (FUSE mount)");
+        return;
+    }
+    if !std::path::Path::new("/dev/fuse").exists() {
+        skip("/dev/fuse does not exist on this machine: the hung file cannot be made");
+        return;
+    }
+    // A static interpreter: discovery finds Python in the executable and never opens the
+    // hung library.
+    let Some(py) = debian_3_11() else { return };
+    // Its own directory for the library (not that of `native_c_frames_debian_3_11`).
+    let py = Python { label: "debian-3.11-fuse".into(), ..py };
+    let (lib_dir, _) = match build_library(&py) {
+        Ok(built) => built,
+        Err(reason) => {
+            skip(format!("{}: {reason}", py.describe()));
+            return;
+        }
+    };
+    let mnt = lib_dir.join("mnt");
+    let warm = lib_dir.join("warm.json");
+    fs::create_dir_all(&mnt).unwrap();
+    let content = format!("@{}", lib_dir.join(LIBRARY).display());
+    let served = mnt.join("lib.so");
+    let native_py = workload_source("native.py");
+    let server = Workload::spawn(
+        &py,
+        "fuse_stall.py",
+        &[
+            &mnt.to_string_lossy(),
+            &content,
+            &py.exe.to_string_lossy(),
+            &native_py.to_string_lossy(),
+            "ctypes",
+            &warm.to_string_lossy(),
+            "60",
+            &served.to_string_lossy(),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let fields = server.ready_fields();
+    let pid_of = |k: &str| fields.get(k).and_then(|v| v.parse::<u32>().ok()).unwrap_or_else(|| panic!("{k}= in {fields:?}"));
+    let (server_pid, pid) = (pid_of("server"), pid_of("mapper"));
+    let cleanup = KillPids(vec![server_pid, pid]);
+    // The library's code has run once (paged in): from now on nobody answers for the file.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !warm.is_file() {
+        assert!(std::time::Instant::now() < deadline, "the workload never ran the library from the FUSE mount");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) of the server our workload forked.
+    unsafe { libc::kill(server_pid as libc::pid_t, libc::SIGSTOP) };
+    note("the FUSE server holding the ctypes library is stopped: reading the library hangs");
+
+    let (pid_arg, rate, seconds) = (pid.to_string(), format!("{RATE}"), format!("{SECONDS}"));
+    let started = std::time::Instant::now();
+    let run = RecordRun::start(&["--pid", &pid_arg, "--duration", &seconds, "--rate", &rate, "--stats", "--native"]);
+    let sampling = run.wait_until_sampling(std::time::Duration::from_secs(30));
+    let (t0, cpu0) = (std::time::Instant::now(), cpu_ticks(pid));
+    std::thread::sleep(std::time::Duration::from_secs_f64(SECONDS - 0.5));
+    let (t1, cpu1) = (std::time::Instant::now(), cpu_ticks(pid));
+    let rec = run.finish();
+    let elapsed = started.elapsed();
+    drop(cleanup);
+    drop(server);
+    let _ = fs::remove_dir_all(&lib_dir);
+    let d = rec.diag_pid(pid);
+    assert!(sampling, "pyperch never started sampling{d}");
+    rec.assert_ok();
+    // Start-up on a loaded 2-core machine, the duration, writing the profile.
+    let limit = std::time::Duration::from_secs_f64(SECONDS + 8.0);
+    assert!(elapsed <= limit, "pyperch record --duration {SECONDS} took {elapsed:?} (limit {limit:?}){d}");
+
+    // SAFETY: sysconf has no preconditions.
+    let ticks = match unsafe { libc::sysconf(libc::_SC_CLK_TCK) } {
+        t if t > 0 => t as f64,
+        _ => 100.0,
+    };
+    let cpu_share = match (cpu0, cpu1) {
+        (Some(a), Some(b)) => (b.saturating_sub(a) as f64 / ticks / (t1 - t0).as_secs_f64()).min(1.0),
+        _ => panic!("cannot read the workload's CPU time{d}"),
+    };
+    let expected = RATE * SECONDS * cpu_share;
+    let mine = rec.profile.for_pid(pid);
+    let spin = mine.count(|s| python_index(s, "c_spin_caller").is_some());
+    let loading = mine.count(|s| s.frames.iter().any(|f| f == "<loading native>"));
+    let spin_loading = mine.count(|s| {
+        python_index(s, "c_spin_caller").is_some() && s.frames.last().is_some_and(|f| f == "<loading native>")
+    });
+    let guessed = mine.count(|s| s.frames.iter().any(|f| f.contains("pyperch_spin") || f.contains("pyperch_callback") || f.contains("lib.so")));
+    let stats_loading = rec.run.stderr_lines().iter().find_map(|l| {
+        let l = l.trim_start();
+        l.starts_with("native:").then(|| count_before(l, "loading (maps or file still being read)")).flatten()
+    });
+    let files_line = rec.run.stderr_lines().into_iter().find(|l| l.trim_start().starts_with("native files")).unwrap_or("").to_string();
+    note(format!(
+        "{} samples ({expected:.0} expected: {RATE} Hz x {SECONDS} s x {:.0} % of a CPU); c_spin_caller {spin}, of which {spin_loading} end in <loading native>; {loading} <loading native> in all, --stats says {stats_loading:?}; {}",
+        mine.total(),
+        cpu_share * 100.0,
+        files_line.trim()
+    ));
+    assert!(
+        mine.total() as f64 >= 0.9 * expected,
+        "{} samples of pid {pid}, fewer than 90 % of the {expected:.0} expected: the sampling loop was held up{d}",
+        mine.total()
+    );
+    assert!(spin >= 100, "only {spin} samples in c_spin_caller{d}");
+    assert!(
+        share(spin_loading, spin) >= 0.8,
+        "only {spin_loading} of {spin} samples of c_spin_caller end in `<loading native>` right below it{d}"
+    );
+    assert_eq!(guessed, 0, "frames of the unread library were shown{d}");
+    assert_eq!(stats_loading, Some(loading), "--stats does not count the <loading native> samples{d}");
+    assert!(
+        count_before(&files_line, "files being read now").is_some_and(|n| n >= 1),
+        "--stats does not show the hung file as being read: {files_line:?}{d}"
+    );
+}

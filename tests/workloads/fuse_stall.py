@@ -1,10 +1,10 @@
 """A minimal FUSE file system server, to be stopped (SIGSTOP) so that it never answers.
 
-Usage: fuse_stall.py MOUNTPOINT SIZE [COMMAND...]   (as root; needs /dev/fuse)
+Usage: fuse_stall.py MOUNTPOINT SIZE|@FILE [COMMAND...]   (as root; needs /dev/fuse)
 
 In a mount namespace of its own (so that nothing else on the host sees the mount), mounts
 a file system holding one regular file, MOUNTPOINT/lib.so, of SIZE bytes (all
-b"x"), speaking the kernel's FUSE protocol directly on /dev/fuse (no library). Lookups and
+b"x"), or a copy of FILE (a real shared library, for a process to load), speaking the kernel's FUSE protocol directly on /dev/fuse (no library). Lookups and
 attributes are never cached by the kernel (validity 0), so every path walk and every
 attribute refresh asks the server. COMMAND, if given, is started in that namespace once
 the file system answers (e.g. a program that maps MOUNTPOINT/lib.so). Prints
@@ -38,7 +38,7 @@ def reply(fd, unique, payload=b"", error=0):
     os.write(fd, OUT_HEADER.pack(OUT_HEADER.size + len(payload), -error, unique) + payload)
 
 
-def serve(fd, size):
+def serve(fd, size, content=None):
     while True:
         try:
             request = os.read(fd, (1 << 20) + 4096)
@@ -66,7 +66,10 @@ def serve(fd, size):
             reply(fd, unique, struct.pack("<QIi", 0, 0, 0))
         elif opcode == READ:
             _, offset, length = struct.unpack_from("<QQI", body)
-            reply(fd, unique, b"x" * max(0, min(length, size - offset)))
+            if content is None:
+                reply(fd, unique, b"x" * max(0, min(length, size - offset)))
+            else:
+                reply(fd, unique, content[offset:offset + length])
         elif opcode in (RELEASE, RELEASEDIR, FLUSH, ACCESS):
             reply(fd, unique)
         elif opcode == DESTROY:
@@ -77,7 +80,14 @@ def serve(fd, size):
 
 
 def main():
-    mountpoint, size, command = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    mountpoint, size, command = sys.argv[1], sys.argv[2], sys.argv[3:]
+    content = None
+    if size.startswith("@"):
+        with open(size[1:], "rb") as f:
+            content = f.read()
+        size = len(content)
+    else:
+        size = int(size)
     fd = os.open("/dev/fuse", os.O_RDWR)
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
@@ -90,7 +100,7 @@ def main():
         sys.exit("mount: " + os.strerror(ctypes.get_errno()))
     pid = os.fork()
     if pid == 0:
-        serve(fd, size)
+        serve(fd, size, content)
         os._exit(0)
     # The parent starts COMMAND once the file system answers, and says when all is set.
     os.stat(os.path.join(mountpoint, NAME.decode()))

@@ -8,6 +8,7 @@
 //! frames (`merge`). The Python frames themselves are exactly those of a sample without
 //! `--native`: this module only adds frames around them.
 
+pub mod io;
 pub mod kallsyms;
 pub mod merge;
 pub mod module_file;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 
 use crate::aggregate::NativeMapping;
 
+pub use io::NativeIo;
 pub use kallsyms::Kallsyms;
 pub use process::{ProcessNative, UnwindEnd};
 
@@ -55,6 +57,8 @@ pub struct NativeContext {
     pub kallsyms: Option<Kallsyms>,
     /// pprof's mapping of every kernel frame: `[kernel]`, over the symbols' addresses.
     pub kernel_mapping: Arc<NativeMapping>,
+    /// With native frames: the reading of maps and files off the sampling loop.
+    pub io: Option<NativeIo>,
 }
 
 impl NativeContext {
@@ -67,7 +71,8 @@ impl NativeContext {
             limit: last.saturating_add(1),
             offset: 0,
         });
-        Self { options, kallsyms, kernel_mapping }
+        let io = (options.stack_bytes > 0).then(NativeIo::new);
+        Self { options, kallsyms, kernel_mapping, io }
     }
 }
 

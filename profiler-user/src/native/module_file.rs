@@ -1,8 +1,10 @@
 //! One executable file as `--native` needs it: its unwind sections (`.eh_frame`,
 //! `.eh_frame_hdr`, `.debug_frame`), its loadable segments and its function symbols
 //! (`.symtab` and `.dynsym`). Read through `discovery::open_checked` (inside the target's
-//! root, identity-checked, non-blocking), on a thread of its own with a time limit, and kept
-//! in a process-wide cache keyed by the file's identity (device, inode), bounded in bytes.
+//! root, identity-checked, non-blocking), each on a thread of its own (at most
+//! `MAX_IN_FLIGHT` at once) that nobody waits for: whoever asked is told through a channel
+//! when the read ends. Kept in a process-wide cache keyed by the file's identity (device,
+//! inode), bounded in bytes.
 //!
 //! Every size comes from a hostile file: sections larger than `MAX_SECTION_BYTES` and symbol
 //! tables with more than `MAX_SYMBOLS` entries are not read.
@@ -40,9 +42,6 @@ const MAX_SYMBOLS: usize = 2_000_000;
 const MAX_NAME_BYTES: usize = 4096;
 /// Bytes the cache of files may hold; past that, files no process uses are dropped.
 pub const FILES_BUDGET: usize = 256 << 20;
-/// How long a sample waits for one file to be read (the reader goes on; a later sample
-/// finds it cached).
-const WAIT: Duration = Duration::from_millis(500);
 /// A file that failed is not tried again before this.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
 
@@ -282,11 +281,17 @@ pub fn base_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
+/// A file being read, and who waits for it.
+struct InFlight {
+    /// Told when the file is read (or found unreadable); a waiter gone meanwhile is skipped.
+    waiters: Vec<mpsc::Sender<Loaded>>,
+}
+
 #[derive(Default)]
 struct Cache {
     files: HashMap<FileKey, (Arc<ModuleFile>, Instant)>,
     failed: HashMap<FileKey, Instant>,
-    in_flight: HashMap<FileKey, Instant>,
+    in_flight: HashMap<FileKey, InFlight>,
     bytes: usize,
 }
 
@@ -296,36 +301,52 @@ fn cache() -> std::sync::MutexGuard<'static, Cache> {
     CACHE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Why a file gave no unwind data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LoadFailure {
-    /// Not readable, not ELF x86_64, or failed recently (retried later).
+/// Files read at once, at most (each on a thread of its own). A file on a file system that
+/// never answers keeps its thread for ever: past this many, no new file is started.
+pub const MAX_IN_FLIGHT: usize = 16;
+/// Waiters kept per file in flight (beyond: told nothing; they ask again later).
+const MAX_WAITERS: usize = 256;
+
+/// A file's read finished: the file, or `None` when it gave no unwind data.
+pub type Loaded = (FileKey, Option<Arc<ModuleFile>>);
+
+/// Where the file behind a mapping stands, without waiting.
+pub enum Loading {
+    /// Read already (cached).
+    Ready(Arc<ModuleFile>),
+    /// Being read: the waiter given to [`start_load`] is told on its end.
+    InFlight,
+    /// Not readable, not ELF x86_64, or failed recently (tried again after `RETRY_AFTER`).
     Unreadable,
-    /// Still being read (slow file system): a later sample will find it.
-    Pending,
+    /// Too many files are being read already (tried again later, by a later request).
+    Busy,
 }
 
-/// The file behind `mapping` of `pid`, from the cache or read now (waiting at most `WAIT`).
-pub fn load(pid: u32, mapping: &Mapping) -> Result<Arc<ModuleFile>, LoadFailure> {
+/// The file behind `mapping` of `pid`: from the cache, or read on a thread of its own, whose
+/// end is sent to `waiter` (also when the file was in flight already). Never waits on the
+/// file: the cache's lock is held only for bookkeeping.
+pub fn start_load(pid: u32, mapping: &Mapping, waiter: &mpsc::Sender<Loaded>) -> Loading {
     let key = mapping.key();
     {
         let mut c = cache();
         if let Some((file, used)) = c.files.get_mut(&key) {
             *used = Instant::now();
-            return Ok(file.clone());
+            return Loading::Ready(file.clone());
         }
-        if c.in_flight.contains_key(&key) {
-            return Err(LoadFailure::Pending);
+        if let Some(flight) = c.in_flight.get_mut(&key) {
+            if flight.waiters.len() < MAX_WAITERS {
+                flight.waiters.push(waiter.clone());
+            }
+            return Loading::InFlight;
         }
         if c.failed.get(&key).is_some_and(|at| at.elapsed() < RETRY_AFTER) {
-            return Err(LoadFailure::Unreadable);
+            return Loading::Unreadable;
         }
-        if c.in_flight.len() >= 16 {
-            return Err(LoadFailure::Pending);
+        if c.in_flight.len() >= MAX_IN_FLIGHT {
+            return Loading::Busy;
         }
-        c.in_flight.insert(key, Instant::now());
+        c.in_flight.insert(key, InFlight { waiters: vec![waiter.clone()] });
     }
-    let (done, outcome) = mpsc::sync_channel(1);
     let owned = mapping.clone();
     let spawned = std::thread::Builder::new().name("pyperch-native".into()).spawn(move || {
         let name = base_name(&owned.path).to_string();
@@ -335,7 +356,7 @@ pub fn load(pid: u32, mapping: &Mapping) -> Result<Arc<ModuleFile>, LoadFailure>
             .flatten()
             .map(Arc::new);
         let mut c = cache();
-        c.in_flight.remove(&key);
+        let waiters = c.in_flight.remove(&key).map(|f| f.waiters).unwrap_or_default();
         match &result {
             Some(file) => insert(&mut c, key, file.clone()),
             None => {
@@ -346,17 +367,20 @@ pub fn load(pid: u32, mapping: &Mapping) -> Result<Arc<ModuleFile>, LoadFailure>
             }
         }
         drop(c);
-        let _ = done.send(result);
+        for w in waiters {
+            let _ = w.send((key, result.clone()));
+        }
     });
     if spawned.is_err() {
         cache().in_flight.remove(&key);
-        return Err(LoadFailure::Unreadable);
+        return Loading::Unreadable;
     }
-    match outcome.recv_timeout(WAIT) {
-        Ok(Some(file)) => Ok(file),
-        Ok(None) => Err(LoadFailure::Unreadable),
-        Err(_) => Err(LoadFailure::Pending),
-    }
+    Loading::InFlight
+}
+
+/// Files being read now (a file that hangs stays counted until its read ends).
+pub fn in_flight() -> usize {
+    cache().in_flight.len()
 }
 
 /// Caches a file; over `FILES_BUDGET`, drops the least recently used files that no process

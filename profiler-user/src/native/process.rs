@@ -2,9 +2,13 @@
 //! its file's unwind data (`module_file`), and the unwinding of one sample's registers and
 //! copied stack with framehop (`.eh_frame` / `.debug_frame`, frame pointers where a module
 //! has neither).
+//!
+//! The maps and files are read off the sampling loop (`io`): this side only asks and picks
+//! up the answers that have arrived. Invariant: a sample with a frame in code whose mapping
+//! or file is not read yet is never unwound through it (`UnwindEnd::Loading`).
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -14,8 +18,11 @@ use framehop::{
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
 };
 
-use super::module_file::{self, LoadFailure, ModuleFile, SharedBytes};
-use crate::discovery::read_maps;
+use super::{
+    io::{Asker, Inbox, MapsReply, MappedCode, MappedFile, NativeIo},
+    module_file::{ModuleFile, SharedBytes},
+};
+use crate::discovery::{FileKey, Mapping};
 
 /// Native frames unwound at most per sample.
 pub const MAX_NATIVE_FRAMES: usize = 256;
@@ -23,6 +30,8 @@ pub const MAX_NATIVE_FRAMES: usize = 256;
 const MAX_MODULES: usize = 4096;
 /// `/proc/PID/maps` is read again at most this often (when an address is in no module).
 const REFRESH_INTERVAL: Duration = Duration::from_millis(500);
+/// How soon the maps are asked for again when files of them were put off.
+const DEFERRED_RETRY: Duration = Duration::from_millis(50);
 
 /// An executable mapping of a file.
 pub struct LoadedModule {
@@ -56,6 +65,18 @@ pub enum UnwindEnd {
     Complete,
     /// The copied stack ended first, or a frame could not be unwound.
     Truncated,
+    /// A frame lies in code whose mapping or file is still being read (off the sampling
+    /// loop): the sample is shown with its Python frames only, behind `<loading native>`.
+    Loading,
+}
+
+/// Where a process's maps stand, as the loop knows them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MapsState {
+    /// Asked for, no answer yet.
+    Requested,
+    /// Not asked for now (answered, or the request was refused: `last_request` says when).
+    Idle,
 }
 
 pub struct ProcessNative {
@@ -64,25 +85,61 @@ pub struct ProcessNative {
     cache: CacheX86_64,
     /// Sorted by start.
     modules: Vec<LoadedModule>,
-    /// Mapping starts already looked at (loaded, or not unwindable).
-    known: HashSet<(u64, u64)>,
-    last_refresh: Option<Instant>,
+    /// Every executable mapping of the last maps read, sorted by start: `[start, end)` and
+    /// whether its file is still being read (or put off).
+    mapped: Vec<(u64, u64, bool)>,
+    /// Mappings whose file is being read, by file: added when it arrives.
+    loading: HashMap<FileKey, Vec<Mapping>>,
+    /// Files that arrived before the maps answer that lists them (the answer is sent after
+    /// the reads start): looked up when it comes. Emptied with each maps answer.
+    early: HashMap<FileKey, Option<Arc<ModuleFile>>>,
+    /// No maps answer yet: every sample waits.
+    maps_known: bool,
+    state: MapsState,
+    last_request: Option<Instant>,
+    /// The last maps answer had files put off: ask again (after `DEFERRED_RETRY`).
+    deferred: bool,
+    asker: Asker,
+    inbox: Inbox,
     /// Bumped whenever a module goes away: names cached by address must be forgotten (a
     /// different file may be mapped there next).
     pub removals: u64,
 }
 
 impl ProcessNative {
-    pub fn new(pid: u32) -> Self {
-        Self {
+    /// A process's unwinder; asks for its maps at once, so that they are likely there by its
+    /// first sample.
+    pub fn new(pid: u32, io: &NativeIo) -> Self {
+        let (asker, inbox) = NativeIo::channels();
+        let mut p = Self {
             pid,
             unwinder: UnwinderX86_64::new(),
             cache: CacheX86_64::new(),
             modules: Vec::new(),
-            known: HashSet::new(),
-            last_refresh: None,
+            mapped: Vec::new(),
+            loading: HashMap::new(),
+            early: HashMap::new(),
+            maps_known: false,
+            state: MapsState::Idle,
+            last_request: None,
+            deferred: false,
+            asker,
+            inbox,
             removals: 0,
+        };
+        p.request(io);
+        p
+    }
+
+    /// Whether the maps are not known yet, or files of them are still being read (takes in
+    /// what has arrived; never waits). Asks again (rate-limited) when the maps are not known
+    /// or files were put off.
+    pub fn waiting(&mut self, io: &NativeIo) -> bool {
+        self.poll();
+        if !self.maps_known || self.deferred {
+            self.refresh(io);
         }
+        !self.maps_known || !self.loading.is_empty() || self.deferred
     }
 
     /// The module containing `address`.
@@ -92,14 +149,47 @@ impl ProcessNative {
         (address < m.end).then_some(m)
     }
 
+    /// The executable mapping of the last maps read holding `address`: `Some(still loading)`.
+    fn mapped(&self, address: u64) -> Option<bool> {
+        let i = self.mapped.partition_point(|m| m.0 <= address);
+        let m = self.mapped.get(i.checked_sub(1)?)?;
+        (address < m.1).then_some(m.2)
+    }
+
+    /// Whether frames at `address` cannot be told yet: the maps are not known, its file is
+    /// still being read, or it lies in no mapping known and a new maps read is under way
+    /// (asked for here, at most every `REFRESH_INTERVAL`: a library loaded after the start).
+    fn waits_for(&mut self, address: u64, io: &NativeIo) -> bool {
+        if !self.maps_known {
+            // Asked at the start; asked again if that answer was a failure or was refused.
+            self.refresh(io);
+            return true;
+        }
+        if self.module(address).is_some() {
+            return false;
+        }
+        match self.mapped(address) {
+            Some(loading) => loading,
+            None => {
+                self.refresh(io);
+                self.state == MapsState::Requested
+            }
+        }
+    }
+
     /// Unwinds one sample into `out`, leaf first: each frame's lookup address (the
     /// instruction pointer, then return addresses minus one) and the stack range it occupies
     /// (`[sp while it ran, sp of its caller)`). When the copied stack ends first, the last
-    /// frame (whose extent is unknown) is left out.
-    pub fn unwind(&mut self, ip: u64, sp: u64, bp: u64, stack: &[u8], out: &mut Vec<UnwoundFrame>) -> UnwindEnd {
+    /// frame (whose extent is unknown) is left out. `UnwindEnd::Loading` (and `out` empty)
+    /// when a frame lies in code whose file or mapping is still being read.
+    pub fn unwind(&mut self, ip: u64, sp: u64, bp: u64, stack: &[u8], io: &NativeIo, out: &mut Vec<UnwoundFrame>) -> UnwindEnd {
         out.clear();
-        if self.module(ip).is_none() {
-            self.refresh();
+        self.poll();
+        if self.deferred {
+            self.refresh(io);
+        }
+        if self.waits_for(ip, io) {
+            return UnwindEnd::Loading;
         }
         let mut read_stack = |address: u64| -> Result<u64, ()> {
             let at = address.checked_sub(sp).ok_or(())? as usize;
@@ -109,6 +199,8 @@ impl ProcessNative {
         let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
         let mut address = FrameAddress::from_instruction_pointer(ip);
         let mut end = UnwindEnd::Truncated;
+        // The frame whose unwinding failed, if any.
+        let mut stopped_at = None;
         let (unwinder, cache) = (&self.unwinder, &mut self.cache);
         // The unwind tables come from the target's files: should the unwinder panic on one,
         // the sample keeps the frames found so far, as a truncated stack.
@@ -137,26 +229,76 @@ impl ProcessNative {
                     end = UnwindEnd::Complete;
                     break;
                 }
-                Err(_) => break,
+                Err(_) => {
+                    stopped_at = Some(address.address_for_lookup());
+                    break;
+                }
             }
         }
-        if out.iter().any(|f| self.module(f.address).is_none()) {
-            self.refresh();
+        let addresses: Vec<u64> = out.iter().map(|f| f.address).chain(stopped_at).collect();
+        let mut waits = false;
+        for a in addresses {
+            waits |= self.waits_for(a, io);
+        }
+        if waits {
+            out.clear();
+            return UnwindEnd::Loading;
         }
         end
     }
 
-    /// Reads `/proc/PID/maps` again (at most every `REFRESH_INTERVAL`): adds the executable
-    /// file mappings not seen yet, drops those gone.
-    fn refresh(&mut self) {
-        if self.last_refresh.is_some_and(|t| t.elapsed() < REFRESH_INTERVAL) {
+    /// Asks for the maps again, at most every `REFRESH_INTERVAL` and one request at a time;
+    /// never waits.
+    fn refresh(&mut self, io: &NativeIo) {
+        // Files put off (too many in flight) are asked for again soon: slots free up as
+        // reads end.
+        let interval = if self.deferred { DEFERRED_RETRY } else { REFRESH_INTERVAL };
+        if self.state == MapsState::Requested || self.last_request.is_some_and(|t| t.elapsed() < interval) {
             return;
         }
-        self.last_refresh = Some(Instant::now());
-        let Ok(maps) = read_maps(self.pid) else { return };
-        let executable: Vec<_> = maps.into_iter().filter(|m| m.perms[2] == b'x' && m.is_file()).collect();
-        let present: HashSet<(u64, u64)> = executable.iter().map(|m| (m.start, m.end)).collect();
-        let gone: Vec<u64> = self.modules.iter().filter(|m| !present.contains(&(m.start, m.end))).map(|m| m.start).collect();
+        self.request(io);
+    }
+
+    fn request(&mut self, io: &NativeIo) {
+        self.last_request = Some(Instant::now());
+        if io.request(self.pid, &self.asker) {
+            self.state = MapsState::Requested;
+        }
+    }
+
+    /// Takes in whatever answers have arrived; never waits.
+    fn poll(&mut self) {
+        while let Ok(reply) = self.inbox.maps.try_recv() {
+            self.state = MapsState::Idle;
+            if let MapsReply::Read(code) = reply {
+                self.apply_maps(code);
+            }
+        }
+        while let Ok((key, file)) = self.inbox.files.try_recv() {
+            match self.loading.remove(&key) {
+                Some(mappings) => {
+                    for m in mappings {
+                        self.set_loaded(m.start, m.end);
+                        if let Some(file) = &file {
+                            self.add_module(&m, file.clone());
+                        }
+                    }
+                }
+                // Only a maps answer still to come can list it.
+                None if self.state == MapsState::Requested && self.early.len() < MAX_MODULES => {
+                    self.early.insert(key, file);
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// The mappings of a maps answer: drops the modules gone, adds those ready.
+    fn apply_maps(&mut self, code: Vec<MappedCode>) {
+        self.maps_known = true;
+        let present: HashSet<(u64, u64)> = code.iter().map(|c| (c.mapping.start, c.mapping.end)).collect();
+        let gone: Vec<u64> =
+            self.modules.iter().filter(|m| !present.contains(&(m.start, m.end))).map(|m| m.start).collect();
         if !gone.is_empty() {
             self.removals += 1;
         }
@@ -164,36 +306,91 @@ impl ProcessNative {
             self.unwinder.remove_module(start);
             self.modules.retain(|m| m.start != start);
         }
-        self.known.retain(|k| present.contains(k));
-        for m in executable {
-            if self.known.contains(&(m.start, m.end)) || self.modules.len() >= MAX_MODULES {
-                continue;
-            }
-            let file = match module_file::load(self.pid, &m) {
-                Ok(file) => file,
-                // Looked at again on a later refresh.
-                Err(LoadFailure::Pending) => continue,
-                Err(LoadFailure::Unreadable) => {
-                    self.known.insert((m.start, m.end));
-                    continue;
+        let loaded: HashSet<(u64, u64)> = self.modules.iter().map(|m| (m.start, m.end)).collect();
+        let early = std::mem::take(&mut self.early);
+        self.loading.clear();
+        self.deferred = false;
+        self.mapped.clear();
+        for c in code {
+            let (start, end) = (c.mapping.start, c.mapping.end);
+            let known = loaded.contains(&(start, end));
+            let mut loading = false;
+            match c.file {
+                _ if known => {}
+                MappedFile::Ready(file) => self.add_module(&c.mapping, file),
+                MappedFile::Loading => match early.get(&c.mapping.key()) {
+                    Some(Some(file)) => self.add_module(&c.mapping, file.clone()),
+                    Some(None) => {}
+                    None => {
+                        loading = true;
+                        self.loading.entry(c.mapping.key()).or_default().push(c.mapping);
+                    }
+                },
+                MappedFile::Deferred => {
+                    loading = true;
+                    self.deferred = true;
                 }
-            };
-            self.known.insert((m.start, m.end));
-            let Some(base) = file.base_address(m.start, m.offset) else { continue };
-            let info = ExplicitModuleSectionInfo {
-                base_svma: 0,
-                text_svma: file.text.clone(),
-                got_svma: file.got.clone(),
-                eh_frame_svma: file.eh_frame.as_ref().map(|(r, _)| r.clone()),
-                eh_frame: file.eh_frame.as_ref().map(|(_, d)| d.clone()),
-                eh_frame_hdr_svma: file.eh_frame_hdr.as_ref().map(|(r, _)| r.clone()),
-                eh_frame_hdr: file.eh_frame_hdr.as_ref().map(|(_, d)| d.clone()),
-                debug_frame: file.debug_frame.clone(),
-                ..Default::default()
-            };
-            self.unwinder.add_module(Module::new(file.name.to_string(), m.start..m.end, base, info));
-            let at = self.modules.partition_point(|x| x.start < m.start);
-            self.modules.insert(at, LoadedModule { start: m.start, end: m.end, offset: m.offset, file });
+                MappedFile::None => {}
+            }
+            self.mapped.push((start, end, loading));
         }
+    }
+
+    /// A mapping whose file is no longer being read.
+    fn set_loaded(&mut self, start: u64, end: u64) {
+        let i = self.mapped.partition_point(|m| m.0 < start);
+        if let Some(m) = self.mapped.get_mut(i).filter(|m| m.0 == start && m.1 == end) {
+            m.2 = false;
+        }
+    }
+
+    /// Gives the unwinder the file behind mapping `m`.
+    fn add_module(&mut self, m: &Mapping, file: Arc<ModuleFile>) {
+        let at = self.modules.partition_point(|x| x.start < m.start);
+        if self.modules.len() >= MAX_MODULES || self.modules.get(at).is_some_and(|x| x.start == m.start) {
+            return;
+        }
+        let Some(base) = file.base_address(m.start, m.offset) else { return };
+        let info = ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma: file.text.clone(),
+            got_svma: file.got.clone(),
+            eh_frame_svma: file.eh_frame.as_ref().map(|(r, _)| r.clone()),
+            eh_frame: file.eh_frame.as_ref().map(|(_, d)| d.clone()),
+            eh_frame_hdr_svma: file.eh_frame_hdr.as_ref().map(|(r, _)| r.clone()),
+            eh_frame_hdr: file.eh_frame_hdr.as_ref().map(|(_, d)| d.clone()),
+            debug_frame: file.debug_frame.clone(),
+            ..Default::default()
+        };
+        self.unwinder.add_module(Module::new(file.name.to_string(), m.start..m.end, base, info));
+        self.modules.insert(at, LoadedModule { start: m.start, end: m.end, offset: m.offset, file });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The maps and the files arrive through the worker while the caller only polls: the
+    /// module of one of this test's own functions shows up without any call that waits.
+    #[test]
+    fn maps_and_files_arrive_while_the_caller_only_polls() {
+        let io = NativeIo::new();
+        io.start_worker();
+        let mut p = ProcessNative::new(std::process::id(), &io);
+        let f = maps_and_files_arrive_while_the_caller_only_polls as fn() as usize as u64;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while p.module(f).is_none() {
+            assert!(Instant::now() < deadline, "the test binary's module never arrived");
+            p.poll();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(p.maps_known);
+        let m = p.module(f).expect("module");
+        let name = m.file.symbol(m.file_address(f).expect("address")).expect("symbol");
+        assert!(name.contains("maps_and_files_arrive"), "{name}");
+        // Its mapping is no longer waiting for its file.
+        assert_eq!(p.mapped(f), Some(false));
+        assert!(io.stats.maps_reads.load(std::sync::atomic::Ordering::Relaxed) >= 1);
     }
 }

@@ -36,8 +36,16 @@ pub struct NativeSampler {
 
 impl NativeSampler {
     pub fn new(pid: u32, context: Arc<NativeContext>, grouping: EvalGrouping) -> Self {
-        let unwinder = (context.options.stack_bytes > 0).then(|| ProcessNative::new(pid));
+        let unwinder = context.io.as_ref().map(|io| ProcessNative::new(pid, io));
         Self { context, grouping, unwinder, names: HashMap::new(), unwound: Vec::new(), native: Vec::new(), removals: 0 }
+    }
+
+    /// Whether the process's maps or files are still being read (never waits).
+    pub fn waiting(&mut self) -> bool {
+        match (self.unwinder.as_mut(), self.context.io.as_ref()) {
+            (Some(u), Some(io)) => u.waiting(io),
+            _ => false,
+        }
     }
 
     /// Forgets cached frame ids (a new profile epoch).
@@ -92,47 +100,59 @@ impl NativeSampler {
             }
             Some(unwinder) => {
                 let mut unwound = std::mem::take(&mut self.unwound);
-                let end = unwinder.unwind(trailer.ip, trailer.sp, trailer.bp, user, &mut unwound);
+                let end = match self.context.io.as_ref() {
+                    Some(io) => unwinder.unwind(trailer.ip, trailer.sp, trailer.bp, user, io, &mut unwound),
+                    None => UnwindEnd::Loading,
+                };
                 if unwinder.removals != self.removals {
                     self.removals = unwinder.removals;
                     self.names = HashMap::new();
                 }
-                let mut native = std::mem::take(&mut self.native);
-                native.clear();
-                let mut result = Ok(());
-                for f in &unwound {
-                    match self.user_frame(f.address, profile) {
-                        Ok((id, is_eval)) => native.push(NativeFrame { id, is_eval, low: f.low, high: f.high }),
-                        Err(e) => {
-                            result = Err(e);
-                            break;
+                if end == UnwindEnd::Loading {
+                    // Its maps or a file it runs in are still being read (off the loop): the
+                    // Python frames alone, never a native stack guessed without them.
+                    self.unwound = unwound;
+                    counters.native_loading += 1;
+                    leaf_first.push(self.marker(profile, "<loading native>")?);
+                    leaf_first.extend(python.iter().rev());
+                } else {
+                    let mut native = std::mem::take(&mut self.native);
+                    native.clear();
+                    let mut result = Ok(());
+                    for f in &unwound {
+                        match self.user_frame(f.address, profile) {
+                            Ok((id, is_eval)) => native.push(NativeFrame { id, is_eval, low: f.low, high: f.high }),
+                            Err(e) => {
+                                result = Err(e);
+                                break;
+                            }
                         }
                     }
-                }
-                self.unwound = unwound;
-                if let Err(e) = result {
+                    self.unwound = unwound;
+                    if let Err(e) = result {
+                        self.native = native;
+                        return Err(e);
+                    }
+                    let walked_leaf_first: Vec<WalkedFrame> = walked.iter().rev().copied().collect();
+                    let groups = merge::groups(&walked_leaf_first, self.grouping);
+                    let truncated = self.marker(profile, "<truncated native>")?;
+                    let merged = groups.and_then(|g| merge::merge(&g, &native, end == UnwindEnd::Complete, truncated));
+                    match merged {
+                        Some(m) => {
+                            counters.native_merged += 1;
+                            if end == UnwindEnd::Truncated {
+                                counters.native_truncated += 1;
+                            }
+                            leaf_first.extend(m);
+                        }
+                        None => {
+                            counters.native_unmerged += 1;
+                            leaf_first.push(self.marker(profile, "<unmerged native>")?);
+                            leaf_first.extend(python.iter().rev());
+                        }
+                    }
                     self.native = native;
-                    return Err(e);
                 }
-                let walked_leaf_first: Vec<WalkedFrame> = walked.iter().rev().copied().collect();
-                let groups = merge::groups(&walked_leaf_first, self.grouping);
-                let truncated = self.marker(profile, "<truncated native>")?;
-                let merged = groups.and_then(|g| merge::merge(&g, &native, end == UnwindEnd::Complete, truncated));
-                match merged {
-                    Some(m) => {
-                        counters.native_merged += 1;
-                        if end == UnwindEnd::Truncated {
-                            counters.native_truncated += 1;
-                        }
-                        leaf_first.extend(m);
-                    }
-                    None => {
-                        counters.native_unmerged += 1;
-                        leaf_first.push(self.marker(profile, "<unmerged native>")?);
-                        leaf_first.extend(python.iter().rev());
-                    }
-                }
-                self.native = native;
             }
         }
         // Kernel frames go on top, leaf side.

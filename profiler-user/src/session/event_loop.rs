@@ -135,6 +135,7 @@ pub(crate) async fn run_loop(
     }
     session.stop_discovery();
     drain_ring(session, ring.get_mut());
+    session.release_due_held(true);
     Ok(end)
 }
 
@@ -145,6 +146,7 @@ fn drain_ring(session: &mut Session, ring: &mut aya::maps::RingBuf<aya::maps::Ma
     while let Some(item) = ring.next() {
         session.on_record(&item);
     }
+    session.release_due_held(false);
 }
 
 /// Updates the progress line on stderr: in place on a terminal, every 5 s otherwise.

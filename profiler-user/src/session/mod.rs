@@ -2,10 +2,11 @@
 //! kernel registrations, and the path of every sample from the ring buffer to the profile
 //! (completion → symbolization → aggregation).
 
-mod budget;
+pub(crate) mod budget;
 mod cache_budget;
 mod discoverer;
 mod event_loop;
+mod native_hold;
 mod target;
 mod thread_names;
 
@@ -139,6 +140,9 @@ pub(crate) struct Session {
     async_stacks: bool,
     /// `--native` / `--kernel`: what the kernel records beside the Python frames.
     native: Option<Arc<crate::native::NativeContext>>,
+    /// Bytes of records held by all processes while their native files are read
+    /// (`native_hold`).
+    held_bytes: usize,
 }
 
 /// What is kept of a target that is no longer profiled; the rest is freed here.
@@ -180,6 +184,7 @@ impl Session {
             discovery: None,
             discovery_stats: Arc::default(),
             native: None,
+            held_bytes: 0,
             async_stacks: false,
         }
     }
@@ -273,6 +278,11 @@ impl Session {
         self.native = Some(Arc::new(native));
     }
 
+    /// `--stats`' line of the native side's reading of maps and files (with native frames).
+    pub(crate) fn native_io_report(&self) -> Option<String> {
+        self.native.as_ref()?.io.as_ref().map(|io| io.report())
+    }
+
     /// Registers a Python process with the kernel if its interpreter is ready. Only before
     /// discovery starts (explicit pids, inspected by the caller).
     pub(crate) fn add_process(&mut self, process: PythonProcess) -> Result<bool, RecordError> {
@@ -315,6 +325,10 @@ impl Session {
 
     /// Starts discovery on its own thread, scanning every `interval`.
     pub(crate) fn start_discovery(&mut self, interval: Duration) -> Result<(), RecordError> {
+        // The native side's worker too: threads start only once capabilities are dropped.
+        if let Some(io) = self.native.as_ref().and_then(|n| n.io.as_ref()) {
+            io.start_worker();
+        }
         let registered = self
             .targets
             .values()
@@ -366,6 +380,7 @@ impl Session {
                     }
                 }
                 DiscoveryEvent::Replaced(pid) => {
+                    self.release_held(pid);
                     if let Some(old) = self.targets.remove(&pid) {
                         self.retire(old);
                     }
@@ -407,6 +422,7 @@ impl Session {
     pub(crate) fn prune_exited(&mut self) {
         let dead: Vec<u32> = self.targets.iter().filter(|(_, t)| !t.alive).map(|(pid, _)| *pid).collect();
         for pid in dead {
+            self.release_held(pid);
             if let Some(t) = self.targets.remove(&pid) {
                 self.retire(t);
             }
@@ -487,6 +503,57 @@ impl Session {
             // Discovery may have announced it (or its successor) after our last look.
             self.apply_discovery();
         }
+        // With --native, a process's first samples wait (briefly, bounded) for its files.
+        if header.kind == record_kind::CPU_SAMPLE_NATIVE {
+            if let Some(target) = self.targets.get_mut(&header.tgid).filter(|t| t.generation == header.generation) {
+                let waiting = target.native_waiting();
+                if target.held.hold(bytes, charge, waiting, &mut self.held_bytes) {
+                    target.counters.native_held += 1;
+                    return;
+                }
+                if !target.held.is_empty() {
+                    self.release_held(header.tgid);
+                }
+            }
+        }
+        self.process_record(&header, bytes, charge);
+    }
+
+    /// Processes every held record of `pid`, oldest first (see `native_hold`).
+    fn release_held(&mut self, pid: u32) {
+        let Some(target) = self.targets.get_mut(&pid) else { return };
+        let records = target.held.take(&mut self.held_bytes);
+        for (record, charge) in records {
+            if record.len() >= SAMPLE_HEADER_SIZE {
+                // SAFETY: the record starts with a SampleHeader (plain data), checked for length.
+                let header: SampleHeader = unsafe { std::ptr::read_unaligned(record.as_ptr() as *const SampleHeader) };
+                self.process_record(&header, &record, charge);
+            }
+        }
+    }
+
+    /// Processes the held records that are due (their files are in, or they waited long
+    /// enough); `all`: every held record (the end of the recording, or of a process).
+    pub(crate) fn release_due_held(&mut self, all: bool) {
+        if self.held_bytes == 0 {
+            return;
+        }
+        let due: Vec<u32> = self
+            .targets
+            .iter_mut()
+            .filter_map(|(pid, t)| {
+                let waiting = !all && t.native_waiting();
+                (t.held.due(waiting) || (all && !t.held.is_empty())).then_some(*pid)
+            })
+            .collect();
+        for pid in due {
+            self.release_held(pid);
+        }
+    }
+
+    /// One record of a known kind, with what it is worth, after any holding.
+    fn process_record(&mut self, header: &SampleHeader, bytes: &[u8], charge: Charge) {
+        let header = *header;
         // Only the registration the sample was taken under: never a reused PID's successor.
         let Some(target) = self.targets.get_mut(&header.tgid).filter(|t| t.generation == header.generation) else {
             self.unknown_process_samples += 1;

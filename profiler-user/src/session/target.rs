@@ -69,6 +69,8 @@ pub(crate) struct Target {
     walked: Vec<WalkedFrame>,
     /// With `native`: the merged stack (scratch).
     merged: Vec<FrameId>,
+    /// With `--native`: records held at the process's start while its files are read.
+    pub(super) held: super::native_hold::HeldSamples,
 }
 
 /// What one record is worth in the profile: its value (1 sample, the sampling period, or an
@@ -161,6 +163,7 @@ impl Target {
             native,
             walked: Vec::new(),
             merged: Vec::new(),
+            held: Default::default(),
         }
     }
 
@@ -294,6 +297,11 @@ impl Target {
         let outcome = self.process_sample_inner(header, body, profile, threads, charge);
         self.account();
         outcome
+    }
+
+    /// With native frames: whether the process's maps or files are still being read.
+    pub(super) fn native_waiting(&mut self) -> bool {
+        self.native.as_mut().is_some_and(|n| n.waiting())
     }
 
     /// Bytes held by this process's caches.
