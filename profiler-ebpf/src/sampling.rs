@@ -15,7 +15,7 @@ use aya_ebpf::{
 };
 use profiler_common::{
     FrameBytes, FrameEntry, FrameLayout, HASH_SEED, MAX_FULL_FRAMES, MAX_HASHED_FRAMES, NO_FIELD, ProcessInfo,
-    SampleHeader, counter, frame_hash, record_kind, sample_status,
+    SampleHeader, bench_stop, counter, frame_hash, record_kind, sample_status,
 };
 
 use crate::frame_walk::{WalkState, read_frame, read_u64, walk_code_check};
@@ -47,13 +47,24 @@ pub struct Scratch {
 #[map]
 static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
 
+/// Test-only: `profiler_common::bench_stop`, frozen at load time (0 in every normal run).
+#[unsafe(no_mangle)]
+static BENCH_STOP_AFTER: u64 = 0;
+
 #[perf_event]
 pub fn pyperch_sample(ctx: PerfEventContext) -> u32 {
     let Some((info, tgid, tid)) = wanted_sample() else {
         return 0;
     };
-    if let Some((scratch, n_full)) = walk_current_stack(info, tgid, tid, record_kind::CPU_SAMPLE) {
-        emit_sample(&ctx, scratch, n_full);
+    // SAFETY: a plain read of a global the loader froze.
+    let stop = unsafe { core::ptr::read_volatile(&BENCH_STOP_AFTER) };
+    if stop == bench_stop::REGISTRATION {
+        return 0;
+    }
+    if let Some((scratch, n_full)) = walk_stages(info, tgid, tid, record_kind::CPU_SAMPLE, stop) {
+        if stop == bench_stop::NONE {
+            emit_sample(&ctx, scratch, n_full);
+        }
     }
     0
 }
@@ -81,14 +92,27 @@ pub(crate) fn wanted_sample() -> Option<(&'static ProcessInfo, u32, u32)> {
 /// per-CPU scratch is unavailable. The running thread's memory must be the current one.
 /// Needs `bpf_loop` (5.17+); `sampling_bounded` drives the same steps without it.
 pub fn walk_current_stack(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32) -> Option<(&'static mut Scratch, usize)> {
+    walk_stages(info, tgid, tid, kind, bench_stop::NONE)
+}
+
+/// [`walk_current_stack`], ending after the part `stop` (`bench_stop`, test-only; `None`
+/// then, nothing to send).
+#[inline(always)]
+fn walk_stages(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, stop: u64) -> Option<(&'static mut Scratch, usize)> {
     let scratch = scratch_mut()?;
     if !start_walk(info, tgid, tid, kind, scratch) {
         return Some((scratch, 0));
+    }
+    if stop == bench_stop::THREAD_STATE {
+        return None;
     }
     // SAFETY: bpf_loop calls the callbacks with our (unused) context; they find the walk state
     // in this CPU's scratch value.
     unsafe {
         generated::bpf_loop(MAX_FULL_FRAMES as u32, full_frame_step as *mut c_void, core::ptr::null_mut(), 0);
+    }
+    if stop == bench_stop::FULL_FRAMES {
+        return None;
     }
     let scratch = scratch_mut()?;
     if start_tail(scratch) {
@@ -99,6 +123,9 @@ pub fn walk_current_stack(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32) ->
     }
     let scratch = scratch_mut()?;
     let n_full = finish_walk(scratch);
+    if stop == bench_stop::TAIL {
+        return None;
+    }
     Some((scratch, n_full))
 }
 
