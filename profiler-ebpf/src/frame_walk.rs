@@ -2,7 +2,7 @@
 
 use aya_ebpf::helpers::{bpf_probe_read_user, generated};
 use profiler_common::{
-    FRAME_READ_MAX, FrameBytes, FrameEntry, FrameLayout, code_check, code_check_applies, code_check_needs_strings,
+    FRAME_READ_MAX, FrameBytes, FrameEntry, FrameLayout, NO_FIELD, code_check, code_check_applies, code_check_needs_strings,
     code_check_size, code_check_strings, decode_frame,
 };
 
@@ -38,6 +38,86 @@ pub fn read_frame(layout: &FrameLayout, frame: u64, buf: &mut FrameBytes, entry:
         return None;
     }
     Some(decode_frame(layout, frame, buf, entry))
+}
+
+/// Bytes of a thread's data stack read at once (see [`read_frame_blocked`]).
+pub const BLOCK_BYTES: usize = 4096;
+
+/// Up to `BLOCK_BYTES` of target memory read in one helper call during this walk, ending at
+/// the end of a frame: the frames of 3.11+ live one after another in the thread's data stack,
+/// callers below callees, so the callers of that frame are usually already in it. Reset at the
+/// start of every walk (`len == 0`): its bytes are never older than the walk that uses them.
+#[repr(C)]
+pub struct FrameBlock {
+    /// Target address of `bytes[0]`.
+    pub start: u64,
+    /// Valid bytes from `start`; 0: empty.
+    pub len: u64,
+    /// Room for any masked offset plus one `FrameBytes` view.
+    pub bytes: [u8; BLOCK_BYTES + FRAME_READ_MAX + 8],
+}
+
+/// Reads one frame into `entry` as [`read_frame`] does, with the same result, but for layouts
+/// whose frames live in the thread's data stack (3.11+: the layout has an owner field) from
+/// `block`: a frame already inside it costs no read; otherwise the block is refilled with the
+/// `BLOCK_BYTES` that end where this frame's bytes end (or, when that range is not all
+/// readable, the part of them in the frame's own page), and a frame that still does not fit
+/// (a generator's frame on the heap, a range that faults) is read on its own into `buf`.
+/// The thread is stopped while the program runs, so bytes read in one call are the same
+/// bytes a read per frame would give.
+#[inline(always)]
+pub fn read_frame_blocked(
+    layout: &FrameLayout,
+    frame: u64,
+    block: &mut FrameBlock,
+    buf: &mut FrameBytes,
+    entry: &mut FrameEntry,
+) -> Option<u64> {
+    let size = (layout.read_size & (FRAME_READ_MAX as u32 - 1)) as u64;
+    if layout.owner == NO_FIELD || size == 0 {
+        return read_frame(layout, frame, buf, entry);
+    }
+    let Some(end) = frame.checked_add(size) else {
+        return read_frame(layout, frame, buf, entry);
+    };
+    if !(frame >= block.start && end <= block.start.wrapping_add(block.len) && block.len != 0) {
+        let start = end.saturating_sub(BLOCK_BYTES as u64);
+        if !fill_block(block, start, end) {
+            let page = frame & !(PAGE_BYTES - 1);
+            if page <= start || !fill_block(block, page, end) {
+                block.len = 0;
+                return read_frame(layout, frame, buf, entry);
+            }
+        }
+    }
+    let offset = (frame.wrapping_sub(block.start) as usize) & (BLOCK_BYTES - 1);
+    // SAFETY: `offset` < BLOCK_BYTES and `bytes` has `FrameBytes`' size beyond that; `u8`
+    // arrays have alignment 1.
+    let view = unsafe { &*(block.bytes.as_ptr().add(offset) as *const FrameBytes) };
+    Some(decode_frame(layout, frame, view, entry))
+}
+
+/// The smallest page size: memory from a page's start to a readable frame in it is readable.
+const PAGE_BYTES: u64 = 4096;
+
+/// Reads `[start, end)` (at most `BLOCK_BYTES`) into `block`; false (block emptied) on a fault.
+#[inline(always)]
+fn fill_block(block: &mut FrameBlock, start: u64, end: u64) -> bool {
+    block.len = 0;
+    let len = end.wrapping_sub(start);
+    if len == 0 || len > BLOCK_BYTES as u64 {
+        return false;
+    }
+    // SAFETY: the helper writes at most `len` <= BLOCK_BYTES bytes into `bytes`.
+    let ret = unsafe {
+        generated::bpf_probe_read_user(block.bytes.as_mut_ptr() as *mut _, len as u32, start as *const _)
+    };
+    if ret != 0 {
+        return false;
+    }
+    block.start = start;
+    block.len = len;
+    true
 }
 
 /// `frame_code_check`, computed once per run of equal code addresses in a walk (the common

@@ -18,9 +18,11 @@ use profiler_common::{
     SampleHeader, bench_stop, counter, frame_hash, record_kind, sample_status,
 };
 
-use crate::frame_walk::{WalkState, read_frame, read_u64, walk_code_check};
+use crate::frame_walk::{FrameBlock, WalkState, read_frame_blocked, read_u64, walk_code_check};
 use crate::maps::{PROCESSES, bump, output_record};
-use crate::thread_state::{current_fsbase, find_thread_state, interpreter_of, running_task_of};
+use crate::thread_state::{
+    current_fsbase, find_thread_state_with, interpreter_of_with, running_task_of, several_interpreters,
+};
 
 /// A ring-buffer record: the header, up to `MAX_FULL_FRAMES` frames, and one more slot for a
 /// kind-specific trailer written right after the last full frame (`record_kind::OFF_CPU`).
@@ -42,6 +44,8 @@ pub struct Scratch {
     frame: FrameBytes,
     /// The check window of the frame's code object (see `code_check`).
     code: FrameBytes,
+    /// Data-stack bytes read at once during this walk (`frame_walk::read_frame_blocked`).
+    block: FrameBlock,
 }
 
 #[map]
@@ -149,13 +153,15 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
     header.running_task = profiler_common::RUNNING_TASK_UNKNOWN;
 
     let fsbase = current_fsbase();
-    let tstate = find_thread_state(info, tid, fsbase);
+    // Read once for both the lookup and the header (two reads).
+    let several = several_interpreters(info);
+    let tstate = find_thread_state_with(info, tid, fsbase, several);
     if tstate == 0 {
         header.status = sample_status::NO_THREAD_STATE;
         return false;
     }
     header.thread_state = tstate;
-    header.interpreter = interpreter_of(info, tstate);
+    header.interpreter = interpreter_of_with(info, tstate, several);
     header.running_task = running_task_of(info, tstate);
     let mut frame = read_u64(tstate + info.thread.frame as u64);
     if frame != 0 && info.thread.cframe_frame != NO_FIELD {
@@ -167,6 +173,7 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
     }
 
     scratch.layout = info.frame;
+    scratch.block.len = 0;
     scratch.walk = WalkState {
         frame,
         hash: HASH_SEED,
@@ -222,7 +229,7 @@ pub(crate) extern "C" fn full_frame_step(index: u64, _ctx: *mut c_void) -> i64 {
         return 1;
     }
     let entry = &mut s.record.frames[i];
-    let Some(previous) = read_frame(&s.layout, s.walk.frame, &mut s.frame, entry) else {
+    let Some(previous) = read_frame_blocked(&s.layout, s.walk.frame, &mut s.block, &mut s.frame, entry) else {
         s.walk.status = sample_status::READ_FAULT;
         return 1;
     };
@@ -240,7 +247,7 @@ pub(crate) extern "C" fn hashed_frame_step(_index: u64, _ctx: *mut c_void) -> i6
         return 1;
     }
     let mut entry = FrameEntry::default();
-    let Some(previous) = read_frame(&s.layout, s.walk.frame, &mut s.frame, &mut entry) else {
+    let Some(previous) = read_frame_blocked(&s.layout, s.walk.frame, &mut s.block, &mut s.frame, &mut entry) else {
         s.walk.status = sample_status::READ_FAULT;
         return 1;
     };
