@@ -46,6 +46,8 @@ pub struct Scratch {
     code: FrameBytes,
     /// Data-stack bytes read at once during this walk (`frame_walk::read_frame_blocked`).
     block: FrameBlock,
+    /// Heap bytes around code objects read at once during this walk (`frame_code_check`).
+    code_block: FrameBlock,
 }
 
 #[map]
@@ -174,6 +176,7 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
 
     scratch.layout = info.frame;
     scratch.block.len = 0;
+    scratch.code_block.len = 0;
     scratch.walk = WalkState {
         frame,
         hash: HASH_SEED,
@@ -233,7 +236,7 @@ pub(crate) extern "C" fn full_frame_step(index: u64, _ctx: *mut c_void) -> i64 {
         s.walk.status = sample_status::READ_FAULT;
         return 1;
     };
-    entry.check = walk_code_check(&s.layout, entry, &mut s.code, &mut s.walk);
+    entry.check = walk_code_check(&s.layout, entry, &mut s.code, &mut s.code_block, &mut s.walk);
     s.walk.n_full = i as u32 + 1;
     s.walk.frame = previous;
     0
@@ -251,7 +254,7 @@ pub(crate) extern "C" fn hashed_frame_step(_index: u64, _ctx: *mut c_void) -> i6
         s.walk.status = sample_status::READ_FAULT;
         return 1;
     };
-    entry.check = walk_code_check(&s.layout, &entry, &mut s.code, &mut s.walk);
+    entry.check = walk_code_check(&s.layout, &entry, &mut s.code, &mut s.code_block, &mut s.walk);
     s.walk.hash = frame_hash(s.walk.hash, &entry);
     s.walk.n_hashed += 1;
     s.walk.frame = previous;
