@@ -112,10 +112,13 @@ fn walk_stages(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, stop: u64) ->
     if stop == bench_stop::THREAD_STATE {
         return None;
     }
-    // SAFETY: bpf_loop calls the callbacks with our (unused) context; they find the walk state
-    // in this CPU's scratch value.
+    // The callbacks get this CPU's scratch through the loop's context (a pointer on our
+    // stack), not from a map lookup per frame.
+    let mut context = LoopContext { scratch: scratch as *mut Scratch };
+    let context_ptr = &mut context as *mut LoopContext as *mut c_void;
+    // SAFETY: bpf_loop calls the callback with `context_ptr`, which outlives the call.
     unsafe {
-        generated::bpf_loop(MAX_FULL_FRAMES as u32, full_frame_step as *mut c_void, core::ptr::null_mut(), 0);
+        generated::bpf_loop(MAX_FULL_FRAMES as u32, full_frame_loop_step as *mut c_void, context_ptr, 0);
     }
     if stop == bench_stop::FULL_FRAMES {
         return None;
@@ -124,7 +127,7 @@ fn walk_stages(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, stop: u64) ->
     if start_tail(scratch) {
         // SAFETY: as above.
         unsafe {
-            generated::bpf_loop(MAX_HASHED_FRAMES as u32, hashed_frame_step as *mut c_void, core::ptr::null_mut(), 0);
+            generated::bpf_loop(MAX_HASHED_FRAMES as u32, hashed_frame_loop_step as *mut c_void, context_ptr, 0);
         }
     }
     let scratch = scratch_mut()?;
@@ -220,9 +223,41 @@ pub fn scratch_mut() -> Option<&'static mut Scratch> {
     SCRATCH.get_ptr_mut(0).map(|p| unsafe { &mut *p })
 }
 
-/// bpf_loop callback: reads frame `index` into the record. Returns 1 to stop.
-pub(crate) extern "C" fn full_frame_step(index: u64, _ctx: *mut c_void) -> i64 {
+/// The `bpf_loop` callbacks' context: this CPU's scratch value (never null).
+#[repr(C)]
+struct LoopContext {
+    scratch: *mut Scratch,
+}
+
+/// bpf_loop callback: [`full_frame_on`] with the scratch from the context.
+extern "C" fn full_frame_loop_step(index: u64, context: *mut c_void) -> i64 {
+    // SAFETY: `walk_stages` passes a live `LoopContext` holding this CPU's scratch value.
+    let s = unsafe { &mut *(*(context as *mut LoopContext)).scratch };
+    full_frame_on(s, index)
+}
+
+/// bpf_loop callback: [`hashed_frame_on`] with the scratch from the context.
+extern "C" fn hashed_frame_loop_step(_index: u64, context: *mut c_void) -> i64 {
+    // SAFETY: as in `full_frame_loop_step`.
+    let s = unsafe { &mut *(*(context as *mut LoopContext)).scratch };
+    hashed_frame_on(s)
+}
+
+/// One full frame with this CPU's scratch looked up (for `sampling_bounded`). Returns 1 to stop.
+pub(crate) fn full_frame_step(index: u64) -> i64 {
     let Some(s) = scratch_mut() else { return 1 };
+    full_frame_on(s, index)
+}
+
+/// One hashed frame with this CPU's scratch looked up (for `sampling_bounded`).
+pub(crate) fn hashed_frame_step() -> i64 {
+    let Some(s) = scratch_mut() else { return 1 };
+    hashed_frame_on(s)
+}
+
+/// Reads frame `index` into the record. Returns 1 to stop.
+#[inline(always)]
+fn full_frame_on(s: &mut Scratch, index: u64) -> i64 {
     if s.walk.frame == 0 {
         s.walk.status = sample_status::COMPLETE;
         return 1;
@@ -242,9 +277,9 @@ pub(crate) extern "C" fn full_frame_step(index: u64, _ctx: *mut c_void) -> i64 {
     0
 }
 
-/// bpf_loop callback: reads one frame below the full ones and folds it into the tail hash.
-pub(crate) extern "C" fn hashed_frame_step(_index: u64, _ctx: *mut c_void) -> i64 {
-    let Some(s) = scratch_mut() else { return 1 };
+/// Reads one frame below the full ones and folds it into the tail hash. Returns 1 to stop.
+#[inline(always)]
+fn hashed_frame_on(s: &mut Scratch) -> i64 {
     if s.walk.frame == 0 {
         s.walk.status = sample_status::COMPLETE;
         return 1;
