@@ -564,6 +564,24 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// Test-only switch of the sampling program (`pyperch_sample`, the `bpf_loop` walk), frozen
+/// at load time from `PYPERCH_BENCH_STOP_AFTER` (see profiler-user's loader): the program
+/// stops after the given part and sends nothing, so that `cargo xtask bench --only parts`
+/// can derive each part's cost from the differences of the BPF run time per run. `NONE`
+/// (0, the default) is the normal program; the verifier removes the checks as dead code.
+pub mod bench_stop {
+    /// The normal program: every part, and the record is sent.
+    pub const NONE: u64 = 0;
+    /// Stop after the registration lookup of the running process (and its counter).
+    pub const REGISTRATION: u64 = 1;
+    /// Stop after the thread-state lookup and the first frame pointer (the header filled).
+    pub const THREAD_STATE: u64 = 2;
+    /// Stop after the full frames (up to `MAX_FULL_FRAMES`).
+    pub const FULL_FRAMES: u64 = 3;
+    /// Stop after the hashed tail (the walk is complete; only the output is left).
+    pub const TAIL: u64 = 4;
+}
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: all of these are `#[repr(C)]`, contain only integers and have no padding that

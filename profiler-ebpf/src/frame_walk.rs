@@ -2,7 +2,7 @@
 
 use aya_ebpf::helpers::{bpf_probe_read_user, generated};
 use profiler_common::{
-    FRAME_READ_MAX, FrameBytes, FrameEntry, FrameLayout, code_check, code_check_applies, code_check_needs_strings,
+    FRAME_READ_MAX, FrameBytes, FrameEntry, FrameLayout, NO_FIELD, code_check, code_check_applies, code_check_needs_strings,
     code_check_size, code_check_strings, decode_frame,
 };
 
@@ -40,28 +40,118 @@ pub fn read_frame(layout: &FrameLayout, frame: u64, buf: &mut FrameBytes, entry:
     Some(decode_frame(layout, frame, buf, entry))
 }
 
+/// Bytes of a thread's data stack read at once (see [`read_frame_blocked`]).
+pub const BLOCK_BYTES: usize = 4096;
+
+/// Up to `BLOCK_BYTES` of target memory read in one helper call during this walk, ending at
+/// the end of a frame: the frames of 3.11+ live one after another in the thread's data stack,
+/// callers below callees, so the callers of that frame are usually already in it. Reset at the
+/// start of every walk (`len == 0`): its bytes are never older than the walk that uses them.
+#[repr(C)]
+pub struct FrameBlock {
+    /// Target address of `bytes[0]`.
+    pub start: u64,
+    /// Valid bytes from `start`; 0: empty.
+    pub len: u64,
+    /// Room for any masked offset plus one `FrameBytes` view.
+    pub bytes: [u8; BLOCK_BYTES + FRAME_READ_MAX + 8],
+}
+
+/// Reads one frame into `entry` as [`read_frame`] does, with the same result, but for layouts
+/// whose frames live in the thread's data stack (3.11+: the layout has an owner field) from
+/// `block`: a frame already inside it costs no read; otherwise the block is refilled with the
+/// `BLOCK_BYTES` that end where this frame's bytes end (or, when that range is not all
+/// readable, the part of them in the frame's own page), and a frame that still does not fit
+/// (a generator's frame on the heap, a range that faults) is read on its own into `buf`.
+/// The thread is stopped while the program runs, so bytes read in one call are the same
+/// bytes a read per frame would give.
+#[inline(always)]
+pub fn read_frame_blocked(
+    layout: &FrameLayout,
+    frame: u64,
+    block: &mut FrameBlock,
+    buf: &mut FrameBytes,
+    entry: &mut FrameEntry,
+) -> Option<u64> {
+    let size = (layout.read_size & (FRAME_READ_MAX as u32 - 1)) as u64;
+    if layout.owner == NO_FIELD || size == 0 {
+        return read_frame(layout, frame, buf, entry);
+    }
+    let Some(end) = frame.checked_add(size) else {
+        return read_frame(layout, frame, buf, entry);
+    };
+    if !block.holds(frame, end) {
+        let start = end.saturating_sub(BLOCK_BYTES as u64);
+        if !fill_block(block, start, end) {
+            let page = frame & !(PAGE_BYTES - 1);
+            if page <= start || !fill_block(block, page, end) {
+                block.len = 0;
+                return read_frame(layout, frame, buf, entry);
+            }
+        }
+    }
+    Some(decode_frame(layout, frame, block.view(frame), entry))
+}
+
+/// The smallest page size: memory from a page's start to a readable frame in it is readable.
+const PAGE_BYTES: u64 = 4096;
+
+/// Reads `[start, end)` (at most `BLOCK_BYTES`) into `block`; false (block emptied) on a fault.
+#[inline(always)]
+fn fill_block(block: &mut FrameBlock, start: u64, end: u64) -> bool {
+    block.len = 0;
+    let len = end.wrapping_sub(start);
+    if len == 0 || len > BLOCK_BYTES as u64 {
+        return false;
+    }
+    // SAFETY: the helper writes at most `len` <= BLOCK_BYTES bytes into `bytes`.
+    let ret = unsafe {
+        generated::bpf_probe_read_user(block.bytes.as_mut_ptr() as *mut _, len as u32, start as *const _)
+    };
+    if ret != 0 {
+        return false;
+    }
+    block.start = start;
+    block.len = len;
+    true
+}
+
 /// `frame_code_check`, computed once per run of equal code addresses in a walk (the common
 /// deep stack is recursion: one code object, hundreds of frames).
 #[inline(always)]
-pub fn walk_code_check(layout: &FrameLayout, entry: &FrameEntry, window: &mut FrameBytes, walk: &mut WalkState) -> u32 {
+pub fn walk_code_check(
+    layout: &FrameLayout,
+    entry: &FrameEntry,
+    window: &mut FrameBytes,
+    block: &mut FrameBlock,
+    walk: &mut WalkState,
+) -> u32 {
     if !code_check_applies(layout, entry) {
         return 0;
     }
     if entry.code == walk.last_code {
         return walk.last_check;
     }
-    let check = frame_code_check(layout, entry, window);
+    let check = frame_code_check(layout, entry, window, block);
     walk.last_code = entry.code;
     walk.last_check = check;
     check
 }
 
-/// The validation word of the frame's code object (`profiler_common::code_check`): one read
-/// of the code object's window and, only when the window has no per-object version (before
-/// 3.12), one 16-byte read of each of `co_name` and `co_filename`. 0: no check (a shim) or
-/// the window was unreadable.
+/// The validation word of the frame's code object (`profiler_common::code_check`): the code
+/// object's window, and, only when the window has no per-object version (before 3.12), one
+/// 16-byte read of each of `co_name` and `co_filename`. 0: no check (a shim) or the window
+/// was unreadable.
+///
+/// The window comes from `block` (reset at the start of every walk) when it is inside it;
+/// otherwise the block is refilled with the `BLOCK_BYTES` around the window (or the window's
+/// own page, when they are not all readable), and failing that the window is read on its own
+/// into `window`. Code objects created together (a module's functions) lie close together on
+/// the heap, so one read usually serves the windows of several frames. Every byte comes from
+/// this program run, while the thread is stopped and its frames keep these code objects
+/// alive: the word is the one a read of its own would give.
 #[inline(always)]
-pub fn frame_code_check(layout: &FrameLayout, entry: &FrameEntry, window: &mut FrameBytes) -> u32 {
+pub fn frame_code_check(layout: &FrameLayout, entry: &FrameEntry, window: &mut FrameBytes, block: &mut FrameBlock) -> u32 {
     if !code_check_applies(layout, entry) {
         return 0;
     }
@@ -69,24 +159,61 @@ pub fn frame_code_check(layout: &FrameLayout, entry: &FrameEntry, window: &mut F
     if size == 0 {
         return 0;
     }
-    // SAFETY: the helper writes at most `size` < FRAME_READ_MAX bytes into `window`.
-    let ret = unsafe {
-        generated::bpf_probe_read_user(
-            window.as_mut_ptr() as *mut _,
-            size,
-            (entry.code + layout.check_start as u64) as *const _,
-        )
-    };
-    if ret != 0 {
+    let address = entry.code.wrapping_add(layout.check_start as u64);
+    let Some(bytes) = code_window(block, window, address, size as u64) else {
         return 0;
-    }
+    };
     let (mut name, mut filename) = ([0u64; 2], [0u64; 2]);
-    if code_check_needs_strings(layout, window) {
-        let (name_ptr, filename_ptr) = code_check_strings(layout, window);
+    if code_check_needs_strings(layout, bytes) {
+        let (name_ptr, filename_ptr) = code_check_strings(layout, bytes);
         name = read_str_key(name_ptr + layout.check_str as u64);
         filename = read_str_key(filename_ptr + layout.check_str as u64);
     }
-    code_check(layout, window, name, filename)
+    code_check(layout, bytes, name, filename)
+}
+
+/// The `size` bytes at `address` (a code object's window), as a view into `block` or, when
+/// that cannot hold them, read into `window`; `None` when unreadable.
+#[inline(always)]
+fn code_window<'a>(block: &'a mut FrameBlock, window: &'a mut FrameBytes, address: u64, size: u64) -> Option<&'a FrameBytes> {
+    let Some(end) = address.checked_add(size) else { return None };
+    if !block.holds(address, end) {
+        let start = address.saturating_sub((BLOCK_BYTES / 2) as u64);
+        let page = address & !(PAGE_BYTES - 1);
+        let filled = match start.checked_add(BLOCK_BYTES as u64) {
+            Some(block_end) => fill_block(block, start, block_end),
+            None => false,
+        } || (end <= page.wrapping_add(PAGE_BYTES) && fill_block(block, page, page.wrapping_add(PAGE_BYTES)));
+        if !filled {
+            // SAFETY: the helper writes at most `size` < FRAME_READ_MAX bytes into `window`.
+            let ret = unsafe {
+                generated::bpf_probe_read_user(
+                    window.as_mut_ptr() as *mut _,
+                    (size as u32) & (FRAME_READ_MAX as u32 - 1),
+                    address as *const _,
+                )
+            };
+            return if ret == 0 { Some(window) } else { None };
+        }
+    }
+    Some(block.view(address))
+}
+
+impl FrameBlock {
+    /// Whether `[start, end)` was read into the block.
+    #[inline(always)]
+    fn holds(&self, start: u64, end: u64) -> bool {
+        self.len != 0 && start >= self.start && end <= self.start.wrapping_add(self.len)
+    }
+
+    /// The block's bytes from `address` on (which `holds` must have approved).
+    #[inline(always)]
+    fn view(&self, address: u64) -> &FrameBytes {
+        let offset = (address.wrapping_sub(self.start) as usize) & (BLOCK_BYTES - 1);
+        // SAFETY: `offset` < BLOCK_BYTES and `bytes` has `FrameBytes`' size beyond that; `u8`
+        // arrays have alignment 1.
+        unsafe { &*(self.bytes.as_ptr().add(offset) as *const FrameBytes) }
+    }
 }
 
 /// A `str`'s (length, cached hash), or zeros when unreadable.
@@ -100,4 +227,3 @@ pub fn read_u64(address: u64) -> u64 {
     // SAFETY: bpf_probe_read_user tolerates any address; failure reads as 0.
     unsafe { bpf_probe_read_user(address as *const u64) }.unwrap_or(0)
 }
-

@@ -15,12 +15,14 @@ use aya_ebpf::{
 };
 use profiler_common::{
     FrameBytes, FrameEntry, FrameLayout, HASH_SEED, MAX_FULL_FRAMES, MAX_HASHED_FRAMES, NO_FIELD, ProcessInfo,
-    SampleHeader, counter, frame_hash, record_kind, sample_flags, sample_status,
+    SampleHeader, bench_stop, counter, frame_hash, record_kind, sample_flags, sample_status,
 };
 
-use crate::frame_walk::{WalkState, read_frame, read_u64, walk_code_check};
+use crate::frame_walk::{FrameBlock, WalkState, read_frame_blocked, read_u64, walk_code_check};
 use crate::maps::{PROCESSES, bump, output_record};
-use crate::thread_state::{current_fsbase, find_thread_state, interpreter_of, running_task_of};
+use crate::thread_state::{
+    current_fsbase, find_thread_state_with, interpreter_of_with, running_task_of, several_interpreters,
+};
 
 /// A ring-buffer record: the header, up to `MAX_FULL_FRAMES` frames, and one more slot for a
 /// kind-specific trailer written right after the last full frame (`record_kind::OFF_CPU`).
@@ -42,18 +44,33 @@ pub struct Scratch {
     frame: FrameBytes,
     /// The check window of the frame's code object (see `code_check`).
     code: FrameBytes,
+    /// Data-stack bytes read at once during this walk (`frame_walk::read_frame_blocked`).
+    block: FrameBlock,
+    /// Heap bytes around code objects read at once during this walk (`frame_code_check`).
+    code_block: FrameBlock,
 }
 
 #[map]
 static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// Test-only: `profiler_common::bench_stop`, frozen at load time (0 in every normal run).
+#[unsafe(no_mangle)]
+static BENCH_STOP_AFTER: u64 = 0;
 
 #[perf_event]
 pub fn pyperch_sample(ctx: PerfEventContext) -> u32 {
     let Some((info, tgid, tid)) = wanted_sample() else {
         return 0;
     };
-    if let Some((scratch, n_full)) = walk_current_stack(info, tgid, tid, record_kind::CPU_SAMPLE) {
-        emit_sample(&ctx, scratch, n_full);
+    // SAFETY: a plain read of a global the loader froze.
+    let stop = unsafe { core::ptr::read_volatile(&BENCH_STOP_AFTER) };
+    if stop == bench_stop::REGISTRATION {
+        return 0;
+    }
+    if let Some((scratch, n_full)) = walk_stages(info, tgid, tid, record_kind::CPU_SAMPLE, stop) {
+        if stop == bench_stop::NONE {
+            emit_sample(&ctx, scratch, n_full);
+        }
     }
     0
 }
@@ -81,24 +98,43 @@ pub(crate) fn wanted_sample() -> Option<(&'static ProcessInfo, u32, u32)> {
 /// per-CPU scratch is unavailable. The running thread's memory must be the current one.
 /// Needs `bpf_loop` (5.17+); `sampling_bounded` drives the same steps without it.
 pub fn walk_current_stack(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32) -> Option<(&'static mut Scratch, usize)> {
+    walk_stages(info, tgid, tid, kind, bench_stop::NONE)
+}
+
+/// [`walk_current_stack`], ending after the part `stop` (`bench_stop`, test-only; `None`
+/// then, nothing to send).
+#[inline(always)]
+fn walk_stages(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, stop: u64) -> Option<(&'static mut Scratch, usize)> {
     let scratch = scratch_mut()?;
     if !start_walk(info, tgid, tid, kind, scratch) {
         return Some((scratch, 0));
     }
-    // SAFETY: bpf_loop calls the callbacks with our (unused) context; they find the walk state
-    // in this CPU's scratch value.
+    if stop == bench_stop::THREAD_STATE {
+        return None;
+    }
+    // The callbacks get this CPU's scratch through the loop's context (a pointer on our
+    // stack), not from a map lookup per frame.
+    let mut context = LoopContext { scratch: scratch as *mut Scratch };
+    let context_ptr = &mut context as *mut LoopContext as *mut c_void;
+    // SAFETY: bpf_loop calls the callback with `context_ptr`, which outlives the call.
     unsafe {
-        generated::bpf_loop(MAX_FULL_FRAMES as u32, full_frame_step as *mut c_void, core::ptr::null_mut(), 0);
+        generated::bpf_loop(MAX_FULL_FRAMES as u32, full_frame_loop_step as *mut c_void, context_ptr, 0);
+    }
+    if stop == bench_stop::FULL_FRAMES {
+        return None;
     }
     let scratch = scratch_mut()?;
     if start_tail(scratch) {
         // SAFETY: as above.
         unsafe {
-            generated::bpf_loop(MAX_HASHED_FRAMES as u32, hashed_frame_step as *mut c_void, core::ptr::null_mut(), 0);
+            generated::bpf_loop(MAX_HASHED_FRAMES as u32, hashed_frame_loop_step as *mut c_void, context_ptr, 0);
         }
     }
     let scratch = scratch_mut()?;
     let n_full = finish_walk(scratch);
+    if stop == bench_stop::TAIL {
+        return None;
+    }
     Some((scratch, n_full))
 }
 
@@ -123,13 +159,15 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
     header.flags = 0;
 
     let fsbase = current_fsbase();
-    let tstate = find_thread_state(info, tid, fsbase);
+    // Read once for both the lookup and the header (two reads).
+    let several = several_interpreters(info);
+    let tstate = find_thread_state_with(info, tid, fsbase, several);
     if tstate == 0 {
         header.status = sample_status::NO_THREAD_STATE;
         return false;
     }
     header.thread_state = tstate;
-    header.interpreter = interpreter_of(info, tstate);
+    header.interpreter = interpreter_of_with(info, tstate, several);
     header.running_task = running_task_of(info, tstate);
     if kind != record_kind::OFF_CPU && crate::gc::collecting(info, tstate) {
         header.flags |= sample_flags::GC;
@@ -144,6 +182,8 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
     }
 
     scratch.layout = info.frame;
+    scratch.block.len = 0;
+    scratch.code_block.len = 0;
     scratch.walk = WalkState {
         frame,
         hash: HASH_SEED,
@@ -187,9 +227,41 @@ pub fn scratch_mut() -> Option<&'static mut Scratch> {
     SCRATCH.get_ptr_mut(0).map(|p| unsafe { &mut *p })
 }
 
-/// bpf_loop callback: reads frame `index` into the record. Returns 1 to stop.
-pub(crate) extern "C" fn full_frame_step(index: u64, _ctx: *mut c_void) -> i64 {
+/// The `bpf_loop` callbacks' context: this CPU's scratch value (never null).
+#[repr(C)]
+struct LoopContext {
+    scratch: *mut Scratch,
+}
+
+/// bpf_loop callback: [`full_frame_on`] with the scratch from the context.
+extern "C" fn full_frame_loop_step(index: u64, context: *mut c_void) -> i64 {
+    // SAFETY: `walk_stages` passes a live `LoopContext` holding this CPU's scratch value.
+    let s = unsafe { &mut *(*(context as *mut LoopContext)).scratch };
+    full_frame_on(s, index)
+}
+
+/// bpf_loop callback: [`hashed_frame_on`] with the scratch from the context.
+extern "C" fn hashed_frame_loop_step(_index: u64, context: *mut c_void) -> i64 {
+    // SAFETY: as in `full_frame_loop_step`.
+    let s = unsafe { &mut *(*(context as *mut LoopContext)).scratch };
+    hashed_frame_on(s)
+}
+
+/// One full frame with this CPU's scratch looked up (for `sampling_bounded`). Returns 1 to stop.
+pub(crate) fn full_frame_step(index: u64) -> i64 {
     let Some(s) = scratch_mut() else { return 1 };
+    full_frame_on(s, index)
+}
+
+/// One hashed frame with this CPU's scratch looked up (for `sampling_bounded`).
+pub(crate) fn hashed_frame_step() -> i64 {
+    let Some(s) = scratch_mut() else { return 1 };
+    hashed_frame_on(s)
+}
+
+/// Reads frame `index` into the record. Returns 1 to stop.
+#[inline(always)]
+fn full_frame_on(s: &mut Scratch, index: u64) -> i64 {
     if s.walk.frame == 0 {
         s.walk.status = sample_status::COMPLETE;
         return 1;
@@ -199,29 +271,29 @@ pub(crate) extern "C" fn full_frame_step(index: u64, _ctx: *mut c_void) -> i64 {
         return 1;
     }
     let entry = &mut s.record.frames[i];
-    let Some(previous) = read_frame(&s.layout, s.walk.frame, &mut s.frame, entry) else {
+    let Some(previous) = read_frame_blocked(&s.layout, s.walk.frame, &mut s.block, &mut s.frame, entry) else {
         s.walk.status = sample_status::READ_FAULT;
         return 1;
     };
-    entry.check = walk_code_check(&s.layout, entry, &mut s.code, &mut s.walk);
+    entry.check = walk_code_check(&s.layout, entry, &mut s.code, &mut s.code_block, &mut s.walk);
     s.walk.n_full = i as u32 + 1;
     s.walk.frame = previous;
     0
 }
 
-/// bpf_loop callback: reads one frame below the full ones and folds it into the tail hash.
-pub(crate) extern "C" fn hashed_frame_step(_index: u64, _ctx: *mut c_void) -> i64 {
-    let Some(s) = scratch_mut() else { return 1 };
+/// Reads one frame below the full ones and folds it into the tail hash. Returns 1 to stop.
+#[inline(always)]
+fn hashed_frame_on(s: &mut Scratch) -> i64 {
     if s.walk.frame == 0 {
         s.walk.status = sample_status::COMPLETE;
         return 1;
     }
     let mut entry = FrameEntry::default();
-    let Some(previous) = read_frame(&s.layout, s.walk.frame, &mut s.frame, &mut entry) else {
+    let Some(previous) = read_frame_blocked(&s.layout, s.walk.frame, &mut s.block, &mut s.frame, &mut entry) else {
         s.walk.status = sample_status::READ_FAULT;
         return 1;
     };
-    entry.check = walk_code_check(&s.layout, &entry, &mut s.code, &mut s.walk);
+    entry.check = walk_code_check(&s.layout, &entry, &mut s.code, &mut s.code_block, &mut s.walk);
     s.walk.hash = frame_hash(s.walk.hash, &entry);
     s.walk.n_hashed += 1;
     s.walk.frame = previous;

@@ -9,8 +9,6 @@
 //! `MAX_HASHED_FRAMES / TAIL_CHUNK` = 32 tail calls, the kernel's limit on every version. The
 //! walk state lives in the per-CPU scratch between the programs (a tail call keeps the CPU).
 
-use core::ptr::null_mut;
-
 use aya_ebpf::{
     macros::{map, perf_event},
     maps::ProgramArray,
@@ -70,14 +68,14 @@ pub fn pyperch_sample_bounded(ctx: PerfEventContext) -> u32 {
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn pyperch_full_frame(index: u64) -> i64 {
-    full_frame_step(index, null_mut())
+    full_frame_step(index)
 }
 
 /// One hashed frame (`sampling::hashed_frame_step`), as a global function (see above).
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn pyperch_hashed_frame() -> i64 {
-    hashed_frame_step(0, null_mut())
+    hashed_frame_step()
 }
 
 /// Hashes up to `TAIL_CHUNK` more frames, then continues in a fresh run of itself or ends the

@@ -46,9 +46,18 @@ pub extern "C" fn pyperch_is_current_thread(tstate: u64, thread_id: u32, native_
 }
 
 pub fn find_thread_state(info: &ProcessInfo, tid: u32, fsbase: u64) -> u64 {
+    let several = if info.interp_id != NO_FIELD { several_interpreters(info) } else { None };
+    find_thread_state_with(info, tid, fsbase, several)
+}
+
+/// [`find_thread_state`] with `several` = [`several_interpreters`] already read (its two
+/// reads are shared with [`interpreter_of_with`] by the walk); it is only looked at when the
+/// layout has `interp_id`.
+#[inline(always)]
+pub fn find_thread_state_with(info: &ProcessInfo, tid: u32, fsbase: u64, several: Option<u64>) -> u64 {
     // With subinterpreters, a thread running code in one has a thread state of its own there,
     // while its thread-local slot keeps the one bound to the main interpreter: look there first.
-    if let Some(head) = several_interpreters(info).filter(|_| info.interp_id != NO_FIELD) {
+    if let Some(head) = several.filter(|_| info.interp_id != NO_FIELD) {
         let found = scan_interpreters(info, head, tid, fsbase, true);
         if found != 0 {
             return found;
@@ -73,7 +82,7 @@ pub fn find_thread_state(info: &ProcessInfo, tid: u32, fsbase: u64) -> u64 {
 /// The first interpreter (`interpreters.head`) when the process has more than one and the
 /// layout knows how to walk them (`ProcessInfo::interp_next`).
 #[inline(always)]
-fn several_interpreters(info: &ProcessInfo) -> Option<u64> {
+pub fn several_interpreters(info: &ProcessInfo) -> Option<u64> {
     if info.interp_next == NO_FIELD {
         return None;
     }
@@ -128,8 +137,11 @@ pub fn running_task_of(info: &ProcessInfo, tstate: u64) -> u64 {
 
 /// For `SampleHeader::interpreter`: the id of `tstate`'s interpreter plus 1 when the process
 /// has more than one interpreter (`INTERPRETER_UNKNOWN` if its layout has no id), else 0.
-pub fn interpreter_of(info: &ProcessInfo, tstate: u64) -> u64 {
-    if several_interpreters(info).is_none() || tstate == 0 {
+/// `several` is [`several_interpreters`], read once by the caller (shared with
+/// [`find_thread_state_with`]).
+#[inline(always)]
+pub fn interpreter_of_with(info: &ProcessInfo, tstate: u64, several: Option<u64>) -> u64 {
+    if several.is_none() || tstate == 0 {
         return 0;
     }
     if info.interp_id == NO_FIELD || info.tstate_interp == NO_FIELD {

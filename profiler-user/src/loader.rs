@@ -62,6 +62,31 @@ pub enum LoadError {
     MapFull { pid: u32, slots: u32 },
 }
 
+/// The environment variable of the per-part microbenchmark (`cargo xtask bench --only parts`).
+pub const BENCH_STOP_ENV: &str = "PYPERCH_BENCH_STOP_AFTER";
+
+/// Test-only: `PYPERCH_BENCH_STOP_AFTER=registration|thread-state|full-frames|tail` makes the
+/// sampling program stop after that part and send nothing (`profiler_common::bench_stop`),
+/// so the benchmark can time each part from the BPF run-time statistics. Unset (or any other
+/// value, with a warning) loads the normal program.
+fn bench_stop_after() -> u64 {
+    use profiler_common::bench_stop;
+    let Some(value) = std::env::var_os(BENCH_STOP_ENV) else { return bench_stop::NONE };
+    let stop = match value.to_str().unwrap_or("") {
+        "registration" => bench_stop::REGISTRATION,
+        "thread-state" => bench_stop::THREAD_STATE,
+        "full-frames" => bench_stop::FULL_FRAMES,
+        "tail" => bench_stop::TAIL,
+        "" | "none" => return bench_stop::NONE,
+        other => {
+            eprintln!("warning: {BENCH_STOP_ENV}={other:?} is not a part of the walk; ignored");
+            return bench_stop::NONE;
+        }
+    };
+    eprintln!("warning: {BENCH_STOP_ENV} is set: the sampling program stops early and records nothing (a benchmark mode)");
+    stop
+}
+
 /// Checks what a user can fix before anything is loaded: privileges, BTF, kernel version.
 pub fn preflight() -> Result<(), LoadError> {
     if let Some(missing) = crate::privileges::missing_to_start() {
@@ -300,6 +325,7 @@ impl KernelProgram {
         let exception_only = u64::from(time.mode == crate::time_mode::TimeMode::Exception);
         let stack_bytes = u64::from(native.stack_bytes.min(profiler_common::MAX_NATIVE_STACK_BYTES as u32));
         let kernel_stack = u64::from(native.kernel);
+        let bench_stop = bench_stop_after();
         let offsets = kernel_offsets()?;
         let slots = process_slots();
         // Kernels >= 5.11 charge BPF memory to the memory cgroup; RLIMIT_MEMLOCK only matters
@@ -316,6 +342,7 @@ impl KernelProgram {
             .override_global("TASK_TGID_OFFSET", &offsets.task_tgid, true)
             .override_global("NATIVE_STACK_BYTES", &stack_bytes, true)
             .override_global("KERNEL_STACK", &kernel_stack, true)
+            .override_global("BENCH_STOP_AFTER", &bench_stop, true)
             .map_max_entries("PROCESSES", slots)
             .load(KERNEL_PROGRAM)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;

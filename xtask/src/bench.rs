@@ -16,6 +16,11 @@
 //! and pyperch `--kernel` beside plain pyperch, and reports ring-buffer bytes per sample and
 //! losses at 1 and 10 kHz.
 //!
+//! The `parts` section (`-- --only parts`, `bench/walk_parts.py`) times the sampling program
+//! part by part (stopped after each part with `PYPERCH_BENCH_STOP_AFTER`, test-only), and
+//! `idlehost` the early exit for unregistered processes and pyperch's CPU per second on a
+//! whole host with 50 idle Python processes.
+//!
 //! See `bench/README.md` for what is measured and how to read the results.
 
 use std::{
