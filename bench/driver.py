@@ -168,14 +168,16 @@ def switches_between(s0, s1):
     return (s1["switches"] - s0["switches"]) / (s1["t"] - s0["t"])
 
 
-def bpf_progs(pid):
-    """{prog_id: (prog_type, run_time_ns, run_cnt)} of the BPF programs pid holds (fdinfo;
-    counted only while kernel.bpf_stats_enabled=1). Types: 7 perf event, 17 raw tracepoint."""
-    progs = {}
+def bpf_fdinfo(pid):
+    """({prog_id: (prog_type, run_time_ns, run_cnt)}, number of BPF links) of what pid holds,
+    read from /proc/PID/fdinfo (the numbers `bpftool prog show` prints; run times count only
+    while kernel.bpf_stats_enabled=1), or None when pid is gone. Types: 7 perf event, 17 raw
+    tracepoint. The one reader of BPF fdinfo for every section."""
+    progs, links = {}, 0
     try:
         fds = os.listdir("/proc/%d/fdinfo" % pid)
     except OSError:
-        return progs
+        return None
     for fd in fds:
         try:
             with open("/proc/%d/fdinfo/%s" % (pid, fd)) as f:
@@ -183,11 +185,18 @@ def bpf_progs(pid):
         except OSError:
             continue
         if "link_type:" in text:
+            links += 1
             continue
         m = [re.search(r"^%s:\s*(\d+)" % k, text, re.M) for k in ("prog_id", "prog_type", "run_time_ns", "run_cnt")]
         if all(m):
             progs[int(m[0].group(1))] = tuple(int(x.group(1)) for x in m[1:])
-    return progs
+    return progs, links
+
+
+def bpf_progs(pid):
+    """{prog_id: (prog_type, run_time_ns, run_cnt)} of the BPF programs pid holds."""
+    found = bpf_fdinfo(pid)
+    return found[0] if found else {}
 
 
 def stat_ticks_s(pid):
@@ -200,34 +209,12 @@ def stat_ticks_s(pid):
 
 
 def bpf_prog_stats(pid):
-    """(run_time_ns, run_cnt, n_links) summed over the BPF programs pid holds, read from
-    /proc/PID/fdinfo (the numbers `bpftool prog show` prints; they count only while
-    kernel.bpf_stats_enabled=1)."""
-    run_ns = run_cnt = links = 0
-    found = False
-    try:
-        fds = os.listdir("/proc/%d/fdinfo" % pid)
-    except OSError:
+    """(run_time_ns, run_cnt, n_links) summed over the BPF programs pid holds, or None."""
+    found = bpf_fdinfo(pid)
+    if not found or not (found[0] or found[1]):
         return None
-    seen = set()
-    for fd in fds:
-        try:
-            with open("/proc/%d/fdinfo/%s" % (pid, fd)) as f:
-                text = f.read()
-        except OSError:
-            continue
-        if "link_type:" in text:
-            links += 1
-            continue
-        m_id = re.search(r"^prog_id:\s*(\d+)", text, re.M)
-        m_ns = re.search(r"^run_time_ns:\s*(\d+)", text, re.M)
-        m_cnt = re.search(r"^run_cnt:\s*(\d+)", text, re.M)
-        if m_id and m_ns and m_cnt and m_id.group(1) not in seen:
-            seen.add(m_id.group(1))
-            run_ns += int(m_ns.group(1))
-            run_cnt += int(m_cnt.group(1))
-            found = True
-    return (run_ns, run_cnt, links) if found or links else None
+    progs, links = found
+    return (sum(v[1] for v in progs.values()), sum(v[2] for v in progs.values()), links)
 
 
 def vm_hwm_kb(pid):

@@ -37,43 +37,15 @@ PARTS_RATE = 10000
 IDLE_PROCESSES = 50
 
 
-def perf_prog_stats(pid):
-    """(run_time_ns, run_cnt) of the perf-event programs pid holds (fdinfo), or None."""
-    try:
-        fds = os.listdir("/proc/%d/fdinfo" % pid)
-    except OSError:
-        return None
-    seen, ns, cnt = set(), 0, 0
-    for fd in fds:
-        try:
-            with open("/proc/%d/fdinfo/%s" % (pid, fd)) as f:
-                text = f.read()
-        except OSError:
-            continue
-        m_type = re.search(r"^prog_type:\s*(\d+)", text, re.M)
-        m_id = re.search(r"^prog_id:\s*(\d+)", text, re.M)
-        if not m_type or not m_id or int(m_type.group(1)) != PERF_EVENT_PROG_TYPE or m_id.group(1) in seen:
-            continue
-        seen.add(m_id.group(1))
-        ns += int(re.search(r"^run_time_ns:\s*(\d+)", text, re.M).group(1))
-        cnt += int(re.search(r"^run_cnt:\s*(\d+)", text, re.M).group(1))
-    return (ns, cnt) if seen else None
+def perf_prog_stats(d, pid):
+    """(run_time_ns, run_cnt) of the perf-event programs pid holds, or None."""
+    progs = [v for v in d.bpf_progs(pid).values() if v[0] == PERF_EVENT_PROG_TYPE]
+    return (sum(v[1] for v in progs), sum(v[2] for v in progs)) if progs else None
 
 
-def links_of(pid):
-    try:
-        fds = os.listdir("/proc/%d/fdinfo" % pid)
-    except OSError:
-        return 0
-    n = 0
-    for fd in fds:
-        try:
-            with open("/proc/%d/fdinfo/%s" % (pid, fd)) as f:
-                if "link_type:" in f.read():
-                    n += 1
-        except OSError:
-            pass
-    return n
+def links_of(d, pid):
+    found = d.bpf_fdinfo(pid)
+    return found[1] if found else 0
 
 
 def windowed_run(d, bench, argv, duration, env_extra=None, tag="run"):
@@ -90,7 +62,7 @@ def windowed_run(d, bench, argv, duration, env_extra=None, tag="run"):
         p = d.spawn(argv, stdout=err, stderr=subprocess.STDOUT, env=env)
     t0 = t_launch
     while time.monotonic() - t_launch < 60:
-        if perf_prog_stats(p.pid) and links_of(p.pid) > 0:
+        if perf_prog_stats(d, p.pid) and links_of(d, p.pid) > 0:
             t0 = time.monotonic()
             break
         if p.poll() is not None:
@@ -100,10 +72,10 @@ def windowed_run(d, bench, argv, duration, env_extra=None, tag="run"):
     for name, at in (("w0", t0 + bench.o.warm), ("w1", t0 + duration - bench.o.tail)):
         while time.monotonic() < at and p.poll() is None:
             time.sleep(0.01)
-        marks[name] = (time.monotonic(), perf_prog_stats(p.pid), d.sched_ns(p.pid))
-    last = perf_prog_stats(p.pid)
+        marks[name] = (time.monotonic(), perf_prog_stats(d, p.pid), d.sched_ns(p.pid))
+    last = perf_prog_stats(d, p.pid)
     while p.poll() is None:
-        last = perf_prog_stats(p.pid) or last
+        last = perf_prog_stats(d, p.pid) or last
         time.sleep(0.05)
     try:
         p.wait(timeout=120)
