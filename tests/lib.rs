@@ -608,6 +608,18 @@ impl Drop for Workload {
     }
 }
 
+/// SIGKILLs the pids on drop (processes a test's workloads forked, such as FUSE servers).
+pub struct KillPids(pub Vec<u32>);
+
+impl Drop for KillPids {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            // SAFETY: kill(2) of processes this test started.
+            unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+        }
+    }
+}
+
 /// A plain child process (e.g. `sleep 30`), killed on drop.
 pub struct KillOnDrop(pub Child);
 

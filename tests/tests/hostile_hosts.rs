@@ -740,18 +740,6 @@ mod hostile_hosts {
         drop(server);
     }
 
-    /// SIGKILLs the pids on drop (processes our workloads forked).
-    struct KillPids(Vec<u32>);
-
-    impl Drop for KillPids {
-        fn drop(&mut self) {
-            for pid in &self.0 {
-                // SAFETY: kill(2) of processes this test started.
-                unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
-            }
-        }
-    }
-
     /// 2,000 processes that load libpython (dlopen) but never initialise it: each looks like
     /// Python until its interpreter turns out never to start. pyperch's own CPU, the benign
     /// process's samples and the recording's end must not suffer.

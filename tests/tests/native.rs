@@ -518,18 +518,6 @@ fn count_before(line: &str, label: &str) -> Option<u64> {
     line[..at].split([' ', ',', ';', ':']).rfind(|w| !w.is_empty())?.parse().ok()
 }
 
-/// SIGKILLs the pids on drop (processes the FUSE workload forked).
-struct KillPids(Vec<u32>);
-
-impl Drop for KillPids {
-    fn drop(&mut self) {
-        for pid in &self.0 {
-            // SAFETY: kill(2) of processes this test started.
-            unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
-        }
-    }
-}
-
 /// Issue #10, rule "no file I/O on the sampling loop": the ctypes library of `c_frames`
 /// lives on a FUSE file system whose server is then stopped (SIGSTOP), after the process
 /// loaded it and ran its code once. Reading that file for its unwind tables hangs for ever.
