@@ -54,6 +54,17 @@ class Harness(object):
         sys.stdout.write("ready %d%s\n" % (os.getpid(), extra))
         sys.stdout.flush()
 
+    def run_threads(self, threads):
+        """Starts the workload's threads, says ready, and waits (idle, in the main thread,
+        where snapshots are taken) until SIGTERM or MAX_SECONDS; then joins them."""
+        for t in threads:
+            t.start()
+        self.ready()
+        while not self.expired():
+            time.sleep(0.05)
+        for t in threads:
+            t.join(5)
+
     def _snapshot(self, signum, frame):
         self.seq += 1
         data = {

@@ -106,13 +106,7 @@ def main():
         h.iters[f.__name__] = 0
         h.cpu[f.__name__] = 0.0
     threads = [threading.Thread(target=f, args=(h,), name=f.__name__, daemon=True) for f in WORKERS]
-    for t in threads:
-        t.start()
-    h.ready()
-    while not h.expired():
-        time.sleep(0.05)
-    for t in threads:
-        t.join(5)
+    h.run_threads(threads)
 
 
 if __name__ == "__main__":

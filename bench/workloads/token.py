@@ -15,7 +15,6 @@ import os
 import queue
 import sys
 import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness  # noqa: E402
@@ -58,13 +57,7 @@ def main():
     a, b = queue.Queue(), queue.Queue()
     threads = [threading.Thread(target=pong, args=(h, a, b, n_work), name="pong", daemon=True),
                threading.Thread(target=ping, args=(h, a, b, n_work), name="ping", daemon=True)]
-    for t in threads:
-        t.start()
-    h.ready()
-    while not h.expired():
-        time.sleep(0.05)
-    for t in threads:
-        t.join(5)
+    h.run_threads(threads)
 
 
 if __name__ == "__main__":
