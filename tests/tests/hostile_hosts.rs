@@ -5,7 +5,8 @@
 //! leaf function, then runs `pyperch record --duration 5 --stats` and checks that:
 //! - pyperch ends within the duration plus [`END_MARGIN`] (start-up included);
 //! - the benign process keeps at least 90 % of its expected samples, all in its own leaf
-//!   (expected = rate x duration x the share of a CPU it got while sampled);
+//!   (expected = rate x duration x the share of a CPU it got while sampled; beside 2,000
+//!   processes, the duration less 1.5 s that discovery's first look at them may take);
 //! - the hostile case is counted on the `mapped files:` line of `--stats`.
 //!
 //! Then SIGTERM during a second recording must end pyperch within [`SIGTERM_GRACE`].
@@ -199,6 +200,13 @@ struct Checked {
 /// Records the whole host for [`DURATION`] s and checks the invariants of the module docs
 /// for `benign` (whose leaf is `leaf`). `scenario` names the hostile case in messages.
 fn record_beside(benign: &Workload, leaf: &str, scenario: &str) -> Checked {
+    record_beside_after(benign, leaf, scenario, 0.0)
+}
+
+/// [`record_beside`], the benign process's samples expected only after `first_scan` s: the
+/// time discovery's first look at the whole host may take before it reaches the benign
+/// process (with thousands of processes to list and look at on two CPUs).
+fn record_beside_after(benign: &Workload, leaf: &str, scenario: &str, first_scan: f64) -> Checked {
     let rate = format!("{RATE}");
     let duration = format!("{DURATION}");
     let started = Instant::now();
@@ -240,7 +248,7 @@ fn record_beside(benign: &Workload, leaf: &str, scenario: &str) -> Checked {
         (Some(a), Some(b)) => b.saturating_sub(a) as f64 / tck / own_window,
         _ => 0.0,
     };
-    let expected = RATE * DURATION * share;
+    let expected = RATE * (DURATION - first_scan) * share;
     let mine = rec.profile.for_pid(benign.pid);
     let hits = mine.with_leaf(leaf);
     note(format!(
@@ -255,9 +263,10 @@ fn record_beside(benign: &Workload, leaf: &str, scenario: &str) -> Checked {
     assert!(
         hits as f64 >= 0.9 * expected,
         "{scenario}: pid {} ({}) has {hits} samples in {leaf}, fewer than 90 % of the {expected:.0} expected \
-         ({RATE} Hz x {DURATION} s x {:.0} % of a CPU){d}",
+         ({RATE} Hz x {:.1} s x {:.0} % of a CPU){d}",
         benign.pid,
         benign.python.describe(),
+        DURATION - first_scan,
         share * 100.0
     );
     for other in OTHER_LEAVES.iter().filter(|o| **o != leaf) {
@@ -775,7 +784,9 @@ mod hostile_hosts {
         assert_eq!(count, 2000, "dlopen_idle should run 2,000 processes");
         note(format!("2,000 processes map {}", lib.display()));
 
-        let checked = record_beside(&benign, LEAF, "2,000 idle libpythons");
+        // The first scan lists and looks at 2,001 processes: seen to reach the benign one up
+        // to 1.1 s after sampling began (once in about ten runs; usually at once).
+        let checked = record_beside_after(&benign, LEAF, "2,000 idle libpythons", 1.5);
         assert!(
             checked.pyperch_cpu <= 0.5,
             "pyperch used {:.0} % of a CPU while sampling beside 2,000 idle libpythons{}",
