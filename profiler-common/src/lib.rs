@@ -147,7 +147,10 @@ pub struct ProcessInfo {
     /// subinterpreter is preferred over the one its thread-local slot holds (that one stays
     /// bound to the main interpreter while the thread runs code in a subinterpreter).
     pub interp_next: u32,
-    /// Offset of `interp` in `PyThreadState` (with `interp_next`).
+    /// Offset of `interp` in `PyThreadState`, or `NO_FIELD`: the thread's own interpreter,
+    /// for subinterpreters (with `interp_next` and `interp_id`), for GIL waits
+    /// (`gil_wait::INTERP_POINTER`: with per-interpreter GILs each has its own) and for the
+    /// collector's flag (`gc_check::INTERP_FLAG`).
     pub tstate_interp: u32,
     /// Offset of the `int64_t id` in `PyInterpreterState` (with `interp_next`), or `NO_FIELD`
     /// for versions (3.8-3.12) whose subinterpreter API runs a thread on a thread state that
@@ -179,16 +182,10 @@ pub struct ProcessInfo {
     /// `gil_wait::RUNTIME_ADDRESS`: the struct's address. `INTERP_POINTER`: offset in
     /// `PyInterpreterState` of the pointer to it (`ceval.gil`).
     pub gil_wait_at: u64,
-    /// `gil_wait::INTERP_POINTER`: offset of `interp` in `PyThreadState` (the waiting
-    /// thread's own interpreter: with per-interpreter GILs each has its own).
-    pub gil_wait_tstate_interp: u32,
-    pub _pad3: u32,
     /// How to tell that the garbage collector runs (`SampleHeader::flags`' `sample_flags::GC`):
     /// one of `gc_check`.
     pub gc_check: u32,
-    /// `gc_check::INTERP_FLAG`: offset of `interp` in `PyThreadState` (the sampled thread's
-    /// interpreter holds the flag).
-    pub gc_tstate_interp: u32,
+    pub _pad3: u32,
     /// `gc_check::RUNTIME_FLAG`: address of the `int` "collecting"; `INTERP_FLAG`: its offset
     /// in `PyInterpreterState` (`gc.collecting`).
     pub gc_collecting: u64,

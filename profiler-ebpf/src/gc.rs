@@ -6,7 +6,7 @@
 //! reading 1 and the sampled thread holding the GIL (`gil::holds_gil`) together say it is
 //! this one. Where the GIL holder cannot be told, nothing is marked.
 
-use profiler_common::{ProcessInfo, gc_check};
+use profiler_common::{NO_FIELD, ProcessInfo, gc_check};
 
 use crate::frame_walk::read_u64;
 use crate::gil::{holds_gil, read_u32};
@@ -16,8 +16,8 @@ use crate::gil::{holds_gil, read_u32};
 pub fn collecting(info: &ProcessInfo, tstate: u64) -> bool {
     let flag = match info.gc_check {
         gc_check::RUNTIME_FLAG => info.gc_collecting,
-        gc_check::INTERP_FLAG => {
-            let interp = read_u64(tstate + info.gc_tstate_interp as u64);
+        gc_check::INTERP_FLAG if info.tstate_interp != NO_FIELD => {
+            let interp = read_u64(tstate + info.tstate_interp as u64);
             if interp == 0 {
                 return false;
             }

@@ -7,7 +7,7 @@
 use core::ffi::c_void;
 
 use aya_ebpf::helpers::{bpf_probe_read_user, generated};
-use profiler_common::{ProcessInfo, counter, gil_check, gil_wait};
+use profiler_common::{NO_FIELD, ProcessInfo, counter, gil_check, gil_wait};
 
 use crate::frame_walk::read_u64;
 use crate::maps::bump;
@@ -89,8 +89,8 @@ pub fn waiting_for_gil(info: &ProcessInfo, tstate: u64) -> bool {
     }
     let gil = match info.gil_wait_kind {
         gil_wait::RUNTIME_ADDRESS => info.gil_wait_at,
-        gil_wait::INTERP_POINTER if tstate != 0 => {
-            let interp = read_u64(tstate.wrapping_add(info.gil_wait_tstate_interp as u64));
+        gil_wait::INTERP_POINTER if tstate != 0 && info.tstate_interp != NO_FIELD => {
+            let interp = read_u64(tstate.wrapping_add(info.tstate_interp as u64));
             if interp == 0 {
                 return false;
             }

@@ -421,10 +421,8 @@ impl PythonProcess {
             } else {
                 self.gil_wait.at
             },
-            gil_wait_tstate_interp: self.gil_wait.tstate_interp,
-            _pad3: 0,
             gc_check: self.gc.check,
-            gc_tstate_interp: self.gc.tstate_interp,
+            _pad3: 0,
             gc_collecting: if self.gc.check == profiler_common::gc_check::RUNTIME_FLAG {
                 self.runtime_address.wrapping_add(self.gc.collecting)
             } else {

@@ -20,9 +20,6 @@ use profiler_common::{gc_check, gil_check};
 
 use super::{Version, debug_offsets};
 
-/// `interp` in `PyThreadState`: its third pointer (`prev`, `next`, `interp`) in 3.9-3.12;
-/// 3.13+ publish it (`thread_state.interp`).
-const TSTATE_INTERP_LEGACY: u32 = 0x10;
 /// 3.8: `_PyRuntime.gc.collecting` (`gc` at 0x158, `collecting` at 0xc8 in it).
 const RUNTIME_COLLECTING_3_8: u64 = 0x220;
 /// `(minor, offset of gc.collecting in PyInterpreterState)` for 3.9-3.12.
@@ -34,7 +31,6 @@ const INTERP_COLLECTING: [(u8, u64); 4] = [(9, 0x330), (10, 0x330), (11, 0x350),
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GcLayout {
     pub check: u32,
-    pub tstate_interp: u32,
     pub collecting: u64,
 }
 
@@ -47,10 +43,10 @@ pub fn gc_layout(version: Version, debug_offsets: Option<&[u8]>, gil: u32) -> Gc
         return unknown;
     }
     if version.minor == 8 {
-        return GcLayout { check: gc_check::RUNTIME_FLAG, tstate_interp: 0, collecting: RUNTIME_COLLECTING_3_8 };
+        return GcLayout { check: gc_check::RUNTIME_FLAG, collecting: RUNTIME_COLLECTING_3_8 };
     }
     if let Some(&(_, collecting)) = INTERP_COLLECTING.iter().find(|(minor, _)| *minor == version.minor) {
-        return GcLayout { check: gc_check::INTERP_FLAG, tstate_interp: TSTATE_INTERP_LEGACY, collecting };
+        return GcLayout { check: gc_check::INTERP_FLAG, collecting };
     }
     let Some(decoded) = debug_offsets.and_then(|b| debug_offsets::decode(b).ok()) else { return unknown };
     published(|group, field| decoded.get(group, field)).unwrap_or(unknown)
@@ -63,15 +59,8 @@ fn published(get: impl Fn(&str, &str) -> Option<u64>) -> Option<GcLayout> {
     let gc = get("interpreter_state", "gc")?;
     let gc_size = get("gc", "size")?;
     let flag = get("gc", "collecting")?;
-    let tstate_interp = get("thread_state", "interp")?;
-    let fits = flag.checked_add(4)? <= gc_size
-        && gc.checked_add(gc_size)? <= interp_size
-        && tstate_interp.checked_add(8)? <= get("thread_state", "size")?;
-    fits.then_some(GcLayout {
-        check: gc_check::INTERP_FLAG,
-        tstate_interp: u32::try_from(tstate_interp).ok()?,
-        collecting: gc + flag,
-    })
+    let fits = flag.checked_add(4)? <= gc_size && gc.checked_add(gc_size)? <= interp_size;
+    fits.then_some(GcLayout { check: gc_check::INTERP_FLAG, collecting: gc + flag })
 }
 
 #[cfg(test)]
@@ -83,7 +72,7 @@ mod tests {
         let l = gc_layout(Version::new(3, 8, 18), None, gil_check::RUNTIME_TSTATE);
         assert_eq!((l.check, l.collecting), (gc_check::RUNTIME_FLAG, 0x220));
         let l = gc_layout(Version::new(3, 11, 7), None, gil_check::RUNTIME_TSTATE);
-        assert_eq!(l, GcLayout { check: gc_check::INTERP_FLAG, tstate_interp: 0x10, collecting: 0x350 });
+        assert_eq!(l, GcLayout { check: gc_check::INTERP_FLAG, collecting: 0x350 });
         let l = gc_layout(Version::new(3, 12, 1), None, gil_check::INTERP_HOLDER);
         assert_eq!(l.collecting, 0x138);
         // No GIL holder to tell the collecting thread by: nothing.
@@ -101,13 +90,11 @@ mod tests {
                 ("interpreter_state", "gc") => Some(0x1ce8),
                 ("gc", "size") => Some(0xb0),
                 ("gc", "collecting") => Some(collecting),
-                ("thread_state", "interp") => Some(0x10),
-                ("thread_state", "size") => Some(0x378),
                 _ => None,
             }
         };
         let l = published(values(0x70)).expect("fits");
-        assert_eq!(l, GcLayout { check: gc_check::INTERP_FLAG, tstate_interp: 0x10, collecting: 0x1ce8 + 0x70 });
+        assert_eq!(l, GcLayout { check: gc_check::INTERP_FLAG, collecting: 0x1ce8 + 0x70 });
         assert_eq!(published(values(0xb0)), None);
     }
 }

@@ -75,13 +75,13 @@ pub struct GilWaitLayout {
     pub kind: u32,
     pub size: u32,
     pub at: u64,
-    pub tstate_interp: u32,
 }
 
 /// `_PyRuntime.ceval.gil`, by minor version.
 const RUNTIME_GIL: [(u8, u64); 4] = [(8, 0x480), (9, 0x160), (10, 0x160), (11, 0x168)];
-/// 3.12: `PyInterpreterState.ceval.gil` (the pointer) and `PyThreadState.interp`.
-const INTERP_GIL_POINTER_3_12: (u64, u32) = (0x180, 0x10);
+/// 3.12: `PyInterpreterState.ceval.gil` (the pointer; the thread's interpreter is found with
+/// `ProcessInfo::tstate_interp`).
+const INTERP_GIL_POINTER_3_12: u64 = 0x180;
 /// `sizeof(struct _gil_runtime_state)` in GIL builds, 3.8-3.15 (x86_64 glibc: `interval`,
 /// `last_holder`, `locked`, `switch_number`, then two condition variables of 48 bytes and two
 /// mutexes of 40).
@@ -95,20 +95,14 @@ pub fn gil_wait_layout(version: Version, debug_offsets: Option<&[u8]>) -> GilWai
         return unknown;
     }
     if let Some(&(_, offset)) = RUNTIME_GIL.iter().find(|(minor, _)| *minor == version.minor) {
-        return GilWaitLayout { kind: gil_wait::RUNTIME_ADDRESS, size: GIL_STATE_SIZE, at: offset, tstate_interp: 0 };
+        return GilWaitLayout { kind: gil_wait::RUNTIME_ADDRESS, size: GIL_STATE_SIZE, at: offset };
     }
     if version.minor == 12 {
-        let (pointer, tstate_interp) = INTERP_GIL_POINTER_3_12;
-        return GilWaitLayout { kind: gil_wait::INTERP_POINTER, size: GIL_STATE_SIZE, at: pointer, tstate_interp };
+        return GilWaitLayout { kind: gil_wait::INTERP_POINTER, size: GIL_STATE_SIZE, at: INTERP_GIL_POINTER_3_12 };
     }
     let Some(decoded) = debug_offsets.and_then(|b| debug_offsets::decode(b).ok()) else { return unknown };
-    match (
-        decoded.get("interpreter_state", "ceval_gil"),
-        decoded.get("thread_state", "interp").and_then(|o| u32::try_from(o).ok()),
-    ) {
-        (Some(pointer), Some(tstate_interp)) if pointer != 0 && tstate_interp != 0 => {
-            GilWaitLayout { kind: gil_wait::INTERP_POINTER, size: GIL_STATE_SIZE, at: pointer, tstate_interp }
-        }
+    match decoded.get("interpreter_state", "ceval_gil") {
+        Some(pointer) if pointer != 0 => GilWaitLayout { kind: gil_wait::INTERP_POINTER, size: GIL_STATE_SIZE, at: pointer },
         _ => unknown,
     }
 }
@@ -134,7 +128,7 @@ mod tests {
         let l = gil_wait_layout(Version::new(3, 11, 7), None);
         assert_eq!((l.kind, l.at), (gil_wait::RUNTIME_ADDRESS, 0x168));
         let l = gil_wait_layout(Version::new(3, 12, 1), None);
-        assert_eq!((l.kind, l.at, l.tstate_interp), (gil_wait::INTERP_POINTER, 0x180, 0x10));
+        assert_eq!((l.kind, l.at), (gil_wait::INTERP_POINTER, 0x180));
         // 3.13+ need the target's _Py_DebugOffsets.
         assert_eq!(gil_wait_layout(Version::new(3, 13, 0), None).kind, gil_wait::UNKNOWN);
         assert_eq!(gil_wait_layout(Version::new(2, 7, 18), None).kind, gil_wait::UNKNOWN);

@@ -13,15 +13,21 @@ pub struct InterpreterOffsets {
     /// `next` in `PyInterpreterState` (the list starts at `_PyRuntime.interpreters.head`,
     /// newest first: the main interpreter is the last).
     pub next: u32,
-    /// `int64_t id` in `PyInterpreterState` (the main interpreter's is 0) and `interp` in
-    /// `PyThreadState`; `None` (3.8-3.12) when subinterpreters are only detected, not followed:
+    /// `int64_t id` in `PyInterpreterState` (the main interpreter's is 0); `None` (3.8-3.12)
+    /// when subinterpreters are only detected, not followed:
     /// there `_xxsubinterpreters.run_string` runs a thread on the subinterpreter's first thread
     /// state, which belongs to the thread that created it, so no thread state tells which
     /// thread runs where, and samples of such processes are dropped while they have several
     /// interpreters.
     pub id: Option<u32>,
+    /// `interp` in `PyThreadState` (GIL waits and the collector's flag use it on every
+    /// version; subinterpreters only where `id` is known).
     pub tstate_interp: Option<u32>,
 }
+
+/// `interp` in `PyThreadState` in 3.8-3.12: its third pointer (`prev`, `next`, `interp`);
+/// 3.13+ publish it (`thread_state.interp`).
+const TSTATE_INTERP_LEGACY: u32 = 0x10;
 
 /// Object offsets the asyncio reader needs (3.14+, all from `_Py_DebugOffsets`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +55,7 @@ pub struct ObjectOffsets {
 pub fn interpreter_offsets(version: Version, published: Option<&DebugOffsets>) -> Option<InterpreterOffsets> {
     match (version.minor_key(), published) {
         // `next` is the first field of `PyInterpreterState` in 3.8-3.12 (cpython-internals §3).
-        ((3, 8..=12), _) => Some(InterpreterOffsets { next: 0, id: None, tstate_interp: None }),
+        ((3, 8..=12), _) => Some(InterpreterOffsets { next: 0, id: None, tstate_interp: Some(TSTATE_INTERP_LEGACY) }),
         ((3, 13..), Some(d)) => Some(InterpreterOffsets {
             next: field(d, "interpreter_state", "next", 8)?,
             id: Some(field(d, "interpreter_state", "id", 8)?),
@@ -98,7 +104,7 @@ mod tests {
     #[test]
     fn table_and_gaps() {
         let v312 = Version::new(3, 12, 1);
-        let detect_only = InterpreterOffsets { next: 0, id: None, tstate_interp: None };
+        let detect_only = InterpreterOffsets { next: 0, id: None, tstate_interp: Some(0x10) };
         assert_eq!(interpreter_offsets(v312, None), Some(detect_only));
         assert_eq!(interpreter_offsets(Version::new(3, 8, 18), None), Some(detect_only));
         // 3.13+ without decoded offsets: nothing guessed.
