@@ -64,6 +64,10 @@ pub static THREAD_SWITCHES: LruHashMap<u32, ThreadSwitch> = LruHashMap::with_max
 #[map]
 static OFF_CPU_RECORDS: LruHashMap<u32, Record> = LruHashMap::with_max_entries(8192, 0);
 
+/// `TASK_DEAD` in `prev_state`: the thread's last switch-out, on its way out of `do_exit`.
+/// It starts no interval (nothing will switch it back in); its entries are freed instead.
+const TASK_DEAD: u32 = 0x80;
+
 /// `sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
 /// unsigned int prev_state)`, in `prev`'s context.
 #[raw_tracepoint]
@@ -73,8 +77,13 @@ pub fn pyperch_sched_switch(ctx: RawTracePointContext) -> i32 {
     let preempt: u64 = ctx.arg(0);
     let prev_state: u64 = ctx.arg(3);
     let epoch = switch_filter::epoch();
-    if !switch_filter::prev_is_unregistered(bpf_get_current_pid_tgid() as u32, epoch) {
-        switch_out(preempt as u8 != 0 || prev_state as u32 == 0);
+    let prev_tid = bpf_get_current_pid_tgid() as u32;
+    if !switch_filter::prev_is_unregistered(prev_tid, epoch) {
+        if prev_state as u32 & TASK_DEAD != 0 {
+            forget_thread(prev_tid);
+        } else {
+            switch_out(preempt as u8 != 0 || prev_state as u32 == 0);
+        }
     }
     let next: u64 = ctx.arg(2);
     let (tid, registered) = switch_in(next);
@@ -126,6 +135,13 @@ fn switch_out(preempt: bool) {
         let state = ThreadSwitch { switched_out_ns: now, short_ns: 0, tgid, generation: info.generation, reason, _pad: 0 };
         let _ = THREAD_SWITCHES.insert(&tid, &state, 0);
     }
+}
+
+/// Frees the entries of thread `tid`, which exits: its off-CPU time ends with it (time it
+/// had summed but not sent is at most `MIN_OFF_CPU_NS` per interval, already counted short).
+fn forget_thread(tid: u32) {
+    let _ = THREAD_SWITCHES.remove(&tid);
+    let _ = OFF_CPU_RECORDS.remove(&tid);
 }
 
 /// Ends `next`'s pending interval, if any. Returns `next`'s tid and whether its process is

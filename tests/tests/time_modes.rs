@@ -403,9 +403,9 @@ const GIL_WAIT_SECONDS: f64 = 2.5;
 /// GIL (its CPU time), preempted, or waiting for the GIL. So its `<off-cpu: GIL wait>` time
 /// equals its lifetime minus its CPU time minus its (exact, kernel-measured) preempted and
 /// short off-CPU time, within 3 points of its lifetime, and its plain `<off-cpu: sleep>` is
-/// nearly nothing. The sleeper's `time.sleep` stays `<off-cpu: sleep>`: at least the sleep
-/// time it asked for (a GIL wait taken for a sleep would be missing there), at most the time
-/// its calls took.
+/// nearly nothing. The sleeper's 10 ms sleeps (`select`, which releases the GIL before its
+/// timeout starts) stay `<off-cpu: sleep>`: at least the sleep time it asked for (a GIL wait
+/// taken for a sleep would be missing there), at most the time its calls took.
 fn gil_wait(label: &str) {
     let Some(running) = spawn_script_for(label, "gil_share.py", GIL_WAIT_SECONDS) else { return };
     let describe = running.describe.clone();

@@ -5,17 +5,23 @@ Usage: gil_share.py OUT_JSON SECONDS GO_FILE
 
 Prints "ready <pid>", waits until GO_FILE exists, then runs gil_a ... gil_d (pure Python
 loops: a thread on a CPU running them holds the GIL), hash_free (hashlib.sha256 over a
-16 MiB buffer, which releases the GIL) and sleeper (time.sleep(0.01) in a loop) for SECONDS,
+16 MiB buffer, which releases the GIL) and sleeper (10 ms sleeps in a loop) for SECONDS,
 and writes to OUT_JSON each thread's CPU time (time.thread_time) under its function's name:
 for gil_a ... gil_d that is the time each held the GIL; under "lifetime", the wall time
 (perf_counter) each of gil_a ... gil_d ran; under "sleeper", the sleep time it asked for
 ("requested") and the wall time its time.sleep calls took ("in_sleep", which also holds
-taking the GIL back). Then waits for SIGTERM. Runs unchanged on CPython 3.8 ... 3.15 (stdlib
+taking the GIL back). Then waits for SIGTERM.
+
+The sleeper sleeps with select.select, not time.sleep: since 3.11 time.sleep fixes its
+deadline before it releases the GIL, and releasing it can wait for another thread to take it
+(the forced switch of drop_gil, a real GIL wait), so its time asleep in the kernel can be
+less than it asked for. select releases the GIL first and then sleeps the whole timeout. Runs unchanged on CPython 3.8 ... 3.15 (stdlib
 only).
 """
 import hashlib
 import json
 import os
+import select
 import sys
 import threading
 import time
@@ -68,7 +74,7 @@ def sleeper(stop):
     requested = in_sleep = 0.0
     while time.monotonic() < stop:
         before = time.perf_counter()
-        time.sleep(0.01)
+        select.select([], [], [], 0.01)
         in_sleep += time.perf_counter() - before
         requested += 0.01
     RESULT["sleeper"] = {"requested": requested, "in_sleep": in_sleep}
