@@ -444,38 +444,33 @@ fn each_filter_selects_exactly_its_processes() {
     let d_cg = docker_cgroup(&f.d_id);
     let pid_c2 = c2.host_pid.to_string();
     let pid_outsider = outsider.host_pid.to_string();
+    let c1_upper = c1_short.to_uppercase();
+    let c1_or_outsider = format!("{}-(c1|outsider)$", f.token);
 
-    // --container: the short id, the full id, a shorter prefix, upper case; repeatable (OR).
-    check_filter(&f, &["--container", c1_short], &[c1]);
-    check_filter(&f, &["--container", &f.d_id], &[d]);
-    check_filter(&f, &["--container", &f.c2_id[..6]], &[c2]);
-    check_filter(&f, &["--container", &c1_short.to_uppercase()], &[c1]);
-    check_filter(
-        &f,
-        &["--container", c1_short, "--container", d_short],
-        &[c1, d],
-    );
-    // --pod: both containers of the pod (dashed UID as the kubelet shows it).
-    check_filter(&f, &["--pod", &f.pod_uid], &[c1, c2]);
-    // --cgroup: prefixes of the paths in /proc/PID/cgroup.
-    check_filter(&f, &["--cgroup", &pod_cg], &[c1, c2]);
-    check_filter(&f, &["--cgroup", &d_cg], &[d]);
-    check_filter(&f, &["--cgroup", &outsider.cgroup], &[outsider]);
-    // --comm and --cmdline (regular expressions).
-    check_filter(&f, &["--comm", &c2_comm], &[c2]);
-    check_filter(
-        &f,
-        &["--cmdline", &format!("{}-(c1|outsider)$", f.token)],
-        &[c1, outsider],
-    );
-    // Combined: AND, also with --pid.
-    check_filter(&f, &["--pod", &f.pod_uid, "--comm", &c1_comm], &[c1]);
-    check_filter(
-        &f,
-        &["--cgroup", "/system.slice/", "--cmdline", &f.token],
-        &[d],
-    );
-    check_filter(&f, &["--pid", &pid_c2, "--pod", &f.pod_uid], &[c2]);
+    // Side by side, four at a time: each check is which processes a filter keeps and that
+    // their samples end in their own leaf, whatever CPU share the recordings get.
+    let cases: Vec<(Vec<&str>, Vec<&Contained>)> = vec![
+        // --container: the short id, the full id, a shorter prefix, upper case; repeatable (OR).
+        (vec!["--container", c1_short], vec![c1]),
+        (vec!["--container", &f.d_id], vec![d]),
+        (vec!["--container", &f.c2_id[..6]], vec![c2]),
+        (vec!["--container", &c1_upper], vec![c1]),
+        (vec!["--container", c1_short, "--container", d_short], vec![c1, d]),
+        // --pod: both containers of the pod (dashed UID as the kubelet shows it).
+        (vec!["--pod", &f.pod_uid], vec![c1, c2]),
+        // --cgroup: prefixes of the paths in /proc/PID/cgroup.
+        (vec!["--cgroup", &pod_cg], vec![c1, c2]),
+        (vec!["--cgroup", &d_cg], vec![d]),
+        (vec!["--cgroup", &outsider.cgroup], vec![outsider]),
+        // --comm and --cmdline (regular expressions).
+        (vec!["--comm", &c2_comm], vec![c2]),
+        (vec!["--cmdline", &c1_or_outsider], vec![c1, outsider]),
+        // Combined: AND, also with --pid.
+        (vec!["--pod", &f.pod_uid, "--comm", &c1_comm], vec![c1]),
+        (vec!["--cgroup", "/system.slice/", "--cmdline", &f.token], vec![d]),
+        (vec!["--pid", &pid_c2, "--pod", &f.pod_uid], vec![c2]),
+    ];
+    side_by_side(&cases, 4, |(args, want)| check_filter(&f, args, want));
     let extra = format!("\n--- processes:{}", f.summary());
     check_no_match(
         &["--pod", &f.pod_uid, "--cgroup", "/system.slice/"],
@@ -502,7 +497,7 @@ fn filters_matching_nothing_are_a_clear_error() {
     let cg = format!("/pyperch-no-such-{}.slice/", random_hex(8));
     let comm = format!("^nosuch{}$", random_hex(6));
     let cmdline = format!("no-such-{}", random_hex(8));
-    for (args, described) in [
+    let cases = [
         (
             vec!["--container", id.as_str()],
             format!("--container {id}"),
@@ -514,9 +509,9 @@ fn filters_matching_nothing_are_a_clear_error() {
             vec!["--cmdline", cmdline.as_str()],
             format!("--cmdline {cmdline}"),
         ),
-    ] {
-        check_no_match(&args, &described, &extra);
-    }
+    ];
+    // Side by side: each is an exit status and an error line.
+    side_by_side(&cases, cases.len(), |(args, described)| check_no_match(args, described, &extra));
 }
 
 #[test]

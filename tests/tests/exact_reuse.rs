@@ -72,9 +72,8 @@ fn same_name(label: &str) {
 /// of `wrapper` shows the file (and a line of it) that was running, as its caller proves.
 #[test]
 fn exact_reuse_same_name_alternating_files() {
-    for label in VERSIONS {
-        same_name(label);
-    }
+    // Side by side: every check is exactness (and a minimum far below what a shared CPU gives).
+    side_by_side(&VERSIONS, VERSIONS.len(), |label| same_name(label));
 }
 
 fn reload_below_64(label: &str) {
@@ -136,9 +135,7 @@ fn reload_below_64(label: &str) {
 /// frames below the first 64: never shown with the other variant's lines.
 #[test]
 fn exact_reuse_module_reload_below_64() {
-    for label in VERSIONS {
-        reload_below_64(label);
-    }
+    side_by_side(&VERSIONS, VERSIONS.len(), |label| reload_below_64(label));
 }
 
 /// `pyperch record ARGS -- PYTHON SCRIPT SCRIPT_ARGS`, with extra environment variables.
