@@ -255,8 +255,8 @@ fn pyspy_compat_function_merges_lines() {
 /// `--pid P --subprocesses` profiles a grandchild of P started after the recording began.
 #[test]
 fn pyspy_compat_subprocesses_finds_late_grandchild() {
-    for label in FLAG_VERSIONS {
-        let Some(py) = python(label) else { continue };
+    side_by_side(&FLAG_VERSIONS, 3, |label| {
+        let Some(py) = python(label) else { return };
         let w = Workload::spawn(&py, "late_grandchild.py", &["{dir}"]).unwrap_or_else(|e| panic!("{e:#}"));
         let pid = w.pid.to_string();
         let rec = RecordRun::start(&["--pid", pid.as_str(), "--subprocesses", "--duration", "12"]);
@@ -277,7 +277,7 @@ fn pyspy_compat_subprocesses_finds_late_grandchild() {
             py.describe(),
             rec.diag_pid(grandchild)
         );
-    }
+    });
 }
 
 /// Default short file names: a module in a virtualenv's site-packages shows as
@@ -285,8 +285,8 @@ fn pyspy_compat_subprocesses_finds_late_grandchild() {
 /// shows the full paths.
 #[test]
 fn pyspy_compat_short_filenames() {
-    for label in FLAG_VERSIONS {
-        let Some(py) = python(label) else { continue };
+    side_by_side(&FLAG_VERSIONS, 3, |label| {
+        let Some(py) = python(label) else { return };
         let w = Workload::spawn(&py, "short_names.py", &["{dir}", "60"]).unwrap_or_else(|e| panic!("{e:#}"));
         let pid = w.pid.to_string();
         let base = ["--pid", pid.as_str(), "--duration", "4"];
@@ -328,7 +328,7 @@ fn pyspy_compat_short_filenames() {
             f.file.starts_with('/') && f.file.ends_with(&format!("/python{}.{}/textwrap.py", py.version().0, py.version().1))
         });
         assert!(full_stdlib, "{}: --full-filenames should show textwrap's full path{d}", py.describe());
-    }
+    });
 }
 
 /// The events of one chrometrace file, checked against the trace event format: every event
