@@ -196,13 +196,20 @@ impl TstateBytes {
 
 /// The first interpreter (`interpreters.head`) when the process has more than one and the
 /// layout knows how to walk them (`ProcessInfo::interp_next`).
+///
+/// One read: in every version's `_PyRuntime.interpreters` (`struct pyinterpreters { mutex;
+/// head; main; next_id }`) `main` is the pointer right after `head`. New interpreters are
+/// pushed at the head of the list and the main one is its last, so there are others exactly
+/// when `head` is not `main`.
 #[inline(always)]
 pub fn several_interpreters(info: &ProcessInfo) -> Option<u64> {
     if info.interp_next == NO_FIELD {
         return None;
     }
-    let head = read_u64(info.interpreters_head_addr);
-    if head == 0 || read_u64(head + info.interp_next as u64) == 0 {
+    // SAFETY: bpf_probe_read_user tolerates any address; failure reads as zeros.
+    let [head, main] =
+        unsafe { aya_ebpf::helpers::bpf_probe_read_user(info.interpreters_head_addr as *const [u64; 2]) }.unwrap_or([0, 0]);
+    if head == 0 || main == 0 || head == main {
         return None;
     }
     Some(head)
