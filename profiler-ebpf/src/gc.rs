@@ -8,16 +8,17 @@
 
 use profiler_common::{NO_FIELD, ProcessInfo, gc_check};
 
-use crate::frame_walk::read_u64;
 use crate::gil::{holds_gil, read_u32};
+use crate::thread_state::TstateBytes;
 
-/// Whether the thread whose state is `tstate` (not 0) collects garbage now.
+/// Whether the thread whose state is `tstate` (not 0; its first bytes in `bytes`) collects
+/// garbage now.
 #[inline(always)]
-pub fn collecting(info: &ProcessInfo, tstate: u64) -> bool {
+pub fn collecting(info: &ProcessInfo, tstate: u64, bytes: &TstateBytes) -> bool {
     let flag = match info.gc_check {
         gc_check::RUNTIME_FLAG => info.gc_collecting,
         gc_check::INTERP_FLAG if info.tstate_interp != NO_FIELD => {
-            let interp = read_u64(tstate + info.tstate_interp as u64);
+            let interp = bytes.field(tstate, info.tstate_interp);
             if interp == 0 {
                 return false;
             }

@@ -11,7 +11,7 @@ use profiler_common::{NO_FIELD, ProcessInfo, counter, gil_check, gil_wait};
 
 use crate::frame_walk::read_u64;
 use crate::maps::bump;
-use crate::thread_state::{current_fsbase, find_thread_state};
+use crate::thread_state::{TstateBytes, current_fsbase, find_thread_state};
 
 /// Non-zero: the sampling program keeps only samples of threads holding the GIL. Set at load.
 #[unsafe(no_mangle)]
@@ -74,11 +74,12 @@ const REG_ORIG_AX: usize = 15;
 /// Whether the current thread, switched out asleep, is waiting for its interpreter's GIL: it
 /// sleeps in a futex call (the GIL's mutex or condition variables, as `take_gil` and the
 /// forced switch of `drop_gil` wait) on an address inside the `struct _gil_runtime_state`
-/// that `info.gil_wait_*` locate. `tstate` is its thread state (0: unknown).
+/// that `info.gil_wait_*` locate. `tstate` is its thread state (0: unknown), whose first bytes
+/// the walk read into `bytes`.
 ///
 /// Reads two saved user registers and at most two user words; false whenever one fails, so a
 /// GIL wait that cannot be told stays a plain sleep.
-pub fn waiting_for_gil(info: &ProcessInfo, tstate: u64) -> bool {
+pub fn waiting_for_gil(info: &ProcessInfo, tstate: u64, bytes: &TstateBytes) -> bool {
     let size = info.gil_wait_size as u64;
     if info.gil_wait_kind == gil_wait::UNKNOWN || size == 0 {
         return false;
@@ -90,7 +91,7 @@ pub fn waiting_for_gil(info: &ProcessInfo, tstate: u64) -> bool {
     let gil = match info.gil_wait_kind {
         gil_wait::RUNTIME_ADDRESS => info.gil_wait_at,
         gil_wait::INTERP_POINTER if tstate != 0 && info.tstate_interp != NO_FIELD => {
-            let interp = read_u64(tstate.wrapping_add(info.tstate_interp as u64));
+            let interp = bytes.field(tstate, info.tstate_interp);
             if interp == 0 {
                 return false;
             }

@@ -21,7 +21,7 @@ use profiler_common::{
 use crate::frame_walk::{FrameBlock, WalkState, read_frame_blocked, read_u64, walk_code_check};
 use crate::maps::{PROCESSES, bump, output_record};
 use crate::thread_state::{
-    current_fsbase, find_thread_state_with, interpreter_of_with, running_task_of, several_interpreters,
+    TstateBytes, current_fsbase, find_thread_state_into, interpreter_of_with, running_task_of, several_interpreters,
 };
 
 /// A ring-buffer record: the header, up to `MAX_FULL_FRAMES` frames, and one more slot for a
@@ -48,6 +48,8 @@ pub struct Scratch {
     block: FrameBlock,
     /// Heap bytes around code objects read at once during this walk (`frame_code_check`).
     code_block: FrameBlock,
+    /// The first bytes of the walked thread's state, read once by the lookup.
+    pub tstate_bytes: TstateBytes,
 }
 
 #[map]
@@ -161,18 +163,19 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
     let fsbase = current_fsbase();
     // Read once for both the lookup and the header (two reads).
     let several = several_interpreters(info);
-    let tstate = find_thread_state_with(info, tid, fsbase, several);
+    let bytes = &mut scratch.tstate_bytes;
+    let tstate = find_thread_state_into(info, tid, fsbase, several, bytes);
     if tstate == 0 {
         header.status = sample_status::NO_THREAD_STATE;
         return false;
     }
     header.thread_state = tstate;
-    header.interpreter = interpreter_of_with(info, tstate, several);
-    header.running_task = running_task_of(info, tstate);
-    if kind != record_kind::OFF_CPU && crate::gc::collecting(info, tstate) {
+    header.interpreter = interpreter_of_with(info, tstate, several, bytes);
+    header.running_task = running_task_of(info, tstate, bytes);
+    if kind != record_kind::OFF_CPU && crate::gc::collecting(info, tstate, bytes) {
         header.flags |= sample_flags::GC;
     }
-    let mut frame = read_u64(tstate + info.thread.frame as u64);
+    let mut frame = bytes.field(tstate, info.thread.frame);
     if frame != 0 && info.thread.cframe_frame != NO_FIELD {
         frame = read_u64(frame + info.thread.cframe_frame as u64);
     }

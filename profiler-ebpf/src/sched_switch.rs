@@ -111,7 +111,7 @@ fn switch_out(preempt: bool) {
     let Some((scratch, _)) = walk_current_stack(info, tgid, tid, record_kind::OFF_CPU) else {
         return;
     };
-    let reason = if reason == off_cpu_reason::SLEEP && waiting_for_gil(info, scratch.record.header.thread_state) {
+    let reason = if reason == off_cpu_reason::SLEEP && waiting_for_gil(info, scratch.record.header.thread_state, &scratch.tstate_bytes) {
         off_cpu_reason::GIL_WAIT
     } else {
         reason

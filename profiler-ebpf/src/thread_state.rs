@@ -55,23 +55,75 @@ pub fn find_thread_state(info: &ProcessInfo, tid: u32, fsbase: u64) -> u64 {
 /// layout has `interp_id`.
 #[inline(always)]
 pub fn find_thread_state_with(info: &ProcessInfo, tid: u32, fsbase: u64, several: Option<u64>) -> u64 {
-    // With subinterpreters, a thread running code in one has a thread state of its own there,
-    // while its thread-local slot keeps the one bound to the main interpreter: look there first.
-    if let Some(head) = several.filter(|_| info.interp_id != NO_FIELD) {
-        let found = scan_interpreters(info, head, tid, fsbase, true);
-        if found != 0 {
-            return found;
-        }
+    if let Some(found) = in_subinterpreter(info, tid, fsbase, several) {
+        return found;
     }
-    let candidate = match info.tstate_lookup {
-        tstate_lookup::PTHREAD_KEY if fsbase != 0 => pthread_getspecific(info, fsbase, info.pthread_key),
-        tstate_lookup::TLS if fsbase != 0 => read_u64(fsbase.wrapping_sub(info.tls_offset)),
-        _ => 0,
-    };
+    let candidate = slot_candidate(info, fsbase);
     if candidate != 0 && is_current_thread(info, candidate, tid, fsbase) {
         return candidate;
     }
-    // Fallback: the interpreters' lists of thread states.
+    scan_all_interpreters(info, tid, fsbase)
+}
+
+/// [`find_thread_state_with`] for the walk, which reads several fields of the thread state:
+/// its first [`TSTATE_BYTES`] are read into `bytes` in one helper call, and the slot's
+/// candidate is checked from them, so the check and the walk's later fields
+/// ([`TstateBytes::field`]) cost one read instead of one each. Same result as
+/// [`find_thread_state_with`]; when the block cannot be read, single reads as there.
+#[inline(always)]
+pub fn find_thread_state_into(
+    info: &ProcessInfo,
+    tid: u32,
+    fsbase: u64,
+    several: Option<u64>,
+    bytes: &mut TstateBytes,
+) -> u64 {
+    bytes.clear();
+    let found = match in_subinterpreter(info, tid, fsbase, several) {
+        Some(found) => found,
+        None => {
+            let candidate = slot_candidate(info, fsbase);
+            if candidate != 0 && bytes.read(candidate) {
+                if bytes.is_current_thread(info, tid, fsbase) {
+                    return candidate;
+                }
+                bytes.clear();
+            } else if candidate != 0 && is_current_thread(info, candidate, tid, fsbase) {
+                return candidate;
+            }
+            scan_all_interpreters(info, tid, fsbase)
+        }
+    };
+    if found != 0 {
+        bytes.read(found);
+    }
+    found
+}
+
+/// With subinterpreters, a thread running code in one has a thread state of its own there,
+/// while its thread-local slot keeps the one bound to the main interpreter: that one is
+/// looked for first. `None` when there are none or the thread is not in one.
+#[inline(always)]
+fn in_subinterpreter(info: &ProcessInfo, tid: u32, fsbase: u64, several: Option<u64>) -> Option<u64> {
+    let head = several.filter(|_| info.interp_id != NO_FIELD)?;
+    let found = scan_interpreters(info, head, tid, fsbase, true);
+    (found != 0).then_some(found)
+}
+
+/// The thread state the thread's own slot (thread-local variable or pthread key) holds, not
+/// yet checked; 0 when there is none.
+#[inline(always)]
+fn slot_candidate(info: &ProcessInfo, fsbase: u64) -> u64 {
+    match info.tstate_lookup {
+        tstate_lookup::PTHREAD_KEY if fsbase != 0 => pthread_getspecific(info, fsbase, info.pthread_key),
+        tstate_lookup::TLS if fsbase != 0 => read_u64(fsbase.wrapping_sub(info.tls_offset)),
+        _ => 0,
+    }
+}
+
+/// The fallback: the interpreters' lists of thread states.
+#[inline(always)]
+fn scan_all_interpreters(info: &ProcessInfo, tid: u32, fsbase: u64) -> u64 {
     let head = read_u64(info.interpreters_head_addr);
     if head == 0 {
         return 0;
@@ -79,15 +131,85 @@ pub fn find_thread_state_with(info: &ProcessInfo, tid: u32, fsbase: u64, several
     scan_interpreters(info, head, tid, fsbase, false)
 }
 
+/// Bytes of a thread state read at once by [`find_thread_state_into`]: every version's
+/// `thread_id`, `native_thread_id`, `interp` and frame pointer lie in them.
+pub const TSTATE_BYTES: usize = 256;
+
+/// The first [`TSTATE_BYTES`] of the thread state the walk found, read in this program run
+/// (the thread is stopped, so they are what single reads would give). Lives in the per-CPU
+/// scratch; `len == 0` when empty.
+#[repr(C)]
+pub struct TstateBytes {
+    /// Target address of `bytes[0]`.
+    address: u64,
+    /// `TSTATE_BYTES` when read, else 0.
+    len: u64,
+    /// Room for any masked offset plus one u64.
+    bytes: [u8; TSTATE_BYTES + 8],
+}
+
+impl TstateBytes {
+    #[inline(always)]
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Reads the first `TSTATE_BYTES` at `tstate`; false (empty) on a fault.
+    #[inline(always)]
+    fn read(&mut self, tstate: u64) -> bool {
+        // SAFETY: the helper writes at most TSTATE_BYTES bytes into `bytes`.
+        let ret = unsafe {
+            aya_ebpf::helpers::generated::bpf_probe_read_user(
+                self.bytes.as_mut_ptr() as *mut core::ffi::c_void,
+                TSTATE_BYTES as u32,
+                tstate as *const core::ffi::c_void,
+            )
+        };
+        self.address = tstate;
+        self.len = if ret == 0 { TSTATE_BYTES as u64 } else { 0 };
+        ret == 0
+    }
+
+    /// The u64 at `offset` in thread state `tstate`: from the bytes when they are
+    /// `tstate`'s and hold the field, else read from the target (0 on a fault).
+    #[inline(always)]
+    pub fn field(&self, tstate: u64, offset: u32) -> u64 {
+        if self.len == 0 || self.address != tstate || offset as usize > TSTATE_BYTES - 8 {
+            return read_u64(tstate.wrapping_add(offset as u64));
+        }
+        let at = offset as usize & (TSTATE_BYTES - 1);
+        // SAFETY: at < TSTATE_BYTES and `bytes` has 8 bytes more than that.
+        unsafe { core::ptr::read_unaligned(self.bytes.as_ptr().add(at) as *const u64) }
+    }
+
+    /// [`is_current_thread`] for the thread state these bytes hold.
+    #[inline(always)]
+    fn is_current_thread(&self, info: &ProcessInfo, tid: u32, fsbase: u64) -> bool {
+        if info.thread.thread_id != NO_FIELD {
+            fsbase != 0 && self.field(self.address, info.thread.thread_id) == fsbase
+        } else {
+            info.thread.native_thread_id != NO_FIELD
+                && self.field(self.address, info.thread.native_thread_id) == tid as u64
+        }
+    }
+}
+
 /// The first interpreter (`interpreters.head`) when the process has more than one and the
 /// layout knows how to walk them (`ProcessInfo::interp_next`).
+///
+/// One read: in every version's `_PyRuntime.interpreters` (`struct pyinterpreters { mutex;
+/// head; main; next_id }`) `main` is the pointer right after `head`. New interpreters are
+/// pushed at the head of the list and the main one is its last, so there are others exactly
+/// when `head` is not `main`.
 #[inline(always)]
 pub fn several_interpreters(info: &ProcessInfo) -> Option<u64> {
     if info.interp_next == NO_FIELD {
         return None;
     }
-    let head = read_u64(info.interpreters_head_addr);
-    if head == 0 || read_u64(head + info.interp_next as u64) == 0 {
+    // SAFETY: bpf_probe_read_user tolerates any address; failure reads as zeros.
+    let [head, main] =
+        unsafe { aya_ebpf::helpers::bpf_probe_read_user(info.interpreters_head_addr as *const [u64; 2]) }.unwrap_or([0, 0]);
+    if head == 0 || main == 0 || head == main {
         return None;
     }
     Some(head)
@@ -128,11 +250,11 @@ fn scan_interpreters(info: &ProcessInfo, head: u64, tid: u32, fsbase: u64, only_
 }
 
 /// For `SampleHeader::running_task`: the thread's running asyncio task, when asked for.
-pub fn running_task_of(info: &ProcessInfo, tstate: u64) -> u64 {
+pub fn running_task_of(info: &ProcessInfo, tstate: u64, bytes: &TstateBytes) -> u64 {
     if info.running_task == NO_FIELD {
         return RUNNING_TASK_UNKNOWN;
     }
-    read_u64(tstate + info.running_task as u64)
+    bytes.field(tstate, info.running_task)
 }
 
 /// For `SampleHeader::interpreter`: the id of `tstate`'s interpreter plus 1 when the process
@@ -140,14 +262,14 @@ pub fn running_task_of(info: &ProcessInfo, tstate: u64) -> u64 {
 /// `several` is [`several_interpreters`], read once by the caller (shared with
 /// [`find_thread_state_with`]).
 #[inline(always)]
-pub fn interpreter_of_with(info: &ProcessInfo, tstate: u64, several: Option<u64>) -> u64 {
+pub fn interpreter_of_with(info: &ProcessInfo, tstate: u64, several: Option<u64>, bytes: &TstateBytes) -> u64 {
     if several.is_none() || tstate == 0 {
         return 0;
     }
     if info.interp_id == NO_FIELD || info.tstate_interp == NO_FIELD {
         return INTERPRETER_UNKNOWN;
     }
-    let interp = read_u64(tstate + info.tstate_interp as u64);
+    let interp = bytes.field(tstate, info.tstate_interp);
     if interp == 0 {
         return 0;
     }
