@@ -1536,7 +1536,9 @@ pub struct Contained {
     pub script: String,
     pub ready: String,
     child: Child,
-    _lines: mpsc::Receiver<String>,
+    /// Kept so that the reader thread's channel stays open (in a Mutex: `Contained` is shared
+    /// by `side_by_side` checks).
+    _lines: std::sync::Mutex<mpsc::Receiver<String>>,
 }
 
 impl Contained {
@@ -1599,7 +1601,7 @@ impl Contained {
             script: script.to_string(),
             ready: started.ready,
             child: started.child,
-            _lines: started.lines,
+            _lines: std::sync::Mutex::new(started.lines),
         };
         if namespaced {
             // unshare --fork: the interpreter is the launcher's only child.
