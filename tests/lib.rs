@@ -988,6 +988,30 @@ impl RecordRun {
         false
     }
 
+    /// Waits (up to `timeout`) until pyperch holds the BPF link of its scheduler-switch
+    /// program (`tp_name: sched_switch` in the link's fdinfo), which `--mode wall/off-cpu`
+    /// attach last, after the processes named with `--pid` are registered: from then on every
+    /// switch of theirs is seen. Returns whether that was seen.
+    pub fn wait_until_switch_hooked(&self, timeout: Duration) -> bool {
+        let pid = self.pid();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            let Ok(entries) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+                return false;
+            };
+            let hooked = entries.filter_map(|e| e.ok()).any(|e| {
+                fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().contains("bpf_link"))
+                    && fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", e.file_name().to_string_lossy()))
+                        .is_ok_and(|info| info.lines().any(|l| l.split_whitespace().eq(["tp_name:", "sched_switch"])))
+            });
+            if hooked {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     /// Ends the recording as Ctrl-C does (SIGINT: pyperch drains what the kernel sent,
     /// writes its output and exits 0), then `finish`. For tests that end the recording when
     /// their workload is done rather than after a fixed `--duration` with room to spare.

@@ -123,8 +123,15 @@ fn record_workload_for(running: Running, mode: &str, extra: &[&str], seconds: f6
     args.extend_from_slice(extra);
     let rec = RecordRun::start(&args);
     assert!(rec.wait_until_sampling(Duration::from_secs(30)), "pyperch did not start sampling {}", running.describe);
-    // The scheduler-switch program attaches right after the perf events.
-    std::thread::sleep(Duration::from_millis(1500));
+    // The scheduler-switch program attaches after the perf events (wall and off-CPU modes).
+    let switches = mode == "wall" || mode == "off-cpu" || extra.contains(&"--idle");
+    if switches {
+        assert!(
+            rec.wait_until_switch_hooked(Duration::from_secs(30)),
+            "pyperch did not attach its scheduler-switch program {}",
+            running.describe
+        );
+    }
     fs::write(&running.go, b"go").expect("cannot write the go file");
     let deadline = std::time::Instant::now() + Duration::from_secs_f64(seconds + 50.0);
     let measured = loop {
