@@ -25,6 +25,11 @@
 //!   still the one that was read (same start time; an exited thread's entry is freed by the
 //!   kernel, so its wait is dropped and counted as ended).
 //!
+//! A thread started after `R` cannot be charged: its first switch is the switch-in that
+//! starts it, and it has Python frames only once it has run, so a snapshot that shows it with
+//! frames was taken after that switch-in (`T` <= `S`: dropped, and counted with the waits that
+//! woke before they were read); one read before it ran has no frames (nothing).
+//!
 //! The leaf says why: `<off-cpu: preempted>` for a thread that was runnable (`R` in `stat`)
 //! when read, `<off-cpu: sleep>` otherwise. A wait for the GIL is not told apart here: it
 //! ends within the interpreter's switch interval (5 ms), long before a snapshot is read, so
