@@ -31,9 +31,10 @@
 //! woke before they were read); one read before it ran has no frames (nothing).
 //!
 //! The leaf says why: `<off-cpu: preempted>` for a thread that was runnable (`R` in `stat`)
-//! when read, `<off-cpu: sleep>` otherwise. A wait for the GIL is not told apart here: it
-//! ends within the interpreter's switch interval (5 ms), long before a snapshot is read, so
-//! such a wait is dropped as "woke before it was read" rather than charged.
+//! when read, `<off-cpu: sleep>` otherwise. A wait for the GIL needs no leaf of its own here:
+//! a thread waiting for the GIL sleeps at most one switch interval (5 ms) at a time before it
+//! wakes to ask again, so its first switch-in comes before its snapshot is done and the wait
+//! is dropped as "woke before it was read", never charged as a sleep.
 //! Not done with native or kernel frames (`--native`, `--kernel`) or asyncio task stacks
 //! (`--async`): the snapshot has Python frames only, so those recordings keep the former
 //! behaviour.
