@@ -321,6 +321,11 @@ pub struct ThreadSwitch {
     /// One of `off_cpu_reason`, for the pending interval.
     pub reason: u32,
     pub _pad: u32,
+    /// When the thread's first switch seen under this registration was a switch-in (it was
+    /// already switched out when its process was registered): the time of that switch-in.
+    /// 0 when its first switch seen was a switch-out (it was running). No entry for the
+    /// registration at all: no switch of the thread was seen since it was registered.
+    pub first_in_ns: u64,
 }
 
 /// Outcome of one kernel walk.

@@ -13,6 +13,10 @@
 //!   sent with the thread's next record, so no time is lost. At the end userspace reads
 //!   both maps: what is left, and the kept records of threads still switched out, charged
 //!   up to the end.
+//! - `next` of a registered process with no entry for its registration (it was already
+//!   switched out when its process was registered): the time of this first switch-in is
+//!   noted (`ThreadSwitch::first_in_ns`); userspace charges the wait before it, with the stack
+//!   it read while the thread was still off (`blocked_at_start` in profiler-user).
 //!
 //! Why not walk on the way back in: that needs a hook in the incoming thread's context
 //! (`finish_task_switch`), and kernels without kprobes (`CONFIG_KPROBES=n`, as on this 6.18
@@ -109,6 +113,7 @@ fn switch_out(preempt: bool) {
     let reason = if preempt { off_cpu_reason::PREEMPTED } else { off_cpu_reason::SLEEP };
     let now = now();
     let Some((scratch, _)) = walk_current_stack(info, tgid, tid, record_kind::OFF_CPU) else {
+        note_running(info, tgid, tid);
         return;
     };
     let reason = if reason == off_cpu_reason::SLEEP && waiting_for_gil(info, scratch.record.header.thread_state, &scratch.tstate_bytes) {
@@ -117,6 +122,7 @@ fn switch_out(preempt: bool) {
         reason
     };
     if !keep_record(tid, &scratch.record) {
+        note_running(info, tgid, tid);
         return;
     }
     if let Some(state) = THREAD_SWITCHES.get_ptr_mut(&tid) {
@@ -128,13 +134,30 @@ fn switch_out(preempt: bool) {
             state.short_ns = 0;
             state.tgid = tgid;
             state.generation = info.generation;
+            state.first_in_ns = 0;
         }
         state.switched_out_ns = now;
         state.reason = reason;
     } else {
-        let state = ThreadSwitch { switched_out_ns: now, short_ns: 0, tgid, generation: info.generation, reason, _pad: 0 };
+        let state = ThreadSwitch { switched_out_ns: now, short_ns: 0, tgid, generation: info.generation, reason, _pad: 0, first_in_ns: 0 };
         let _ = THREAD_SWITCHES.insert(&tid, &state, 0);
     }
+}
+
+/// A switch-out whose stack was not kept still says the thread was running under this
+/// registration (so its next switch-in is not taken for the end of a wait that began before
+/// the registration): an entry with nothing pending, made only if there is none yet.
+fn note_running(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
+    if let Some(state) = THREAD_SWITCHES.get_ptr_mut(&tid) {
+        // SAFETY: as in `switch_out`.
+        let state = unsafe { &mut *state };
+        if state.generation == info.generation && state.tgid == tgid {
+            state.switched_out_ns = 0;
+            return;
+        }
+    }
+    let state = ThreadSwitch { tgid, generation: info.generation, ..ThreadSwitch::default() };
+    let _ = THREAD_SWITCHES.insert(&tid, &state, 0);
 }
 
 /// Frees the entries of thread `tid`, which exits: its off-CPU time ends with it (time it
@@ -177,13 +200,24 @@ fn switch_in(next: u64) -> (u32, bool) {
 }
 
 /// Ends the pending interval of `tid` (of registered process `tgid`) that is switched in now.
+///
+/// A thread with no entry for this registration was switched out before it was registered:
+/// this switch-in ends a wait the kernel did not see begin. Its time is noted
+/// (`first_in_ns`), for userspace to charge from the registration on (see
+/// `profiler-user/src/session/blocked_at_start.rs`); one insert, once per thread.
 fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
     let Some(state) = THREAD_SWITCHES.get_ptr_mut(&tid) else {
+        let state = ThreadSwitch { tgid, generation: info.generation, first_in_ns: now(), ..ThreadSwitch::default() };
+        let _ = THREAD_SWITCHES.insert(&tid, &state, 0);
         return;
     };
     // SAFETY: as in `switch_out`.
     let state = unsafe { &mut *state };
-    if state.switched_out_ns == 0 || state.generation != info.generation || state.tgid != tgid {
+    if state.generation != info.generation || state.tgid != tgid {
+        *state = ThreadSwitch { tgid, generation: info.generation, first_in_ns: now(), ..ThreadSwitch::default() };
+        return;
+    }
+    if state.switched_out_ns == 0 {
         return;
     }
     let now = now();

@@ -177,8 +177,12 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     } else if !launch_only {
         session.kernel.attach(options.rate)?;
     }
+    // Every registered process is watched from here on: the time of threads already
+    // switched out is charged from here (`blocked_at_start`).
+    let mut watched_since = None;
     if options.time.mode.off_cpu() {
         session.kernel.attach_off_cpu()?;
+        watched_since = Some(crate::loader::monotonic_ns());
     }
 
     let mut child = None;
@@ -204,6 +208,9 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     }
     // Attached and launched: keep only what sampling needs (before any other thread starts).
     privileges::drop_after_attach(&privileges::Keep { output: options.output.clone() })?;
+    if let Some(since) = watched_since {
+        session.read_blocked_threads(since);
+    }
 
     let runtime = runtime()?;
     let started = Instant::now();
@@ -405,6 +412,9 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
             "  kernel --mode exception: {} samples of threads not handling an exception dropped, {} of versions whose exception state is not known dropped",
             kernel.not_handling_exception, kernel.exception_unknown
         );
+    }
+    if session.blocked.enabled() {
+        let _ = writeln!(s, "  {}", session.blocked.report());
     }
     let _ = writeln!(s, "  {}", session.discovery_stats.report());
     if let Some(t) = session.profile.timeline() {

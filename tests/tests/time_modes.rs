@@ -652,3 +652,64 @@ fn thread_names_3_12() {
 fn thread_names_sid_3_15() {
     thread_names("sid-3.15");
 }
+
+/// Wall mode on blocked_start.py: threads switched out since before pyperch started. The
+/// thread blocked for the whole recording is charged all of it, in `blocked_forever` under
+/// `<off-cpu: sleep>`; the thread that wakes about 1 s into the recording has its wait up to
+/// then charged too, so its whole profile is as long as the recording. The recording's length
+/// is the spinner's whole profile (a thread on a CPU all along, its samples × period plus
+/// its GIL waits: the wall tests check such totals against the thread's lifetime within 1 %).
+fn blocked_at_start(label: &str) {
+    let Some(py) = python(label) else { return };
+    let w = Workload::spawn(&py, "blocked_start.py", &["{dir}/go"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let describe = py.describe();
+    let pid = w.pid.to_string();
+    let rec = RecordRun::start(&["--pid", &pid, "--mode", "wall", "--threads", "--rate", RATE, "--duration", "3", "--stats"]);
+    assert!(rec.wait_until_sampling(Duration::from_secs(30)), "pyperch did not start sampling {describe}");
+    // The waker wakes 1 s after this: well after its stack was read.
+    std::thread::sleep(Duration::from_millis(300));
+    fs::write(w.dir.host_path("go"), b"go").expect("cannot write the go file");
+    let rec = rec.finish();
+    rec.assert_ok();
+    let d = rec.diag_pid(w.pid);
+    let threads = threads_of(&rec.profile, w.pid);
+    let spinner = thread_with(&threads, "spin", &d);
+    let length = secs(spinner.total());
+    note(format!("{describe}: the recording is {length:.4} s long (the spinner's profile)"));
+
+    let blocked = thread_with(&threads, "blocked_forever", &d);
+    for (frames, n) in &blocked.stacks {
+        assert!(
+            is_off_cpu(frames) && frames.last().is_some_and(|l| l == "<off-cpu: sleep>"),
+            "{describe}: the thread blocked all along has a stack other than <off-cpu: sleep>: {frames:?} {n}{d}"
+        );
+    }
+    within_pct(&format!("{describe}: blocked_forever's whole profile vs the recording"), blocked.total(), length, 2.0, &d);
+
+    let waker = thread_with(&threads, "late_waker", &d);
+    let waited = secs(waker.of("wait_for_go", Some(true)));
+    note(format!("{describe}: wait_for_go off-CPU {waited:.4} s"));
+    assert!(waited > 0.5, "{describe}: the late waker's wait before it woke has {waited:.4} s, want about 1.3 s{d}");
+    assert!(waker.has("spin_sleep"), "{describe}: the late waker shows nothing after it woke{d}");
+    within_pct(&format!("{describe}: late_waker's whole profile vs the recording"), waker.total(), length, 2.0, &d);
+
+    let stats = rec.run.stderr_lines().into_iter().find(|l| l.contains("blocked at start")).unwrap_or_default().to_string();
+    note(format!("{describe}: {}", stats.trim()));
+    let charged: u64 = stats
+        .split("threads charged")
+        .next()
+        .and_then(|s| s.rsplit(' ').find(|w| !w.is_empty()))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(charged >= 2, "{describe}: --stats says {charged} threads blocked at start were charged, want at least 2: {stats:?}{d}");
+}
+
+#[test]
+fn wall_blocked_at_start_3_12() {
+    blocked_at_start("3.12");
+}
+
+#[test]
+fn wall_blocked_at_start_sid_3_15() {
+    blocked_at_start("sid-3.15");
+}

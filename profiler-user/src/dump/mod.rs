@@ -132,6 +132,12 @@ pub fn dump(pid: u32, options: DumpOptions) -> Result<ProcessDump, DumpError> {
         }
         Err(e) => return Err(DumpError::Discovery(e)),
     };
+    dump_inspected(&process, options)
+}
+
+/// Dumps `process`, already inspected (see the module docs).
+pub fn dump_inspected(process: &PythonProcess, options: DumpOptions) -> Result<ProcessDump, DumpError> {
+    let pid = process.pid;
     let mem = ProcessMemory::new(pid);
     // Threads vanish one by one when a process is killed, and its memory reads fail, before
     // its main thread shows the exit: a process that looks alive after a failure gets
@@ -150,21 +156,21 @@ pub fn dump(pid: u32, options: DumpOptions) -> Result<ProcessDump, DumpError> {
     };
 
     // Refused before anything is read, with the reason (version, `_asyncio` not loaded).
-    let async_reader = if options.async_tasks { Some(AsyncReader::new(&process).map_err(DumpError::Async)?) } else { None };
-    let inspection = inspection_for(&process, &mem).map_err(fail)?;
-    let states = thread_states(&process, &inspection, &mem).map_err(fail)?;
-    let holders = gil_holders(&process, &inspection, &mem, &states);
+    let async_reader = if options.async_tasks { Some(AsyncReader::new(process).map_err(DumpError::Async)?) } else { None };
+    let inspection = inspection_for(process, &mem).map_err(fail)?;
+    let states = thread_states(process, &inspection, &mem).map_err(fail)?;
+    let holders = gil_holders(process, &inspection, &mem, &states);
 
     // Thread states by the kernel thread id they run on.
     let mut by_tid: HashMap<u32, u64> = HashMap::new();
     for state in &states {
-        if let Some(tid) = thread_id(&process, &mem, state.tstate) {
+        if let Some(tid) = thread_id(process, &mem, state.tstate) {
             by_tid.entry(tid).or_insert(state.tstate);
         }
     }
 
     let tids = tasks::task_ids(pid).ok_or(DumpError::Exited(pid))?;
-    let mut reader = stack::StackReader::new(&process, inspection);
+    let mut reader = stack::StackReader::new(process, inspection);
     let mut threads = Vec::with_capacity(tids.len());
     // Python threads whose kernel thread is already gone.
     let mut ended = by_tid.keys().filter(|tid| tids.binary_search(tid).is_err()).count() as u32;

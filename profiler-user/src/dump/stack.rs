@@ -52,6 +52,9 @@ pub struct Frame {
     pub file: String,
     /// The line being executed, when the line table has one.
     pub line: Option<u32>,
+    /// The first line of the function (`co_firstlineno`), for profiles that show it.
+    #[serde(skip)]
+    pub first_line: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub locals: Option<Vec<Local>>,
 }
@@ -236,6 +239,7 @@ impl<'a> StackReader<'a> {
             function: code.qualname.to_string(),
             file: code.filename.to_string(),
             line: code.line(entry.instr_offset),
+            first_line: code.firstlineno,
             locals,
         }))
     }

@@ -44,6 +44,11 @@ pub fn process_alive(pid: u32, start_time: u64) -> bool {
         .is_some_and(|(state, start)| start == start_time && !matches!(state, 'Z' | 'X' | 'x'))
 }
 
+/// The start time (`stat` field 22) of thread `tid` of `pid`, or `None` if it is gone.
+pub fn task_start(pid: u32, tid: u32) -> Option<u64> {
+    read_bounded(Path::new(&format!("/proc/{pid}/task/{tid}/stat"))).and_then(|t| parse_state_and_start(&t)).map(|(_, start)| start)
+}
+
 /// Whether process `pid` exists and has not exited (is not a zombie).
 pub fn running(pid: u32) -> bool {
     read_bounded(Path::new(&format!("/proc/{pid}/stat")))

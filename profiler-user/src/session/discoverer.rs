@@ -64,6 +64,9 @@ const OVERRUN_DELAYS: (Duration, Duration) = (Duration::from_secs(1), Duration::
 pub(crate) enum DiscoveryEvent {
     /// A process to profile; the kernel samples it from just after this is sent.
     Added(Box<NewTarget>),
+    /// The process announced by `Added` under `generation` is registered: the kernel watches
+    /// it since `at_ns` (monotonic clock, read after the registration).
+    Registered { pid: u32, generation: u32, at_ns: u64 },
     /// The process exited; the kernel no longer samples it. Samples in flight still count.
     Exited(u32),
     /// The process at this pid is no longer the one announced (it exec'd another program, its
@@ -475,6 +478,7 @@ impl Discoverer {
                     self.back_off(pid, start_time, OVERRUN_DELAYS, None);
                     return None;
                 }
+                self.send(DiscoveryEvent::Registered { pid, generation, at_ns: crate::loader::monotonic_ns() });
                 self.registered.insert(pid, Registered { start_time, exe_link });
                 return Some(start_time);
             }

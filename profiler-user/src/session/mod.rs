@@ -2,6 +2,7 @@
 //! kernel registrations, and the path of every sample from the ring buffer to the profile
 //! (completion → symbolization → aggregation).
 
+pub(crate) mod blocked_at_start;
 pub(crate) mod budget;
 mod cache_budget;
 mod discoverer;
@@ -124,6 +125,8 @@ pub(crate) struct Session {
     /// With `--threads`: the helper reading thread names off the sampling loop (started with
     /// discovery).
     namer: Option<thread_names::ThreadNamer>,
+    /// Threads already switched out when the kernel began to watch their process.
+    pub(crate) blocked: blocked_at_start::BlockedAtStart,
     /// Which records count and what each is worth (`--mode`).
     time_mode: TimeMode,
     /// Nanoseconds between two CPU-clock samples (the value of one in the time modes).
@@ -175,6 +178,7 @@ impl Session {
             profile: Profile::new(),
             threads,
             namer: None,
+            blocked: blocked_at_start::BlockedAtStart::default(),
             time_mode: TimeMode::Cpu,
             period_ns: 0,
             unknown_process_samples: 0,
@@ -197,16 +201,37 @@ impl Session {
         self.profile.set_time_mode(mode);
     }
 
+    /// In the off-CPU modes, starts reading the stacks of the threads of every registered
+    /// process, which the kernel watches since `registered_ns`, for the waits that began
+    /// before (see `blocked_at_start`). Python frames only: not with native frames or asyncio
+    /// task stacks.
+    /// Processes that discovery registers from now on are read likewise, from their
+    /// registration (`DiscoveryEvent::Registered`).
+    pub(crate) fn read_blocked_threads(&mut self, registered_ns: u64) {
+        if !self.time_mode.off_cpu() || self.native.is_some() || self.async_stacks {
+            return;
+        }
+        self.blocked.enable();
+        let processes: Vec<(PythonProcess, u32)> =
+            self.targets.values().filter(|t| t.alive).map(|t| (t.process.clone(), t.generation)).collect();
+        for (process, generation) in processes {
+            self.blocked.ask(process, generation, registered_ns);
+        }
+    }
+
     /// Once sampling has stopped at `end_ns` (kernel monotonic clock): charges what the
     /// kernel holds but has not sent. A thread still switched out has its interval up to
-    /// `end_ns` charged to the stack walked when it left (a thread blocked since before the
-    /// recording began has none, and shows nothing); threads' short intervals not yet sent
-    /// are added as `<off-cpu: short>`.
+    /// `end_ns` charged to the stack walked when it left; threads' short intervals not yet
+    /// sent are added as `<off-cpu: short>`; the waits of threads blocked since before the
+    /// kernel watched them are charged as `blocked_at_start` says.
     pub(crate) fn add_unsent_off_cpu(&mut self, end_ns: u64, min_off_cpu_ns: u64) {
         if !self.time_mode.off_cpu() {
             return;
         }
-        for (tid, state, record) in self.kernel.pending_off_cpu() {
+        let pending = self.kernel.pending_off_cpu();
+        let first_switches: HashMap<u32, profiler_common::ThreadSwitch> = pending.iter().map(|(tid, s, _)| (*tid, *s)).collect();
+        self.add_blocked_at_start(end_ns, &first_switches);
+        for (tid, state, record) in pending {
             let mut short = state.short_ns;
             let pending = end_ns.saturating_sub(state.switched_out_ns);
             match record {
@@ -243,6 +268,69 @@ impl Session {
             }
             self.add_short_off_cpu(state.tgid, state.generation, tid, short);
         }
+    }
+
+    /// Charges the waits of threads blocked since before their registration (see
+    /// `blocked_at_start`), given the kernel's per-thread entries by tid.
+    fn add_blocked_at_start(&mut self, end_ns: u64, kernel: &HashMap<u32, profiler_common::ThreadSwitch>) {
+        use blocked_at_start::{FirstSwitch, Verdict, verdict};
+        for snapshot in self.blocked.finish() {
+            let Some(threads) = snapshot.threads else {
+                self.blocked.processes_not_read += 1;
+                continue;
+            };
+            for thread in threads {
+                let first = FirstSwitch::of(kernel.get(&thread.tid), snapshot.pid, snapshot.generation);
+                let alive = crate::dump::tasks::task_start(snapshot.pid, thread.tid) == Some(thread.start_time);
+                match verdict(snapshot.registered_ns, snapshot.taken_ns, end_ns, &thread, first, alive) {
+                    Verdict::Nothing => {}
+                    Verdict::Dropped(why) => self.blocked.count_dropped(why),
+                    Verdict::Charge { ns, reason } => {
+                        let frames = thread.frames.as_deref().unwrap_or_default();
+                        if self.add_snapshot_stack(snapshot.pid, snapshot.generation, thread.tid, frames, ns, reason) {
+                            self.blocked.charged_threads += 1;
+                            self.blocked.charged_ns += ns;
+                        } else {
+                            self.blocked.count_dropped(blocked_at_start::Dropped::NotRead);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds `ns` of off-CPU time for `reason` to the stack `frames` (root first, as read by
+    /// a snapshot) of thread `tid` of registration `generation` of `pid`. False when the
+    /// registration is gone or the profile is full.
+    fn add_snapshot_stack(&mut self, pid: u32, generation: u32, tid: u32, frames: &[crate::dump::Frame], ns: u64, reason: u32) -> bool {
+        if ns == 0 || !self.targets.get(&pid).is_some_and(|t| t.generation == generation) {
+            return false;
+        }
+        let lines = self.profile.line_numbers();
+        let mut stack = Vec::with_capacity(frames.len() + 1);
+        let names = frames
+            .iter()
+            .map(|f| crate::aggregate::FrameName {
+                function: Arc::from(f.function.as_str()),
+                file: Arc::from(f.file.as_str()),
+                line: lines.pick(|| f.line.unwrap_or(0), f.first_line),
+                native: None,
+            })
+            .chain(std::iter::once(crate::aggregate::FrameName {
+                function: Arc::from(off_cpu_leaf(reason)),
+                file: Arc::from(""),
+                line: 0,
+                native: None,
+            }));
+        for name in names {
+            let Some(id) = self.profile.try_intern(name) else { return false };
+            stack.push(id);
+        }
+        let added = self.profile.add_weighted(pid, self.threads.then_some(tid), &stack, ns, 1);
+        if added && let Some(t) = self.targets.get_mut(&pid) {
+            t.counters.off_cpu_ns += ns;
+        }
+        added
     }
 
     fn add_short_off_cpu(&mut self, tgid: u32, generation: u32, tid: u32, ns: u64) {
@@ -372,6 +460,12 @@ impl Session {
                 DiscoveryEvent::Added(new) => {
                     let discoverer::NewTarget { process, exe_link, label, generation } = *new;
                     self.add_target(process, exe_link, label, generation);
+                }
+                DiscoveryEvent::Registered { pid, generation, at_ns } => {
+                    if let Some(target) = self.targets.get(&pid).filter(|t| t.generation == generation && t.alive) {
+                        let process = target.process.clone();
+                        self.blocked.ask(process, generation, at_ns);
+                    }
                 }
                 DiscoveryEvent::Exited(pid) => {
                     // Kept (not sampled any more) for samples still in flight.

@@ -1,0 +1,344 @@
+//! Threads already switched out when their process was registered (`record --mode wall` and
+//! `--mode off-cpu`): the wait the scheduler-switch program did not see begin.
+//!
+//! The kernel charges an off-CPU interval from a switch-out it saw to the switch-in that ends
+//! it. A thread blocked since before the kernel watched its process (a worker in
+//! `queue.get()`, `time.sleep(3600)`, `Thread.join`) has no such switch-out; the kernel notes
+//! instead the time of its first switch-in (`ThreadSwitch::first_in_ns`), or nothing if it
+//! never runs before the end. Its wait from the registration `R` up to that switch-in `T` (or
+//! the end `E`) was spent with one unchanging stack, which userspace reads from the target's
+//! memory the way `pyperch dump` does ([`crate::dump::dump_inspected`]), on a thread of its
+//! own (never on the sampling loop), once the kernel watches the process: for `record`'s
+//! explicit processes from the attach of the scheduler-switch program, for those discovery
+//! finds later from their registration (`DiscoveryEvent::Registered`). The snapshot ends at
+//! `S`, read after every stack of the process was read. At the end of the recording the
+//! kernel's entries are read once, and each snapshot's threads are charged or dropped.
+//!
+//! Exact or nothing, per thread ([`verdict`]):
+//! - first switch seen a switch-out: it was running at `R`; the kernel has all of its time;
+//! - first switch a switch-in at `T` > `S`: it had not run since `R` when its stack was read,
+//!   so that stack is the wait's: `[R, T]` is charged to it;
+//! - first switch a switch-in at `T` <= `S`: it may have run before it was read; the wait is
+//!   dropped (counted: "woke before they were read");
+//! - no switch at all up to `E`: its state when read tells whether it was running (`R`: the
+//!   kernel's samples have it) or off a CPU all along: `[R, E]` is charged, if the thread is
+//!   still the one that was read (same start time; an exited thread's entry is freed by the
+//!   kernel, so its wait is dropped and counted as ended).
+//!
+//! A thread started after `R` cannot be charged: its first switch is the switch-in that
+//! starts it, and it has Python frames only once it has run, so a snapshot that shows it with
+//! frames was taken after that switch-in (`T` <= `S`: dropped, and counted with the waits that
+//! woke before they were read); one read before it ran has no frames (nothing).
+//!
+//! The leaf says why: `<off-cpu: preempted>` for a thread that was runnable (`R` in `stat`)
+//! when read, `<off-cpu: sleep>` otherwise. A wait for the GIL needs no leaf of its own here:
+//! a thread waiting for the GIL sleeps at most one switch interval (5 ms) at a time before it
+//! wakes to ask again, so its first switch-in comes before its snapshot is done and the wait
+//! is dropped as "woke before it was read", never charged as a sleep.
+//! Not done with native or kernel frames (`--native`, `--kernel`) or asyncio task stacks
+//! (`--async`): the snapshot has Python frames only, so those recordings keep the former
+//! behaviour.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use profiler_common::off_cpu_reason;
+
+use crate::discovery::PythonProcess;
+use crate::dump::{self, DumpOptions, Frame};
+
+/// How long the end of a recording waits for snapshots still being read.
+const FINISH_WAIT: Duration = Duration::from_secs(2);
+
+/// One thread as read by a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ThreadRead {
+    pub(crate) tid: u32,
+    /// `stat` field 22, to tell the thread from a later one with its tid.
+    pub(crate) start_time: u64,
+    /// `R` in `stat` when read: on a CPU or waiting for one.
+    pub(crate) runnable: bool,
+    /// Root first; `None`: not read consistently.
+    pub(crate) frames: Option<Vec<Frame>>,
+}
+
+/// The threads of one process, read after its registration.
+#[derive(Debug)]
+pub(crate) struct Snapshot {
+    pub(crate) pid: u32,
+    pub(crate) generation: u32,
+    /// When the kernel watched the process (monotonic clock, ns): `R`.
+    pub(crate) registered_ns: u64,
+    /// When every stack of the process had been read: `S`.
+    pub(crate) taken_ns: u64,
+    /// `None`: the process could not be read (it is dropped as a whole).
+    pub(crate) threads: Option<Vec<ThreadRead>>,
+}
+
+/// What the kernel saw of a thread since its process was registered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FirstSwitch {
+    /// No switch at all.
+    None,
+    /// A switch-in at this time, before any switch-out.
+    In(u64),
+    /// A switch-out: it was running.
+    Out,
+}
+
+impl FirstSwitch {
+    /// From the kernel's entry for the thread, if it is of this registration.
+    pub(crate) fn of(entry: Option<&profiler_common::ThreadSwitch>, pid: u32, generation: u32) -> Self {
+        match entry.filter(|e| e.tgid == pid && e.generation == generation) {
+            None => FirstSwitch::None,
+            Some(e) if e.first_in_ns != 0 => FirstSwitch::In(e.first_in_ns),
+            Some(_) => FirstSwitch::Out,
+        }
+    }
+}
+
+/// Why a wait at the start was not charged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dropped {
+    /// It ran before (or while) its stack was read.
+    WokeBeforeRead,
+    /// Its stack could not be read consistently, or the snapshot was not done in time.
+    NotRead,
+    /// It ended before the recording did.
+    Ended,
+}
+
+/// What to do with one thread of a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Not blocked at the start, or no Python frames: nothing to add (the kernel has it).
+    Nothing,
+    /// Charge `ns` with the stack read, below a leaf for `reason` (`off_cpu_reason`).
+    Charge { ns: u64, reason: u32 },
+    Dropped(Dropped),
+}
+
+/// The rule of the module docs for one thread read at `taken_ns`, of a process registered at
+/// `registered_ns`, the recording ending at `end_ns`; `alive`: the same thread still exists
+/// at the end.
+pub(crate) fn verdict(registered_ns: u64, taken_ns: u64, end_ns: u64, thread: &ThreadRead, first: FirstSwitch, alive: bool) -> Verdict {
+    if thread.frames.as_ref().is_some_and(|f| f.is_empty()) {
+        // No Python code on the thread: the kernel's intervals of such a thread show nothing either.
+        return Verdict::Nothing;
+    }
+    let reason = if thread.runnable { off_cpu_reason::PREEMPTED } else { off_cpu_reason::SLEEP };
+    let charge = |until: u64| match &thread.frames {
+        None => Verdict::Dropped(Dropped::NotRead),
+        Some(_) => Verdict::Charge { ns: until.min(end_ns).saturating_sub(registered_ns), reason },
+    };
+    match first {
+        FirstSwitch::Out => Verdict::Nothing,
+        FirstSwitch::In(t) if t <= registered_ns => Verdict::Nothing,
+        FirstSwitch::In(t) if t <= taken_ns => Verdict::Dropped(Dropped::WokeBeforeRead),
+        FirstSwitch::In(t) => charge(t),
+        FirstSwitch::None if thread.runnable => Verdict::Nothing,
+        FirstSwitch::None if !alive => Verdict::Dropped(Dropped::Ended),
+        FirstSwitch::None => charge(end_ns),
+    }
+}
+
+/// Reads every thread of `process` (its stack and state), for a snapshot.
+fn read_threads(process: &PythonProcess) -> Option<Vec<ThreadRead>> {
+    let dumped = dump::dump_inspected(process, DumpOptions::default()).ok()?;
+    let threads = dumped
+        .threads
+        .into_iter()
+        .filter(|t| t.python)
+        .filter_map(|t| {
+            let start_time = dump::tasks::task_start(process.pid, t.tid)?;
+            Some(ThreadRead { tid: t.tid, start_time, runnable: t.kernel.state == "R", frames: t.stack })
+        })
+        .collect();
+    Some(threads)
+}
+
+/// Snapshots waiting to be read, at most; more are not read (counted).
+const MAX_QUEUED: usize = 256;
+
+/// One snapshot to take.
+struct Request {
+    process: PythonProcess,
+    generation: u32,
+    registered_ns: u64,
+}
+
+/// The thread that reads snapshots, one after another, and sends each back.
+struct Worker {
+    requests: mpsc::SyncSender<Request>,
+    done: mpsc::Receiver<Snapshot>,
+}
+
+impl Worker {
+    fn start() -> Option<Worker> {
+        let (requests, asked) = mpsc::sync_channel::<Request>(MAX_QUEUED);
+        let (send, done) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("pyperch-blocked".into())
+            .spawn(move || {
+                for Request { process, generation, registered_ns } in asked {
+                    let threads = read_threads(&process);
+                    let taken_ns = crate::loader::monotonic_ns();
+                    let snapshot = Snapshot { pid: process.pid, generation, registered_ns, taken_ns, threads };
+                    if send.send(snapshot).is_err() {
+                        return;
+                    }
+                }
+            })
+            .ok()?;
+        Some(Worker { requests, done })
+    }
+}
+
+/// The snapshots asked for, read on a thread of their own (started at the first one, after
+/// privileges were dropped), and what came of them.
+#[derive(Default)]
+pub(crate) struct BlockedAtStart {
+    enabled: bool,
+    worker: Option<Worker>,
+    /// Snapshots asked for and not received yet.
+    outstanding: u64,
+    pub(crate) charged_threads: u64,
+    pub(crate) charged_ns: u64,
+    pub(crate) woke_before_read: u64,
+    pub(crate) not_read: u64,
+    pub(crate) ended: u64,
+    /// Processes whose snapshot failed, was not taken (queue full) or was not done by the end.
+    pub(crate) processes_not_read: u64,
+}
+
+impl BlockedAtStart {
+    /// Takes snapshots from now on (`record` in the off-CPU modes: it charges them at the end).
+    pub(crate) fn enable(&mut self) {
+        self.enabled = true;
+    }
+
+    /// Whether snapshots are taken (for `--stats`).
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Asks for a snapshot of `process` (registration `generation`), which the kernel watches
+    /// since `registered_ns`.
+    pub(crate) fn ask(&mut self, process: PythonProcess, generation: u32, registered_ns: u64) {
+        if !self.enabled {
+            return;
+        }
+        if self.worker.is_none() {
+            self.worker = Worker::start();
+        }
+        let sent = self.worker.as_ref().is_some_and(|w| w.requests.try_send(Request { process, generation, registered_ns }).is_ok());
+        if sent {
+            self.outstanding += 1;
+        } else {
+            self.processes_not_read += 1;
+        }
+    }
+
+    /// The snapshots done, waiting up to `FINISH_WAIT` in all for those still being read.
+    pub(crate) fn finish(&mut self) -> Vec<Snapshot> {
+        let deadline = std::time::Instant::now() + FINISH_WAIT;
+        let mut done = Vec::new();
+        if let Some(worker) = &self.worker {
+            while self.outstanding > 0 {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                match worker.done.recv_timeout(left) {
+                    Ok(snapshot) => {
+                        done.push(snapshot);
+                        self.outstanding -= 1;
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        self.processes_not_read += std::mem::take(&mut self.outstanding);
+        done
+    }
+
+    /// Counts one verdict (charges are counted by the caller once added).
+    pub(crate) fn count_dropped(&mut self, why: Dropped) {
+        match why {
+            Dropped::WokeBeforeRead => self.woke_before_read += 1,
+            Dropped::NotRead => self.not_read += 1,
+            Dropped::Ended => self.ended += 1,
+        }
+    }
+
+    /// The `--stats` line.
+    pub(crate) fn report(&self) -> String {
+        format!(
+            "blocked at start (off-CPU before the first switch seen): {} threads charged ({:.3} s), dropped: {} woke before they were read, {} not read, {} ended; {} processes not read",
+            self.charged_threads,
+            self.charged_ns as f64 / 1e9,
+            self.woke_before_read,
+            self.not_read,
+            self.ended,
+            self.processes_not_read
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn thread(runnable: bool, frames: Option<usize>) -> ThreadRead {
+        let frame = Frame { function: "f".into(), file: "f.py".into(), line: Some(1), first_line: 1, locals: None };
+        ThreadRead { tid: 7, start_time: 1, runnable, frames: frames.map(|n| vec![frame; n]) }
+    }
+
+    const R: u64 = 1_000;
+    const S: u64 = 2_000;
+    const E: u64 = 10_000;
+
+    #[test]
+    fn running_at_registration_adds_nothing() {
+        assert_eq!(verdict(R, S, E, &thread(false, Some(2)), FirstSwitch::Out, true), Verdict::Nothing);
+        assert_eq!(verdict(R, S, E, &thread(true, Some(2)), FirstSwitch::None, true), Verdict::Nothing);
+        // Switched in between the attach and the registration time.
+        assert_eq!(verdict(R, S, E, &thread(false, Some(2)), FirstSwitch::In(R), true), Verdict::Nothing);
+    }
+
+    #[test]
+    fn woken_after_the_read_is_charged_up_to_the_switch_in() {
+        let v = verdict(R, S, E, &thread(false, Some(2)), FirstSwitch::In(S + 500), false);
+        assert_eq!(v, Verdict::Charge { ns: S + 500 - R, reason: off_cpu_reason::SLEEP });
+        let v = verdict(R, S, E, &thread(true, Some(2)), FirstSwitch::In(S + 1), true);
+        assert_eq!(v, Verdict::Charge { ns: S + 1 - R, reason: off_cpu_reason::PREEMPTED });
+    }
+
+    #[test]
+    fn woken_before_the_read_is_dropped() {
+        assert_eq!(verdict(R, S, E, &thread(false, Some(2)), FirstSwitch::In(S), true), Verdict::Dropped(Dropped::WokeBeforeRead));
+        assert_eq!(verdict(R, S, E, &thread(false, Some(2)), FirstSwitch::In(R + 1), true), Verdict::Dropped(Dropped::WokeBeforeRead));
+    }
+
+    #[test]
+    fn blocked_all_along_is_charged_to_the_end() {
+        let v = verdict(R, S, E, &thread(false, Some(3)), FirstSwitch::None, true);
+        assert_eq!(v, Verdict::Charge { ns: E - R, reason: off_cpu_reason::SLEEP });
+        assert_eq!(verdict(R, S, E, &thread(false, Some(3)), FirstSwitch::None, false), Verdict::Dropped(Dropped::Ended));
+    }
+
+    #[test]
+    fn unread_or_empty_stacks() {
+        assert_eq!(verdict(R, S, E, &thread(false, None), FirstSwitch::None, true), Verdict::Dropped(Dropped::NotRead));
+        assert_eq!(verdict(R, S, E, &thread(false, None), FirstSwitch::In(S + 1), true), Verdict::Dropped(Dropped::NotRead));
+        assert_eq!(verdict(R, S, E, &thread(false, Some(0)), FirstSwitch::None, true), Verdict::Nothing);
+    }
+
+    #[test]
+    fn kernel_entries_of_other_registrations_are_no_switch() {
+        let entry = profiler_common::ThreadSwitch { tgid: 5, generation: 2, first_in_ns: 99, ..Default::default() };
+        assert_eq!(FirstSwitch::of(Some(&entry), 5, 2), FirstSwitch::In(99));
+        assert_eq!(FirstSwitch::of(Some(&entry), 5, 3), FirstSwitch::None);
+        assert_eq!(FirstSwitch::of(Some(&entry), 6, 2), FirstSwitch::None);
+        assert_eq!(FirstSwitch::of(None, 5, 2), FirstSwitch::None);
+        let running = profiler_common::ThreadSwitch { tgid: 5, generation: 2, ..Default::default() };
+        assert_eq!(FirstSwitch::of(Some(&running), 5, 2), FirstSwitch::Out);
+    }
+}
