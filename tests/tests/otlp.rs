@@ -4,8 +4,8 @@
 //! installs the pinned release).
 //!
 //! - `record --format otlp --threads` of threads.py: one resource for the process with the
-//!   semantic-convention attributes, each spinning thread's samples under its own function
-//!   and `thread.id`, the total equal to pyperch's own count of samples, sane tables.
+//!   semantic-convention attributes, each spinning thread's samples under its own function,
+//!   `thread.id` and `thread.name` (the OS name the workload gave the thread), the total equal to pyperch's own count of samples, sane tables.
 //! - `agent --otlp-endpoint` to the fixture's OTLP/HTTP receiver: every interval's request
 //!   arrives at `/v1development/profiles` as `application/x-protobuf`, decodes, and holds
 //!   exactly the samples the agent's status lines announced.
@@ -170,6 +170,10 @@ fn record_otlp(label: &str) {
         let of_thread: Vec<_> = all.iter().filter(|(_, s)| s["attributes"]["thread.id"].as_u64() == Some(tid)).collect();
         let n: u64 = of_thread.iter().map(|(_, s)| value(s)).sum();
         assert!(n > 0, "no samples of {name} (tid {tid}){d}");
+        // threads.py names each thread after its function (prctl) before it says ready.
+        for (_, s) in &of_thread {
+            assert_eq!(s["attributes"]["thread.name"].as_str(), Some(name), "thread.name of tid {tid}: {s}{d}");
+        }
         let in_leaf: u64 = of_thread.iter().filter(|(_, s)| leaf(s) == name).map(|(_, s)| value(s)).sum();
         assert!(in_leaf * 10 >= n * 9, "{name}: {in_leaf} of {n} samples end in it{d}");
         for (_, s) in of_thread.iter().filter(|(_, s)| leaf(s) == name) {

@@ -5,7 +5,9 @@
 //! `samples/count` and `cpu/nanoseconds`, the period type `cpu nanoseconds` with the period
 //! 10⁹/rate, the workload's functions with their full file paths, and totals equal to
 //! pyperch's own count of the samples it kept (the `ok` line of `--stats`), and that count
-//! × period for `cpu/nanoseconds`.
+//! × period for `cpu/nanoseconds`; with `--threads`, every sample's `thread.id` and
+//! `thread.name` labels (the main thread's OS name, from /proc). The agent's uploads (also
+//! with `--threads`) carry the same labels.
 
 use std::{
     path::{Path, PathBuf},
@@ -38,6 +40,10 @@ struct Raw {
     period: u64,
     /// Per sample type, the sum of its values over all samples.
     totals: Vec<u64>,
+    /// How many samples it printed.
+    samples: usize,
+    /// Each sample's labels line (`key:[value] key:[value]`, sorted by key), as printed.
+    labels: Vec<String>,
     /// The `Locations` section's lines.
     locations: Vec<String>,
 }
@@ -121,8 +127,14 @@ fn go_pprof_raw(go: &Path, file: &Path) -> Result<(Raw, String), String> {
                     .collect::<Result<_, _>>()
                 {
                     Ok(v) => v,
-                    Err(_) => continue,
+                    Err(_) => {
+                        if trimmed.contains(":[") {
+                            raw.labels.push(trimmed.to_string());
+                        }
+                        continue;
+                    }
                 };
+                raw.samples += 1;
                 if values.len() == raw.totals.len() {
                     for (t, v) in raw.totals.iter_mut().zip(values) {
                         *t += v;
@@ -134,6 +146,27 @@ fn go_pprof_raw(go: &Path, file: &Path) -> Result<(Raw, String), String> {
         }
     }
     Ok((raw, all))
+}
+
+/// The OS name of `pid`'s main thread (`/proc/PID/task/PID/comm`), read while it runs.
+fn main_thread_name(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/comm"))
+        .unwrap_or_default()
+        .trim_end()
+        .to_string()
+}
+
+/// With `--threads`, every sample of the single-threaded workload `pid` carries the labels
+/// `thread.id` (its pid) and `thread.name` (`comm`, its main thread's OS name), as Go's reader
+/// prints them (`key:[value]`, sorted by key).
+fn check_thread_labels(raw: &Raw, pid: u32, comm: &str, d: &str) {
+    assert!(!comm.is_empty(), "no name of the workload's main thread{d}");
+    let want = format!("thread.id:[{pid}] thread.name:[{comm}]");
+    assert_eq!(raw.labels.len(), raw.samples, "one labels line per sample{d}");
+    assert!(raw.samples > 0, "no samples{d}");
+    for line in &raw.labels {
+        assert!(line.contains(&want), "labels {line:?} lack {want:?}{d}");
+    }
 }
 
 /// The count of the `ok` line of the whole-run part of a `--stats` report.
@@ -176,6 +209,7 @@ fn pprof_readers_go_tool_pprof_reads_record() {
             "--rate",
             &rate,
             "--stats",
+            "--threads",
             "--format",
             "pprof",
             "--output",
@@ -183,6 +217,7 @@ fn pprof_readers_go_tool_pprof_reads_record() {
         ],
         Duration::from_secs(90),
     );
+    let comm = main_thread_name(w.pid);
     w.terminate();
     let d = run.diag();
     assert!(run.success(), "pyperch record failed{d}");
@@ -209,6 +244,7 @@ fn pprof_readers_go_tool_pprof_reads_record() {
         [kept, kept * period],
         "totals (samples, cpu ns) against pyperch's {kept} kept samples{d}"
     );
+    check_thread_labels(&raw, w.pid, &comm, &d);
 
     let script = w.dir.guest_path("spin.py");
     for function in ["leaf_red", "<module>"] {
@@ -267,9 +303,11 @@ fn pprof_readers_go_tool_pprof_reads_agent_uploads() {
             "1s",
             "--duration",
             "3s",
+            "--threads",
         ],
         Duration::from_secs(90),
     );
+    let comm = main_thread_name(w.pid);
     w.terminate();
     let d = run.diag();
     assert!(run.success(), "pyperch agent failed{d}");
@@ -306,6 +344,7 @@ fn pprof_readers_go_tool_pprof_reads_agent_uploads() {
             raw.totals[0] * period,
             "cpu ns = samples × period{d}"
         );
+        check_thread_labels(&raw, w.pid, &comm, &d);
         assert!(
             raw.locations
                 .iter()

@@ -373,20 +373,24 @@ fn check_trace_schema(json: &serde_json::Value) -> Result<Vec<String>, String> {
 }
 
 /// Loads the trace with Perfetto's trace processor (PyPI `perfetto`, in the test venv) and
-/// returns the number of slices named two_lines_work..., or why it could not run.
-fn perfetto_slices(trace: &Path) -> Result<u64, String> {
+/// returns the number of slices named two_lines_work... and the name it gives thread `tid`
+/// (from the trace's `thread_name` metadata), or why it could not run.
+fn perfetto_slices(trace: &Path, tid: u32) -> Result<(u64, Option<String>), String> {
     let venv = std::env::var_os("PYPERCH_TEST_VENV").map(PathBuf::from).ok_or("PYPERCH_TEST_VENV is not set")?;
     let python = venv.join("bin/python");
     let script = "import sys\nfrom perfetto.trace_processor import TraceProcessor, TraceProcessorConfig\n\
         tp = TraceProcessor(trace=sys.argv[1], config=TraceProcessorConfig(load_timeout=60))\n\
         rows = tp.query(\"select count(*) as n from slice where name like 'two_lines_work%'\")\n\
-        print('slices', next(iter(rows)).n)\ntp.close()\n";
+        print('slices', next(iter(rows)).n)\n\
+        for r in tp.query('select name from thread where tid = %d and name is not null' % int(sys.argv[2])):\n    print('thread', r.name)\n\
+        tp.close()\n";
     let mut cmd = Command::new(&python);
-    cmd.args(["-c", script]).arg(trace).stdin(Stdio::null());
+    cmd.args(["-c", script]).arg(trace).arg(tid.to_string()).stdin(Stdio::null());
     let run = Running::start(cmd).map_err(|e| format!("cannot run {}: {e:#}", python.display()))?.finish(Duration::from_secs(180));
     let count = run.stdout.lines().find_map(|l| l.strip_prefix("slices ")?.trim().parse::<u64>().ok());
+    let name = run.stdout.lines().find_map(|l| Some(l.strip_prefix("thread ")?.to_string()));
     match count {
-        Some(n) if run.success() => Ok(n),
+        Some(n) if run.success() => Ok((n, name)),
         _ => Err(format!(
             "the trace processor did not run: {}",
             run.stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output").trim()
@@ -394,7 +398,8 @@ fn perfetto_slices(trace: &Path) -> Result<u64, String> {
     }
 }
 
-/// `--format chrometrace`: a trace event JSON file, one track per thread, nested frames.
+/// `--format chrometrace`: a trace event JSON file, one track per thread (named after the
+/// thread's OS name, without `--threads`), nested frames.
 #[test]
 fn pyspy_compat_chrometrace() {
     for label in FLAG_VERSIONS {
@@ -407,6 +412,7 @@ fn pyspy_compat_chrometrace() {
             &["record", "--pid", pid.as_str(), "--duration", "3", "--format", "chrometrace", "-o", trace_str.as_str(), "--stats"],
             Duration::from_secs(90),
         );
+        let comm = fs::read_to_string(format!("/proc/{pid}/task/{pid}/comm")).unwrap_or_default().trim_end().to_string();
         let d = run.diag();
         assert_eq!(run.code(), Some(0), "{}: pyperch failed{d}", py.describe());
         let text = fs::read_to_string(&trace).unwrap_or_default();
@@ -416,10 +422,18 @@ fn pyspy_compat_chrometrace() {
         let work = names.iter().filter(|n| n.starts_with("two_lines_work (")).count();
         assert!(work > 0, "{}: no two_lines_work event in the trace{d}", py.describe());
         assert!(run.stderr.contains("timeline (chrometrace)"), "--stats should report the timeline{d}");
-        match perfetto_slices(&trace) {
-            Ok(n) => {
+        // The main thread's track is named after its OS name (two_lines.py keeps the process's).
+        let main = format!("{comm} (tid {pid})");
+        let named = json["traceEvents"].as_array().into_iter().flatten().find(|e| {
+            e["ph"] == "M" && e["name"] == "thread_name" && e["tid"].as_u64() == Some(u64::from(w.pid))
+        });
+        assert!(!comm.is_empty(), "{}: no name of the main thread in /proc{d}", py.describe());
+        assert_eq!(named.and_then(|e| e["args"]["name"].as_str()), Some(main.as_str()), "{}: the main thread's track name{d}", py.describe());
+        match perfetto_slices(&trace, w.pid) {
+            Ok((n, name)) => {
                 note(format!("{}: Perfetto's trace processor loaded the trace: {n} two_lines_work slices", py.describe()));
                 assert_eq!(n as usize, work, "{}: Perfetto sees another number of slices than the file has{d}", py.describe());
+                assert_eq!(name.as_deref(), Some(main.as_str()), "{}: Perfetto's name of the main thread{d}", py.describe());
             }
             Err(why) => note(format!(
                 "{}: checked against the trace event schema only, not by Perfetto: {why}",

@@ -169,6 +169,12 @@ fn serve_with_speedscope(app: &Path, dir: &Path, files: &[(&str, &[u8])]) -> Res
 
 /// Records two_lines.py for 3 s in `format` into `file`; returns the bytes written.
 fn record_two_lines(format: &str, file: &str) -> Option<(Vec<u8>, WorkDir)> {
+    record_two_lines_with(format, file, &[]).map(|(bytes, dir, _)| (bytes, dir))
+}
+
+/// `record_two_lines` with `extra` flags for pyperch; also returns the workload's pid and its
+/// main thread's OS name (`/proc/PID/task/PID/comm`, read while pyperch recorded it).
+fn record_two_lines_with(format: &str, file: &str, extra: &[&str]) -> Option<(Vec<u8>, WorkDir, (u32, String))> {
     let Some(py) = first_python(&PYTHONS) else {
         skip("no Python interpreter is available");
         return None;
@@ -177,15 +183,15 @@ fn record_two_lines(format: &str, file: &str) -> Option<(Vec<u8>, WorkDir)> {
     let out = w.dir.host_path(file);
     let out_str = out.to_string_lossy().into_owned();
     let pid = w.pid.to_string();
-    let run = pyperch(
-        &["record", "--pid", pid.as_str(), "--duration", "3", "--format", format, "-o", out_str.as_str()],
-        Duration::from_secs(90),
-    );
+    let mut args = vec!["record", "--pid", pid.as_str(), "--duration", "3", "--format", format, "-o", out_str.as_str()];
+    args.extend_from_slice(extra);
+    let run = pyperch(&args, Duration::from_secs(90));
+    let comm = fs::read_to_string(format!("/proc/{pid}/task/{pid}/comm")).unwrap_or_default().trim_end().to_string();
     let d = run.diag();
     assert_eq!(run.code(), Some(0), "{}: pyperch failed{d}", py.describe());
     let bytes = fs::read(&out).unwrap_or_else(|e| panic!("{}: no {format} file: {e}{d}", py.describe()));
     let dir = WorkDir::new(&py, &format!("viewers-{format}")).unwrap_or_else(|e| panic!("{e:#}"));
-    Some((bytes, dir))
+    Some((bytes, dir, (w.pid, comm)))
 }
 
 /// The flame graph SVG opened as a file in Chromium: the rendered DOM has the function.
@@ -204,20 +210,27 @@ fn viewers_flamegraph_svg_in_chromium() {
     assert!(dom.contains(WORK), "the rendered flame graph has no {WORK}");
 }
 
-/// The speedscope JSON loaded by speedscope's app: its sandwich (function table) view lists
-/// the function.
+/// The speedscope JSON (`--threads`) loaded by speedscope's app: its sandwich (function
+/// table) view lists the function, and the profile is named after the process and the thread
+/// with the thread's OS name.
 #[test]
 fn viewers_speedscope_json_in_speedscope() {
     if !have_chromium() {
         return;
     }
     let Some(app) = speedscope_app() else { return };
-    let Some((json, dir)) = record_two_lines("speedscope", "profile.speedscope.json") else { return };
+    let Some((json, dir, (pid, comm))) = record_two_lines_with("speedscope", "profile.speedscope.json", &["--threads"]) else { return };
+    let parsed: serde_json::Value = serde_json::from_slice(&json).unwrap_or_else(|e| panic!("the speedscope file is not JSON: {e}"));
+    let names: Vec<&str> = parsed["profiles"].as_array().into_iter().flatten().filter_map(|p| p["name"].as_str()).collect();
+    // The main thread's name is the process's (two_lines.py does not rename it).
+    let main = format!("{comm} (pid {pid}) thread {pid} ({comm})");
+    assert!(!comm.is_empty() && names.contains(&main.as_str()), "no profile named {main:?}: {names:?}");
     let server = serve_with_speedscope(&app, &dir.host_path(""), &[("profile.speedscope.json", &json)])
         .unwrap_or_else(|e| panic!("{e}"));
     let dom = chromium(&server.speedscope_url("profile.speedscope.json", "sandwich"), &["--virtual-time-budget=5000", "--dump-dom"], &dir.host_path(""))
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(dom.contains(WORK), "speedscope's function table has no {WORK}");
+    assert!(dom.contains(&main), "speedscope does not show the profile name {main:?}");
     let png = screenshot_dir().join("speedscope.png");
     dom_and_screenshot(&server.speedscope_url("profile.speedscope.json", "left-heavy"), &png, &dir.host_path(""))
         .unwrap_or_else(|e| panic!("{e}"));
@@ -378,8 +391,9 @@ fn viewers_gecko_profile_schema_and_speedscope() {
 }
 
 /// `--format gecko` of a process with several threads: one Gecko thread (one track) per
-/// sampled thread, each with the workload's native thread id, and each spinner's function
-/// only on its own thread's samples.
+/// sampled thread, each with the workload's native thread id and named after the thread's OS
+/// name (without `--threads`: a track per thread is the format's layout), and each spinner's
+/// function only on its own thread's samples.
 #[test]
 fn viewers_gecko_one_track_per_thread() {
     const SPINNERS: [&str; 4] = ["spin_alpha", "spin_beta", "spin_gamma", "spin_delta"];
@@ -416,6 +430,14 @@ fn viewers_gecko_one_track_per_thread() {
             .filter_map(|t| t["tid"].as_u64())
             .collect();
         assert_eq!(with, vec![tid], "{}: {spinner} should be on its own thread's track only{d}", py.describe());
+        // threads.py names each thread after its function (prctl) before it says ready.
+        let track = threads.iter().find(|t| t["tid"].as_u64() == Some(tid));
+        assert_eq!(
+            track.and_then(|t| t["name"].as_str()),
+            Some(format!("{spinner} (tid {tid})").as_str()),
+            "{}: the track of {spinner}{d}",
+            py.describe()
+        );
     }
     let pids: std::collections::BTreeSet<u64> = threads.iter().filter_map(|t| t["pid"].as_u64()).collect();
     assert_eq!(pids.into_iter().collect::<Vec<_>>(), vec![u64::from(w.pid)], "{}: tracks of other processes{d}", py.describe());

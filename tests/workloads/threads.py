@@ -7,7 +7,8 @@ hash_worker hashes a 64 MiB buffer with hashlib.sha256 over and over: OpenSSL's
 sha256 releases the GIL for large inputs, so that thread spends its CPU time in C code
 without the GIL while its Python stack stays hash_worker.  Prints
 "ready <pid> <name>=<native thread id> ..." on stdout once every thread runs, and exits
-on SIGTERM or after MAX_SECONDS (default 60).
+on SIGTERM or after MAX_SECONDS (default 60).  Each thread sets its OS name (prctl
+PR_SET_NAME) to its function's name.
 
 Runs unchanged on CPython 3.8 ... 3.15 (stdlib only).
 """
@@ -25,6 +26,10 @@ STARTED = threading.Barrier(6)
 
 def register(name):
     TIDS[name] = threading.get_native_id()
+    # The OS name /proc/PID/task/TID/comm shows (CPython 3.14+ sets it from the Thread's
+    # name itself; earlier versions leave the process's name): what `--threads` shows.
+    import ctypes
+    ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name[:15].encode()), 0, 0, 0)  # PR_SET_NAME
     STARTED.wait()
 
 

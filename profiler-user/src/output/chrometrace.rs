@@ -2,7 +2,7 @@
 //! (<https://ui.perfetto.dev>) and `chrome://tracing`.
 //!
 //! One track per sampled thread (`pid` = process, `tid` = thread, named by `M` metadata
-//! events). The profile's [`Timeline`] gives each thread's runs of equal consecutive samples;
+//! events: the process's name, and the thread's as [`super::thread_title`] says). The profile's [`Timeline`] gives each thread's runs of equal consecutive samples;
 //! they become nested `B`/`E` (begin/end) events, one pair per frame, ROOT FIRST: at a
 //! change of stack, the frames that are no longer on it end and the new ones begin, so a
 //! frame present in consecutive samples is one event. A run lasts from its first sample to
@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use crate::aggregate::{FrameId, Profile};
 use crate::timeline::Timeline;
 
-use super::{Format, OutputError, process_name};
+use super::{Format, OutputError, process_name, thread_title};
 
 /// Writes the trace of `profile`'s timeline (an empty trace when it kept none).
 pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<(), OutputError> {
@@ -60,7 +60,7 @@ fn events(
                 "args": {"name": process_name(profile, pid)}}))?;
         }
         emit(json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-            "args": {"name": format!("thread {tid}")}}))?;
+            "args": {"name": thread_title(profile, pid, tid)}}))?;
     }
     for ((pid, tid), runs) in threads {
         let mut open: Vec<FrameId> = Vec::new();
@@ -154,6 +154,29 @@ mod tests {
             ]
         );
         assert_eq!(events.iter().filter(|e| e["ph"] == "M").count(), 2);
+    }
+
+    #[test]
+    fn thread_name_metadata_carries_the_name() {
+        let mut p = Profile::new();
+        p.keep_timeline(10_000);
+        let f = p.intern(FrameName { function: Arc::from("f"), file: Arc::from("/a.py"), line: 1, native: None });
+        for tid in [1, 2, 3] {
+            p.add(1, Some(tid), &[f], 1);
+            p.add_time(1, tid, 1_000_000, &[f]);
+        }
+        p.set_thread_name(2, "io;pool");
+        let mut out = Vec::new();
+        assert!(write(&p, &mut out).is_ok());
+        let json: Value = serde_json::from_slice(&out).expect("valid JSON");
+        let names: Vec<(u64, String)> = json["traceEvents"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+            .map(|e| (e["tid"].as_u64().unwrap_or(0), e["args"]["name"].as_str().unwrap_or("").to_string()))
+            .collect();
+        assert_eq!(names, [(1, "main (tid 1)".to_string()), (2, "io,pool (tid 2)".to_string()), (3, "thread 3".to_string())]);
     }
 
     #[test]

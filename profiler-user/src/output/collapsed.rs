@@ -4,7 +4,8 @@
 //! sample count. The frames of a line are:
 //! 1. `<comm> (pid <pid>)` (see [`super::UNKNOWN_COMM`] for unlabelled processes);
 //! 2. `thread <tid>`, only when recording per thread, followed by ` <name>` when the
-//!    thread's OS name is known (`/proc/PID/task/TID/comm`, sanitized as below);
+//!    thread's OS name is known (`/proc/PID/task/TID/comm`, sanitized as below and cut to
+//!    [`super::MAX_THREAD_NAME_CHARS`] characters);
 //! 3. each Python frame as `<function> (<file>:<line>)`, or `<function> (<file>)` when the
 //!    line is unknown (0); a stack with no Python frames ends in
 //!    [`super::NO_PYTHON_FRAMES`] instead.
@@ -20,7 +21,7 @@ use std::io::{BufWriter, Write};
 
 use crate::aggregate::{FrameId, FrameName, Profile};
 
-use super::{Format, NO_PYTHON_FRAMES, OutputError, container_frames, process_name};
+use super::{Format, NO_PYTHON_FRAMES, OutputError, container_frames, process_name, thread_name_text};
 
 /// What a `;` inside a name is replaced with.
 pub const SEMICOLON_REPLACEMENT: char = ',';
@@ -62,9 +63,9 @@ pub fn folded_stacks(profile: &Profile) -> Vec<(String, u64)> {
         if let Some(tid) = key.tid {
             line.push_str(";thread ");
             line.push_str(&tid.to_string());
-            if let Some(name) = profile.thread_name(tid) {
+            if let Some(name) = thread_name_text(profile, tid) {
                 line.push(' ');
-                line.push_str(&sanitize(name));
+                line.push_str(&name);
             }
         }
         if key.frames.is_empty() {
@@ -193,6 +194,15 @@ python3 (pid 100);<module> (/srv/app.py:3);odd,name x (/srv/we,ird.py:5) 1
             folded_stacks(&p),
             vec![("[unknown] (pid 1);f,g (m.py:1)".to_owned(), 5)]
         );
+    }
+
+    #[test]
+    fn thread_names_follow_the_tid() {
+        let mut p = sample_profile();
+        p.set_thread_name(201, "web;worker\nx");
+        let stacks: Vec<String> = folded_stacks(&p).into_iter().map(|(s, _)| s).collect();
+        assert!(stacks.contains(&"gunicorn (pid 200);thread 201 web,worker x;<module> (/srv/app.py:3);main (/srv/app.py:10)".to_string()), "{stacks:?}");
+        assert!(stacks.iter().any(|s| s.starts_with("gunicorn (pid 200);thread 202;")), "{stacks:?}");
     }
 
     #[test]

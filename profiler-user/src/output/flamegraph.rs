@@ -99,6 +99,15 @@ mod tests {
     }
 
     #[test]
+    fn thread_frames_show_the_thread_name() {
+        let mut p = sample_profile();
+        p.set_thread_name(201, "web<1>&");
+        let svg = svg_of(&p, "t").unwrap_or_else(|e| panic!("flame graph failed: {e}"));
+        assert!(svg.contains("thread 201 web&lt;1&gt;&amp;"), "the thread frame lacks its name");
+        assert!(svg.contains("thread 202"));
+    }
+
+    #[test]
     fn empty_profile_is_an_error() {
         let mut out = Vec::new();
         let result = write(&Profile::new(), "t", &mut out);

@@ -10,7 +10,8 @@
 //! - `meta`: the version, `startTime` (wall-clock ms of the recording's start), `interval`
 //!   (the sampling period in ms), the [`CATEGORIES`] list, `presymbolicated: true` (frames
 //!   are names, not addresses) and the fields the format requires (`stackwalk`, `debug`, ...).
-//! - `threads`: one per sampled thread (one track each), sorted by (pid, tid), each with its
+//! - `threads`: one per sampled thread (one track each), sorted by (pid, tid), named as
+//!   [`super::thread_title`] says (`<name> (tid T)` when the thread's name is known), each with its
 //!   own `stringTable`, `frameTable` (location `function (file:line)`, line, category),
 //!   `stackTable` (prefix, frame: stacks are built ROOT FIRST, a stack's prefix always has a
 //!   smaller index) and `samples` (stack, time, eventDelay 0).
@@ -35,7 +36,7 @@ use serde_json::{Value, json};
 use crate::aggregate::{FrameId, FrameName, Profile};
 use crate::timeline::{Run, Timeline};
 
-use super::{Format, NO_PYTHON_FRAMES, OutputError, process_name};
+use super::{Format, NO_PYTHON_FRAMES, OutputError, process_name, thread_title};
 
 /// The Gecko profile format version written (`meta.version`).
 pub const GECKO_PROFILE_VERSION: u32 = 31;
@@ -93,7 +94,7 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<(), OutputError> 
             let thread = ThreadTables::build(profile, timeline, runs);
             let samples = Samples { runs, stack_of_run: &thread.stack_of_run, base };
             let value = GeckoThread {
-                name: thread_name(pid, tid),
+                name: thread_title(profile, pid, tid),
                 process_name: process_name(profile, pid),
                 process_type: "default",
                 pid,
@@ -144,11 +145,6 @@ struct GeckoThread<'a> {
 struct Table<T> {
     schema: Value,
     data: T,
-}
-
-/// The main thread (tid = pid) is `main`; others `thread <tid>`.
-fn thread_name(pid: u32, tid: u32) -> String {
-    if pid == tid { format!("main (tid {tid})") } else { format!("thread {tid}") }
 }
 
 fn meta(profile: &Profile, timeline: &Timeline) -> Value {
@@ -354,6 +350,23 @@ mod tests {
         assert_eq!(data[1][1], 200.0);
         let frames = t["frameTable"]["data"].as_array().cloned().unwrap_or_default();
         assert_eq!(frames[0][6], Category::Other as u32);
+    }
+
+    #[test]
+    fn tracks_are_named_after_their_threads() {
+        let mut p = Profile::new();
+        p.keep_timeline(10_000_000);
+        let main = frame(&mut p, "main", 1);
+        for tid in [7, 8, 9] {
+            p.add(7, Some(tid), &[main], 1);
+            p.add_time(7, tid, 1_000_000, &[main]);
+        }
+        p.set_thread_name(7, "python3");
+        p.set_thread_name(8, "worker\n\"1\"");
+        let json = written(&p);
+        let names: Vec<&str> =
+            json["threads"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str()).collect();
+        assert_eq!(names, ["python3 (tid 7)", "worker \"1\" (tid 8)", "thread 9"]);
     }
 
     #[test]

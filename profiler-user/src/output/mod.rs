@@ -191,8 +191,8 @@ pub fn write_profile(
 }
 
 /// The labels of one pprof sample: `process.pid`, `process.executable.name`, `thread.id`
-/// (per-thread profiles), `container.id` and `k8s.pod.uid` (when known), and the
-/// OpenTelemetry names `k8s.namespace.name`, `k8s.pod.name`, `k8s.container.name` (when the
+/// (per-thread profiles) and `thread.name` (when known, see [`thread_name_text`]),
+/// `container.id` and `k8s.pod.uid` (when known), and the OpenTelemetry names `k8s.namespace.name`, `k8s.pod.name`, `k8s.container.name` (when the
 /// runtime's annotations give them).
 pub fn pprof_labels(profile: &Profile, key: &crate::aggregate::StackKey) -> Vec<(String, String)> {
     let mut labels = vec![("process.pid".to_string(), key.pid.to_string())];
@@ -212,8 +212,44 @@ pub fn pprof_labels(profile: &Profile, key: &crate::aggregate::StackKey) -> Vec<
     }
     if let Some(tid) = key.tid {
         labels.push(("thread.id".to_string(), tid.to_string()));
+        if let Some(name) = thread_name_text(profile, tid) {
+            labels.push(("thread.name".to_string(), name));
+        }
     }
     labels
+}
+
+/// At most this many characters of a thread's name are shown (a `comm` has at most 15 bytes,
+/// 60 characters once its non-UTF-8 bytes are written `\xNN`; this bounds anything longer).
+pub const MAX_THREAD_NAME_CHARS: usize = 64;
+
+/// The name of thread `tid` as every format shows it, if known: the name the profile holds
+/// (untrusted target text) with `;` and control characters replaced as in
+/// [`collapsed::sanitize`], cut to [`MAX_THREAD_NAME_CHARS`] characters; `None` for an
+/// unknown or empty name.
+pub(crate) fn thread_name_text(profile: &Profile, tid: u32) -> Option<String> {
+    let name = profile.thread_name(tid).filter(|n| !n.is_empty())?;
+    Some(collapsed::sanitize(name).chars().take(MAX_THREAD_NAME_CHARS).collect())
+}
+
+/// The label of thread `tid` after its process's name: `thread <tid> (<name>)`, or
+/// `thread <tid>` when its name is unknown (speedscope's profile names).
+pub(crate) fn thread_label(profile: &Profile, tid: u32) -> String {
+    match thread_name_text(profile, tid) {
+        Some(name) => format!("thread {tid} ({name})"),
+        None => format!("thread {tid}"),
+    }
+}
+
+/// The title of thread `tid` of process `pid` on its own track (Gecko's thread `name`,
+/// Chrome trace `thread_name`): `<name> (tid <tid>)` when its name is known, else
+/// `main (tid <tid>)` for the main thread (tid = pid) and `thread <tid>` for the others.
+pub(crate) fn thread_title(profile: &Profile, pid: u32, tid: u32) -> String {
+    match thread_name_text(profile, tid) {
+        Some(name) => format!("{name} (tid {tid})"),
+        None if pid == tid => format!("main (tid {tid})"),
+        None => format!("thread {tid}"),
+    }
 }
 
 /// `<comm> (pid <pid>)`, unsanitized; [`UNKNOWN_COMM`] stands in for a missing or empty comm.
@@ -373,6 +409,38 @@ pub(crate) mod tests {
             message.as_deref(),
             Some("could not write the speedscope profile: disk full")
         );
+    }
+
+    #[test]
+    fn thread_names_are_sanitized_bounded_and_labelled() {
+        let mut p = sample_profile();
+        p.set_thread_name(201, "web;worker\n\x1b[2J");
+        p.set_thread_name(203, &"x".repeat(500));
+        p.set_thread_name(204, "");
+        assert_eq!(thread_name_text(&p, 201).as_deref(), Some("web,worker  [2J"));
+        assert_eq!(thread_name_text(&p, 203).map(|n| n.chars().count()), Some(MAX_THREAD_NAME_CHARS));
+        assert_eq!(thread_name_text(&p, 204), None, "an empty name is no name");
+        assert_eq!(thread_name_text(&p, 202), None);
+        assert_eq!(thread_label(&p, 201), "thread 201 (web,worker  [2J)");
+        assert_eq!(thread_label(&p, 202), "thread 202");
+        assert_eq!(thread_title(&p, 200, 201), "web,worker  [2J (tid 201)");
+        assert_eq!(thread_title(&p, 200, 202), "thread 202");
+        assert_eq!(thread_title(&p, 202, 202), "main (tid 202)");
+    }
+
+    #[test]
+    fn pprof_labels_name_known_threads() {
+        let mut p = sample_profile();
+        p.set_thread_name(201, "web;worker");
+        let labels_of = |tid: Option<u32>| {
+            let key = p.stacks().find(|(k, _)| k.tid == tid).map(|(k, _)| k.clone()).expect("a stack");
+            pprof_labels(&p, &key)
+        };
+        let named = labels_of(Some(201));
+        assert!(named.contains(&("thread.id".to_string(), "201".to_string())), "{named:?}");
+        assert!(named.contains(&("thread.name".to_string(), "web,worker".to_string())), "{named:?}");
+        assert!(!labels_of(Some(202)).iter().any(|(k, _)| k == "thread.name"), "no name, no label");
+        assert!(!labels_of(None).iter().any(|(k, _)| k.starts_with("thread.")), "no thread, no thread labels");
     }
 
     #[test]

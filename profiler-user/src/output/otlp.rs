@@ -19,7 +19,8 @@
 //!   `time_unix_nano` and `duration_nano` from the profile's timing (left out when unknown);
 //! - one `Sample` per distinct [`StackKey`] of that process, `values = [count]` (clamped to
 //!   `i64::MAX`), its stack's `location_indices` LEAF FIRST (the schema's order; a
-//!   [`StackKey`] is root first), and with `--threads` a `thread.id` (int) attribute;
+//!   [`StackKey`] is root first), and with `--threads` a `thread.id` (int) attribute and,
+//!   when the thread's name is known, a `thread.name` (string) one;
 //! - one `Location` per distinct (function, line) with a single `Line` (line 0: unknown),
 //!   one `Function` per distinct (name, file); no mappings (Python code has no binary
 //!   mapping). A stack with no Python frames gets one [`NO_PYTHON_FRAMES`] location.
@@ -128,7 +129,7 @@ pub fn request(profile: &Profile, info: &ResourceInfo) -> ExportProfilesServiceR
             .iter()
             .map(|(key, count)| Sample {
                 stack_index: dict.stack(profile, &key.frames),
-                attribute_indices: key.tid.map(|tid| vec![dict.int_attribute("thread.id", tid.into())]).unwrap_or_default(),
+                attribute_indices: thread_attributes(profile, &mut dict, key.tid),
                 link_index: 0,
                 values: vec![i64::try_from(*count).unwrap_or(i64::MAX)],
                 timestamps_unix_nano: Vec::new(),
@@ -205,6 +206,24 @@ fn int_key_value(key: &str, value: i64) -> KeyValue {
     KeyValue { key: key.to_string(), value: Some(AnyValue { value: Some(any_value::Value::IntValue(value)) }), ..Default::default() }
 }
 
+/// A sample's attributes with `--threads`: `thread.id` (int) and, when the thread's name is
+/// known, `thread.name` (string, see [`super::thread_name_text`]); none without a thread.
+fn thread_attributes(profile: &Profile, dict: &mut Dictionary, tid: Option<u32>) -> Vec<i32> {
+    let Some(tid) = tid else { return Vec::new() };
+    let mut out = vec![dict.int_attribute("thread.id", tid.into())];
+    if let Some(name) = super::thread_name_text(profile, tid) {
+        out.push(dict.string_attribute("thread.name", &name));
+    }
+    out
+}
+
+/// The value of an interned attribute (`AnyValue` is not hashable).
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum AttributeValue {
+    Int(i64),
+    String(String),
+}
+
 /// One table of the dictionary: entries in order of first use, each once.
 ///
 /// Invariant: `items[0]` is the zero value given to [`Table::new`], and `index` maps every
@@ -239,7 +258,7 @@ struct Dictionary {
     functions: Table<Function>,
     locations: Table<(i32, i64)>,
     stacks: Table<Vec<i32>>,
-    attributes: Table<(i32, i64)>,
+    attributes: Table<(i32, AttributeValue)>,
     /// Interned frame → location index, so a frame's strings are looked up once.
     frame_locations: HashMap<FrameId, i32>,
 }
@@ -251,7 +270,7 @@ impl Dictionary {
             functions: Table::new(Function::default()),
             locations: Table::new((0, 0)),
             stacks: Table::new(Vec::new()),
-            attributes: Table::new((0, 0)),
+            attributes: Table::new((0, AttributeValue::Int(0))),
             frame_locations: HashMap::new(),
         }
     }
@@ -302,7 +321,12 @@ impl Dictionary {
 
     fn int_attribute(&mut self, key: &str, value: i64) -> i32 {
         let key = self.string(key);
-        self.attributes.get((key, value))
+        self.attributes.get((key, AttributeValue::Int(value)))
+    }
+
+    fn string_attribute(&mut self, key: &str, value: &str) -> i32 {
+        let key = self.string(key);
+        self.attributes.get((key, AttributeValue::String(value.to_string())))
     }
 
     fn finish(self) -> ProfilesDictionary {
@@ -332,11 +356,11 @@ impl Dictionary {
                     if i == 0 {
                         return KeyValueAndUnit::default();
                     }
-                    KeyValueAndUnit {
-                        key_strindex,
-                        value: Some(AnyValue { value: Some(any_value::Value::IntValue(value)) }),
-                        unit_strindex: 0,
-                    }
+                    let value = match value {
+                        AttributeValue::Int(v) => any_value::Value::IntValue(v),
+                        AttributeValue::String(s) => any_value::Value::StringValue(s),
+                    };
+                    KeyValueAndUnit { key_strindex, value: Some(AnyValue { value: Some(value) }), unit_strindex: 0 }
                 })
                 .collect(),
             stack_table: self.stacks.items.into_iter().map(|location_indices| Stack { location_indices }).collect(),
@@ -452,6 +476,34 @@ mod tests {
         assert_eq!(tids.len(), 2, "{tids:?}");
         // No thread attribute without --threads.
         assert!(req.resource_profiles[0].scope_profiles[0].profiles[0].samples.iter().all(|s| s.attribute_indices.is_empty()));
+    }
+
+    #[test]
+    fn otlp_thread_names() {
+        let mut profile = sample_profile();
+        profile.set_thread_name(201, "web;1");
+        let req = request(&profile, &ResourceInfo::default());
+        let dict = req.dictionary.as_ref().unwrap();
+        let p200 = &req.resource_profiles[1].scope_profiles[0].profiles[0];
+        for s in &p200.samples {
+            let attrs: Vec<(String, Option<any_value::Value>)> = s
+                .attribute_indices
+                .iter()
+                .map(|&i| {
+                    let kv = &dict.attribute_table[i as usize];
+                    (dict.string_table[kv.key_strindex as usize].clone(), kv.value.as_ref().and_then(|v| v.value.clone()))
+                })
+                .collect();
+            let tid = attrs.iter().find(|(k, _)| k == "thread.id").and_then(|(_, v)| v.clone());
+            let name = attrs.iter().find(|(k, _)| k == "thread.name").and_then(|(_, v)| v.clone());
+            match tid {
+                Some(any_value::Value::IntValue(201)) => {
+                    assert_eq!(name, Some(any_value::Value::StringValue("web,1".into())), "{attrs:?}")
+                }
+                Some(any_value::Value::IntValue(202)) => assert_eq!(name, None, "{attrs:?}"),
+                other => panic!("unexpected thread.id {other:?}"),
+            }
+        }
     }
 
     #[test]

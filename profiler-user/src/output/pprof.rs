@@ -613,6 +613,24 @@ mod tests {
     }
 
     #[test]
+    fn thread_name_label_beside_thread_id() {
+        let mut profile = sample_profile();
+        profile.set_thread_name(202, "pool-2");
+        let mut out = Vec::new();
+        write_with_timing(&profile, &|key| crate::output::pprof_labels(&profile, key), &Timing::default(), &mut out)
+            .expect("write");
+        let decoded = decode(&out);
+        for (_, _, labels) in &decoded.samples {
+            let get = |k: &str| labels.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+            match get("thread.id") {
+                Some("202") => assert_eq!(get("thread.name"), Some("pool-2"), "{labels:?}"),
+                _ => assert_eq!(get("thread.name"), None, "{labels:?}"),
+            }
+        }
+        assert!(decoded.samples.iter().any(|(_, _, l)| l.contains(&("thread.name".to_string(), "pool-2".to_string()))));
+    }
+
+    #[test]
     fn same_function_different_lines_share_the_function() {
         let mut p = Profile::new();
         let intern = |p: &mut Profile, function: &str, file: &str, line| {

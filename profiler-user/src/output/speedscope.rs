@@ -5,7 +5,8 @@
 //!   omitted when unknown), plus [`super::NO_PYTHON_FRAMES`] if a stack had no Python frames.
 //!   Frames are numbered in order of first use, walking the stacks in sorted order;
 //! - `profiles`: one `"sampled"` profile per process, named `<comm> (pid N)`, or per process
-//!   and thread, named `<comm> (pid N) thread T`, when recording per thread; ordered by pid,
+//!   and thread, named `<comm> (pid N) thread T`, or `<comm> (pid N) thread T (<name>)` when
+//!   the thread's name is known (see [`super::thread_label`]), when recording per thread; ordered by pid,
 //!   then tid (a process's thread-less stacks first);
 //! - in each profile, `samples[i]` is a stack of indices into `shared.frames`, ROOT FIRST, and
 //!   `weights[i]` its sample count; `unit` is `"none"`, `startValue` 0 and `endValue` the sum
@@ -22,7 +23,7 @@ use serde::Serialize;
 
 use crate::aggregate::{FrameId, Profile, StackKey};
 
-use super::{Format, NO_PYTHON_FRAMES, OutputError, process_name};
+use super::{Format, NO_PYTHON_FRAMES, OutputError, process_name, thread_label};
 
 /// The `$schema` every speedscope file declares.
 pub const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
@@ -139,7 +140,8 @@ fn build(profile: &Profile, title: &str) -> File {
             current = Some(owner);
             let mut name = process_name(profile, key.pid);
             if let Some(tid) = key.tid {
-                name.push_str(&format!(" thread {tid}"));
+                name.push(' ');
+                name.push_str(&thread_label(profile, tid));
             }
             profiles.push(SampledProfile {
                 kind: "sampled",
@@ -267,6 +269,29 @@ mod tests {
             })
             .unwrap_or_default();
         assert_eq!(first, ["<module>", "main"]);
+    }
+
+    #[test]
+    fn profiles_carry_thread_names() {
+        let mut profile = sample_profile();
+        profile.set_thread_name(201, "web-1");
+        profile.set_thread_name(202, "evil\"name\n</x>");
+        let json = written(&profile, "t");
+        let names: Vec<String> = json["profiles"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["name"].as_str().map(str::to_string))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "python3 (pid 100)",
+                "gunicorn (pid 200) thread 201 (web-1)",
+                "gunicorn (pid 200) thread 202 (evil\"name </x>)",
+                "[unknown] (pid 300)",
+            ]
+        );
     }
 
     #[test]

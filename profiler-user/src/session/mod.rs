@@ -122,8 +122,8 @@ pub(crate) struct Session {
     retired_overflow: Counters,
     pub(crate) profile: Profile,
     threads: bool,
-    /// With `--threads`: the helper reading thread names off the sampling loop (started with
-    /// discovery).
+    /// With `--threads` or a timeline (`gecko`, `chrometrace`): the helper reading thread
+    /// names off the sampling loop (started with discovery).
     namer: Option<thread_names::ThreadNamer>,
     /// Threads already switched out when the kernel began to watch their process.
     pub(crate) blocked: blocked_at_start::BlockedAtStart,
@@ -434,7 +434,8 @@ impl Session {
         .map_err(|e| RecordError::Runtime(format!("could not start the discovery thread: {e}")))?;
         self.discovery = Some(handle);
         // Started with discovery: after pyperch dropped its capabilities (a single thread then).
-        if self.threads && self.namer.is_none() {
+        // Formats with a timeline show one track per thread, so they name threads too.
+        if (self.threads || self.profile.timeline().is_some()) && self.namer.is_none() {
             self.namer = thread_names::ThreadNamer::start();
         }
         Ok(())
@@ -483,8 +484,8 @@ impl Session {
         }
     }
 
-    /// With `--threads`: gives the name helper the live processes and the profile the names
-    /// it read (never waits for the helper).
+    /// When thread names are read (see `namer`): gives the name helper the live processes and
+    /// the profile the names it read (never waits for the helper).
     fn sync_thread_names(&mut self) {
         let Some(namer) = self.namer.as_mut() else { return };
         if !namer.due() {
