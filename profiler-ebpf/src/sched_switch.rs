@@ -206,15 +206,15 @@ fn switch_in(next: u64) -> (u32, bool) {
 /// (`first_in_ns`), for userspace to charge from the registration on (see
 /// `profiler-user/src/session/blocked_at_start.rs`); one insert, once per thread.
 fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
+    let first_switch_in = || ThreadSwitch { tgid, generation: info.generation, first_in_ns: now(), ..ThreadSwitch::default() };
     let Some(state) = THREAD_SWITCHES.get_ptr_mut(&tid) else {
-        let state = ThreadSwitch { tgid, generation: info.generation, first_in_ns: now(), ..ThreadSwitch::default() };
-        let _ = THREAD_SWITCHES.insert(&tid, &state, 0);
+        let _ = THREAD_SWITCHES.insert(&tid, &first_switch_in(), 0);
         return;
     };
     // SAFETY: as in `switch_out`.
     let state = unsafe { &mut *state };
     if state.generation != info.generation || state.tgid != tgid {
-        *state = ThreadSwitch { tgid, generation: info.generation, first_in_ns: now(), ..ThreadSwitch::default() };
+        *state = first_switch_in();
         return;
     }
     if state.switched_out_ns == 0 {

@@ -37,12 +37,19 @@ pub fn is_current_thread(info: &ProcessInfo, tstate: u64, tid: u32, fsbase: u64)
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn pyperch_is_current_thread(tstate: u64, thread_id: u32, native_thread_id: u32, tid: u32, fsbase: u64) -> i64 {
-    let current = if thread_id != NO_FIELD {
-        fsbase != 0 && read_u64(tstate + thread_id as u64) == fsbase
+    is_current_by(thread_id, native_thread_id, tid, fsbase, |offset| read_u64(tstate + offset as u64)) as i64
+}
+
+/// The rule of [`is_current_thread`], with `field(offset)` reading the thread state's u64 at
+/// `offset` (from the target, or from bytes already read): `thread_id` against fsbase where
+/// the layout has it, else `native_thread_id` against the tid.
+#[inline(always)]
+fn is_current_by(thread_id: u32, native_thread_id: u32, tid: u32, fsbase: u64, field: impl Fn(u32) -> u64) -> bool {
+    if thread_id != NO_FIELD {
+        fsbase != 0 && field(thread_id) == fsbase
     } else {
-        native_thread_id != NO_FIELD && read_u64(tstate + native_thread_id as u64) == tid as u64
-    };
-    current as i64
+        native_thread_id != NO_FIELD && field(native_thread_id) == tid as u64
+    }
 }
 
 pub fn find_thread_state(info: &ProcessInfo, tid: u32, fsbase: u64) -> u64 {
@@ -185,12 +192,9 @@ impl TstateBytes {
     /// [`is_current_thread`] for the thread state these bytes hold.
     #[inline(always)]
     fn is_current_thread(&self, info: &ProcessInfo, tid: u32, fsbase: u64) -> bool {
-        if info.thread.thread_id != NO_FIELD {
-            fsbase != 0 && self.field(self.address, info.thread.thread_id) == fsbase
-        } else {
-            info.thread.native_thread_id != NO_FIELD
-                && self.field(self.address, info.thread.native_thread_id) == tid as u64
-        }
+        is_current_by(info.thread.thread_id, info.thread.native_thread_id, tid, fsbase, |offset| {
+            self.field(self.address, offset)
+        })
     }
 }
 
