@@ -160,6 +160,20 @@ fn read_threads(process: &PythonProcess) -> Option<Vec<ThreadRead>> {
 /// Snapshots waiting to be read, at most; more are not read (counted).
 const MAX_QUEUED: usize = 256;
 
+/// Bytes that the snapshots of one recording may hold in all (each is kept until the end, one
+/// per registered process, so a long whole-host recording would otherwise grow with every
+/// process it meets): once over, further processes are not read (counted as not read).
+const HELD_BUDGET: usize = 32 << 20;
+
+/// The bytes `threads` hold: their entries, frames and the frames' strings.
+fn held_bytes(threads: &[ThreadRead]) -> usize {
+    let frame = |f: &Frame| std::mem::size_of::<Frame>() + f.function.len() + f.file.len();
+    threads
+        .iter()
+        .map(|t| std::mem::size_of::<ThreadRead>() + t.frames.as_deref().map_or(0, |fs| fs.iter().map(frame).sum()))
+        .sum()
+}
+
 /// One snapshot to take.
 struct Request {
     process: PythonProcess,
@@ -180,8 +194,10 @@ impl Worker {
         std::thread::Builder::new()
             .name("pyperch-blocked".into())
             .spawn(move || {
+                let mut held = 0usize;
                 for Request { process, generation, registered_ns } in asked {
-                    let threads = read_threads(&process);
+                    let threads = if held < HELD_BUDGET { read_threads(&process) } else { None };
+                    held = held.saturating_add(threads.as_deref().map_or(0, held_bytes));
                     let taken_ns = crate::loader::monotonic_ns();
                     let snapshot = Snapshot { pid: process.pid, generation, registered_ns, taken_ns, threads };
                     if send.send(snapshot).is_err() {
@@ -207,7 +223,8 @@ pub(crate) struct BlockedAtStart {
     pub(crate) woke_before_read: u64,
     pub(crate) not_read: u64,
     pub(crate) ended: u64,
-    /// Processes whose snapshot failed, was not taken (queue full) or was not done by the end.
+    /// Processes whose snapshot failed, was not taken (queue full or `HELD_BUDGET` spent) or
+    /// was not done by the end.
     pub(crate) processes_not_read: u64,
 }
 
@@ -329,6 +346,14 @@ mod tests {
         assert_eq!(verdict(R, S, E, &thread(false, None), FirstSwitch::None, true), Verdict::Dropped(Dropped::NotRead));
         assert_eq!(verdict(R, S, E, &thread(false, None), FirstSwitch::In(S + 1), true), Verdict::Dropped(Dropped::NotRead));
         assert_eq!(verdict(R, S, E, &thread(false, Some(0)), FirstSwitch::None, true), Verdict::Nothing);
+    }
+
+    #[test]
+    fn held_bytes_count_frames_and_their_strings() {
+        let empty = held_bytes(&[thread(false, None)]);
+        assert_eq!(empty, std::mem::size_of::<ThreadRead>());
+        let two = held_bytes(&[thread(false, Some(2))]);
+        assert_eq!(two, empty + 2 * (std::mem::size_of::<Frame>() + "f".len() + "f.py".len()));
     }
 
     #[test]
