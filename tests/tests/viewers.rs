@@ -79,6 +79,50 @@ fn dom_and_screenshot(url: &str, png: &Path, work_dir: &Path) -> Result<String, 
     Ok(dom)
 }
 
+/// The rendered DOM of `url` once it contains `needle`: a web app that fetches and imports a
+/// file (speedscope) renders after a time that depends on the machine's load, so the DOM is
+/// dumped after 5 s of Chromium's virtual time and, while `needle` is missing, again after 15
+/// and 30 s. When it never appears the last DOM is kept at `target/tmp/viewers/<name>.dom.html`
+/// and the error shows its text, so that a failure says what the viewer showed instead.
+fn rendered_dom_with(url: &str, needle: &str, name: &str, work_dir: &Path) -> Result<String, String> {
+    let mut dom = String::new();
+    for budget_ms in [5_000, 15_000, 30_000] {
+        dom = chromium(url, &[format!("--virtual-time-budget={budget_ms}").as_str(), "--dump-dom"], work_dir)?;
+        if dom.contains(needle) {
+            return Ok(dom);
+        }
+        note(format!("{name}: no {needle} in the DOM after {budget_ms} ms of virtual time"));
+    }
+    let kept = screenshot_dir().join(format!("{name}.dom.html"));
+    let _ = fs::write(&kept, &dom);
+    let text: String = visible_text(&dom).chars().take(1500).collect();
+    Err(format!("{name}: the page never showed {needle} (DOM kept at {}); its text: {text}", kept.display()))
+}
+
+/// The text of an HTML document without its tags, scripts and styles, whitespace collapsed.
+fn visible_text(html: &str) -> String {
+    let mut out = String::new();
+    let mut rest = html;
+    while let Some(open) = rest.find('<') {
+        out.push_str(&rest[..open]);
+        out.push(' ');
+        let tag = &rest[open..];
+        let skip_to = ["<script", "<style"]
+            .iter()
+            .find(|t| tag.starts_with(**t))
+            .and_then(|t| tag.find(&format!("</{}", &t[1..])))
+            .unwrap_or(0);
+        match tag[skip_to..].find('>') {
+            Some(close) => rest = &tag[skip_to + close + 1..],
+            None => {
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// Chromium, or why the test skips.
 fn have_chromium() -> bool {
     if Path::new(CHROMIUM).is_file() {
@@ -227,9 +271,8 @@ fn viewers_speedscope_json_in_speedscope() {
     assert!(!comm.is_empty() && names.contains(&main.as_str()), "no profile named {main:?}: {names:?}");
     let server = serve_with_speedscope(&app, &dir.host_path(""), &[("profile.speedscope.json", &json)])
         .unwrap_or_else(|e| panic!("{e}"));
-    let dom = chromium(&server.speedscope_url("profile.speedscope.json", "sandwich"), &["--virtual-time-budget=5000", "--dump-dom"], &dir.host_path(""))
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(dom.contains(WORK), "speedscope's function table has no {WORK}");
+    let dom = rendered_dom_with(&server.speedscope_url("profile.speedscope.json", "sandwich"), WORK, "speedscope-sandwich", &dir.host_path(""))
+        .unwrap_or_else(|e| panic!("speedscope's function table has no {WORK}: {e}"));
     assert!(dom.contains(&main), "speedscope does not show the profile name {main:?}");
     let png = screenshot_dir().join("speedscope.png");
     dom_and_screenshot(&server.speedscope_url("profile.speedscope.json", "left-heavy"), &png, &dir.host_path(""))
@@ -382,9 +425,8 @@ fn viewers_gecko_profile_schema_and_speedscope() {
     let envelope = serde_json::to_vec(&envelope).expect("JSON");
     let server = serve_with_speedscope(&app, &dir.host_path(""), &[("firefox-export.json", &envelope)])
         .unwrap_or_else(|e| panic!("{e}"));
-    let dom = chromium(&server.speedscope_url("firefox-export.json", "sandwich"), &["--virtual-time-budget=5000", "--dump-dom"], &dir.host_path(""))
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(dom.contains(WORK), "speedscope's import of the gecko profile has no {WORK}");
+    rendered_dom_with(&server.speedscope_url("firefox-export.json", "sandwich"), WORK, "gecko-in-speedscope-sandwich", &dir.host_path(""))
+        .unwrap_or_else(|e| panic!("speedscope's import of the gecko profile has no {WORK}: {e}"));
     let png = screenshot_dir().join("gecko-in-speedscope.png");
     dom_and_screenshot(&server.speedscope_url("firefox-export.json", "left-heavy"), &png, &dir.host_path(""))
         .unwrap_or_else(|e| panic!("{e}"));
