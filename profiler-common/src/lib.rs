@@ -262,8 +262,12 @@ pub mod counter {
     pub const NOT_HANDLING_EXCEPTION: u32 = 10;
     /// `--mode exception`: samples dropped because the version's exception state is unknown.
     pub const EXCEPTION_UNKNOWN: u32 = 11;
+    /// `--kernel` with off-CPU time: switch-outs whose kernel stack could not be kept (the
+    /// stack map's slot held another stack, or the map was full); their interval is charged
+    /// without kernel frames.
+    pub const OFF_CPU_NO_KERNEL_STACK: u32 = 12;
     /// Number of slots.
-    pub const SLOTS: u32 = 12;
+    pub const SLOTS: u32 = 13;
 }
 
 /// Kinds of records in the `SAMPLES` ring buffer; every record starts with a `SampleHeader`
@@ -304,7 +308,9 @@ pub struct OffCpuInterval {
     pub switched_out_ns: u64,
     /// One of `off_cpu_reason`.
     pub reason: u32,
-    pub _pad: u32,
+    /// `--kernel`: the kernel stack where the thread blocked, as its id in the kernel's
+    /// `OFF_CPU_KERNEL_STACKS` map plus one; 0 when there is none.
+    pub kernel_stack: u32,
 }
 
 /// Per-thread state of the scheduler-switch programs (kernel map `THREAD_SWITCHES`, by tid).
@@ -320,7 +326,8 @@ pub struct ThreadSwitch {
     pub generation: u32,
     /// One of `off_cpu_reason`, for the pending interval.
     pub reason: u32,
-    pub _pad: u32,
+    /// `OffCpuInterval::kernel_stack` of the pending interval.
+    pub kernel_stack: u32,
     /// When the thread's first switch seen under this registration was a switch-in (it was
     /// already switched out when its process was registered): the time of that switch-in.
     /// 0 when its first switch seen was a switch-out (it was running). No entry for the

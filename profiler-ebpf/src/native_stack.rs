@@ -52,6 +52,13 @@ struct NativeScratch {
 #[map]
 static NATIVE_SCRATCH: PerCpuArray<NativeScratch> = PerCpuArray::with_max_entries(1, 0);
 
+/// Whether `--kernel` asked for kernel stacks (also kept for off-CPU intervals).
+#[inline(always)]
+pub fn kernel_stacks_wanted() -> bool {
+    // SAFETY: a plain read of a global the loader froze.
+    unsafe { core::ptr::read_volatile(&KERNEL_STACK) != 0 }
+}
+
 /// Whether records need native context at all.
 #[inline(always)]
 fn enabled() -> (u64, bool) {

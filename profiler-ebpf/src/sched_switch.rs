@@ -6,7 +6,8 @@
 //!   program's walk, and kept in `OFF_CPU_RECORDS` with the time and the reason (preempted
 //!   while runnable: `preempt` or `prev_state == TASK_RUNNING`; otherwise asleep, and asleep
 //!   waiting for the GIL when `gil::waiting_for_gil` says so). The stack cannot change while
-//!   the thread is off a CPU, so it is the stack of the whole interval.
+//!   the thread is off a CPU, so it is the stack of the whole interval. With `--kernel`, the
+//!   kernel stack where it left (`OFF_CPU_KERNEL_STACKS`) goes with it, by id.
 //! - `next` of a registered process with a pending switch-out: the interval ends now; its
 //!   length is written into the kept record, which is sent. Intervals shorter than
 //!   `MIN_OFF_CPU_NS` are not sent; their time is summed per thread (`THREAD_SWITCHES`) and
@@ -31,8 +32,8 @@ use core::ffi::c_void;
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{map, raw_tracepoint},
-    maps::LruHashMap,
-    programs::RawTracePointContext,
+    maps::{LruHashMap, StackTrace},
+    programs::{RawTracePointContext, tracing::StackIdContext},
 };
 use profiler_common::{
     FRAME_ENTRY_SIZE, FrameEntry, MAX_FULL_FRAMES, OffCpuInterval, SAMPLE_HEADER_SIZE, ThreadSwitch, counter,
@@ -41,6 +42,7 @@ use profiler_common::{
 
 use crate::gil::waiting_for_gil;
 use crate::maps::{PROCESSES, bump, output_record};
+use crate::native_stack::kernel_stacks_wanted;
 use crate::switch_filter;
 use crate::sampling::{Record, walk_current_stack};
 
@@ -68,6 +70,13 @@ pub static THREAD_SWITCHES: LruHashMap<u32, ThreadSwitch> = LruHashMap::with_max
 #[map]
 static OFF_CPU_RECORDS: LruHashMap<u32, Record> = LruHashMap::with_max_entries(8192, 0);
 
+/// `--kernel`: the kernel stacks where registered threads blocked, each kept once (ids are
+/// stable: a slot that holds another stack is never overwritten, the switch-out goes without
+/// one and is counted in `counter::OFF_CPU_NO_KERNEL_STACK`). The loader sizes it (one entry
+/// without `--kernel`); userspace reads a stack by the id an interval carries.
+#[map]
+static OFF_CPU_KERNEL_STACKS: StackTrace = StackTrace::with_max_entries(1, 0);
+
 /// `TASK_DEAD` in `prev_state`: the thread's last switch-out, on its way out of `do_exit`.
 /// It starts no interval (nothing will switch it back in); its entries are freed instead.
 const TASK_DEAD: u32 = 0x80;
@@ -86,7 +95,7 @@ pub fn pyperch_sched_switch(ctx: RawTracePointContext) -> i32 {
         if prev_state as u32 & TASK_DEAD != 0 {
             forget_thread(prev_tid);
         } else {
-            switch_out(preempt as u8 != 0 || prev_state as u32 == 0);
+            switch_out(&ctx, preempt as u8 != 0 || prev_state as u32 == 0);
         }
     }
     let next: u64 = ctx.arg(2);
@@ -102,7 +111,7 @@ fn now() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-fn switch_out(preempt: bool) {
+fn switch_out(ctx: &RawTracePointContext, preempt: bool) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     // SAFETY: the map value is only read, and the kernel keeps it alive for this run.
@@ -125,6 +134,7 @@ fn switch_out(preempt: bool) {
         note_running(info, tgid, tid);
         return;
     }
+    let kernel_stack = blocking_kernel_stack(ctx);
     if let Some(state) = THREAD_SWITCHES.get_ptr_mut(&tid) {
         // SAFETY: a map value; only this thread's own switches write it, and a thread is
         // switched on one CPU at a time.
@@ -138,9 +148,26 @@ fn switch_out(preempt: bool) {
         }
         state.switched_out_ns = now;
         state.reason = reason;
+        state.kernel_stack = kernel_stack;
     } else {
-        let state = ThreadSwitch { switched_out_ns: now, short_ns: 0, tgid, generation: info.generation, reason, _pad: 0, first_in_ns: 0 };
+        let state = ThreadSwitch { switched_out_ns: now, short_ns: 0, tgid, generation: info.generation, reason, kernel_stack, first_in_ns: 0 };
         let _ = THREAD_SWITCHES.insert(&tid, &state, 0);
+    }
+}
+
+/// `--kernel`: the kernel stack of the thread switching out (where it blocked, or was
+/// preempted), as its `OFF_CPU_KERNEL_STACKS` id plus one; 0 without `--kernel` or when it
+/// could not be kept (counted).
+fn blocking_kernel_stack(ctx: &RawTracePointContext) -> u32 {
+    if !kernel_stacks_wanted() {
+        return 0;
+    }
+    match ctx.get_stackid(&OFF_CPU_KERNEL_STACKS, 0) {
+        Ok(id) if id >= 0 && id < u32::MAX as i64 => id as u32 + 1,
+        _ => {
+            bump(counter::OFF_CPU_NO_KERNEL_STACK);
+            0
+        }
     }
 }
 
@@ -226,7 +253,7 @@ fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
         short_ns: state.short_ns,
         switched_out_ns: state.switched_out_ns,
         reason: state.reason,
-        _pad: 0,
+        kernel_stack: state.kernel_stack,
     };
     state.switched_out_ns = 0;
     // SAFETY: a frozen load-time constant.

@@ -280,6 +280,12 @@ const TRACEPOINT_PROGRAMS: [&str; 3] = [PROCESS_EVENT_PROGRAM, PROCESS_EXEC_PROG
 /// The scheduler-switch program (`--mode wall/off-cpu`), on the `sched_switch` tracepoint.
 const SWITCH_PROGRAM: &str = "pyperch_sched_switch";
 
+/// `--kernel` with off-CPU time: the map of kernel stacks where threads blocked, and its
+/// number of slots (each 1 KiB: 16 MiB). A stack whose slot holds another one is not kept
+/// (counted), so the slots are many more than the distinct blocking stacks of a host.
+const OFF_CPU_KERNEL_STACKS: &str = "OFF_CPU_KERNEL_STACKS";
+const OFF_CPU_KERNEL_STACK_SLOTS: u32 = 16384;
+
 /// The scheduler tracepoints that count changes to the set of processes, and the program
 /// attached to each (the exit program also frees the slot of a registered process).
 const PROCESS_TRACEPOINTS: [(&str, &str); 3] = [
@@ -299,6 +305,8 @@ pub struct KernelCounters {
     pub off_cpu_intervals: u64,
     pub off_cpu_short: u64,
     pub off_cpu_lost: u64,
+    /// `--kernel`: switch-outs whose kernel stack could not be kept (charged without it).
+    pub off_cpu_no_kernel_stack: u64,
     /// `--mode gil`: samples dropped as not the GIL's holder / of versions that cannot tell.
     pub not_gil_holder: u64,
     pub gil_unknown: u64,
@@ -325,6 +333,7 @@ impl KernelProgram {
         let exception_only = u64::from(time.mode == crate::time_mode::TimeMode::Exception);
         let stack_bytes = u64::from(native.stack_bytes.min(profiler_common::MAX_NATIVE_STACK_BYTES as u32));
         let kernel_stack = u64::from(native.kernel);
+        let kernel_stack_slots = if native.kernel && time.mode.off_cpu() { OFF_CPU_KERNEL_STACK_SLOTS } else { 1 };
         let bench_stop = bench_stop_after();
         let offsets = kernel_offsets()?;
         let slots = process_slots();
@@ -344,6 +353,7 @@ impl KernelProgram {
             .override_global("KERNEL_STACK", &kernel_stack, true)
             .override_global("BENCH_STOP_AFTER", &bench_stop, true)
             .map_max_entries("PROCESSES", slots)
+            .map_max_entries(OFF_CPU_KERNEL_STACKS, kernel_stack_slots)
             .load(KERNEL_PROGRAM)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let walk = Walk::for_this_kernel();
@@ -453,6 +463,16 @@ impl KernelProgram {
                 (tid, state, record)
             })
             .collect()
+    }
+
+    /// `--kernel`: the kernel stack that an off-CPU interval's `kernel_stack` names (its id
+    /// plus one), return addresses leaf first; `None` when the map has no such stack. A kept
+    /// stack is never replaced, so an id names one stack for the whole recording.
+    pub fn off_cpu_kernel_stack(&self, kernel_stack: u32) -> Option<Vec<u64>> {
+        let id = kernel_stack.checked_sub(1)?;
+        let map = aya::maps::StackTraceMap::try_from(self.ebpf.map(OFF_CPU_KERNEL_STACKS)?).ok()?;
+        let trace = map.get(&id, 0).ok()?;
+        Some(trace.frames().iter().map(|f| f.ip).filter(|&ip| ip != 0).collect())
     }
 
     /// Attaches to the CPU clock of the given processes only (every thread of each, and the
@@ -632,6 +652,7 @@ impl Registry {
             off_cpu_intervals: self.counter_sum(counter::OFF_CPU_INTERVALS),
             off_cpu_short: self.counter_sum(counter::OFF_CPU_SHORT),
             off_cpu_lost: self.counter_sum(counter::OFF_CPU_LOST),
+            off_cpu_no_kernel_stack: self.counter_sum(counter::OFF_CPU_NO_KERNEL_STACK),
             not_gil_holder: self.counter_sum(counter::NOT_GIL_HOLDER),
             gil_unknown: self.counter_sum(counter::GIL_UNKNOWN),
             not_handling_exception: self.counter_sum(counter::NOT_HANDLING_EXCEPTION),

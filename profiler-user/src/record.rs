@@ -399,6 +399,13 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
             kernel.off_cpu_intervals, kernel.off_cpu_short, kernel.off_cpu_lost
         );
     }
+    if kernel.off_cpu_no_kernel_stack + session.kernel_stacks.missing > 0 || (session.off_cpu_kernel_stacks() && kernel.off_cpu_intervals > 0) {
+        let _ = writeln!(
+            s,
+            "  kernel stacks of off-CPU intervals (--kernel): {} switch-outs without one (the stack map's slot held another stack, or it was full), {} intervals whose stack was not found; those are shown without kernel frames",
+            kernel.off_cpu_no_kernel_stack, session.kernel_stacks.missing
+        );
+    }
     if kernel.not_gil_holder + kernel.gil_unknown > 0 {
         let _ = writeln!(
             s,

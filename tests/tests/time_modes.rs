@@ -36,10 +36,13 @@ const SECONDS: f64 = 6.0;
 /// thread's wall time well under 1 %.
 const RATE: &str = "999";
 
-/// One thread of the profile: its stacks (Python frames by name, leaf last) and values (ns).
+/// One thread of the profile: its stacks (Python frames by name, leaf last, down to the
+/// `<off-cpu: ...>` frame if any) and values (ns); with `--kernel`, each off-CPU stack's kernel
+/// frames (above that frame, root first) in `kernel`, index for index.
 #[derive(Default, Debug)]
 struct ThreadTime {
     stacks: Vec<(Vec<String>, u64)>,
+    kernel: Vec<Vec<String>>,
 }
 
 impl ThreadTime {
@@ -71,8 +74,14 @@ fn threads_of(profile: &Profile, pid: u32) -> BTreeMap<u32, ThreadTime> {
     let mut threads: BTreeMap<u32, ThreadTime> = BTreeMap::new();
     for stack in profile.for_pid(pid).stacks {
         let Some(tid) = stack.tid() else { continue };
-        let names = stack.python_frames().into_iter().map(|f| f.name).collect();
-        threads.entry(tid).or_default().stacks.push((names, stack.count));
+        let mut names: Vec<String> = stack.python_frames().into_iter().map(|f| f.name).collect();
+        let kernel = match names.iter().position(|n| n.starts_with("<off-cpu: ")) {
+            Some(marker) => names.split_off(marker + 1),
+            None => Vec::new(),
+        };
+        let thread = threads.entry(tid).or_default();
+        thread.stacks.push((names, stack.count));
+        thread.kernel.push(kernel);
     }
     threads
 }
@@ -264,9 +273,14 @@ fn wall_sid_3_15() {
 
 /// Off-CPU mode: nothing but off-CPU stacks, and the same exact waiting times.
 fn off_cpu(label: &str) {
-    let Some(running) = spawn_plain(label) else { return };
+    off_cpu_with(label, &[]);
+}
+
+/// `off_cpu` with `extra` flags for pyperch; returns the workload's threads.
+fn off_cpu_with(label: &str, extra: &[&str]) -> Option<(BTreeMap<u32, ThreadTime>, String)> {
+    let running = spawn_plain(label)?;
     let describe = running.describe.clone();
-    let (rec, m, pid) = record_workload(running, "off-cpu", &[]);
+    let (rec, m, pid) = record_workload(running, "off-cpu", extra);
     let d = rec.diag_pid(pid);
     let threads = threads_of(&rec.profile, pid);
     for (tid, t) in &threads {
@@ -284,6 +298,7 @@ fn off_cpu(label: &str) {
     let spin_off = secs(spinner.of("spin_part", None));
     let spin_wall = measured(&m, "spin_sleep", "spin_part");
     assert!(spin_off < spin_wall * 0.6, "{describe}: spin_part has {spin_off:.3} s off-CPU of {spin_wall:.3} s wall{d}");
+    Some((threads, d))
 }
 
 #[test]
@@ -299,6 +314,54 @@ fn off_cpu_3_12() {
 #[test]
 fn off_cpu_sid_3_15() {
     off_cpu("sid-3.15");
+}
+
+/// `--mode off-cpu --kernel`: the same exact times on the same Python stacks, and above each
+/// interval's `<off-cpu: ...>` frame the kernel stack where the thread was switched out,
+/// root first, each frame a `_[k]` one, ending in the scheduler and with none of the tracing
+/// that took it: `time.sleep` blocked in the kernel's nanosleep, `os.read` in the pipe's
+/// read, the lock in a futex wait (at least 95 % of each function's `<off-cpu: sleep>` time:
+/// a wait can end in another kernel path, as a GIL hand-over, but not often).
+#[test]
+fn off_cpu_kernel_stacks_3_12() {
+    let Some((threads, d)) = off_cpu_with("3.12", &["--kernel"]) else { return };
+    let mut with_kernel = 0u64;
+    let mut off_total = 0u64;
+    for t in threads.values() {
+        for ((frames, n), kernel) in t.stacks.iter().zip(&t.kernel) {
+            if frames.last().is_none_or(|leaf| leaf == "<off-cpu: short>") {
+                continue;
+            }
+            off_total += n;
+            if kernel.is_empty() {
+                continue;
+            }
+            with_kernel += n;
+            assert!(kernel.iter().all(|k| k.ends_with("_[k]")), "not all kernel frames: {kernel:?}{d}");
+            assert!(!kernel.iter().any(|k| k.starts_with("bpf_") || k.starts_with("__traceiter_")), "tracing frames shown: {kernel:?}{d}");
+            let leaf = kernel.last().map(String::as_str).unwrap_or_default();
+            assert!(leaf.contains("schedule"), "the leaf kernel frame is not the scheduler: {kernel:?}{d}");
+        }
+    }
+    assert!(
+        with_kernel as f64 >= 0.99 * off_total as f64,
+        "only {with_kernel} of {off_total} ns of off-CPU time have kernel frames{d}"
+    );
+    for (function, kernel_function) in [("sleep_part", "nanosleep"), ("read_pipe", "pipe_read"), ("wait_lock", "futex")] {
+        let t = thread_with(&threads, function, &d);
+        let slept = t.stacks.iter().zip(&t.kernel).filter(|((f, _), _)| {
+            f.iter().any(|x| x == function) && f.last().is_some_and(|l| l == "<off-cpu: sleep>")
+        });
+        let (mut total, mut found) = (0u64, 0u64);
+        for ((_, n), kernel) in slept {
+            total += n;
+            if kernel.iter().any(|k| k.contains(kernel_function)) {
+                found += n;
+            }
+        }
+        note(format!("{function}: {:.1} % of its sleep in a kernel function named *{kernel_function}*", 100.0 * found as f64 / total.max(1) as f64));
+        assert!(total > 0 && found as f64 >= 0.95 * total as f64, "{function}: {found} of {total} ns asleep in *{kernel_function}*{d}");
+    }
 }
 
 /// CPU mode (the default) is unchanged: samples of running threads only, counted not timed.

@@ -19,6 +19,12 @@ use crate::{
 /// Frame names cached per process (by address), before the cache is emptied.
 const MAX_CACHED_ADDRESSES: usize = 1 << 16;
 
+/// Kernel functions of the tracing machinery that runs pyperch's own programs (BPF programs
+/// and their trampolines, a tracepoint's dispatch), as opposed to the traced thread's code.
+fn is_tracing_function(name: &str) -> bool {
+    name.starts_with("bpf_") || name.starts_with("__bpf_") || name.starts_with("__traceiter_") || name.starts_with("trace_call_bpf")
+}
+
 /// The profile is at its byte budget and a new frame was needed.
 pub struct ProfileFull;
 
@@ -201,6 +207,25 @@ impl NativeSampler {
             self.names.insert(address, (id, is_eval));
         }
         Ok((id, is_eval))
+    }
+
+    /// `--kernel` with off-CPU time: pushes onto `stack` (root first) the kernel frames of
+    /// `leaf_first`, the kernel stack where a thread was switched out, root first: from the
+    /// system call's entry down to the scheduler. The leaf-side frames of the tracing that
+    /// took the stack (the BPF program and the tracepoint's dispatch) are left out: they are
+    /// pyperch's, not the thread's.
+    pub fn push_blocked_kernel_frames(&mut self, leaf_first: &[u64], profile: &mut Profile, stack: &mut Vec<FrameId>) -> Result<(), ProfileFull> {
+        let tracing = leaf_first
+            .iter()
+            .take_while(|&&address| {
+                self.context.kallsyms.as_ref().and_then(|k| k.symbol(address)).is_some_and(|name| is_tracing_function(name))
+            })
+            .count();
+        for &address in leaf_first[tracing..].iter().rev() {
+            let id = self.kernel_frame(address, profile)?;
+            stack.push(id);
+        }
+        Ok(())
     }
 
     /// The frame of a kernel address: `function_[k]` (inferno colours the suffix).

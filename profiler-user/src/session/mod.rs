@@ -8,6 +8,7 @@ mod cache_budget;
 mod discoverer;
 mod event_loop;
 mod native_hold;
+mod off_cpu_kernel;
 mod target;
 mod thread_names;
 
@@ -146,6 +147,8 @@ pub(crate) struct Session {
     /// Bytes of records held by all processes while their native files are read
     /// (`native_hold`).
     held_bytes: usize,
+    /// `--kernel` with off-CPU time: the kernel stacks where threads blocked, by id.
+    pub(crate) kernel_stacks: off_cpu_kernel::KernelStacks,
 }
 
 /// What is kept of a target that is no longer profiled; the rest is freed here.
@@ -189,6 +192,7 @@ impl Session {
             discovery_stats: Arc::default(),
             native: None,
             held_bytes: 0,
+            kernel_stacks: Default::default(),
             async_stacks: false,
         }
     }
@@ -201,14 +205,22 @@ impl Session {
         self.profile.set_time_mode(mode);
     }
 
+    /// `--kernel` in an off-CPU mode: off-CPU intervals carry the kernel stack where the
+    /// thread blocked.
+    pub(crate) fn off_cpu_kernel_stacks(&self) -> bool {
+        self.time_mode.off_cpu() && self.native.as_ref().is_some_and(|n| n.options.kernel)
+    }
+
     /// In the off-CPU modes, starts reading the stacks of the threads of every registered
     /// process, which the kernel watches since `registered_ns`, for the waits that began
-    /// before (see `blocked_at_start`). Python frames only: not with native frames or asyncio
-    /// task stacks.
+    /// before (see `blocked_at_start`). Python frames only: not with native user frames
+    /// (`--native`) or asyncio task stacks; with `--kernel` alone such a wait is shown without
+    /// kernel frames (where it blocked was not seen).
     /// Processes that discovery registers from now on are read likewise, from their
     /// registration (`DiscoveryEvent::Registered`).
     pub(crate) fn read_blocked_threads(&mut self, registered_ns: u64) {
-        if !self.time_mode.off_cpu() || self.native.is_some() || self.async_stacks {
+        let user_native = self.native.as_ref().is_some_and(|n| n.options.stack_bytes != 0);
+        if !self.time_mode.off_cpu() || user_native || self.async_stacks {
             return;
         }
         self.blocked.enable();
@@ -249,7 +261,7 @@ impl Session {
                         short_ns: short,
                         switched_out_ns: state.switched_out_ns,
                         reason: state.reason,
-                        _pad: 0,
+                        kernel_stack: state.kernel_stack,
                     };
                     let end = at + std::mem::size_of::<OffCpuInterval>();
                     if bytes.len() < end {
@@ -578,7 +590,7 @@ impl Session {
             record_kind::CPU_SAMPLE | record_kind::CPU_SAMPLE_NATIVE if !self.time_mode.on_cpu() => return,
             record_kind::CPU_SAMPLE | record_kind::CPU_SAMPLE_NATIVE => {
                 let value = if self.time_mode.in_nanoseconds() { self.period_ns } else { 1 };
-                Charge { value, leaf: gc_leaf(&header) }
+                Charge::new(value, gc_leaf(&header))
             }
             record_kind::OFF_CPU if self.time_mode.off_cpu() => {
                 let Some(interval) = off_cpu_trailer(&header, &bytes[SAMPLE_HEADER_SIZE..]) else {
@@ -587,7 +599,8 @@ impl Session {
                 };
                 let leaf = off_cpu_leaf(interval.reason);
                 self.add_short_off_cpu(header.tgid, header.generation, header.tid, interval.short_ns);
-                Charge { value: interval.off_ns, leaf: Some(leaf) }
+                let kernel = self.kernel_stacks.get(&self.kernel, interval.kernel_stack);
+                Charge { value: interval.off_ns, leaf: Some(leaf), kernel }
             }
             _ => {
                 self.malformed_records += 1;
@@ -602,7 +615,7 @@ impl Session {
         if header.kind == record_kind::CPU_SAMPLE_NATIVE {
             if let Some(target) = self.targets.get_mut(&header.tgid).filter(|t| t.generation == header.generation) {
                 let waiting = target.native_waiting();
-                if target.held.hold(bytes, charge, waiting, &mut self.held_bytes) {
+                if target.held.hold(bytes, charge.clone(), waiting, &mut self.held_bytes) {
                     target.counters.native_held += 1;
                     return;
                 }
@@ -655,6 +668,7 @@ impl Session {
             return;
         };
         let (reads, read_bytes) = (memory::READS.load(Relaxed), memory::BYTES_READ.load(Relaxed));
+        let value = charge.value;
         let outcome = target.process_sample(&header, &bytes[SAMPLE_HEADER_SIZE..], &mut self.profile, self.threads, charge);
         register_running_task(&self.kernel, target);
         target.counters.count(outcome);
@@ -664,9 +678,9 @@ impl Session {
         if header.kind == record_kind::OFF_CPU {
             target.counters.off_cpu_intervals += 1;
             if outcome == SampleOutcome::Ok {
-                target.counters.off_cpu_ns += charge.value;
+                target.counters.off_cpu_ns += value;
             } else {
-                target.counters.off_cpu_dropped_ns += charge.value;
+                target.counters.off_cpu_dropped_ns += value;
             }
         }
         target.counters.ring_bytes += bytes.len() as u64;
@@ -733,7 +747,7 @@ mod tests {
     /// malformed (`None`), and a forged `n_full` cannot read past the body.
     #[test]
     fn off_cpu_trailer_follows_the_full_frames() {
-        let interval = OffCpuInterval { off_ns: 7_000_000, short_ns: 5, switched_out_ns: 9, reason: off_cpu_reason::PREEMPTED, _pad: 0 };
+        let interval = OffCpuInterval { off_ns: 7_000_000, short_ns: 5, switched_out_ns: 9, reason: off_cpu_reason::PREEMPTED, kernel_stack: 0 };
         let mut body = vec![0u8; 2 * FRAME_ENTRY_SIZE];
         // SAFETY: OffCpuInterval is plain data of FRAME_ENTRY_SIZE bytes.
         let bytes: [u8; FRAME_ENTRY_SIZE] = unsafe { std::mem::transmute(interval) };

@@ -79,23 +79,23 @@ mod tests {
 
     #[test]
     fn holds_while_waiting_then_never_again() {
-        let charge = Charge { value: 1, leaf: None };
+        let charge = Charge::new(1, None);
         let mut total = 0;
         let mut h = HeldSamples::default();
-        assert!(h.hold(&[1; 10], charge, true, &mut total));
-        assert!(h.hold(&[2; 10], charge, true, &mut total));
+        assert!(h.hold(&[1; 10], charge.clone(), true, &mut total));
+        assert!(h.hold(&[2; 10], charge.clone(), true, &mut total));
         assert_eq!(total, 20);
         assert!(!h.due(true));
         assert!(h.due(false));
         // Ready: the next record is not held, and the held ones come out in order.
-        assert!(!h.hold(&[3; 10], charge, false, &mut total));
+        assert!(!h.hold(&[3; 10], charge.clone(), false, &mut total));
         let taken: Vec<u8> = h.take(&mut total).into_iter().map(|(r, _)| r[0]).collect();
         assert_eq!(taken, vec![1, 2]);
         assert_eq!(total, 0);
-        assert!(!h.hold(&[4; 10], charge, true, &mut total), "holding is over for good");
+        assert!(!h.hold(&[4; 10], charge.clone(), true, &mut total), "holding is over for good");
         // Over the session-wide bound: not held.
         let mut other = HeldSamples::default();
         let mut full = MAX_HELD_BYTES;
-        assert!(!other.hold(&[5; 10], charge, true, &mut full));
+        assert!(!other.hold(&[5; 10], charge.clone(), true, &mut full));
     }
 }

@@ -74,12 +74,21 @@ pub(crate) struct Target {
 }
 
 /// What one record is worth in the profile: its value (1 sample, the sampling period, or an
-/// off-CPU interval in nanoseconds) and the frame added below its Python frames, if any
-/// (`<off-cpu: sleep>`...).
-#[derive(Clone, Copy, Debug)]
+/// off-CPU interval in nanoseconds), the frame added below its Python frames, if any
+/// (`<off-cpu: sleep>`...), and with `--kernel` the kernel stack where an off-CPU interval
+/// blocked (return addresses leaf first), shown above that frame.
+#[derive(Clone, Debug)]
 pub(crate) struct Charge {
     pub(crate) value: u64,
     pub(crate) leaf: Option<&'static str>,
+    pub(crate) kernel: Option<Arc<[u64]>>,
+}
+
+impl Charge {
+    /// A record worth `value`, with `leaf` below its Python frames and no kernel stack.
+    pub(crate) fn new(value: u64, leaf: Option<&'static str>) -> Self {
+        Charge { value, leaf, kernel: None }
+    }
 }
 
 /// Whether samples of this process get asyncio task stacks.
@@ -458,6 +467,11 @@ impl Target {
             match profile.try_intern(name) {
                 Some(id) => stack.push(id),
                 None => result = Err(FrameError::ProfileFull),
+            }
+        }
+        if let (Ok(()), Some(kernel), Some(native)) = (&result, charge.kernel.as_deref(), self.native.as_mut()) {
+            if native.push_blocked_kernel_frames(kernel, profile, &mut stack).is_err() {
+                result = Err(FrameError::ProfileFull);
             }
         }
         let outcome = match result {
