@@ -170,6 +170,7 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     let scope = if options.pids.is_empty() { Scope::Host } else { Scope::Pids(options.pids.iter().copied().collect()) };
     let mut session = Session::new(kernel, scope, options.filter.clone(), options.threads);
     session.set_time_mode(options.time.mode, options.rate);
+    session.set_min_off_cpu(options.time.min_off_cpu);
     session.profile.set_budget(AGENT_INTERVAL_BUDGET);
     session.profile.set_line_numbers(options.line_numbers);
     if options.native.any() {
@@ -217,6 +218,8 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         interval_number += 1;
         // The whole interval (frames, stacks) leaves the session here and is freed once
         // encoded; the next interval interns afresh.
+        // Waits still going on are charged up to now: each profile holds the time of its period.
+        session.charge_pending_off_cpu(crate::loader::monotonic_ns());
         let mut part = session.take_interval();
         part.set_timing(Timing {
             start: interval_start,

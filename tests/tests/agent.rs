@@ -15,6 +15,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
+    fs,
     io::{BufRead, BufReader},
     process::{Child, Command, ExitStatus, Stdio},
     sync::{Arc, Mutex},
@@ -1518,4 +1519,85 @@ fn agent_refuses_credentials_in_the_url() {
         !lines.iter().any(|l| l.contains(&secret)),
         "the password was printed{d}"
     );
+}
+
+/// `--mode wall`: a wait longer than the interval is charged to the profiles of the periods
+/// it falls in, not all to the one in which it ends. long_wait.py sleeps 5 s in one call
+/// (measured with `time.time`) while the agent writes a profile every second: each profile
+/// that lies inside the sleep holds about one period of `long_sleep` time (at least 90 % of
+/// its duration, never more than it), and all profiles together hold the measured sleep within
+/// 2 %, so nothing is counted twice. The profiles' sample types are wall/nanoseconds.
+#[test]
+fn agent_wall_mode_charges_each_wait_to_its_interval() {
+    const SLEEP: f64 = 5.0;
+    let Some(python) = skip_without_receiver() else { return };
+    let Some(py) = first_python(&["3.12", "3.11", "3.13", "3.10", "3.9", "3.8"]) else {
+        skip("no Python interpreter is available");
+        return;
+    };
+    let w = Workload::spawn(&py, "long_wait.py", &["{dir}/result.json", &SLEEP.to_string(), "{dir}/go"])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let receiver = IngestReceiver::start(&python, 0.0).unwrap_or_else(|e| panic!("{e:#}"));
+    let app = format!("e2e-{}", random_hex(6));
+    let url = receiver.url();
+    let pid = w.pid.to_string();
+    let rate = RATE.to_string();
+    let mut agent = Agent::start(&[
+        "--upload-url", &url, "--interval", "1s", "--app-name", &app, "--mode", "wall", "--pid", &pid, "--rate", &rate,
+    ]);
+    // The process is registered before the scheduler-switch program is attached, and this
+    // line follows both: the sleep that starts after it is watched from its beginning.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !agent.lines().iter().any(|l| l.starts_with("pyperch agent: sampling at")) {
+        assert!(Instant::now() < deadline && agent.exited().is_none(), "the agent did not start{}", agent.diag());
+        thread::sleep(Duration::from_millis(50));
+    }
+    fs::write(w.dir.host_path("go"), b"go").expect("cannot write the go file");
+    let result = w.dir.host_path("result.json");
+    let measured: Value = loop {
+        if let Ok(v) = serde_json::from_str(&fs::read_to_string(&result).unwrap_or_default()) {
+            break v;
+        }
+        assert!(Instant::now() < deadline && agent.exited().is_none(), "long_wait.py wrote no result{}", agent.diag());
+        thread::sleep(Duration::from_millis(100));
+    };
+    // Two more profiles, then the agent flushes and exits.
+    thread::sleep(Duration::from_millis(2500));
+    agent.signal(libc::SIGTERM);
+    assert!(agent.wait_exit(Duration::from_secs(30)).is_some(), "the agent did not exit{}", agent.diag());
+    let (start, end) = (measured["start"].as_f64().unwrap_or(0.0), measured["end"].as_f64().unwrap_or(0.0));
+    let slept_ns = (end - start) * 1e9;
+    let mut d = format!("{}\n--- measured sleep {start:.3} .. {end:.3}\n--- profiles (start, duration s, long_sleep s):", agent.diag());
+    let mut rows = Vec::new();
+    for entry in receiver.accepted() {
+        let p = &entry["profile"];
+        assert_eq!(p["errors"], serde_json::json!([]), "inconsistent pprof{d}");
+        assert_eq!(p["sample_type"], serde_json::json!([["samples", "count"], ["wall", "nanoseconds"]]), "sample_type{d}");
+        let from = p["time_nanos"].as_f64().unwrap_or(0.0) / 1e9;
+        let duration = p["duration_nanos"].as_f64().unwrap_or(0.0) / 1e9;
+        let asleep: i64 = p["samples"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["stack"].as_array().into_iter().flatten().any(|f| f[0] == "long_sleep"))
+            .map(|s| s["values"][1].as_i64().unwrap_or(0))
+            .sum();
+        d.push_str(&format!("\n    {from:.3} {duration:.3} {:.3}", asleep as f64 / 1e9));
+        rows.push((from, duration, asleep as f64));
+    }
+    let total: f64 = rows.iter().map(|r| r.2).sum();
+    let error = 100.0 * (total - slept_ns).abs() / slept_ns;
+    note(format!("long_sleep: {:.4} s in {} profiles, measured {:.4} s ({error:.2} % off)", total / 1e9, rows.len(), slept_ns / 1e9));
+    assert!(error <= 2.0, "long_sleep: {:.4} s profiled in all, {:.4} s measured{d}", total / 1e9, slept_ns / 1e9);
+    let mut inside = 0;
+    for &(from, duration, asleep) in &rows {
+        assert!(asleep <= duration * 1e9 * 1.02 + 2e6, "a profile of {duration:.3} s holds {:.3} s of long_sleep{d}", asleep / 1e9);
+        // Profiles that lie inside the sleep (with 50 ms of margin for the clocks' reads).
+        if from >= start + 0.05 && from + duration <= end - 0.05 {
+            inside += 1;
+            assert!(asleep >= duration * 1e9 * 0.9, "a profile inside the sleep holds only {:.3} of its {duration:.3} s{d}", asleep / 1e9);
+        }
+    }
+    assert!(inside >= 2, "only {inside} profiles lie inside the sleep{d}");
+    drop(w);
 }

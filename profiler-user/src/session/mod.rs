@@ -8,6 +8,7 @@ mod cache_budget;
 mod discoverer;
 mod event_loop;
 mod native_hold;
+mod off_cpu;
 mod off_cpu_kernel;
 mod target;
 mod thread_names;
@@ -31,7 +32,7 @@ use crate::{
     memory::{self, ProcessMemory},
     record::RecordError,
     stats::{Counters, SampleOutcome},
-    time_mode::{GC_FRAME, OFF_CPU_SHORT, TimeMode, off_cpu_leaf},
+    time_mode::{GC_FRAME, TimeMode, off_cpu_leaf},
 };
 
 pub(crate) use event_loop::{LoopControl, LoopEnd, exit_code, run_loop};
@@ -149,6 +150,10 @@ pub(crate) struct Session {
     held_bytes: usize,
     /// `--kernel` with off-CPU time: the kernel stacks where threads blocked, by id.
     pub(crate) kernel_stacks: off_cpu_kernel::KernelStacks,
+    /// How far pending off-CPU intervals were charged at periods' ends (`off_cpu`).
+    charged: off_cpu::ChargedParts,
+    /// `--min-off-cpu`: pending intervals shorter than this are not charged at a period's end.
+    min_off_cpu_ns: u64,
 }
 
 /// What is kept of a target that is no longer profiled; the rest is freed here.
@@ -193,6 +198,8 @@ impl Session {
             native: None,
             held_bytes: 0,
             kernel_stacks: Default::default(),
+            charged: Default::default(),
+            min_off_cpu_ns: 0,
             async_stacks: false,
         }
     }
@@ -203,6 +210,11 @@ impl Session {
         self.time_mode = mode;
         self.period_ns = 1_000_000_000 / rate_hz.max(1);
         self.profile.set_time_mode(mode);
+    }
+
+    /// `--min-off-cpu`, for the pending intervals charged at a period's end.
+    pub(crate) fn set_min_off_cpu(&mut self, min: std::time::Duration) {
+        self.min_off_cpu_ns = u64::try_from(min.as_nanos()).unwrap_or(u64::MAX);
     }
 
     /// `--kernel` in an off-CPU mode: off-CPU intervals carry the kernel stack where the
@@ -231,142 +243,6 @@ impl Session {
         }
     }
 
-    /// Once sampling has stopped at `end_ns` (kernel monotonic clock): charges what the
-    /// kernel holds but has not sent. A thread still switched out has its interval up to
-    /// `end_ns` charged to the stack walked when it left; threads' short intervals not yet
-    /// sent are added as `<off-cpu: short>`; the waits of threads blocked since before the
-    /// kernel watched them are charged as `blocked_at_start` says.
-    pub(crate) fn add_unsent_off_cpu(&mut self, end_ns: u64, min_off_cpu_ns: u64) {
-        if !self.time_mode.off_cpu() {
-            return;
-        }
-        let pending = self.kernel.pending_off_cpu();
-        let first_switches: HashMap<u32, profiler_common::ThreadSwitch> = pending.iter().map(|(tid, s, _)| (*tid, *s)).collect();
-        self.add_blocked_at_start(end_ns, &first_switches);
-        for (tid, state, record) in pending {
-            let mut short = state.short_ns;
-            let pending = end_ns.saturating_sub(state.switched_out_ns);
-            match record {
-                Some(mut bytes) if state.switched_out_ns != 0 && pending >= min_off_cpu_ns && bytes.len() >= SAMPLE_HEADER_SIZE => {
-                    // SAFETY: the bytes start with a SampleHeader (plain data), checked for length.
-                    let mut header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
-                    if header.tid != tid || header.kind != record_kind::OFF_CPU {
-                        continue;
-                    }
-                    header.time_ns = end_ns;
-                    let n = (header.n_full as usize).min(MAX_FULL_FRAMES);
-                    let at = SAMPLE_HEADER_SIZE + n * FRAME_ENTRY_SIZE;
-                    let trailer = OffCpuInterval {
-                        off_ns: pending,
-                        short_ns: short,
-                        switched_out_ns: state.switched_out_ns,
-                        reason: state.reason,
-                        kernel_stack: state.kernel_stack,
-                    };
-                    let end = at + std::mem::size_of::<OffCpuInterval>();
-                    if bytes.len() < end {
-                        continue;
-                    }
-                    // SAFETY: both writes are of plain data within `bytes` (lengths checked).
-                    unsafe {
-                        std::ptr::write_unaligned(bytes.as_mut_ptr() as *mut SampleHeader, header);
-                        std::ptr::write_unaligned(bytes.as_mut_ptr().add(at) as *mut OffCpuInterval, trailer);
-                    }
-                    self.on_record(&bytes[..end]);
-                    short = 0;
-                }
-                _ if state.switched_out_ns != 0 && pending < min_off_cpu_ns => short = short.saturating_add(pending),
-                _ => {}
-            }
-            self.add_short_off_cpu(state.tgid, state.generation, tid, short);
-        }
-    }
-
-    /// Charges the waits of threads blocked since before their registration (see
-    /// `blocked_at_start`), given the kernel's per-thread entries by tid.
-    fn add_blocked_at_start(&mut self, end_ns: u64, kernel: &HashMap<u32, profiler_common::ThreadSwitch>) {
-        use blocked_at_start::{FirstSwitch, Verdict, verdict};
-        for snapshot in self.blocked.finish() {
-            let Some(threads) = snapshot.threads else {
-                self.blocked.processes_not_read += 1;
-                continue;
-            };
-            for thread in threads {
-                let first = FirstSwitch::of(kernel.get(&thread.tid), snapshot.pid, snapshot.generation);
-                let alive = crate::dump::tasks::task_start(snapshot.pid, thread.tid) == Some(thread.start_time);
-                match verdict(snapshot.registered_ns, snapshot.taken_ns, end_ns, &thread, first, alive) {
-                    Verdict::Nothing => {}
-                    Verdict::Dropped(why) => self.blocked.count_dropped(why),
-                    Verdict::Charge { ns, reason } => {
-                        let frames = thread.frames.as_deref().unwrap_or_default();
-                        if self.add_snapshot_stack(snapshot.pid, snapshot.generation, thread.tid, frames, ns, reason) {
-                            self.blocked.charged_threads += 1;
-                            self.blocked.charged_ns += ns;
-                        } else {
-                            self.blocked.count_dropped(blocked_at_start::Dropped::NotRead);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Adds `ns` of off-CPU time for `reason` to the stack `frames` (root first, as read by
-    /// a snapshot) of thread `tid` of registration `generation` of `pid`. False when the
-    /// registration is gone or the profile is full.
-    fn add_snapshot_stack(&mut self, pid: u32, generation: u32, tid: u32, frames: &[crate::dump::Frame], ns: u64, reason: u32) -> bool {
-        if ns == 0 || !self.targets.get(&pid).is_some_and(|t| t.generation == generation) {
-            return false;
-        }
-        let lines = self.profile.line_numbers();
-        let mut stack = Vec::with_capacity(frames.len() + 1);
-        let names = frames
-            .iter()
-            .map(|f| crate::aggregate::FrameName {
-                function: Arc::from(f.function.as_str()),
-                file: Arc::from(f.file.as_str()),
-                line: lines.pick(|| f.line.unwrap_or(0), f.first_line),
-                native: None,
-            })
-            .chain(std::iter::once(crate::aggregate::FrameName {
-                function: Arc::from(off_cpu_leaf(reason)),
-                file: Arc::from(""),
-                line: 0,
-                native: None,
-            }));
-        for name in names {
-            let Some(id) = self.profile.try_intern(name) else { return false };
-            stack.push(id);
-        }
-        let added = self.profile.add_weighted(pid, self.threads.then_some(tid), &stack, ns, 1);
-        if added && let Some(t) = self.targets.get_mut(&pid) {
-            t.counters.off_cpu_ns += ns;
-        }
-        added
-    }
-
-    fn add_short_off_cpu(&mut self, tgid: u32, generation: u32, tid: u32, ns: u64) {
-        if ns == 0 || !self.targets.get(&tgid).is_some_and(|t| t.generation == generation) {
-            return;
-        }
-        let Some(id) = self.profile.try_intern(crate::aggregate::FrameName {
-            function: Arc::from(OFF_CPU_SHORT),
-            file: Arc::from(""),
-            line: 0,
-            native: None,
-        }) else {
-            return;
-        };
-        let tid = self.threads.then_some(tid);
-        let added = self.profile.add_weighted(tgid, tid, &[id], ns, 0);
-        if let Some(t) = self.targets.get_mut(&tgid) {
-            if added {
-                t.counters.off_cpu_short_ns += ns;
-            } else {
-                t.counters.off_cpu_dropped_ns += ns;
-            }
-        }
-    }
 
     /// Asks for asyncio task stacks (`--async`) in every process added from now on.
     pub(crate) fn set_async_stacks(&mut self, on: bool) {
@@ -580,6 +456,12 @@ impl Session {
     }
 
     pub(crate) fn on_record(&mut self, bytes: &[u8]) {
+        self.on_record_from(bytes, true);
+    }
+
+    /// One record; `from_kernel`: read from the ring buffer (an off-CPU interval then charges
+    /// only what periods' ends did not), else made from what the kernel kept (`off_cpu`).
+    fn on_record_from(&mut self, bytes: &[u8], from_kernel: bool) {
         if bytes.len() < SAMPLE_HEADER_SIZE {
             self.malformed_records += 1;
             return;
@@ -599,8 +481,16 @@ impl Session {
                 };
                 let leaf = off_cpu_leaf(interval.reason);
                 self.add_short_off_cpu(header.tgid, header.generation, header.tid, interval.short_ns);
+                let value = if from_kernel {
+                    self.charged.remaining(header.tid, interval.switched_out_ns, interval.off_ns)
+                } else {
+                    interval.off_ns
+                };
+                if value == 0 {
+                    return;
+                }
                 let kernel = self.kernel_stacks.get(&self.kernel, interval.kernel_stack);
-                Charge { value: interval.off_ns, leaf: Some(leaf), kernel }
+                Charge { value, leaf: Some(leaf), kernel }
             }
             _ => {
                 self.malformed_records += 1;

@@ -104,6 +104,7 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
     let mut session = Session::new(kernel, scope, options.filter.clone(), true);
     session.set_async_stacks(options.async_stacks);
     session.set_time_mode(options.time.mode, options.rate);
+    session.set_min_off_cpu(options.time.min_off_cpu);
     for p in initial {
         session.add_process(p)?;
     }
@@ -206,6 +207,8 @@ fn quit() {
 
 /// Moves the samples counted since the last tick out of the session into the model.
 fn collect(session: &mut Session, model: &mut Model) {
+    // Waits still going on count in the tick they fall in, not all in the tick they end.
+    session.charge_pending_off_cpu(crate::loader::monotonic_ns());
     let part = session.take_interval();
     let mut tick = Tick::default();
     let mut frames = Vec::new();

@@ -1,0 +1,285 @@
+//! Off-CPU time the kernel holds but has not sent: intervals still pending (their thread is
+//! switched out) and short time not yet sent, charged at a period's end (`agent`, `top`) or at
+//! the end of the recording.
+//!
+//! The kernel sends an interval once, when its thread runs again, with its whole length. A
+//! view made of periods (the agent's profiles) charges each pending interval's time up to the
+//! period's end from the stack the kernel kept for it, and remembers how far it charged
+//! ([`ChargedParts`]); when the interval's record arrives, only the rest is charged. So a
+//! thread blocked for ten minutes shows in each period's profile for the time it was blocked
+//! in that period, and its time is counted once.
+
+use std::collections::{HashMap, HashSet};
+
+use profiler_common::{FRAME_ENTRY_SIZE, MAX_FULL_FRAMES, OffCpuInterval, SAMPLE_HEADER_SIZE, SampleHeader, ThreadSwitch, record_kind};
+
+use std::sync::Arc;
+
+use super::{Session, blocked_at_start};
+use crate::time_mode::{OFF_CPU_SHORT, off_cpu_leaf};
+
+/// How far pending off-CPU intervals were charged before their records arrived.
+///
+/// Keyed by (tid, `switched_out_ns`): a thread's next interval starts at another time, so a
+/// part never applies to another interval. An entry is removed when its record arrives; one
+/// whose record never comes (the kernel lost the kept stack and summed the interval as short
+/// time) is dropped once its interval is no longer pending and one more period has passed
+/// (time for a record already in the ring buffer to be read), so the map holds at most the
+/// pending intervals of two periods.
+#[derive(Debug, Default)]
+pub(crate) struct ChargedParts {
+    /// (tid, switched out at) → (charged up to, `periods` when last charged).
+    parts: HashMap<(u32, u64), (u64, u64)>,
+    periods: u64,
+}
+
+impl ChargedParts {
+    /// Where the charge of thread `tid`'s interval that began at `switched_out_ns` resumes.
+    fn charged_until(&self, tid: u32, switched_out_ns: u64) -> u64 {
+        self.parts.get(&(tid, switched_out_ns)).map_or(switched_out_ns, |&(until, _)| until.max(switched_out_ns))
+    }
+
+    /// Notes that the interval was charged up to `until`.
+    fn note(&mut self, tid: u32, switched_out_ns: u64, until: u64) {
+        self.parts.insert((tid, switched_out_ns), (until, self.periods));
+    }
+
+    /// The part of an interval of `off_ns` (its record has arrived) not charged yet.
+    pub(crate) fn remaining(&mut self, tid: u32, switched_out_ns: u64, off_ns: u64) -> u64 {
+        match self.parts.remove(&(tid, switched_out_ns)) {
+            Some((until, _)) => off_ns.saturating_sub(until.saturating_sub(switched_out_ns)),
+            None => off_ns,
+        }
+    }
+
+    /// Ends a period in which `pending` are the intervals still pending.
+    fn end_period(&mut self, pending: &HashSet<(u32, u64)>) {
+        let periods = self.periods;
+        self.parts.retain(|key, &mut (_, at)| pending.contains(key) || at == periods);
+        self.periods += 1;
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.parts.len()
+    }
+}
+
+impl Session {
+    /// At the end of a period (`now_ns`, kernel monotonic clock): charges every pending
+    /// interval of at least `--min-off-cpu` so far, from where it was last charged up to
+    /// `now_ns`, to the stack the kernel kept for it. Short time stays in the kernel, sent
+    /// with the thread's next record.
+    pub(crate) fn charge_pending_off_cpu(&mut self, now_ns: u64) {
+        let min_off_cpu_ns = self.min_off_cpu_ns;
+        if !self.time_mode.off_cpu() {
+            return;
+        }
+        let mut live = HashSet::new();
+        for (tid, state, record) in self.kernel.pending_off_cpu() {
+            let out = state.switched_out_ns;
+            if out == 0 {
+                continue;
+            }
+            live.insert((tid, out));
+            let from = self.charged.charged_until(tid, out);
+            if now_ns.saturating_sub(out) < min_off_cpu_ns || now_ns <= from {
+                continue;
+            }
+            if let Some(bytes) = record {
+                if self.charge_kept_record(tid, &state, bytes, now_ns, now_ns - from, 0) {
+                    self.charged.note(tid, out, now_ns);
+                }
+            }
+        }
+        self.charged.end_period(&live);
+    }
+
+    /// Once sampling has stopped at `end_ns` (kernel monotonic clock): charges what the
+    /// kernel holds but has not sent. A thread still switched out has its interval up to
+    /// `end_ns` charged to the stack walked when it left (the part not charged at a period's
+    /// end yet); threads' short intervals not yet sent are added as `<off-cpu: short>`; the
+    /// waits of threads blocked since before the kernel watched them are charged as
+    /// `blocked_at_start` says.
+    pub(crate) fn add_unsent_off_cpu(&mut self, end_ns: u64, min_off_cpu_ns: u64) {
+        if !self.time_mode.off_cpu() {
+            return;
+        }
+        let pending = self.kernel.pending_off_cpu();
+        let first_switches: HashMap<u32, ThreadSwitch> = pending.iter().map(|(tid, s, _)| (*tid, *s)).collect();
+        self.add_blocked_at_start(end_ns, &first_switches);
+        for (tid, state, record) in pending {
+            let mut short = state.short_ns;
+            let out = state.switched_out_ns;
+            let length = end_ns.saturating_sub(out);
+            match record {
+                Some(bytes) if out != 0 && length >= min_off_cpu_ns => {
+                    let from = self.charged.charged_until(tid, out);
+                    let rest = end_ns.saturating_sub(from);
+                    if self.charge_kept_record(tid, &state, bytes, end_ns, rest, short) {
+                        short = 0;
+                    }
+                    let _ = self.charged.remaining(tid, out, 0);
+                }
+                _ if out != 0 && length < min_off_cpu_ns => short = short.saturating_add(length),
+                _ => {}
+            }
+            self.add_short_off_cpu(state.tgid, state.generation, tid, short);
+        }
+    }
+
+    /// Charges the waits of threads blocked since before their registration (see
+    /// `blocked_at_start`), given the kernel's per-thread entries by tid.
+    fn add_blocked_at_start(&mut self, end_ns: u64, kernel: &HashMap<u32, profiler_common::ThreadSwitch>) {
+        use blocked_at_start::{FirstSwitch, Verdict, verdict};
+        for snapshot in self.blocked.finish() {
+            let Some(threads) = snapshot.threads else {
+                self.blocked.processes_not_read += 1;
+                continue;
+            };
+            for thread in threads {
+                let first = FirstSwitch::of(kernel.get(&thread.tid), snapshot.pid, snapshot.generation);
+                let alive = crate::dump::tasks::task_start(snapshot.pid, thread.tid) == Some(thread.start_time);
+                match verdict(snapshot.registered_ns, snapshot.taken_ns, end_ns, &thread, first, alive) {
+                    Verdict::Nothing => {}
+                    Verdict::Dropped(why) => self.blocked.count_dropped(why),
+                    Verdict::Charge { ns, reason } => {
+                        let frames = thread.frames.as_deref().unwrap_or_default();
+                        if self.add_snapshot_stack(snapshot.pid, snapshot.generation, thread.tid, frames, ns, reason) {
+                            self.blocked.charged_threads += 1;
+                            self.blocked.charged_ns += ns;
+                        } else {
+                            self.blocked.count_dropped(blocked_at_start::Dropped::NotRead);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds `ns` of off-CPU time for `reason` to the stack `frames` (root first, as read by
+    /// a snapshot) of thread `tid` of registration `generation` of `pid`. False when the
+    /// registration is gone or the profile is full.
+    fn add_snapshot_stack(&mut self, pid: u32, generation: u32, tid: u32, frames: &[crate::dump::Frame], ns: u64, reason: u32) -> bool {
+        if ns == 0 || !self.targets.get(&pid).is_some_and(|t| t.generation == generation) {
+            return false;
+        }
+        let lines = self.profile.line_numbers();
+        let mut stack = Vec::with_capacity(frames.len() + 1);
+        let names = frames
+            .iter()
+            .map(|f| crate::aggregate::FrameName {
+                function: Arc::from(f.function.as_str()),
+                file: Arc::from(f.file.as_str()),
+                line: lines.pick(|| f.line.unwrap_or(0), f.first_line),
+                native: None,
+            })
+            .chain(std::iter::once(crate::aggregate::FrameName {
+                function: Arc::from(off_cpu_leaf(reason)),
+                file: Arc::from(""),
+                line: 0,
+                native: None,
+            }));
+        for name in names {
+            let Some(id) = self.profile.try_intern(name) else { return false };
+            stack.push(id);
+        }
+        let added = self.profile.add_weighted(pid, self.threads.then_some(tid), &stack, ns, 1);
+        if added && let Some(t) = self.targets.get_mut(&pid) {
+            t.counters.off_cpu_ns += ns;
+        }
+        added
+    }
+
+    pub(super) fn add_short_off_cpu(&mut self, tgid: u32, generation: u32, tid: u32, ns: u64) {
+        if ns == 0 || !self.targets.get(&tgid).is_some_and(|t| t.generation == generation) {
+            return;
+        }
+        let Some(id) = self.profile.try_intern(crate::aggregate::FrameName {
+            function: Arc::from(OFF_CPU_SHORT),
+            file: Arc::from(""),
+            line: 0,
+            native: None,
+        }) else {
+            return;
+        };
+        let tid = self.threads.then_some(tid);
+        let added = self.profile.add_weighted(tgid, tid, &[id], ns, 0);
+        if let Some(t) = self.targets.get_mut(&tgid) {
+            if added {
+                t.counters.off_cpu_short_ns += ns;
+            } else {
+                t.counters.off_cpu_dropped_ns += ns;
+            }
+        }
+    }
+
+    /// Charges `off_ns` (and `short_ns` of short time) to the record the kernel kept for
+    /// thread `tid`'s pending interval (`bytes`: header, frames, trailer slot), as of `time_ns`.
+    /// False when the bytes are not such a record (nothing charged).
+    fn charge_kept_record(&mut self, tid: u32, state: &ThreadSwitch, mut bytes: Vec<u8>, time_ns: u64, off_ns: u64, short_ns: u64) -> bool {
+        if bytes.len() < SAMPLE_HEADER_SIZE {
+            return false;
+        }
+        // SAFETY: the bytes start with a SampleHeader (plain data), checked for length.
+        let mut header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
+        if header.tid != tid || header.kind != record_kind::OFF_CPU {
+            return false;
+        }
+        header.time_ns = time_ns;
+        let n = (header.n_full as usize).min(MAX_FULL_FRAMES);
+        let at = SAMPLE_HEADER_SIZE + n * FRAME_ENTRY_SIZE;
+        let trailer = OffCpuInterval {
+            off_ns,
+            short_ns,
+            switched_out_ns: state.switched_out_ns,
+            reason: state.reason,
+            kernel_stack: state.kernel_stack,
+        };
+        let end = at + std::mem::size_of::<OffCpuInterval>();
+        if bytes.len() < end {
+            return false;
+        }
+        // SAFETY: both writes are of plain data within `bytes` (lengths checked).
+        unsafe {
+            std::ptr::write_unaligned(bytes.as_mut_ptr() as *mut SampleHeader, header);
+            std::ptr::write_unaligned(bytes.as_mut_ptr().add(at) as *mut OffCpuInterval, trailer);
+        }
+        self.on_record_from(&bytes[..end], false);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_charges_only_what_periods_did_not() {
+        let mut c = ChargedParts::default();
+        assert_eq!(c.charged_until(7, 100), 100);
+        c.note(7, 100, 400);
+        assert_eq!(c.charged_until(7, 100), 400);
+        // The same thread's next interval is another one.
+        assert_eq!(c.charged_until(7, 900), 900);
+        assert_eq!(c.remaining(7, 900, 50), 50);
+        // 100 → 1000 in all, 300 of it charged already.
+        assert_eq!(c.remaining(7, 100, 900), 600);
+        // Once: the entry is gone.
+        assert_eq!(c.remaining(7, 100, 900), 900);
+        assert_eq!(c.len(), 0);
+    }
+
+    #[test]
+    fn parts_whose_record_never_comes_are_dropped_a_period_later() {
+        let mut c = ChargedParts::default();
+        c.note(1, 10, 20);
+        c.note(2, 10, 20);
+        let pending: HashSet<(u32, u64)> = [(1, 10)].into_iter().collect();
+        c.end_period(&pending);
+        assert_eq!(c.len(), 2, "a record may still be in the ring buffer");
+        c.end_period(&pending);
+        assert_eq!(c.len(), 1, "thread 2's part is dropped, thread 1's still pending");
+        assert_eq!(c.charged_until(1, 10), 20);
+    }
+}
