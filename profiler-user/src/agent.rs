@@ -272,6 +272,7 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         progress: false,
         discovery_interval: DISCOVERY_INTERVAL,
         periodic: Some((options.interval, &mut flush)),
+                until_exited: None,
     };
     runtime.block_on(run_loop(&mut session, ring, control))?;
     // Flush the partial interval before leaving.

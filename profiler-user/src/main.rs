@@ -390,7 +390,8 @@ struct RecordArgs {
     #[arg(short, long = "pid", value_name = "PID")]
     pids: Vec<u32>,
     /// Stop after this many seconds (fractions allowed). Default: until Ctrl-C, or until the
-    /// launched command exits.
+    /// launched command exits, or (--pid without --subprocesses) until every given process
+    /// has exited.
     #[arg(short, long, value_name = "SECS")]
     duration: Option<f64>,
     /// Samples per second per CPU (1 to 100000).

@@ -216,8 +216,16 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     let started = Instant::now();
     let start_time = SystemTime::now();
     let discovery_interval = if child.is_some() { LAUNCH_DISCOVERY_INTERVAL } else { DISCOVERY_INTERVAL };
-    let control =
-        LoopControl { duration: options.duration, child: child.as_mut(), progress: true, discovery_interval, periodic: None };
+    // `--pid` alone: the recording also ends once every given process has exited.
+    let exit_watch = if pids_only { crate::session::exit_watch::ExitWatch::open(&options.pids) } else { None };
+    let control = LoopControl {
+        duration: options.duration,
+        child: child.as_mut(),
+        progress: true,
+        discovery_interval,
+        periodic: None,
+        until_exited: exit_watch.as_ref(),
+    };
     let end = runtime.block_on(run_loop(&mut session, ring, control))?;
     let elapsed = started.elapsed();
     // Stop sampling before writing.
@@ -269,6 +277,11 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     match &options.output {
         Some(path) if !empty => summary.push_str(&format!("; wrote {}", text::path(path))),
         _ => {}
+    }
+    if end == LoopEnd::TargetsExited {
+        let pids: Vec<String> = exit_watch.as_ref().map(|w| w.pids()).unwrap_or_default().iter().map(u32::to_string).collect();
+        let (noun, verb) = if pids.len() == 1 { ("process", "has") } else { ("processes", "have") };
+        summary.push_str(&format!(" (the recording ended: {noun} {} {verb} exited)", pids.join(", ")));
     }
     eprintln!("{summary}");
     if totals.ok() == 0 {

@@ -97,6 +97,8 @@ fn non_python_pid_is_a_clear_error() {
     );
 }
 
+/// `record --pid P`: P exits 2 s into the recording; its samples are kept and the recording
+/// ends with it (not at its 120 s `--duration`), saying so.
 #[test]
 fn target_exiting_mid_recording_keeps_its_samples() {
     let Some(py) = first_python(&HOST_PREFERENCE) else {
@@ -106,7 +108,8 @@ fn target_exiting_mid_recording_keeps_its_samples() {
     let pid = w.pid.to_string();
     // The workload exits 2 s after it is told that sampling has begun (on a loaded machine
     // pyperch's start can take longer than the workload's whole life otherwise).
-    let run = RecordRun::start(&["--pid", &pid, "--duration", "5", "--rate", "199"]);
+    // A long --duration: the recording ends when the process exits (`--pid` alone).
+    let run = RecordRun::start(&["--pid", &pid, "--duration", "120", "--rate", "199"]);
     let sampling = run.wait_until_sampling(Duration::from_secs(60));
     // SAFETY: kill(2) with the pid of a child we spawned; no memory effects.
     unsafe { libc::kill(w.pid as libc::pid_t, libc::SIGUSR1) };
@@ -118,6 +121,10 @@ fn target_exiting_mid_recording_keeps_its_samples() {
     assert!(
         status.is_some_and(|s| s.success()),
         "exit_early.py did not exit cleanly: {status:?}{d}"
+    );
+    assert!(
+        rec.run.stderr.contains(&format!("(the recording ended: process {pid} has exited)")),
+        "the recording did not end with the process{d}"
     );
     let mine = rec.profile.for_pid(w.pid);
     let named = mine.count(|s| {

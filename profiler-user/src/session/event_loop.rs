@@ -38,6 +38,8 @@ pub(crate) struct LoopControl<'a> {
     pub(crate) discovery_interval: Duration,
     /// Called every period with the session (the agent's uploads).
     pub(crate) periodic: Option<(Duration, &'a mut PeriodicHook<'a>)>,
+    /// Stop once all these processes have exited (`record --pid`).
+    pub(crate) until_exited: Option<&'a super::exit_watch::ExitWatch>,
 }
 
 /// Why the loop ended.
@@ -50,6 +52,8 @@ pub(crate) enum LoopEnd {
     Interrupted,
     /// SIGTERM.
     Terminated,
+    /// Every process `record --pid` was given has exited.
+    TargetsExited,
 }
 
 /// Runs the session: reads samples as the kernel sends them, scans for processes, until
@@ -108,6 +112,9 @@ pub(crate) async fn run_loop(
                         if let Ok(Some(status)) = c.try_wait() {
                             break LoopEnd::CommandExited(exit_code(status));
                         }
+                    }
+                    if control.until_exited.is_some_and(|w| w.all_exited()) {
+                        break LoopEnd::TargetsExited;
                     }
                     next_scan = now + session.beat_interval(beat);
                 }

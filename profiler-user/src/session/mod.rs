@@ -7,6 +7,7 @@ pub(crate) mod budget;
 mod cache_budget;
 mod discoverer;
 mod event_loop;
+pub(crate) mod exit_watch;
 mod native_hold;
 mod off_cpu;
 mod off_cpu_kernel;

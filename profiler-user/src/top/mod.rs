@@ -151,6 +151,7 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
                 progress: false,
                 discovery_interval: DISCOVERY_INTERVAL,
                 periodic: Some((screen::POLL, &mut hook)),
+                until_exited: None,
             };
             let end = runtime.block_on(run_loop(&mut session, ring, control));
             // Restores the terminal on every way out (also SIGTERM).
@@ -177,6 +178,7 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
                 progress: false,
                 discovery_interval: DISCOVERY_INTERVAL,
                 periodic: Some((TICK, &mut hook)),
+                until_exited: None,
             };
             runtime.block_on(run_loop(&mut session, ring, control))?
         }
