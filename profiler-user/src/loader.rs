@@ -465,6 +465,15 @@ impl KernelProgram {
             .collect()
     }
 
+    /// Thread `tid`'s scheduler-switch state now (one lookup), for checking that a record
+    /// read by [`KernelProgram::pending_off_cpu`] while sampling runs still belongs to the
+    /// pending switch-out it was read with.
+    pub fn thread_switch(&self, tid: u32) -> Option<profiler_common::ThreadSwitch> {
+        let map = self.ebpf.map("THREAD_SWITCHES")?;
+        let states = aya::maps::HashMap::<_, u32, profiler_common::ThreadSwitch>::try_from(map).ok()?;
+        states.get(&tid, 0).ok()
+    }
+
     /// `--kernel`: the kernel stack that an off-CPU interval's `kernel_stack` names (its id
     /// plus one), return addresses leaf first; `None` when the map has no such stack. A kept
     /// stack is never replaced, so an id names one stack for the whole recording.

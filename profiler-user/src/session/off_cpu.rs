@@ -86,7 +86,13 @@ impl Session {
             if now_ns.saturating_sub(out) < min_off_cpu_ns || now_ns <= from {
                 continue;
             }
-            if let Some(bytes) = record {
+            // Sampling runs: the thread may have run and switched out again since its state
+            // was read, and its kept record be another stack by now. The kernel writes the
+            // record before the state, and a switch-in clears the state first, so a state
+            // that still holds this switch-out after the record was read proves the record
+            // is this interval's.
+            let still = self.kernel.thread_switch(tid).is_some_and(|s| s.switched_out_ns == out);
+            if let (Some(bytes), true) = (record, still) {
                 if self.charge_kept_record(tid, &state, bytes, now_ns, now_ns - from, 0) {
                     self.charged.note(tid, out, now_ns);
                 }
