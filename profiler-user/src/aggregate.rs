@@ -158,8 +158,8 @@ struct ProcessEntry {
 ///   (saturating) sum of the counts of its stacks.
 pub struct Profile {
     frames: Vec<FrameName>,
-    frame_ids: HashMap<FrameName, FrameId>,
-    processes: HashMap<u32, ProcessEntry>,
+    frame_ids: hashbrown::HashMap<FrameName, FrameId>,
+    processes: hashbrown::HashMap<u32, ProcessEntry>,
     /// Per stack: its value (samples, or nanoseconds in the time modes) and its events (the
     /// samples and off-CPU intervals that make up the value).
     stacks: HashTable<(StackKey, u64, u64)>,
@@ -216,8 +216,8 @@ impl Profile {
     pub fn new() -> Self {
         Profile {
             frames: Vec::new(),
-            frame_ids: HashMap::new(),
-            processes: HashMap::new(),
+            frame_ids: hashbrown::HashMap::new(),
+            processes: hashbrown::HashMap::new(),
             stacks: HashTable::new(),
             time_mode: crate::time_mode::TimeMode::Cpu,
             hasher: DefaultHashBuilder::default(),

@@ -19,7 +19,10 @@
 //! below the full frames is therefore caught like one among them. Every cached frame keeps
 //! the check it was validated with, so its symbols are looked up under that check.
 
-use std::{cell::OnceCell, collections::HashMap, rc::Rc};
+use std::{cell::OnceCell, rc::Rc};
+
+// foldhash, seeded at random per process (keys come from targets): looked up per deep sample.
+use hashbrown::HashMap;
 
 use profiler_common::{
     FRAME_READ_MAX, FrameBytes, FrameEntry, FrameLayout, HASH_SEED, code_check, code_check_applies,

@@ -15,7 +15,7 @@ mod target;
 mod thread_names;
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashSet,
     path::PathBuf,
     sync::{Arc, atomic::Ordering::Relaxed},
     time::Duration,
@@ -118,7 +118,7 @@ pub(crate) struct Session {
     /// Which processes to profile; given to discovery when it starts.
     pub(crate) scope: Scope,
     pub(crate) filter: ProcessFilter,
-    targets: HashMap<u32, Target>,
+    targets: hashbrown::HashMap<u32, Target>,
     /// Counts of processes no longer profiled (exited, or their PID reused).
     retired: Vec<Retired>,
     /// Summed counts of retired processes pushed out of `retired`.
@@ -181,7 +181,7 @@ impl Session {
             kernel,
             scope,
             filter,
-            targets: HashMap::new(),
+            targets: hashbrown::HashMap::new(),
             retired: Vec::new(),
             retired_overflow: Counters::default(),
             profile: Profile::new(),
