@@ -62,8 +62,8 @@ pub fn kernel_stacks_wanted() -> bool {
 /// Whether records need native context at all.
 #[inline(always)]
 fn enabled() -> (u64, bool) {
-    // SAFETY: plain reads of globals the loader froze.
-    unsafe { (core::ptr::read_volatile(&NATIVE_STACK_BYTES), core::ptr::read_volatile(&KERNEL_STACK) != 0) }
+    // SAFETY: a plain read of a global the loader froze.
+    (unsafe { core::ptr::read_volatile(&NATIVE_STACK_BYTES) }, kernel_stacks_wanted())
 }
 
 /// Sends the record (`len` bytes at `record`, a `SampleHeader` and its full frames), with

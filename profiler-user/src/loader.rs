@@ -444,10 +444,7 @@ impl KernelProgram {
     /// kernel's `Record`: header, frames, trailer slot).
     pub fn pending_off_cpu(&self) -> Vec<(u32, profiler_common::ThreadSwitch, Option<Vec<u8>>)> {
         type RecordBytes = [u8; profiler_common::MAX_RECORD_SIZE];
-        let Some(map) = self.ebpf.map("THREAD_SWITCHES") else { return Vec::new() };
-        let Ok(states) = aya::maps::HashMap::<_, u32, profiler_common::ThreadSwitch>::try_from(map) else {
-            return Vec::new();
-        };
+        let Some(states) = self.thread_switches() else { return Vec::new() };
         let records = self
             .ebpf
             .map("OFF_CPU_RECORDS")
@@ -469,9 +466,12 @@ impl KernelProgram {
     /// read by [`KernelProgram::pending_off_cpu`] while sampling runs still belongs to the
     /// pending switch-out it was read with.
     pub fn thread_switch(&self, tid: u32) -> Option<profiler_common::ThreadSwitch> {
-        let map = self.ebpf.map("THREAD_SWITCHES")?;
-        let states = aya::maps::HashMap::<_, u32, profiler_common::ThreadSwitch>::try_from(map).ok()?;
-        states.get(&tid, 0).ok()
+        self.thread_switches()?.get(&tid, 0).ok()
+    }
+
+    /// The scheduler-switch program's per-thread states (`THREAD_SWITCHES`), by tid.
+    fn thread_switches(&self) -> Option<aya::maps::HashMap<&MapData, u32, profiler_common::ThreadSwitch>> {
+        aya::maps::HashMap::try_from(self.ebpf.map("THREAD_SWITCHES")?).ok()
     }
 
     /// `--kernel`: the kernel stack that an off-CPU interval's `kernel_stack` names (its id
@@ -481,7 +481,8 @@ impl KernelProgram {
         let id = kernel_stack.checked_sub(1)?;
         let map = aya::maps::StackTraceMap::try_from(self.ebpf.map(OFF_CPU_KERNEL_STACKS)?).ok()?;
         let trace = map.get(&id, 0).ok()?;
-        Some(trace.frames().iter().map(|f| f.ip).filter(|&ip| ip != 0).collect())
+        // aya ends a trace at its first zero address.
+        Some(trace.frames().iter().map(|f| f.ip).collect())
     }
 
     /// Attaches to the CPU clock of the given processes only (every thread of each, and the

@@ -52,6 +52,11 @@ impl ChargedParts {
         }
     }
 
+    /// Drops what was noted of an interval charged to its end by other means.
+    fn forget(&mut self, tid: u32, switched_out_ns: u64) {
+        self.parts.remove(&(tid, switched_out_ns));
+    }
+
     /// Ends a period in which `pending` are the intervals still pending.
     fn end_period(&mut self, pending: &HashSet<(u32, u64)>) {
         let periods = self.periods;
@@ -125,7 +130,7 @@ impl Session {
                     if self.charge_kept_record(tid, &state, bytes, end_ns, rest, short) {
                         short = 0;
                     }
-                    let _ = self.charged.remaining(tid, out, 0);
+                    self.charged.forget(tid, out);
                 }
                 _ if out != 0 && length < min_off_cpu_ns => short = short.saturating_add(length),
                 _ => {}
