@@ -189,6 +189,33 @@ pub struct ProcessInfo {
     /// `gc_check::RUNTIME_FLAG`: address of the `int` "collecting"; `INTERP_FLAG`: its offset
     /// in `PyInterpreterState` (`gc.collecting`).
     pub gc_collecting: u64,
+    /// How the kernel tells that no code object can have been replaced at an address since it
+    /// last checked it (`code_generation`): one of `code_generation`.
+    pub code_generation_kind: u32,
+    pub _pad4: u32,
+    /// `code_generation::CREATED_AT`: address of the `uint32_t` counter; `FREED_IN_INTERP`:
+    /// offset in `PyInterpreterState` of the `uint64_t` counter.
+    pub code_generation_at: u64,
+}
+
+/// A counter in the target that changes whenever a code object may have been replaced at an
+/// address (`ProcessInfo::code_generation_kind`). While it reads the same, a code object a
+/// walk checked is still the one at its address, so its validation word is the same: the
+/// kernel keeps the words it computed, per CPU, for as long as the counter stays put.
+///
+/// Why that is exact: a frame keeps its code object alive, so the object checked at address X
+/// was alive then; a different object at X now must have been created after that one was
+/// freed, i.e. after the check. Creating one bumps a creation counter before it can be used;
+/// freeing one bumps a deallocation counter before its memory is released.
+pub mod code_generation {
+    /// No such counter known: every code object is checked by reading its window.
+    pub const NONE: u32 = 0;
+    /// 3.12: `_Py_next_func_version`, a process-wide `uint32_t` every new code object takes
+    /// its `co_version` from and increments (it stops at 0 when exhausted: 0 proves nothing).
+    pub const CREATED_AT: u32 = 1;
+    /// 3.14+: `PyInterpreterState._code_object_generation` (`_Py_DebugOffsets`), a `uint64_t`
+    /// that `code_dealloc` increments first; only used with one interpreter.
+    pub const FREED_IN_INTERP: u32 = 2;
 }
 
 /// How the kernel finds the GIL's struct to tell a GIL wait (`ProcessInfo::gil_wait_kind`).
@@ -266,8 +293,13 @@ pub mod counter {
     /// stack map's slot held another stack, or the map was full); their interval is charged
     /// without kernel frames.
     pub const OFF_CPU_NO_KERNEL_STACK: u32 = 12;
+    /// Code objects whose validation word a walk took from the kernel's per-CPU cache
+    /// (`code_generation`: the target's counter had not moved since it was read).
+    pub const CODE_CHECKS_CACHED: u32 = 13;
+    /// Code objects whose validation word a walk read from the target.
+    pub const CODE_CHECKS_READ: u32 = 14;
     /// Number of slots.
-    pub const SLOTS: u32 = 13;
+    pub const SLOTS: u32 = 15;
 }
 
 /// Kinds of records in the `SAMPLES` ring buffer; every record starts with a `SampleHeader`

@@ -20,7 +20,86 @@ pub struct WalkState {
     /// object met again in the same walk (recursion) has the same check, since the stopped
     /// thread's frames keep it and its strings alive and all the fields read are immutable.
     pub last_check: u32,
+    /// Non-zero: this walk may take and keep validation words in the CPU's [`CheckCache`]
+    /// (the process's code-generation counter was read at its start).
+    pub cache_ok: u32,
     pub last_code: u64,
+    /// Validation words taken from the cache / read from the target in this walk.
+    pub checks_cached: u32,
+    pub checks_read: u32,
+}
+
+/// Slots of [`CheckCache`] (a power of two).
+pub const CHECK_CACHE_SLOTS: usize = 256;
+
+/// One code object's validation word, valid while its `stamp` is the cache's.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CachedCheck {
+    pub code: u64,
+    pub stamp: u64,
+    pub check: u32,
+    pub _pad: u32,
+}
+
+/// Validation words computed by earlier walks on this CPU, for the process and the value of
+/// its code-generation counter they were computed under (`profiler_common::code_generation`):
+/// while that counter reads the same, no code object can have been replaced at an address a
+/// walk checked, so the word is the one a new read would give. A different process,
+/// registration or counter value starts a new stamp, which voids every slot at once (the
+/// stamp is 64 bits wide: it never comes back). Direct-mapped by code address; lives in the
+/// per-CPU scratch, so it is never shared between CPUs.
+#[repr(C)]
+pub struct CheckCache {
+    tgid: u32,
+    generation: u32,
+    counter: u64,
+    /// `_PyRuntime.interpreters.next_id` (3.13+; 0 before), read with the counter.
+    next_interpreter_id: u64,
+    /// 0: never used.
+    stamp: u64,
+    slots: [CachedCheck; CHECK_CACHE_SLOTS],
+}
+
+impl CheckCache {
+    /// Makes the cache the one of process `tgid` (registration `generation`) with its counter
+    /// reading `counter` and its next interpreter id `next_interpreter_id`: kept as it is if
+    /// it already was, else emptied.
+    #[inline(always)]
+    pub fn begin(&mut self, tgid: u32, generation: u32, counter: u64, next_interpreter_id: u64) {
+        if self.stamp == 0
+            || self.tgid != tgid
+            || self.generation != generation
+            || self.counter != counter
+            || self.next_interpreter_id != next_interpreter_id
+        {
+            self.tgid = tgid;
+            self.generation = generation;
+            self.counter = counter;
+            self.next_interpreter_id = next_interpreter_id;
+            self.stamp = self.stamp.wrapping_add(1);
+        }
+    }
+
+    #[inline(always)]
+    fn slot(code: u64) -> usize {
+        ((code >> 4) ^ (code >> 12)) as usize & (CHECK_CACHE_SLOTS - 1)
+    }
+
+    #[inline(always)]
+    fn get(&self, code: u64) -> Option<u32> {
+        let slot = &self.slots[Self::slot(code)];
+        (slot.code == code && slot.stamp == self.stamp && self.stamp != 0).then_some(slot.check)
+    }
+
+    #[inline(always)]
+    fn put(&mut self, code: u64, check: u32) {
+        let stamp = self.stamp;
+        let slot = &mut self.slots[Self::slot(code)];
+        slot.code = code;
+        slot.stamp = stamp;
+        slot.check = check;
+    }
 }
 
 /// Reads one frame into `entry`; returns the address of the previous (calling) frame.
@@ -128,6 +207,7 @@ pub fn walk_code_check(
     window: &mut FrameBytes,
     block: &mut FrameBlock,
     walk: &mut WalkState,
+    cache: &mut CheckCache,
 ) -> u32 {
     if !code_check_applies(layout, entry) {
         return 0;
@@ -135,7 +215,22 @@ pub fn walk_code_check(
     if entry.code == walk.last_code {
         return walk.last_check;
     }
-    let check = frame_code_check(layout, entry, window, block);
+    let cached = if walk.cache_ok != 0 { cache.get(entry.code) } else { None };
+    let check = match cached {
+        Some(check) => {
+            walk.checks_cached += 1;
+            check
+        }
+        None => {
+            let mut cacheable = false;
+            let check = frame_code_check(layout, entry, window, block, &mut cacheable);
+            walk.checks_read += 1;
+            if walk.cache_ok != 0 && cacheable && check != 0 {
+                cache.put(entry.code, check);
+            }
+            check
+        }
+    };
     walk.last_code = entry.code;
     walk.last_check = check;
     check
@@ -144,7 +239,9 @@ pub fn walk_code_check(
 /// The validation word of the frame's code object (`profiler_common::code_check`): the code
 /// object's window, and, only when the window has no per-object version (before 3.12), one
 /// 16-byte read of each of `co_name` and `co_filename`. 0: no check (a shim) or the window
-/// was unreadable.
+/// was unreadable. `cacheable` is set when the word rests on the window alone (a non-zero
+/// `co_version`): such a word never changes while the code object lives (a string's lazily
+/// computed hash can change the other kind once), so it may be kept in a [`CheckCache`].
 ///
 /// The window comes from `block` (reset at the start of every walk) when it is inside it;
 /// otherwise the block is refilled with the `BLOCK_BYTES` around the window (or the window's
@@ -154,7 +251,13 @@ pub fn walk_code_check(
 /// this program run, while the thread is stopped and its frames keep these code objects
 /// alive: the word is the one a read of its own would give.
 #[inline(always)]
-pub fn frame_code_check(layout: &FrameLayout, entry: &FrameEntry, window: &mut FrameBytes, block: &mut FrameBlock) -> u32 {
+pub fn frame_code_check(
+    layout: &FrameLayout,
+    entry: &FrameEntry,
+    window: &mut FrameBytes,
+    block: &mut FrameBlock,
+    cacheable: &mut bool,
+) -> u32 {
     if !code_check_applies(layout, entry) {
         return 0;
     }
@@ -167,7 +270,9 @@ pub fn frame_code_check(layout: &FrameLayout, entry: &FrameEntry, window: &mut F
         return 0;
     };
     let (mut name, mut filename) = ([0u64; 2], [0u64; 2]);
-    if code_check_needs_strings(layout, bytes) {
+    let needs_strings = code_check_needs_strings(layout, bytes);
+    *cacheable = !needs_strings;
+    if needs_strings {
         let (name_ptr, filename_ptr) = code_check_strings(layout, bytes);
         name = read_str_key(name_ptr + layout.check_str as u64);
         filename = read_str_key(filename_ptr + layout.check_str as u64);

@@ -33,6 +33,14 @@ pub fn bump(index: u32) {
     }
 }
 
+/// Adds `n` to counter `index`.
+pub fn add(index: u32, n: u64) {
+    if let Some(count) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: per-CPU value, no concurrent writer on this CPU.
+        unsafe { *count += n };
+    }
+}
+
 /// Writes `len` bytes at `record` to `SAMPLES`, waking the reader only once a batch has
 /// accumulated; a full ring is counted.
 pub fn output_record(record: *const c_void, len: usize) {

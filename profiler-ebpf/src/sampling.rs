@@ -8,20 +8,21 @@
 use core::ffi::c_void;
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns, generated},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_user, generated},
     macros::{map, perf_event},
     maps::PerCpuArray,
     programs::PerfEventContext,
 };
 use profiler_common::{
     FrameBytes, FrameEntry, FrameLayout, HASH_SEED, MAX_FULL_FRAMES, MAX_HASHED_FRAMES, NO_FIELD, ProcessInfo,
-    SampleHeader, bench_stop, counter, frame_hash, record_kind, sample_flags, sample_status,
+    SampleHeader, bench_stop, code_generation, counter, frame_hash, record_kind, sample_flags, sample_status,
 };
 
-use crate::frame_walk::{FrameBlock, WalkState, read_frame_blocked, read_u64, walk_code_check};
-use crate::maps::{PROCESSES, bump, output_record};
+use crate::frame_walk::{CheckCache, FrameBlock, WalkState, read_frame_blocked, read_u64, walk_code_check};
+use crate::maps::{PROCESSES, add, bump, output_record};
 use crate::thread_state::{
-    TstateBytes, current_fsbase, find_thread_state_into, interpreter_of_with, running_task_of, several_interpreters,
+    TstateBytes, current_fsbase, find_thread_state_into, interpreter_of_with, running_task_of,
+    several_interpreters_and_next_id,
 };
 
 /// A ring-buffer record: the header, up to `MAX_FULL_FRAMES` frames, and one more slot for a
@@ -50,6 +51,9 @@ pub struct Scratch {
     code_block: FrameBlock,
     /// The first bytes of the walked thread's state, read once by the lookup.
     pub tstate_bytes: TstateBytes,
+    /// Validation words of code objects checked by earlier walks on this CPU (kept across
+    /// walks, unlike the blocks).
+    checks: CheckCache,
 }
 
 #[map]
@@ -162,7 +166,7 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
 
     let fsbase = current_fsbase();
     // Read once for both the lookup and the header (two reads).
-    let several = several_interpreters(info);
+    let (several, next_interpreter_id) = several_interpreters_and_next_id(info);
     let bytes = &mut scratch.tstate_bytes;
     let tstate = find_thread_state_into(info, tid, fsbase, several, bytes);
     if tstate == 0 {
@@ -184,6 +188,13 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
         return false;
     }
 
+    let cache_ok = match code_generation(info, tstate, several, &scratch.tstate_bytes) {
+        Some(counter) => {
+            scratch.checks.begin(tgid, info.generation, counter, next_interpreter_id);
+            1
+        }
+        None => 0,
+    };
     scratch.layout = info.frame;
     scratch.block.len = 0;
     scratch.code_block.len = 0;
@@ -194,9 +205,38 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
         n_hashed: 0,
         status: sample_status::TRUNCATED,
         last_check: 0,
+        cache_ok,
         last_code: 0,
+        checks_cached: 0,
+        checks_read: 0,
     };
     true
+}
+
+/// The process's code-generation counter now (`ProcessInfo::code_generation_kind`), or
+/// `None` when it has none that proves anything: unknown, unreadable, exhausted (3.12's
+/// creation counter stops at 0), or a deallocation counter of one interpreter in a process
+/// that has several (code objects freed in another would not move it). With that counter the
+/// cache is also keyed by the next interpreter id: a subinterpreter created and gone between
+/// two walks (whose threads could have freed a code object) changes it.
+#[inline(always)]
+fn code_generation(info: &ProcessInfo, tstate: u64, several: Option<u64>, bytes: &TstateBytes) -> Option<u64> {
+    match info.code_generation_kind {
+        code_generation::CREATED_AT => {
+            // SAFETY: bpf_probe_read_user tolerates any address.
+            let counter = unsafe { bpf_probe_read_user(info.code_generation_at as *const u32) }.ok()?;
+            (counter != 0).then_some(counter as u64)
+        }
+        code_generation::FREED_IN_INTERP if several.is_none() && info.tstate_interp != NO_FIELD => {
+            let interp = bytes.field(tstate, info.tstate_interp);
+            if interp == 0 {
+                return None;
+            }
+            // SAFETY: as above.
+            unsafe { bpf_probe_read_user(interp.wrapping_add(info.code_generation_at) as *const u64) }.ok()
+        }
+        _ => None,
+    }
 }
 
 /// After the full frames: whether frames remain below them (then the hashed walk starts at
@@ -222,6 +262,12 @@ pub(crate) fn finish_walk(scratch: &mut Scratch) -> usize {
     header.n_full = walk.n_full;
     header.n_hashed = walk.n_hashed;
     header.tail_hash = walk.hash;
+    if walk.checks_cached != 0 {
+        add(counter::CODE_CHECKS_CACHED, walk.checks_cached as u64);
+    }
+    if walk.checks_read != 0 {
+        add(counter::CODE_CHECKS_READ, walk.checks_read as u64);
+    }
     walk.n_full as usize
 }
 
@@ -278,7 +324,7 @@ fn full_frame_on(s: &mut Scratch, index: u64) -> i64 {
         s.walk.status = sample_status::READ_FAULT;
         return 1;
     };
-    entry.check = walk_code_check(&s.layout, entry, &mut s.code, &mut s.code_block, &mut s.walk);
+    entry.check = walk_code_check(&s.layout, entry, &mut s.code, &mut s.code_block, &mut s.walk, &mut s.checks);
     s.walk.n_full = i as u32 + 1;
     s.walk.frame = previous;
     0
@@ -296,7 +342,7 @@ fn hashed_frame_on(s: &mut Scratch) -> i64 {
         s.walk.status = sample_status::READ_FAULT;
         return 1;
     };
-    entry.check = walk_code_check(&s.layout, &entry, &mut s.code, &mut s.code_block, &mut s.walk);
+    entry.check = walk_code_check(&s.layout, &entry, &mut s.code, &mut s.code_block, &mut s.walk, &mut s.checks);
     s.walk.hash = frame_hash(s.walk.hash, &entry);
     s.walk.n_hashed += 1;
     s.walk.frame = previous;

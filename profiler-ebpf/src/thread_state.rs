@@ -207,16 +207,25 @@ impl TstateBytes {
 /// when `head` is not `main`.
 #[inline(always)]
 pub fn several_interpreters(info: &ProcessInfo) -> Option<u64> {
+    several_interpreters_and_next_id(info).0
+}
+
+/// [`several_interpreters`], and in the same read the `next_id` that follows `main` (the id
+/// the next interpreter created will take: it moves whenever one is created; 0 when
+/// unread). Without `interp_next` nothing is read: `(None, 0)`.
+#[inline(always)]
+pub fn several_interpreters_and_next_id(info: &ProcessInfo) -> (Option<u64>, u64) {
     if info.interp_next == NO_FIELD {
-        return None;
+        return (None, 0);
     }
     // SAFETY: bpf_probe_read_user tolerates any address; failure reads as zeros.
-    let [head, main] =
-        unsafe { aya_ebpf::helpers::bpf_probe_read_user(info.interpreters_head_addr as *const [u64; 2]) }.unwrap_or([0, 0]);
+    let [head, main, next_id] =
+        unsafe { aya_ebpf::helpers::bpf_probe_read_user(info.interpreters_head_addr as *const [u64; 3]) }
+            .unwrap_or([0, 0, 0]);
     if head == 0 || main == 0 || head == main {
-        return None;
+        return (None, next_id);
     }
-    Some(head)
+    (Some(head), next_id)
 }
 
 /// Looks for the thread's state in the thread lists of the interpreters from `head` on

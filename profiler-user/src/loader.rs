@@ -314,6 +314,10 @@ pub struct KernelCounters {
     /// exception state is not known.
     pub not_handling_exception: u64,
     pub exception_unknown: u64,
+    /// Code objects whose validation word the walks took from the kernel's per-CPU cache /
+    /// read from the target (`profiler_common::code_generation`).
+    pub code_checks_cached: u64,
+    pub code_checks_read: u64,
 }
 
 impl KernelProgram {
@@ -667,6 +671,8 @@ impl Registry {
             gil_unknown: self.counter_sum(counter::GIL_UNKNOWN),
             not_handling_exception: self.counter_sum(counter::NOT_HANDLING_EXCEPTION),
             exception_unknown: self.counter_sum(counter::EXCEPTION_UNKNOWN),
+            code_checks_cached: self.counter_sum(counter::CODE_CHECKS_CACHED),
+            code_checks_read: self.counter_sum(counter::CODE_CHECKS_READ),
         }
     }
 

@@ -405,6 +405,13 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
         "  kernel: {} samples of registered processes, {} lost (ring buffer full), {} malformed records",
         kernel.sampled, kernel.ringbuf_full, session.malformed_records
     );
+    if kernel.code_checks_cached + kernel.code_checks_read > 0 {
+        let _ = writeln!(
+            s,
+            "  kernel code-object checks: {} from the kernel's cache (no code object created or freed since they were read), {} read from the target",
+            kernel.code_checks_cached, kernel.code_checks_read
+        );
+    }
     if kernel.off_cpu_intervals + kernel.off_cpu_short + kernel.off_cpu_lost > 0 {
         let _ = writeln!(
             s,

@@ -214,6 +214,9 @@ pub struct PythonFile {
     pub bytes_type: Option<u64>,
     /// `_Py_NoneStruct`: None (`--mode exception`).
     pub none: Option<u64>,
+    /// 3.12's `_Py_next_func_version` (a 4-byte object, `.dynsym` or `.symtab`): the counter
+    /// every new code object bumps (`profiler_common::code_generation::CREATED_AT`).
+    pub next_func_version: Option<u64>,
     /// The value of `Py_Version` (3.11+).
     pub py_version: Option<u64>,
     /// The first `MAX_ENCODED_SIZE` bytes of `_PyRuntime`, when they start with the
@@ -257,6 +260,7 @@ const WANTED: &[&[u8]] = &[
     b"PyCode_NewWithPosOnlyArgs",
     b"PyFrame_GetCode",
     b"_Py_NoneStruct",
+    b"_Py_next_func_version",
 ];
 
 /// `(symbol, minor)`: a file defining `symbol` is CPython 3.minor or later.
@@ -440,6 +444,20 @@ fn parse_data(data: Data<'_>) -> FileFacts {
         Some(u64::from_le_bytes(word))
     });
 
+    // 3.12 keeps its code-object counter out of `.dynsym`: look in `.symtab` (builds that
+    // keep it, such as pyenv's) for that version only.
+    let minor_of = |hex: u64| (hex >> 16) & 0xff;
+    if py_version.is_some_and(|v| minor_of(v) == 12) && symbols.get(b"_Py_next_func_version").is_none() {
+        let symtab = sections.iter().position(|s| s.sh_type(endian) == SHT_SYMTAB);
+        if let Some(table) = symtab.and_then(|i| Table::load(data, endian, sections, i, MAX_SYMTAB_BYTES)) {
+            table.collect(endian, &mut symbols);
+        }
+    }
+    let next_func_version = symbols
+        .get(b"_Py_next_func_version")
+        .filter(|f| f.size == 4 && py_version.is_some_and(|v| minor_of(v) == 12))
+        .map(|f| f.value);
+
     let accessor = symbols
         .get(b"PyGILState_GetThisThreadState")
         .and_then(|found| Some((found.value, read_vaddr(data, &loads, found.value, ACCESSOR_BYTES)?)));
@@ -478,6 +496,7 @@ fn parse_data(data: Data<'_>) -> FileFacts {
         str_type: symbols.get(b"PyUnicode_Type").map(|f| f.value),
         bytes_type: symbols.get(b"PyBytes_Type").map(|f| f.value),
         none: symbols.get(b"_Py_NoneStruct").map(|f| f.value),
+        next_func_version,
         py_version,
         debug_offsets,
         gilstate_tls,

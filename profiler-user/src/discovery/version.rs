@@ -112,6 +112,7 @@ mod tests {
             str_type: None,
             bytes_type: None,
             none: None,
+            next_func_version: None,
             py_version: None,
             debug_offsets: None,
             gilstate_tls: None,
