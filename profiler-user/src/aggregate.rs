@@ -188,7 +188,13 @@ pub struct Profile {
     epoch: u64,
     /// With `--threads`: the OS names of threads, by tid (at most [`MAX_THREAD_NAMES`]).
     thread_names: HashMap<u32, Arc<str>>,
+    /// Ids of the synthetic frames named by static strings ([`Profile::try_intern_static`]),
+    /// by the string's address and length: a handful (the `<off-cpu: ...>` leaves).
+    static_ids: Vec<(&'static str, FrameId)>,
 }
+
+/// Synthetic frames whose ids a profile remembers (more are interned as usual).
+const MAX_STATIC_IDS: usize = 16;
 
 /// Thread names a profile keeps.
 pub const MAX_THREAD_NAMES: usize = 65_536;
@@ -236,6 +242,7 @@ impl Profile {
             budget: RECORD_PROFILE_BUDGET,
             epoch: 0,
             thread_names: HashMap::new(),
+            static_ids: Vec::new(),
         }
     }
 
@@ -307,6 +314,20 @@ impl Profile {
             return None;
         }
         Some(self.intern(frame))
+    }
+
+    /// [`Profile::try_intern`] for a synthetic frame (no file, no line) named by a static
+    /// string, such as the `<off-cpu: ...>` frame every off-CPU record ends in: its id is
+    /// remembered, so later ones cost no allocation. Same ids as `try_intern` would give.
+    pub fn try_intern_static(&mut self, name: &'static str) -> Option<FrameId> {
+        if let Some(&(_, id)) = self.static_ids.iter().find(|(n, _)| std::ptr::eq(*n, name)) {
+            return Some(id);
+        }
+        let id = self.try_intern(FrameName { function: Arc::from(name), file: Arc::from(""), line: 0, native: None })?;
+        if self.static_ids.len() < MAX_STATIC_IDS {
+            self.static_ids.push((name, id));
+        }
+        Some(id)
     }
 
     /// Returns the id of `frame`, interning it on first sight. Equal frames get equal ids.

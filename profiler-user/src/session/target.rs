@@ -463,8 +463,7 @@ impl Target {
             }
         }
         if let (Ok(()), Some(leaf)) = (&result, charge.leaf) {
-            let name = FrameName { function: Arc::from(leaf), file: Arc::from(""), line: 0, native: None };
-            match profile.try_intern(name) {
+            match profile.try_intern_static(leaf) {
                 Some(id) => stack.push(id),
                 None => result = Err(FrameError::ProfileFull),
             }
