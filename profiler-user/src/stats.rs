@@ -94,6 +94,9 @@ pub struct Counters {
     /// Code-object lookups answered by the cache / needing a read.
     pub code_cache_hits: u64,
     pub code_cache_misses: u64,
+    /// Records whose full frames repeated an earlier record's: their shown frames were taken
+    /// whole, without a lookup per frame (`session::full_frames_memo`).
+    pub full_frames_memo_hits: u64,
     /// Code objects whose cached symbol was found stale and re-read.
     pub stale_invalidations: u64,
     /// Times a symbol or frame cache was emptied to stay within its byte budget.
@@ -156,6 +159,7 @@ impl Counters {
         self.frames_from_cache += other.frames_from_cache;
         self.frames_from_memory += other.frames_from_memory;
         self.code_cache_hits += other.code_cache_hits;
+        self.full_frames_memo_hits += other.full_frames_memo_hits;
         self.code_cache_misses += other.code_cache_misses;
         self.stale_invalidations += other.stale_invalidations;
         self.cache_evictions += other.cache_evictions;
@@ -201,8 +205,12 @@ impl Counters {
         );
         let _ = writeln!(
             s,
-            "{indent}code-object cache: {} hits, {} misses, {} stale invalidations; cache evictions (byte budget): {}",
-            self.code_cache_hits, self.code_cache_misses, self.stale_invalidations, self.cache_evictions
+            "{indent}code-object cache: {} hits, {} misses, {} stale invalidations; records whose full frames repeated an earlier record's: {}; cache evictions (byte budget): {}",
+            self.code_cache_hits,
+            self.code_cache_misses,
+            self.stale_invalidations,
+            self.full_frames_memo_hits,
+            self.cache_evictions
         );
         let per_sample = |v: u64| if total > 0 { v as f64 / total as f64 } else { 0.0 };
         let _ = writeln!(

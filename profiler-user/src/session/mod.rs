@@ -8,6 +8,7 @@ mod cache_budget;
 mod discoverer;
 mod event_loop;
 pub(crate) mod exit_watch;
+mod full_frames_memo;
 mod native_hold;
 mod off_cpu;
 mod off_cpu_kernel;

@@ -29,6 +29,7 @@ use crate::{
 };
 
 use super::cache_budget::{self, CACHE_BYTES, LedgerShare, PROCESS_BUDGET, SizedMap};
+use super::full_frames_memo::FullFramesMemo;
 
 /// One Python process being profiled, with its caches.
 pub(crate) struct Target {
@@ -46,6 +47,8 @@ pub(crate) struct Target {
     /// or `None` for a frame CPython itself hides (not started yet). Ids of `epoch`. Keyed by
     /// the word the kernel (or the validated tail) saw, so a replaced code object never hits.
     positions: SizedMap<(u64, u32, i32, bool), Option<FrameId>>,
+    /// Records' full frames → their shown frames, whole (ids of `epoch`, as `positions`).
+    full_frames: FullFramesMemo,
     /// Validated deep-stack tails; their symbolized forms hold ids of `epoch`.
     tails: TailCache,
     /// The profile epoch the cached frame ids belong to (`Profile::epoch`).
@@ -161,6 +164,7 @@ impl Target {
             exe_link,
             codes: SizedMap::default(),
             positions: SizedMap::default(),
+            full_frames: FullFramesMemo::default(),
             tails: TailCache::default(),
             epoch: None,
             ledger: LedgerShare::new(&CACHE_BYTES),
@@ -297,6 +301,7 @@ impl Target {
         if self.epoch != Some(profile.epoch()) {
             // A new interval's profile: the cached frame ids belong to the previous one.
             self.positions.clear();
+            self.full_frames.clear();
             self.tails.clear();
             if let Some(n) = self.native.as_mut() {
                 n.clear();
@@ -315,13 +320,18 @@ impl Target {
 
     /// Bytes held by this process's caches.
     pub(super) fn cache_bytes(&self) -> usize {
-        self.codes.bytes() + self.positions.bytes() + self.tails.bytes() + self.native.as_ref().map_or(0, |n| n.bytes())
+        self.codes.bytes()
+            + self.positions.bytes()
+            + self.full_frames.bytes()
+            + self.tails.bytes()
+            + self.native.as_ref().map_or(0, |n| n.bytes())
     }
 
     /// Empties this process's caches (over a byte budget); they refill from the target.
     pub(super) fn clear_caches(&mut self) {
         self.codes.clear();
         self.positions.clear();
+        self.full_frames.clear();
         self.tails.clear();
         if let Some(n) = self.native.as_mut() {
             n.clear();
@@ -417,7 +427,21 @@ impl Target {
         self.counters.frames_from_kernel += n_full as u64;
         // Bit i: full frame i (leaf first) produced a frame of `stack`.
         let mut shown = 0u64;
-        if result.is_ok() {
+        // Without native frames (which need each frame's own entry), a record whose full
+        // frames repeat an earlier one's takes its ids whole.
+        let memo = result.is_ok() && native_part.is_none();
+        let remembered = memo
+            .then(|| {
+                self.full_frames.set_key((0..n_full).map(full));
+                self.full_frames.get()
+            })
+            .flatten();
+        if let Some((ids, bits)) = remembered {
+            stack.extend_from_slice(ids);
+            shown = bits;
+            self.counters.full_frames_memo_hits += 1;
+        } else if result.is_ok() {
+            let from = stack.len();
             for i in (0..n_full).rev() {
                 let entry = full(i);
                 let id = self.frame_id(&entry, entry.check, profile);
@@ -435,6 +459,11 @@ impl Target {
                         break;
                     }
                 }
+            }
+            if memo && result.is_ok() {
+                self.full_frames.insert(&stack[from..], shown);
+                // The memo has its own cap; this keeps the process's sum within its budget.
+                self.reserve(0);
             }
         }
         let python_frames = stack.len();
