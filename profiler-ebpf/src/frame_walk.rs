@@ -29,8 +29,12 @@ pub struct WalkState {
     pub checks_read: u32,
 }
 
-/// Slots of [`CheckCache`] (a power of two).
-pub const CHECK_CACHE_SLOTS: usize = 256;
+/// Sets of [`CheckCache`] (a power of two), of [`CHECK_CACHE_WAYS`] slots each.
+pub const CHECK_CACHE_SETS: usize = 256;
+/// Slots per set: with one, two of a walk's code objects that hash to one set evict each
+/// other at every walk (34 code objects in 256 sets: about two such pairs, four reads per
+/// walk); with two, it takes three in one set.
+pub const CHECK_CACHE_WAYS: usize = 2;
 
 /// One code object's validation word, valid while its `stamp` is the cache's.
 #[repr(C)]
@@ -47,8 +51,8 @@ pub struct CachedCheck {
 /// while that counter reads the same, no code object can have been replaced at an address a
 /// walk checked, so the word is the one a new read would give. A different process,
 /// registration or counter value starts a new stamp, which voids every slot at once (the
-/// stamp is 64 bits wide: it never comes back). Direct-mapped by code address; lives in the
-/// per-CPU scratch, so it is never shared between CPUs.
+/// stamp is 64 bits wide: it never comes back). Two-way set-associative by code address;
+/// lives in the per-CPU scratch, so it is never shared between CPUs.
 #[repr(C)]
 pub struct CheckCache {
     tgid: u32,
@@ -58,7 +62,7 @@ pub struct CheckCache {
     next_interpreter_id: u64,
     /// 0: never used.
     stamp: u64,
-    slots: [CachedCheck; CHECK_CACHE_SLOTS],
+    sets: [[CachedCheck; CHECK_CACHE_WAYS]; CHECK_CACHE_SETS],
 }
 
 impl CheckCache {
@@ -85,20 +89,29 @@ impl CheckCache {
     /// shifted and xored address bits map onto few slots (a third of the chain's 34 code
     /// objects evicted each other on 3.15); the multiply spreads every address bit.
     #[inline(always)]
-    fn slot(code: u64) -> usize {
-        (code.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize & (CHECK_CACHE_SLOTS - 1)
+    fn set(code: u64) -> usize {
+        (code.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize & (CHECK_CACHE_SETS - 1)
     }
 
     #[inline(always)]
     fn get(&self, code: u64) -> Option<u32> {
-        let slot = &self.slots[Self::slot(code)];
-        (slot.code == code && slot.stamp == self.stamp && self.stamp != 0).then_some(slot.check)
+        if self.stamp == 0 {
+            return None;
+        }
+        let set = &self.sets[Self::set(code)];
+        let hit = |slot: &CachedCheck| (slot.code == code && slot.stamp == self.stamp).then_some(slot.check);
+        hit(&set[0]).or_else(|| hit(&set[1]))
     }
 
+    /// Keeps `check` for `code` in its set: in the first slot not of this stamp, else in the
+    /// second (the first keeps what it holds, so a set asked for three code objects still
+    /// hits on one).
     #[inline(always)]
     fn put(&mut self, code: u64, check: u32) {
         let stamp = self.stamp;
-        let slot = &mut self.slots[Self::slot(code)];
+        let set = &mut self.sets[Self::set(code)];
+        let way = if set[0].stamp != stamp { 0 } else { 1 };
+        let slot = &mut set[way];
         slot.code = code;
         slot.stamp = stamp;
         slot.check = check;

@@ -8,13 +8,14 @@
 
 use profiler_common::{NO_FIELD, ProcessInfo, gc_check};
 
-use crate::gil::{holds_gil, read_u32};
+use crate::gil::holds_gil;
+use crate::interp_window::InterpWindow;
 use crate::thread_state::TstateBytes;
 
 /// Whether the thread whose state is `tstate` (not 0; its first bytes in `bytes`) collects
-/// garbage now.
+/// garbage now. The flag comes from `window` when it holds it.
 #[inline(always)]
-pub fn collecting(info: &ProcessInfo, tstate: u64, bytes: &TstateBytes) -> bool {
+pub fn collecting(info: &ProcessInfo, tstate: u64, bytes: &TstateBytes, window: &InterpWindow) -> bool {
     let flag = match info.gc_check {
         gc_check::RUNTIME_FLAG => info.gc_collecting,
         gc_check::INTERP_FLAG if info.tstate_interp != NO_FIELD => {
@@ -28,5 +29,5 @@ pub fn collecting(info: &ProcessInfo, tstate: u64, bytes: &TstateBytes) -> bool 
     };
     // The flag is an `int` set to exactly 1 while collecting: any other value means the
     // numbers do not fit this build, and nothing is marked.
-    read_u32(flag) == 1 && holds_gil(info, tstate) == Some(true)
+    window.u32_at(flag) == Some(1) && holds_gil(info, tstate) == Some(true)
 }

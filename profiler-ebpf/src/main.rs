@@ -19,6 +19,7 @@ mod frame_walk;
 mod exception;
 mod gc;
 mod gil;
+mod interp_window;
 mod maps;
 mod native_stack;
 mod process_events;

@@ -19,6 +19,7 @@ use profiler_common::{
 };
 
 use crate::frame_walk::{CheckCache, FrameBlock, WalkState, read_frame_blocked, read_u64, walk_code_check};
+use crate::interp_window::InterpWindow;
 use crate::maps::{PROCESSES, add, bump, output_record};
 use crate::thread_state::{
     TstateBytes, current_fsbase, find_thread_state_into, interpreter_of_with, running_task_of,
@@ -51,6 +52,8 @@ pub struct Scratch {
     code_block: FrameBlock,
     /// The first bytes of the walked thread's state, read once by the lookup.
     pub tstate_bytes: TstateBytes,
+    /// The interpreter fields a CPU sample reads, when close together (read once per walk).
+    interp_window: InterpWindow,
     /// Validation words of code objects checked by earlier walks on this CPU (kept across
     /// walks, unlike the blocks).
     checks: CheckCache,
@@ -176,9 +179,17 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
     header.thread_state = tstate;
     header.interpreter = interpreter_of_with(info, tstate, several, bytes);
     header.running_task = running_task_of(info, tstate, bytes);
-    if kind != record_kind::OFF_CPU && crate::gc::collecting(info, tstate, bytes) {
-        header.flags |= sample_flags::GC;
+    scratch.interp_window.clear();
+    if kind != record_kind::OFF_CPU {
+        // The collector's flag and (3.14+) the code-object generation, read at once when close.
+        if several.is_none() && info.tstate_interp != NO_FIELD {
+            scratch.interp_window.fill(info, scratch.tstate_bytes.field(tstate, info.tstate_interp));
+        }
+        if crate::gc::collecting(info, tstate, &scratch.tstate_bytes, &scratch.interp_window) {
+            header.flags |= sample_flags::GC;
+        }
     }
+    let bytes = &scratch.tstate_bytes;
     let mut frame = bytes.field(tstate, info.thread.frame);
     if frame != 0 && info.thread.cframe_frame != NO_FIELD {
         frame = read_u64(frame + info.thread.cframe_frame as u64);
@@ -188,7 +199,7 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
         return false;
     }
 
-    let cache_ok = match code_generation(info, tstate, several, &scratch.tstate_bytes) {
+    let cache_ok = match code_generation(info, tstate, several, &scratch.tstate_bytes, &scratch.interp_window) {
         Some(counter) => {
             scratch.checks.begin(tgid, info.generation, counter, next_interpreter_id);
             1
@@ -220,7 +231,13 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
 /// cache is also keyed by the next interpreter id: a subinterpreter created and gone between
 /// two walks (whose threads could have freed a code object) changes it.
 #[inline(always)]
-fn code_generation(info: &ProcessInfo, tstate: u64, several: Option<u64>, bytes: &TstateBytes) -> Option<u64> {
+fn code_generation(
+    info: &ProcessInfo,
+    tstate: u64,
+    several: Option<u64>,
+    bytes: &TstateBytes,
+    window: &InterpWindow,
+) -> Option<u64> {
     match info.code_generation_kind {
         code_generation::CREATED_AT => {
             // SAFETY: bpf_probe_read_user tolerates any address.
@@ -232,8 +249,7 @@ fn code_generation(info: &ProcessInfo, tstate: u64, several: Option<u64>, bytes:
             if interp == 0 {
                 return None;
             }
-            // SAFETY: as above.
-            unsafe { bpf_probe_read_user(interp.wrapping_add(info.code_generation_at) as *const u64) }.ok()
+            window.u64_at(interp.wrapping_add(info.code_generation_at))
         }
         _ => None,
     }
