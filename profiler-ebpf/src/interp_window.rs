@@ -11,22 +11,18 @@
 //! The bytes are read in this program run, before the frames, where the two single reads
 //! were made: each value is one the target held during the run, as a read of its own gives.
 
-use aya_ebpf::helpers::{bpf_probe_read_user, generated};
-use profiler_common::{NO_FIELD, ProcessInfo, code_generation, gc_check};
+use profiler_common::{ProcessInfo, code_generation, gc_check};
+
+use crate::target_bytes::TargetBytes;
 
 /// The longest span read at once (a power of two).
 pub const INTERP_WINDOW_BYTES: usize = 512;
 
 /// Up to [`INTERP_WINDOW_BYTES`] of the sampled thread's interpreter state, read in this
-/// program run; lives in the per-CPU scratch, `len == 0` when empty.
+/// program run; lives in the per-CPU scratch.
 #[repr(C)]
 pub struct InterpWindow {
-    /// Target address of `bytes[0]`.
-    address: u64,
-    /// Valid bytes from `address`; 0: empty.
-    len: u64,
-    /// Room for any masked offset plus one u64.
-    bytes: [u8; INTERP_WINDOW_BYTES + 8],
+    bytes: TargetBytes<{ INTERP_WINDOW_BYTES + 8 }>,
 }
 
 impl InterpWindow {
@@ -36,70 +32,35 @@ impl InterpWindow {
     /// or on a fault (each field is then read on its own).
     #[inline(always)]
     pub fn fill(&mut self, info: &ProcessInfo, interp: u64) {
-        self.len = 0;
+        self.bytes.clear();
         if interp == 0
             || info.gc_check != gc_check::INTERP_FLAG
             || info.code_generation_kind != code_generation::FREED_IN_INTERP
-            || info.tstate_interp == NO_FIELD
         {
             return;
         }
         let (flag, generation) = (info.gc_collecting, info.code_generation_at);
         let start = if flag < generation { flag } else { generation };
         let end = if flag + 4 > generation + 8 { flag + 4 } else { generation + 8 };
-        let len = end.wrapping_sub(start);
-        if len == 0 || len > INTERP_WINDOW_BYTES as u64 {
-            return;
-        }
-        let address = interp.wrapping_add(start);
-        // SAFETY: the helper writes at most `len` <= INTERP_WINDOW_BYTES bytes into `bytes`.
-        let ret = unsafe {
-            generated::bpf_probe_read_user(
-                self.bytes.as_mut_ptr() as *mut core::ffi::c_void,
-                (len as u32) & (2 * INTERP_WINDOW_BYTES as u32 - 1),
-                address as *const core::ffi::c_void,
-            )
-        };
-        if ret == 0 {
-            self.address = address;
-            self.len = len;
-        }
+        self.bytes.read(interp.wrapping_add(start), end.wrapping_sub(start));
     }
 
     /// Empties the window.
     #[inline(always)]
     pub fn clear(&mut self) {
-        self.len = 0;
-    }
-
-    /// Offset in `bytes` of the `size` bytes at `address`, when the window holds them.
-    #[inline(always)]
-    fn offset_of(&self, address: u64, size: u64) -> Option<usize> {
-        let offset = address.wrapping_sub(self.address);
-        (self.len != 0 && address >= self.address && offset.checked_add(size)? <= self.len)
-            .then_some(offset as usize & (INTERP_WINDOW_BYTES - 1))
+        self.bytes.clear();
     }
 
     /// The u32 at `address`: from the window when it holds it, else read from the target;
     /// `None` on a fault.
     #[inline(always)]
     pub fn u32_at(&self, address: u64) -> Option<u32> {
-        match self.offset_of(address, 4) {
-            // SAFETY: at < INTERP_WINDOW_BYTES and `bytes` has 8 bytes more than that.
-            Some(at) => Some(unsafe { core::ptr::read_unaligned(self.bytes.as_ptr().add(at) as *const u32) }),
-            // SAFETY: bpf_probe_read_user tolerates any address.
-            None => unsafe { bpf_probe_read_user(address as *const u32) }.ok(),
-        }
+        self.bytes.u32_at(address)
     }
 
     /// The u64 at `address`, as [`u32_at`](Self::u32_at).
     #[inline(always)]
     pub fn u64_at(&self, address: u64) -> Option<u64> {
-        match self.offset_of(address, 8) {
-            // SAFETY: as in `u32_at`.
-            Some(at) => Some(unsafe { core::ptr::read_unaligned(self.bytes.as_ptr().add(at) as *const u64) }),
-            // SAFETY: as in `u32_at`.
-            None => unsafe { bpf_probe_read_user(address as *const u64) }.ok(),
-        }
+        self.bytes.u64_at(address)
     }
 }

@@ -26,6 +26,7 @@ mod process_events;
 mod sampling;
 mod sched_switch;
 mod switch_filter;
+mod target_bytes;
 mod sampling_bounded;
 mod thread_state;
 

@@ -31,10 +31,7 @@ const BPF_RB_AVAIL_DATA: u64 = 0;
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::SLOTS, 0);
 
 pub fn bump(index: u32) {
-    if let Some(count) = COUNTERS.get_ptr_mut(index) {
-        // SAFETY: per-CPU value, no concurrent writer on this CPU.
-        unsafe { *count += 1 };
-    }
+    add(index, 1);
 }
 
 /// Adds `n` to counter `index`.

@@ -168,7 +168,7 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
     header.flags = 0;
 
     let fsbase = current_fsbase();
-    // Read once for both the lookup and the header (two reads).
+    // Read once (one helper call) for the lookup, the header and the check cache's key.
     let (several, next_interpreter_id) = several_interpreters_and_next_id(info);
     let bytes = &mut scratch.tstate_bytes;
     let tstate = find_thread_state_into(info, tid, fsbase, several, bytes);

@@ -7,6 +7,7 @@ use profiler_common::{
 };
 
 use crate::frame_walk::read_u64;
+use crate::target_bytes::TargetBytes;
 
 /// Offset of `thread.fsbase` in `struct task_struct`, read from the kernel's BTF by
 /// userspace and frozen at load time.
@@ -91,7 +92,7 @@ pub fn find_thread_state_into(
         None => {
             let candidate = slot_candidate(info, fsbase);
             if candidate != 0 && bytes.read(candidate) {
-                if bytes.is_current_thread(info, tid, fsbase) {
+                if bytes.is_current_thread(info, candidate, tid, fsbase) {
                     return candidate;
                 }
                 bytes.clear();
@@ -144,56 +145,36 @@ pub const TSTATE_BYTES: usize = 256;
 
 /// The first [`TSTATE_BYTES`] of the thread state the walk found, read in this program run
 /// (the thread is stopped, so they are what single reads would give). Lives in the per-CPU
-/// scratch; `len == 0` when empty.
+/// scratch; empty until read.
 #[repr(C)]
 pub struct TstateBytes {
-    /// Target address of `bytes[0]`.
-    address: u64,
-    /// `TSTATE_BYTES` when read, else 0.
-    len: u64,
-    /// Room for any masked offset plus one u64.
-    bytes: [u8; TSTATE_BYTES + 8],
+    bytes: TargetBytes<{ TSTATE_BYTES + 8 }>,
 }
 
 impl TstateBytes {
     #[inline(always)]
     fn clear(&mut self) {
-        self.len = 0;
+        self.bytes.clear();
     }
 
     /// Reads the first `TSTATE_BYTES` at `tstate`; false (empty) on a fault.
     #[inline(always)]
     fn read(&mut self, tstate: u64) -> bool {
-        // SAFETY: the helper writes at most TSTATE_BYTES bytes into `bytes`.
-        let ret = unsafe {
-            aya_ebpf::helpers::generated::bpf_probe_read_user(
-                self.bytes.as_mut_ptr() as *mut core::ffi::c_void,
-                TSTATE_BYTES as u32,
-                tstate as *const core::ffi::c_void,
-            )
-        };
-        self.address = tstate;
-        self.len = if ret == 0 { TSTATE_BYTES as u64 } else { 0 };
-        ret == 0
+        self.bytes.read(tstate, TSTATE_BYTES as u64)
     }
 
-    /// The u64 at `offset` in thread state `tstate`: from the bytes when they are
-    /// `tstate`'s and hold the field, else read from the target (0 on a fault).
+    /// The u64 at `offset` in thread state `tstate`: from the bytes when they hold it, else
+    /// read from the target (0 on a fault).
     #[inline(always)]
     pub fn field(&self, tstate: u64, offset: u32) -> u64 {
-        if self.len == 0 || self.address != tstate || offset as usize > TSTATE_BYTES - 8 {
-            return read_u64(tstate.wrapping_add(offset as u64));
-        }
-        let at = offset as usize & (TSTATE_BYTES - 1);
-        // SAFETY: at < TSTATE_BYTES and `bytes` has 8 bytes more than that.
-        unsafe { core::ptr::read_unaligned(self.bytes.as_ptr().add(at) as *const u64) }
+        self.bytes.u64_at(tstate.wrapping_add(offset as u64)).unwrap_or(0)
     }
 
-    /// [`is_current_thread`] for the thread state these bytes hold.
+    /// [`is_current_thread`] for thread state `tstate`, whose bytes these are.
     #[inline(always)]
-    fn is_current_thread(&self, info: &ProcessInfo, tid: u32, fsbase: u64) -> bool {
+    fn is_current_thread(&self, info: &ProcessInfo, tstate: u64, tid: u32, fsbase: u64) -> bool {
         is_current_by(info.thread.thread_id, info.thread.native_thread_id, tid, fsbase, |offset| {
-            self.field(self.address, offset)
+            self.field(tstate, offset)
         })
     }
 }
