@@ -15,11 +15,16 @@ use crate::record::RecordError;
 /// How often the ring buffer is drained when the kernel has not woken us (it wakes us only
 /// once a batch has accumulated): on the discovery beat, which keeps a session's fixed cost
 /// low; but after a sample came too late (its code object or deep stack had already changed
-/// when we read it: code churning, processes exiting), often, so that short-lived code
-/// objects are read before they are freed.
+/// when we read it: code churning, processes exiting) and in the first second after a
+/// process is registered, often, so that short-lived code objects and processes are read
+/// before they are gone.
 const DRAIN_INTERVAL_BUSY: Duration = Duration::from_millis(10);
 /// How long after the last late sample the busy interval is kept.
 const BUSY_HOLD: Duration = Duration::from_secs(5);
+/// How long after a process is registered the busy interval is kept: the kernel wakes us
+/// only once a batch of records has accumulated, so without it a process that lives about a
+/// second could exit before its first records are read (and its code objects with it).
+const NEW_PROCESS_HOLD: Duration = Duration::from_secs(1);
 /// How often the progress line is updated (on the next beat after it is due).
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -79,6 +84,8 @@ pub(crate) async fn run_loop(
     let mut progress_due: u32 = 1;
     let mut late_at_last_drain = session.late_samples;
     let mut last_late: Option<Instant> = None;
+    let mut registered_at_last_drain = session.registered;
+    let mut last_registered: Option<Instant> = None;
     let period = control.periodic.as_ref().map(|(d, _)| *d).unwrap_or(Duration::from_secs(3600));
     let mut periodic_tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     let deadline = control.duration.map(|d| tokio::time::Instant::from_std(started + d));
@@ -107,6 +114,10 @@ pub(crate) async fn run_loop(
                     last_late = Some(now);
                     late_at_last_drain = session.late_samples;
                 }
+                if session.registered != registered_at_last_drain {
+                    last_registered = Some(now);
+                    registered_at_last_drain = session.registered;
+                }
                 if now >= next_scan {
                     if let Some(c) = control.child.as_mut() {
                         if let Ok(Some(status)) = c.try_wait() {
@@ -122,7 +133,8 @@ pub(crate) async fn run_loop(
                     show_progress(session, started, progress_due, interactive);
                     progress_due = (now.duration_since(started).as_secs() as u32).saturating_add(1);
                 }
-                let busy = last_late.is_some_and(|t| now.duration_since(t) < BUSY_HOLD);
+                let busy = last_late.is_some_and(|t| now.duration_since(t) < BUSY_HOLD)
+                    || last_registered.is_some_and(|t| now.duration_since(t) < NEW_PROCESS_HOLD);
                 let next = if busy { now + DRAIN_INTERVAL_BUSY } else { next_scan };
                 drain.as_mut().reset(tokio::time::Instant::from_std(next));
             }
