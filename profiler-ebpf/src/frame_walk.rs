@@ -135,13 +135,12 @@ pub fn read_frame(layout: &FrameLayout, frame: u64, buf: &mut FrameBytes, entry:
     Some(decode_frame(layout, frame, buf, entry))
 }
 
-/// Bytes of a thread's data stack read at once (see [`read_frame_blocked`]).
+/// Bytes of target memory read at once into a [`FrameBlock`] (see [`read_frame_blocked`]).
 pub const BLOCK_BYTES: usize = 4096;
 
-/// Up to `BLOCK_BYTES` of target memory read in one helper call during this walk, ending at
-/// the end of a frame: the frames of 3.11+ live one after another in the thread's data stack,
-/// callers below callees, so the callers of that frame are usually already in it. Reset at the
-/// start of every walk (`len == 0`): its bytes are never older than the walk that uses them.
+/// Up to `BLOCK_BYTES` of target memory read in one helper call during this walk. Reset at
+/// the start of every walk (`len == 0`): its bytes are never older than the walk that uses
+/// them.
 #[repr(C)]
 pub struct FrameBlock {
     /// Target address of `bytes[0]`.
@@ -152,19 +151,64 @@ pub struct FrameBlock {
     pub bytes: [u8; BLOCK_BYTES + FRAME_READ_MAX + 8],
 }
 
+/// The two blocks a walk reads frames from. The frames of 3.11+ live one after another in the
+/// thread's data stack, callers below callees, so the callers of a frame are usually already
+/// in the `data_stack` block. Between them lie frames elsewhere: the evaluation function's
+/// entry frames on the C stack (3.12+: one per call from C into Python; outer ones at higher
+/// addresses), generator frames on the heap, 3.15's sentinel frame in the thread state. Those
+/// go to the `elsewhere` block, so the walk coming back to the data stack finds its block
+/// still there (on 3.15 the token workload's walk went from five reads to three).
+#[repr(C)]
+pub struct FrameBlocks {
+    pub data_stack: FrameBlock,
+    pub elsewhere: FrameBlock,
+}
+
+impl FrameBlocks {
+    /// Empties both blocks (at the start of every walk).
+    #[inline(always)]
+    pub fn clear(&mut self) {
+        self.data_stack.len = 0;
+        self.elsewhere.len = 0;
+    }
+
+    /// Reads the block of `elsewhere` around the `size` bytes at `address` (see
+    /// [`fill_around`]) and returns the u64 at `address` from it, or from a read of its own
+    /// when that fails; 0 on a fault. For 3.11/3.12's `_PyCFrame`, which lies in the
+    /// evaluation function's C frame next to that call's entry frame: the walk's last frame
+    /// then comes from this read.
+    #[inline(always)]
+    pub fn u64_around(&mut self, address: u64) -> u64 {
+        let Some(end) = address.checked_add(8) else { return 0 };
+        if fill_around(&mut self.elsewhere, address, end) {
+            let view = self.elsewhere.view(address);
+            // SAFETY: `view` holds `FrameBytes`' size from `address`, of which the block holds 8.
+            return unsafe { core::ptr::read_unaligned(view.as_ptr() as *const u64) };
+        }
+        read_u64(address)
+    }
+}
+
+/// How far below the data-stack block a frame may lie and still be taken for the next part
+/// of the same data stack (a chunk is 16 KiB or more); frames further away are read into
+/// the other block.
+const DATA_STACK_REACH: u64 = 64 * 1024;
+
 /// Reads one frame into `entry` as [`read_frame`] does, with the same result, but for layouts
 /// whose frames live in the thread's data stack (3.11+: the layout has an owner field) from
-/// `block`: a frame already inside it costs no read; otherwise the block is refilled with at
-/// most `BLOCK_BYTES` that end where this frame's bytes end and begin no lower than the
-/// frame's own page, and a frame that still does not fit (a range that faults) is read on
-/// its own into `buf`.
+/// `blocks`: a frame already inside one costs no read. Otherwise:
+/// - a frame in the data stack (the first frame, or one below the data-stack block within
+///   `DATA_STACK_REACH`) refills that block with at most `BLOCK_BYTES` that end where this
+///   frame's bytes end and begin no lower than the frame's own page;
+/// - any other frame refills the other block with the bytes around it within its own page;
+/// - a frame that still does not fit (a range that faults) is read on its own into `buf`.
 /// The thread is stopped while the program runs, so bytes read in one call are the same
 /// bytes a read per frame would give.
 #[inline(always)]
 pub fn read_frame_blocked(
     layout: &FrameLayout,
     frame: u64,
-    block: &mut FrameBlock,
+    blocks: &mut FrameBlocks,
     buf: &mut FrameBytes,
     entry: &mut FrameEntry,
 ) -> Option<u64> {
@@ -175,7 +219,15 @@ pub fn read_frame_blocked(
     let Some(end) = frame.checked_add(size) else {
         return read_frame(layout, frame, buf, entry);
     };
-    if !block.holds(frame, end) {
+    if blocks.data_stack.holds(frame, end) {
+        return Some(decode_frame(layout, frame, blocks.data_stack.view(frame), entry));
+    }
+    if blocks.elsewhere.holds(frame, end) {
+        return Some(decode_frame(layout, frame, blocks.elsewhere.view(frame), entry));
+    }
+    let data = &blocks.data_stack;
+    let in_data_stack = data.len == 0 || (frame < data.start && data.start - frame <= DATA_STACK_REACH);
+    let block = if in_data_stack {
         // Never below the frame's own page: from there to the frame is readable whenever the
         // frame is, whereas the page below may not be mapped (a data-stack chunk begins a
         // mapping), and a read that faults costs far more (about 1 us per walk, measured on
@@ -183,12 +235,39 @@ pub fn read_frame_blocked(
         let page = frame & !(PAGE_BYTES - 1);
         let back = end.saturating_sub(BLOCK_BYTES as u64);
         let start = if back > page { back } else { page };
+        let block = &mut blocks.data_stack;
         if !fill_block(block, start, end) {
-            block.len = 0;
             return read_frame(layout, frame, buf, entry);
         }
-    }
+        block
+    } else {
+        let block = &mut blocks.elsewhere;
+        if !fill_around(block, frame, end) {
+            return read_frame(layout, frame, buf, entry);
+        }
+        block
+    };
     Some(decode_frame(layout, frame, block.view(frame), entry))
+}
+
+/// Bytes read below and above a frame outside the data stack (within its page): outer entry
+/// frames lie a few hundred bytes above inner ones on the C stack.
+const AROUND_BELOW: u64 = 1024;
+const AROUND_ABOVE: u64 = 2048;
+
+/// Reads `[start, end)` widened to `AROUND_BELOW` bytes below and `AROUND_ABOVE` above, but
+/// never past the page(s) `[start, end)` itself lies in (readable whenever it is); false
+/// (block emptied) on a fault.
+#[inline(always)]
+fn fill_around(block: &mut FrameBlock, start: u64, end: u64) -> bool {
+    let first_page = start & !(PAGE_BYTES - 1);
+    let after_last_page = (end.saturating_sub(1) & !(PAGE_BYTES - 1)).saturating_add(PAGE_BYTES);
+    let back = start.saturating_sub(AROUND_BELOW);
+    let from = if back > first_page { back } else { first_page };
+    let ahead = start.saturating_add(AROUND_ABOVE);
+    let to = if ahead < after_last_page { ahead } else { after_last_page };
+    let to = if to > end { to } else { end };
+    fill_block(block, from, to)
 }
 
 /// The smallest page size: memory from a page's start to a readable frame in it is readable.

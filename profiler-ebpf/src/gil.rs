@@ -4,8 +4,6 @@
 //! `--mode wall/off-cpu`: whether a thread switched out asleep waits for the GIL
 //! ([`waiting_for_gil`], `ProcessInfo::gil_wait_kind`).
 
-use core::ffi::c_void;
-
 use aya_ebpf::helpers::{bpf_probe_read_user, generated};
 use profiler_common::{NO_FIELD, ProcessInfo, counter, gil_check, gil_wait};
 
@@ -71,20 +69,68 @@ const FUTEX_SYSCALLS: [u64; 2] = [202, 455];
 const REG_DI: usize = 14;
 const REG_ORIG_AX: usize = 15;
 
-/// Whether the current thread, switched out asleep, is waiting for its interpreter's GIL: it
-/// sleeps in a futex call (the GIL's mutex or condition variables, as `take_gil` and the
-/// forced switch of `drop_gil` wait) on an address inside the `struct _gil_runtime_state`
-/// that `info.gil_wait_*` locate. `tstate` is its thread state (0: unknown), whose first bytes
-/// the walk read into `bytes`.
+/// The GIL address (`ceval.gil`) of one interpreter of one process, as last read on this CPU,
+/// with what proves it still holds: the same registration, interpreter address and
+/// `_PyRuntime.interpreters.next_id`. An interpreter sets `ceval.gil` when it is created and
+/// keeps it while it lives; a new interpreter at the same address would have been created
+/// since, which moves `next_id` (read at the walk's start, before this cache is consulted,
+/// so a creation racing with the walk shows as a change at the next walk). Without `next_id`
+/// (0: the layout has no `interp_next`) nothing is kept. Lives in the per-CPU scratch.
+#[repr(C)]
+pub struct GilAddressCache {
+    tgid: u32,
+    generation: u32,
+    interp: u64,
+    next_interpreter_id: u64,
+    /// 0: empty.
+    gil: u64,
+}
+
+impl GilAddressCache {
+    /// The GIL address of interpreter `interp` of process `tgid` (`info`): from the cache when
+    /// it is provably the same, else read (and kept when it can be proved later).
+    #[inline(always)]
+    fn gil_of(&mut self, info: &ProcessInfo, tgid: u32, interp: u64, next_interpreter_id: u64) -> u64 {
+        if self.gil != 0
+            && next_interpreter_id != 0
+            && self.next_interpreter_id == next_interpreter_id
+            && self.interp == interp
+            && self.tgid == tgid
+            && self.generation == info.generation
+        {
+            return self.gil;
+        }
+        let gil = read_u64(interp.wrapping_add(info.gil_wait_at));
+        if next_interpreter_id != 0 {
+            *self = GilAddressCache { tgid, generation: info.generation, interp, next_interpreter_id, gil };
+        }
+        gil
+    }
+}
+
+/// Whether the current thread (of process `tgid`), switched out asleep, is waiting for its
+/// interpreter's GIL: it sleeps in a futex call (the GIL's mutex or condition variables, as
+/// `take_gil` and the forced switch of `drop_gil` wait) on an address inside the
+/// `struct _gil_runtime_state` that `info.gil_wait_*` locate. `tstate` is its thread state (0:
+/// unknown), whose first bytes the walk read into `bytes`; `next_interpreter_id` is what the
+/// walk read of `_PyRuntime.interpreters.next_id` (0: not read), for `gils`.
 ///
-/// Reads two saved user registers and at most two user words; false whenever one fails, so a
-/// GIL wait that cannot be told stays a plain sleep.
-pub fn waiting_for_gil(info: &ProcessInfo, tstate: u64, bytes: &TstateBytes) -> bool {
+/// Reads two saved user registers (no helper call: the kernel gives the registers as typed
+/// memory) and at most one user word, none when `gils` holds the interpreter's GIL address;
+/// false whenever a read fails, so a GIL wait that cannot be told stays a plain sleep.
+pub fn waiting_for_gil(
+    info: &ProcessInfo,
+    tgid: u32,
+    tstate: u64,
+    bytes: &TstateBytes,
+    gils: &mut GilAddressCache,
+    next_interpreter_id: u64,
+) -> bool {
     let size = info.gil_wait_size as u64;
     if info.gil_wait_kind == gil_wait::UNKNOWN || size == 0 {
         return false;
     }
-    let Some((syscall, futex)) = syscall_and_first_argument() else { return false };
+    let (syscall, futex) = syscall_and_first_argument();
     if !FUTEX_SYSCALLS.contains(&syscall) {
         return false;
     }
@@ -95,7 +141,7 @@ pub fn waiting_for_gil(info: &ProcessInfo, tstate: u64, bytes: &TstateBytes) -> 
             if interp == 0 {
                 return false;
             }
-            read_u64(interp.wrapping_add(info.gil_wait_at))
+            gils.gil_of(info, tgid, interp, next_interpreter_id)
         }
         _ => return false,
     };
@@ -104,20 +150,16 @@ pub fn waiting_for_gil(info: &ProcessInfo, tstate: u64, bytes: &TstateBytes) -> 
 
 /// The current thread's system call number and first argument, from the user registers it
 /// saved on entering the kernel.
-fn syscall_and_first_argument() -> Option<(u64, u64)> {
-    let mut words = [0u64; 2];
-    // SAFETY: the helpers return the current task and the address of its saved user
-    // registers (kernel memory), read with a probe that fails cleanly; `di` and `orig_ax`
-    // are adjacent words of it, copied into `words`.
-    let ret = unsafe {
+#[inline(always)]
+fn syscall_and_first_argument() -> (u64, u64) {
+    // SAFETY: the helpers return the current task and its saved user registers, both typed
+    // kernel memory (BTF) that the verifier lets the program load from at a constant offset;
+    // `di` and `orig_ax` are words of `struct pt_regs`.
+    unsafe {
         let task = generated::bpf_get_current_task_btf();
         let regs = generated::bpf_task_pt_regs(task) as *const u64;
-        generated::bpf_probe_read_kernel(
-            words.as_mut_ptr() as *mut c_void,
-            16,
-            regs.wrapping_add(REG_DI) as *const c_void,
-        )
-    };
-    const _: () = assert!(REG_ORIG_AX == REG_DI + 1);
-    (ret == 0).then_some((words[1], words[0]))
+        let first_argument = core::ptr::read_volatile(regs.add(REG_DI));
+        let syscall = core::ptr::read_volatile(regs.add(REG_ORIG_AX));
+        (syscall, first_argument)
+    }
 }

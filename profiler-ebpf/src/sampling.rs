@@ -18,11 +18,12 @@ use profiler_common::{
     SampleHeader, bench_stop, code_generation, counter, frame_hash, record_kind, sample_flags, sample_status,
 };
 
-use crate::frame_walk::{CheckCache, FrameBlock, WalkState, read_frame_blocked, read_u64, walk_code_check};
+use crate::frame_walk::{CheckCache, FrameBlock, FrameBlocks, WalkState, read_frame_blocked, walk_code_check};
+use crate::gil::GilAddressCache;
 use crate::interp_window::InterpWindow;
 use crate::maps::{PROCESSES, add, bump, output_record};
 use crate::thread_state::{
-    TstateBytes, current_fsbase, find_thread_state_into, interpreter_of_with, running_task_of,
+    TstateBytes, current_fsbase_btf, find_thread_state_into, interpreter_of_with, running_task_of,
     several_interpreters_and_next_id,
 };
 
@@ -46,8 +47,8 @@ pub struct Scratch {
     frame: FrameBytes,
     /// The check window of the frame's code object (see `code_check`).
     code: FrameBytes,
-    /// Data-stack bytes read at once during this walk (`frame_walk::read_frame_blocked`).
-    block: FrameBlock,
+    /// Frame bytes read at once during this walk (`frame_walk::read_frame_blocked`).
+    blocks: FrameBlocks,
     /// Heap bytes around code objects read at once during this walk (`frame_code_check`).
     code_block: FrameBlock,
     /// The first bytes of the walked thread's state, read once by the lookup.
@@ -57,6 +58,10 @@ pub struct Scratch {
     /// Validation words of code objects checked by earlier walks on this CPU (kept across
     /// walks, unlike the blocks).
     checks: CheckCache,
+    /// `_PyRuntime.interpreters.next_id` as this walk read it (0: not read).
+    pub next_interpreter_id: u64,
+    /// GIL addresses read by earlier switch-outs on this CPU (kept across walks).
+    pub gils: GilAddressCache,
 }
 
 #[map]
@@ -115,7 +120,8 @@ pub fn walk_current_stack(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32) ->
 #[inline(always)]
 fn walk_stages(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, stop: u64) -> Option<(&'static mut Scratch, usize)> {
     let scratch = scratch_mut()?;
-    if !start_walk(info, tgid, tid, kind, scratch) {
+    let pid_tgid = ((tgid as u64) << 32) | tid as u64;
+    if !start_walk(info, pid_tgid, kind, current_fsbase_btf(), scratch) {
         return Some((scratch, 0));
     }
     if stop == bench_stop::THREAD_STATE {
@@ -147,10 +153,13 @@ fn walk_stages(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, stop: u64) ->
     Some((scratch, n_full))
 }
 
-/// Fills the header and finds the first frame. Returns true when the walk is set up in
+/// Fills the header and finds the first frame of the running thread (`pid_tgid` as
+/// `bpf_get_current_pid_tgid` gives it: tgid above, tid below), whose thread pointer is
+/// `fsbase`. Returns true when the walk is set up in
 /// `scratch.walk`; false when the sample ended early (no thread state, no frame): the header
 /// then says why and the record has no frames.
-pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scratch: &mut Scratch) -> bool {
+pub(crate) fn start_walk(info: &ProcessInfo, pid_tgid: u64, kind: u32, fsbase: u64, scratch: &mut Scratch) -> bool {
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     let header = &mut scratch.record.header;
     header.generation = info.generation;
     header.kind = kind;
@@ -167,9 +176,9 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
     header.running_task = profiler_common::RUNNING_TASK_UNKNOWN;
     header.flags = 0;
 
-    let fsbase = current_fsbase();
     // Read once (one helper call) for the lookup, the header and the check cache's key.
     let (several, next_interpreter_id) = several_interpreters_and_next_id(info);
+    scratch.next_interpreter_id = next_interpreter_id;
     let bytes = &mut scratch.tstate_bytes;
     let tstate = find_thread_state_into(info, tid, fsbase, several, bytes);
     if tstate == 0 {
@@ -191,8 +200,9 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
     }
     let bytes = &scratch.tstate_bytes;
     let mut frame = bytes.field(tstate, info.thread.frame);
+    scratch.blocks.clear();
     if frame != 0 && info.thread.cframe_frame != NO_FIELD {
-        frame = read_u64(frame + info.thread.cframe_frame as u64);
+        frame = scratch.blocks.u64_around(frame.wrapping_add(info.thread.cframe_frame as u64));
     }
     if frame == 0 {
         header.status = sample_status::NO_FRAME;
@@ -207,7 +217,6 @@ pub(crate) fn start_walk(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, scr
         None => 0,
     };
     scratch.layout = info.frame;
-    scratch.block.len = 0;
     scratch.code_block.len = 0;
     scratch.walk = WalkState {
         frame,
@@ -336,7 +345,7 @@ fn full_frame_on(s: &mut Scratch, index: u64) -> i64 {
         return 1;
     }
     let entry = &mut s.record.frames[i];
-    let Some(previous) = read_frame_blocked(&s.layout, s.walk.frame, &mut s.block, &mut s.frame, entry) else {
+    let Some(previous) = read_frame_blocked(&s.layout, s.walk.frame, &mut s.blocks, &mut s.frame, entry) else {
         s.walk.status = sample_status::READ_FAULT;
         return 1;
     };
@@ -354,7 +363,7 @@ fn hashed_frame_on(s: &mut Scratch) -> i64 {
         return 1;
     }
     let mut entry = FrameEntry::default();
-    let Some(previous) = read_frame_blocked(&s.layout, s.walk.frame, &mut s.block, &mut s.frame, &mut entry) else {
+    let Some(previous) = read_frame_blocked(&s.layout, s.walk.frame, &mut s.blocks, &mut s.frame, &mut entry) else {
         s.walk.status = sample_status::READ_FAULT;
         return 1;
     };

@@ -16,6 +16,7 @@ use aya_ebpf::{
 };
 use profiler_common::{MAX_FULL_FRAMES, MAX_HASHED_FRAMES, record_kind, sample_status};
 
+use crate::thread_state::current_fsbase;
 use crate::sampling::{
     emit, finish_walk, full_frame_step, hashed_frame_step, scratch_mut, start_tail, start_walk, wanted_sample,
 };
@@ -39,7 +40,7 @@ pub fn pyperch_sample_bounded(ctx: PerfEventContext) -> u32 {
     let Some(scratch) = scratch_mut() else {
         return 0;
     };
-    if !start_walk(info, tgid, tid, record_kind::CPU_SAMPLE, scratch) {
+    if !start_walk(info, ((tgid as u64) << 32) | tid as u64, record_kind::CPU_SAMPLE, current_fsbase(), scratch) {
         emit(scratch, 0, 0);
         return 0;
     }

@@ -24,16 +24,16 @@
 //! build) or where it is a compiler clone (`finish_task_switch.isra.0`, no fentry) have none.
 //!
 //! For threads of unregistered processes the program costs one `PROCESSES` lookup, for
-//! `next` (after one kernel read of its ids): whether `prev` is registered was decided when
+//! `next` (after two loads of its ids): whether `prev` is registered was decided when
 //! it came in (`switch_filter`).
 
 use core::ffi::c_void;
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
-    macros::{map, raw_tracepoint},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::{btf_tracepoint, map},
     maps::{LruHashMap, StackTrace},
-    programs::{RawTracePointContext, tracing::StackIdContext},
+    programs::{BtfTracePointContext, tracing::StackIdContext},
 };
 use profiler_common::{
     FRAME_ENTRY_SIZE, FrameEntry, MAX_FULL_FRAMES, OffCpuInterval, SAMPLE_HEADER_SIZE, ThreadSwitch, counter,
@@ -49,7 +49,8 @@ use crate::sampling::{Record, walk_current_stack};
 /// Intervals shorter than this (nanoseconds) are summed, not sent. Set at load time.
 #[unsafe(no_mangle)]
 static MIN_OFF_CPU_NS: u64 = 0;
-/// Offsets of `task_struct.pid` and `task_struct.tgid`, from BTF.
+/// Offsets of `task_struct.pid` and `task_struct.tgid`, from BTF (the verifier checks the
+/// loads at them against the kernel's BTF too).
 #[unsafe(no_mangle)]
 static TASK_PID_OFFSET: u64 = 0;
 #[unsafe(no_mangle)]
@@ -82,23 +83,25 @@ static OFF_CPU_KERNEL_STACKS: StackTrace = StackTrace::with_max_entries(1, 0);
 const TASK_DEAD: u32 = 0x80;
 
 /// `sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
-/// unsigned int prev_state)`, in `prev`'s context.
-#[raw_tracepoint]
-pub fn pyperch_sched_switch(ctx: RawTracePointContext) -> i32 {
+/// unsigned int prev_state)`, in `prev`'s context. A BTF tracepoint: `next` comes as typed
+/// kernel memory, so its ids are two loads rather than a helper read.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn pyperch_sched_switch(ctx: BtfTracePointContext) -> i32 {
     // Preempted: the scheduler took the CPU from a runnable thread (`preempt`, or a switch on
     // the way back to user mode, where `prev_state` is still TASK_RUNNING, 0).
     let preempt: u64 = ctx.arg(0);
     let prev_state: u64 = ctx.arg(3);
     let epoch = switch_filter::epoch();
-    let prev_tid = bpf_get_current_pid_tgid() as u32;
+    let prev_pid_tgid = bpf_get_current_pid_tgid();
+    let prev_tid = prev_pid_tgid as u32;
     if !switch_filter::prev_is_unregistered(prev_tid, epoch) {
         if prev_state as u32 & TASK_DEAD != 0 {
             forget_thread(prev_tid);
         } else {
-            switch_out(&ctx, preempt as u8 != 0 || prev_state as u32 == 0);
+            switch_out(&ctx, prev_pid_tgid, preempt as u8 != 0 || prev_state as u32 == 0);
         }
     }
-    let next: u64 = ctx.arg(2);
+    let next: *const u8 = ctx.arg(2);
     let (tid, registered) = switch_in(next);
     switch_filter::remember_next(tid, registered, epoch);
     0
@@ -111,8 +114,8 @@ fn now() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-fn switch_out(ctx: &RawTracePointContext, preempt: bool) {
-    let pid_tgid = bpf_get_current_pid_tgid();
+/// `prev` (the current thread, `pid_tgid`) leaves the CPU: walks and keeps its stack.
+fn switch_out(ctx: &BtfTracePointContext, pid_tgid: u64, preempt: bool) {
     let tgid = (pid_tgid >> 32) as u32;
     // SAFETY: the map value is only read, and the kernel keeps it alive for this run.
     let Some(info) = (unsafe { PROCESSES.get(&tgid) }) else {
@@ -120,12 +123,21 @@ fn switch_out(ctx: &RawTracePointContext, preempt: bool) {
     };
     let tid = pid_tgid as u32;
     let reason = if preempt { off_cpu_reason::PREEMPTED } else { off_cpu_reason::SLEEP };
-    let now = now();
     let Some((scratch, _)) = walk_current_stack(info, tgid, tid, record_kind::OFF_CPU) else {
         note_running(info, tgid, tid);
         return;
     };
-    let reason = if reason == off_cpu_reason::SLEEP && waiting_for_gil(info, scratch.record.header.thread_state, &scratch.tstate_bytes) {
+    // The interval starts when the walk did (its record's time, one clock read for both).
+    let now = scratch.record.header.time_ns;
+    let reason = if reason == off_cpu_reason::SLEEP
+        && waiting_for_gil(
+            info,
+            tgid,
+            scratch.record.header.thread_state,
+            &scratch.tstate_bytes,
+            &mut scratch.gils,
+            scratch.next_interpreter_id,
+        ) {
         off_cpu_reason::GIL_WAIT
     } else {
         reason
@@ -158,7 +170,7 @@ fn switch_out(ctx: &RawTracePointContext, preempt: bool) {
 /// `--kernel`: the kernel stack of the thread switching out (where it blocked, or was
 /// preempted), as its `OFF_CPU_KERNEL_STACKS` id plus one; 0 without `--kernel` or when it
 /// could not be kept (counted).
-fn blocking_kernel_stack(ctx: &RawTracePointContext) -> u32 {
+fn blocking_kernel_stack(ctx: &BtfTracePointContext) -> u32 {
     if !kernel_stacks_wanted() {
         return 0;
     }
@@ -196,24 +208,20 @@ fn forget_thread(tid: u32) {
 
 /// Ends `next`'s pending interval, if any. Returns `next`'s tid and whether its process is
 /// registered (true when unknown), for `switch_filter::remember_next`.
-fn switch_in(next: u64) -> (u32, bool) {
-    // SAFETY: frozen load-time constants; the kernel read tolerates any address.
+fn switch_in(next: *const u8) -> (u32, bool) {
+    // SAFETY: `next` is the tracepoint's task (typed memory the verifier lets the program
+    // load from); the offsets are frozen load-time constants from BTF, which the verifier
+    // checks against the same BTF.
     let (tgid, tid) = unsafe {
-        let tgid_offset = core::ptr::read_volatile(&TASK_TGID_OFFSET);
-        let pid_offset = core::ptr::read_volatile(&TASK_PID_OFFSET);
-        if next == 0 || tgid_offset == 0 || pid_offset == 0 {
+        let tgid_offset = core::ptr::read_volatile(&TASK_TGID_OFFSET) as usize;
+        let pid_offset = core::ptr::read_volatile(&TASK_PID_OFFSET) as usize;
+        if next.is_null() || tgid_offset == 0 || pid_offset == 0 {
             return (0, true);
         }
-        if tgid_offset == pid_offset + 4 {
-            // `pid` then `tgid`, as in every kernel's task_struct: one read for both.
-            let ids = bpf_probe_read_kernel((next + pid_offset) as *const u64).unwrap_or(0);
-            ((ids >> 32) as u32, ids as u32)
-        } else {
-            (
-                bpf_probe_read_kernel((next + tgid_offset) as *const u32).unwrap_or(0),
-                bpf_probe_read_kernel((next + pid_offset) as *const u32).unwrap_or(0),
-            )
-        }
+        (
+            core::ptr::read_volatile(next.add(tgid_offset) as *const u32),
+            core::ptr::read_volatile(next.add(pid_offset) as *const u32),
+        )
     };
     if tgid == 0 {
         return (tid, false);

@@ -14,12 +14,30 @@ use crate::target_bytes::TargetBytes;
 #[unsafe(no_mangle)]
 static TASK_FSBASE_OFFSET: u64 = 0;
 
+/// The running thread's thread pointer (`task_struct.thread.fsbase`), read with a helper
+/// (every kernel; see [`current_fsbase_btf`] for 5.11+).
 pub fn current_fsbase() -> u64 {
     // SAFETY: `bpf_get_current_task` returns the running task; the offset comes from BTF.
     unsafe {
         let task = bpf_get_current_task() as *const u8;
         let offset = core::ptr::read_volatile(&TASK_FSBASE_OFFSET) as usize;
         bpf_probe_read_kernel(task.add(offset) as *const u64).unwrap_or(0)
+    }
+}
+
+/// [`current_fsbase`] without a helper read: the task as typed kernel memory (BTF,
+/// `bpf_get_current_task_btf`, 5.11+; only the `bpf_loop` programs, 5.17+, call this) and
+/// one load at the offset frozen at load time, which the verifier checks against the
+/// kernel's BTF. A load outside the kernel's idea of `task_struct` fails verification, not at
+/// run time.
+#[inline(always)]
+pub fn current_fsbase_btf() -> u64 {
+    // SAFETY: the helper returns the running task (never null); the offset is a frozen
+    // load-time constant from BTF, checked again by the verifier.
+    unsafe {
+        let task = aya_ebpf::helpers::generated::bpf_get_current_task_btf() as *const u8;
+        let offset = core::ptr::read_volatile(&TASK_FSBASE_OFFSET) as usize;
+        core::ptr::read_volatile(task.add(offset) as *const u64)
     }
 }
 

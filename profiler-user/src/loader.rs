@@ -16,7 +16,7 @@ use aya::{
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     maps::ProgramArray,
     programs::{
-        PerfEvent, ProgramType, RawTracePoint,
+        BtfTracePoint, PerfEvent, ProgramType, RawTracePoint,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
 };
@@ -375,10 +375,13 @@ impl KernelProgram {
             let program: &mut RawTracePoint = program_mut(&mut ebpf, name)?;
             program.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
         }
-        // The scheduler-switch program walks with bpf_loop: only where the kernel has it.
+        // The scheduler-switch program walks with bpf_loop: only where the kernel has it. It is
+        // a BTF tracepoint (its arguments are typed by the kernel's BTF, which wall mode needs
+        // anyway for the task's ids).
         if walk == Walk::BpfLoop {
-            let switch: &mut RawTracePoint = program_mut(&mut ebpf, SWITCH_PROGRAM)?;
-            switch.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
+            let btf = aya::Btf::from_sys_fs().map_err(|e| LoadError::Btf(error_chain(&e)))?;
+            let switch: &mut BtfTracePoint = program_mut(&mut ebpf, SWITCH_PROGRAM)?;
+            switch.load("sched_switch", &btf).map_err(|e| LoadError::Load(error_chain(&e)))?;
         }
         let processes = BpfHashMap::try_from(ebpf.take_map("PROCESSES").ok_or(LoadError::MissingMap("PROCESSES"))?)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
@@ -437,8 +440,8 @@ impl KernelProgram {
         if !self.task_ids_known {
             return Err(LoadError::BtfMissing("task_struct.pid/tgid (needed to measure off-CPU time)"));
         }
-        let program: &mut RawTracePoint = program_mut(&mut self.ebpf, SWITCH_PROGRAM)?;
-        program.attach("sched_switch").map_err(|e| LoadError::Load(format!("sched_switch: {}", error_chain(&e))))?;
+        let program: &mut BtfTracePoint = program_mut(&mut self.ebpf, SWITCH_PROGRAM)?;
+        program.attach().map_err(|e| LoadError::Load(format!("sched_switch: {}", error_chain(&e))))?;
         Ok(())
     }
 
@@ -567,10 +570,13 @@ impl KernelProgram {
         if let Ok(program) = program_mut::<PerfEvent>(&mut self.ebpf, self.walk.entry_program()) {
             let _ = program.unload();
         }
-        for name in TRACEPOINT_PROGRAMS.into_iter().chain([SWITCH_PROGRAM]) {
+        for name in TRACEPOINT_PROGRAMS {
             if let Ok(program) = program_mut::<RawTracePoint>(&mut self.ebpf, name) {
                 let _ = program.unload();
             }
+        }
+        if let Ok(program) = program_mut::<BtfTracePoint>(&mut self.ebpf, SWITCH_PROGRAM) {
+            let _ = program.unload();
         }
         self.attached_cpus = 0;
         self.registry.process_events_attached.store(false, Ordering::Relaxed);
