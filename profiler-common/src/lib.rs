@@ -345,7 +345,9 @@ pub struct OffCpuInterval {
     pub kernel_stack: u32,
 }
 
-/// Per-thread state of the scheduler-switch programs (kernel map `THREAD_SWITCHES`, by tid).
+/// Per-thread state of the scheduler-switch program: the first part of each value of the
+/// kernel map `OFF_CPU_THREADS` (by tid), which the record walked at the thread's last
+/// switch-out follows (`OFF_CPU_THREAD_SIZE` bytes in all).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadSwitch {
@@ -484,6 +486,9 @@ pub const SAMPLE_HEADER_SIZE: usize = core::mem::size_of::<SampleHeader>();
 pub const FRAME_ENTRY_SIZE: usize = core::mem::size_of::<FrameEntry>();
 /// The largest record the kernel writes (the full frames and one trailer slot).
 pub const MAX_RECORD_SIZE: usize = SAMPLE_HEADER_SIZE + (MAX_FULL_FRAMES + 1) * FRAME_ENTRY_SIZE;
+/// Bytes of a value of the kernel map `OFF_CPU_THREADS`: a [`ThreadSwitch`], then a record of
+/// `MAX_RECORD_SIZE` bytes.
+pub const OFF_CPU_THREAD_SIZE: usize = core::mem::size_of::<ThreadSwitch>() + MAX_RECORD_SIZE;
 
 /// The bytes of one frame as read from the target (`FrameLayout::read_size` of them, the rest
 /// zero), with room for an 8-byte field at any masked offset.

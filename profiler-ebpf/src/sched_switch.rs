@@ -3,17 +3,16 @@
 //! Attached to the `sched_switch` tracepoint, which runs in the context of the thread leaving
 //! the CPU (`prev`, still `current`, its memory still mapped) and names the one coming in:
 //! - `prev` of a registered process: its Python stack is walked now, with the sampling
-//!   program's walk, and kept in `OFF_CPU_RECORDS` with the time and the reason (preempted
+//!   program's walk, and kept in its `OFF_CPU_THREADS` entry with the time and the reason (preempted
 //!   while runnable: `preempt` or `prev_state == TASK_RUNNING`; otherwise asleep, and asleep
 //!   waiting for the GIL when `gil::waiting_for_gil` says so). The stack cannot change while
 //!   the thread is off a CPU, so it is the stack of the whole interval. With `--kernel`, the
 //!   kernel stack where it left (`OFF_CPU_KERNEL_STACKS`) goes with it, by id.
 //! - `next` of a registered process with a pending switch-out: the interval ends now; its
 //!   length is written into the kept record, which is sent. Intervals shorter than
-//!   `MIN_OFF_CPU_NS` are not sent; their time is summed per thread (`THREAD_SWITCHES`) and
-//!   sent with the thread's next record, so no time is lost. At the end userspace reads
-//!   both maps: what is left, and the kept records of threads still switched out, charged
-//!   up to the end.
+//!   `MIN_OFF_CPU_NS` are not sent; their time is summed in the thread's entry and sent with
+//!   the thread's next record, so no time is lost. At the end userspace reads the entries:
+//!   what is left, and the kept records of threads still switched out, charged up to the end.
 //! - `next` of a registered process with no entry for its registration (it was already
 //!   switched out when its process was registered): the time of this first switch-in is
 //!   noted (`ThreadSwitch::first_in_ns`); userspace charges the wait before it, with the stack
@@ -32,7 +31,7 @@ use core::ffi::c_void;
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{btf_tracepoint, map},
-    maps::{LruHashMap, StackTrace},
+    maps::{LruHashMap, PerCpuArray, StackTrace},
     programs::{BtfTracePointContext, tracing::StackIdContext},
 };
 use profiler_common::{
@@ -56,20 +55,49 @@ static TASK_PID_OFFSET: u64 = 0;
 #[unsafe(no_mangle)]
 static TASK_TGID_OFFSET: u64 = 0;
 
-/// Per registered thread (by tid): its pending switch-out and its unsent short time. An LRU
-/// map, so exited threads' entries make room for new ones.
-#[map]
-pub static THREAD_SWITCHES: LruHashMap<u32, ThreadSwitch> = LruHashMap::with_max_entries(65536, 0);
+/// Per registered thread: its switch state and the record walked at its last switch-out.
+/// One map value for both, so a switch-out and a switch-in each cost one lookup of the
+/// thread. The record of a switch-out is copied over the entry's (only the bytes it uses) and
+/// the entry stays when the thread runs (userspace reads the record only while a switch-out
+/// is pending): inserting and deleting entries at every switch costs more than the copy.
+#[repr(C)]
+pub struct OffCpuThread {
+    pub state: ThreadSwitch,
+    pub record: Record,
+}
 
-/// The record of each registered thread (by tid) walked at its last switch-out, sent at the
-/// switch-in if the interval is long enough. Each switch-out writes over its thread's entry
-/// (only the bytes it uses) rather than inserting a new one, and the entry stays when the
-/// thread runs (userspace reads it only for threads with a pending switch-out): inserting and
-/// deleting 2 KB entries at every switch cost more than the copy. A thread whose entry was
-/// evicted while it was off (more registered threads than slots) has that interval's time
-/// summed like a short one (`counter::OFF_CPU_LOST`).
+const _: () = assert!(core::mem::size_of::<OffCpuThread>() == profiler_common::OFF_CPU_THREAD_SIZE);
+
+/// Registered threads by tid: an LRU map, so exited threads' entries make room for new ones.
+/// A thread whose entry was evicted while it was off a CPU (more registered threads than
+/// slots) starts over at its switch-in, as if first seen then.
 #[map]
-static OFF_CPU_RECORDS: LruHashMap<u32, Record> = LruHashMap::with_max_entries(8192, 0);
+pub static OFF_CPU_THREADS: LruHashMap<u32, OffCpuThread> = LruHashMap::with_max_entries(16384, 0);
+
+/// A zeroed entry, never written: the source of every new `OFF_CPU_THREADS` entry (too large
+/// for the program's stack).
+#[map]
+static NEW_THREAD: PerCpuArray<OffCpuThread> = PerCpuArray::with_max_entries(1, 0);
+
+/// Thread `tid`'s entry, if it has one.
+#[inline(always)]
+fn thread_entry(tid: u32) -> Option<&'static mut OffCpuThread> {
+    // SAFETY: a map value; only this thread's own switches write it, and a thread is switched
+    // on one CPU at a time.
+    OFF_CPU_THREADS.get_ptr_mut(&tid).map(|p| unsafe { &mut *p })
+}
+
+/// Thread `tid`'s entry, made (zeroed) if it has none; `None` only if it cannot be made.
+#[inline(always)]
+fn thread_entry_or_new(tid: u32) -> Option<&'static mut OffCpuThread> {
+    if let Some(entry) = thread_entry(tid) {
+        return Some(entry);
+    }
+    // SAFETY: a per-CPU value that nothing writes: all zeros.
+    let zero = unsafe { &*NEW_THREAD.get_ptr(0)? };
+    OFF_CPU_THREADS.insert(&tid, zero, 0).ok()?;
+    thread_entry(tid)
+}
 
 /// `--kernel`: the kernel stacks where registered threads blocked, each kept once (ids are
 /// stable: a slot that holds another stack is never overwritten, the switch-out goes without
@@ -142,29 +170,24 @@ fn switch_out(ctx: &BtfTracePointContext, pid_tgid: u64, preempt: bool) {
     } else {
         reason
     };
-    if !keep_record(tid, &scratch.record) {
-        note_running(info, tgid, tid);
+    let Some(thread) = thread_entry_or_new(tid) else {
+        return;
+    };
+    let state = &mut thread.state;
+    if state.generation != info.generation || state.tgid != tgid {
+        // The tid now belongs to another registration: its unsent time went with the old one.
+        *state = ThreadSwitch { tgid, generation: info.generation, ..ThreadSwitch::default() };
+    }
+    if !keep_record(&mut thread.record, &scratch.record) {
+        bump(counter::OFF_CPU_LOST);
+        thread.state.switched_out_ns = 0;
         return;
     }
     let kernel_stack = blocking_kernel_stack(ctx);
-    if let Some(state) = THREAD_SWITCHES.get_ptr_mut(&tid) {
-        // SAFETY: a map value; only this thread's own switches write it, and a thread is
-        // switched on one CPU at a time.
-        let state = unsafe { &mut *state };
-        if state.generation != info.generation || state.tgid != tgid {
-            // The tid now belongs to another registration: its unsent time went with the old one.
-            state.short_ns = 0;
-            state.tgid = tgid;
-            state.generation = info.generation;
-            state.first_in_ns = 0;
-        }
-        state.switched_out_ns = now;
-        state.reason = reason;
-        state.kernel_stack = kernel_stack;
-    } else {
-        let state = ThreadSwitch { switched_out_ns: now, short_ns: 0, tgid, generation: info.generation, reason, kernel_stack, first_in_ns: 0 };
-        let _ = THREAD_SWITCHES.insert(&tid, &state, 0);
-    }
+    let state = &mut thread.state;
+    state.switched_out_ns = now;
+    state.reason = reason;
+    state.kernel_stack = kernel_stack;
 }
 
 /// `--kernel`: the kernel stack of the thread switching out (where it blocked, or was
@@ -185,25 +208,20 @@ fn blocking_kernel_stack(ctx: &BtfTracePointContext) -> u32 {
 
 /// A switch-out whose stack was not kept still says the thread was running under this
 /// registration (so its next switch-in is not taken for the end of a wait that began before
-/// the registration): an entry with nothing pending, made only if there is none yet.
+/// the registration): an entry with nothing pending.
 fn note_running(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
-    if let Some(state) = THREAD_SWITCHES.get_ptr_mut(&tid) {
-        // SAFETY: as in `switch_out`.
-        let state = unsafe { &mut *state };
-        if state.generation == info.generation && state.tgid == tgid {
-            state.switched_out_ns = 0;
-            return;
-        }
+    let Some(thread) = thread_entry_or_new(tid) else { return };
+    let state = &mut thread.state;
+    if state.generation != info.generation || state.tgid != tgid {
+        *state = ThreadSwitch { tgid, generation: info.generation, ..ThreadSwitch::default() };
     }
-    let state = ThreadSwitch { tgid, generation: info.generation, ..ThreadSwitch::default() };
-    let _ = THREAD_SWITCHES.insert(&tid, &state, 0);
+    state.switched_out_ns = 0;
 }
 
-/// Frees the entries of thread `tid`, which exits: its off-CPU time ends with it (time it
-/// had summed but not sent is at most `MIN_OFF_CPU_NS` per interval, already counted short).
+/// Frees the entry of thread `tid`, which exits: its off-CPU time ends with it (time it had
+/// summed but not sent is at most `MIN_OFF_CPU_NS` per interval, already counted short).
 fn forget_thread(tid: u32) {
-    let _ = THREAD_SWITCHES.remove(&tid);
-    let _ = OFF_CPU_RECORDS.remove(&tid);
+    let _ = OFF_CPU_THREADS.remove(&tid);
 }
 
 /// Ends `next`'s pending interval, if any. Returns `next`'s tid and whether its process is
@@ -242,12 +260,13 @@ fn switch_in(next: *const u8) -> (u32, bool) {
 /// `profiler-user/src/session/blocked_at_start.rs`); one insert, once per thread.
 fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
     let first_switch_in = || ThreadSwitch { tgid, generation: info.generation, first_in_ns: now(), ..ThreadSwitch::default() };
-    let Some(state) = THREAD_SWITCHES.get_ptr_mut(&tid) else {
-        let _ = THREAD_SWITCHES.insert(&tid, &first_switch_in(), 0);
+    let Some(thread) = thread_entry(tid) else {
+        if let Some(thread) = thread_entry_or_new(tid) {
+            thread.state = first_switch_in();
+        }
         return;
     };
-    // SAFETY: as in `switch_out`.
-    let state = unsafe { &mut *state };
+    let state = &mut thread.state;
     if state.generation != info.generation || state.tgid != tgid {
         *state = first_switch_in();
         return;
@@ -266,11 +285,6 @@ fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
     state.switched_out_ns = 0;
     // SAFETY: a frozen load-time constant.
     let min = unsafe { core::ptr::read_volatile(&MIN_OFF_CPU_NS) };
-    let Some(record) = OFF_CPU_RECORDS.get_ptr_mut(&tid) else {
-        bump(counter::OFF_CPU_LOST);
-        state.short_ns = state.short_ns.saturating_add(interval.off_ns);
-        return;
-    };
     if interval.off_ns < min {
         state.short_ns = state.short_ns.saturating_add(interval.off_ns);
         bump(counter::OFF_CPU_SHORT);
@@ -278,8 +292,7 @@ fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
     }
     state.short_ns = 0;
     bump(counter::OFF_CPU_INTERVALS);
-    // SAFETY: a map value of this thread, written only by its own switches.
-    let record = unsafe { &mut *record };
+    let record = &mut thread.record;
     record.header.time_ns = now;
     let n_full = record.header.n_full as usize;
     let n = if n_full > MAX_FULL_FRAMES { MAX_FULL_FRAMES } else { n_full };
@@ -293,21 +306,17 @@ fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
     }
 }
 
-/// Keeps `record` (just walked) as thread `tid`'s until it runs again: copies its header and
-/// full frames over the thread's entry, or inserts the entry on the thread's first switch-out.
-fn keep_record(tid: u32, record: &Record) -> bool {
-    let Some(slot) = OFF_CPU_RECORDS.get_ptr_mut(&tid) else {
-        return OFF_CPU_RECORDS.insert(&tid, record, 0).is_ok();
-    };
+/// Copies `record` (just walked) over `kept` (a thread's entry): its header and full frames.
+fn keep_record(kept: &mut Record, record: &Record) -> bool {
     let n_full = record.header.n_full as usize;
     let n = if n_full > MAX_FULL_FRAMES { MAX_FULL_FRAMES } else { n_full };
     let len = SAMPLE_HEADER_SIZE + n * FRAME_ENTRY_SIZE;
     let len = if len > core::mem::size_of::<Record>() { core::mem::size_of::<Record>() } else { len };
-    // SAFETY: `slot` is a map value of `size_of::<Record>()` bytes and `len` is at most that;
+    // SAFETY: `kept` is a map value of `size_of::<Record>()` bytes and `len` is at most that;
     // `record` is as large. The helper copies kernel memory (the per-CPU scratch).
     let ret = unsafe {
         aya_ebpf::helpers::generated::bpf_probe_read_kernel(
-            slot as *mut c_void,
+            kept as *mut Record as *mut c_void,
             len as u32,
             record as *const Record as *const c_void,
         )

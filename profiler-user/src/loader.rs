@@ -294,6 +294,18 @@ const PROCESS_TRACEPOINTS: [(&str, &str); 3] = [
     ("sched_process_exec", PROCESS_EXEC_PROGRAM),
 ];
 
+/// A value of the kernel map `OFF_CPU_THREADS`, as bytes.
+type OffCpuThreadBytes = [u8; profiler_common::OFF_CPU_THREAD_SIZE];
+
+/// The thread's state and its kept record, from an `OFF_CPU_THREADS` value.
+fn split_off_cpu_thread(bytes: &OffCpuThreadBytes) -> (profiler_common::ThreadSwitch, &[u8]) {
+    let (state, record) = bytes.split_at(std::mem::size_of::<profiler_common::ThreadSwitch>());
+    // SAFETY: `ThreadSwitch` is plain `repr(C)` data (integers only), and `state` holds
+    // exactly its size; the read is unaligned.
+    let state = unsafe { std::ptr::read_unaligned(state.as_ptr() as *const profiler_common::ThreadSwitch) };
+    (state, record)
+}
+
 /// Kernel-side counters (summed over CPUs).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct KernelCounters {
@@ -447,23 +459,16 @@ impl KernelProgram {
 
     /// The scheduler-switch program's per-thread state, read once at the end (after
     /// `detach`): by tid, each thread's pending switch-out and unsent short time
-    /// (`ThreadSwitch`), and the record walked at its pending switch-out, if kept (the
-    /// kernel's `Record`: header, frames, trailer slot).
+    /// (`ThreadSwitch`), and the record walked at its pending switch-out, if one is pending
+    /// (the kernel's `Record`: header, frames, trailer slot).
     pub fn pending_off_cpu(&self) -> Vec<(u32, profiler_common::ThreadSwitch, Option<Vec<u8>>)> {
-        type RecordBytes = [u8; profiler_common::MAX_RECORD_SIZE];
-        let Some(states) = self.thread_switches() else { return Vec::new() };
-        let records = self
-            .ebpf
-            .map("OFF_CPU_RECORDS")
-            .and_then(|m| aya::maps::HashMap::<_, u32, RecordBytes>::try_from(m).ok());
-        states
+        let Some(threads) = self.off_cpu_threads() else { return Vec::new() };
+        threads
             .iter()
             .filter_map(Result::ok)
-            .map(|(tid, state)| {
-                let record = match (&records, state.switched_out_ns) {
-                    (Some(r), out) if out != 0 => r.get(&tid, 0).ok().map(|b| b.to_vec()),
-                    _ => None,
-                };
+            .map(|(tid, bytes)| {
+                let (state, record) = split_off_cpu_thread(&bytes);
+                let record = (state.switched_out_ns != 0).then(|| record.to_vec());
                 (tid, state, record)
             })
             .collect()
@@ -473,12 +478,13 @@ impl KernelProgram {
     /// read by [`KernelProgram::pending_off_cpu`] while sampling runs still belongs to the
     /// pending switch-out it was read with.
     pub fn thread_switch(&self, tid: u32) -> Option<profiler_common::ThreadSwitch> {
-        self.thread_switches()?.get(&tid, 0).ok()
+        let bytes = self.off_cpu_threads()?.get(&tid, 0).ok()?;
+        Some(split_off_cpu_thread(&bytes).0)
     }
 
-    /// The scheduler-switch program's per-thread states (`THREAD_SWITCHES`), by tid.
-    fn thread_switches(&self) -> Option<aya::maps::HashMap<&MapData, u32, profiler_common::ThreadSwitch>> {
-        aya::maps::HashMap::try_from(self.ebpf.map("THREAD_SWITCHES")?).ok()
+    /// The scheduler-switch program's per-thread entries (`OFF_CPU_THREADS`), by tid.
+    fn off_cpu_threads(&self) -> Option<aya::maps::HashMap<&MapData, u32, OffCpuThreadBytes>> {
+        aya::maps::HashMap::try_from(self.ebpf.map("OFF_CPU_THREADS")?).ok()
     }
 
     /// `--kernel`: the kernel stack that an off-CPU interval's `kernel_stack` names (its id
