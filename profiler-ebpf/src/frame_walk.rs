@@ -172,8 +172,8 @@ impl FrameBlocks {
         self.elsewhere.len = 0;
     }
 
-    /// Reads the block of `elsewhere` around the `size` bytes at `address` (see
-    /// [`fill_around`]) and returns the u64 at `address` from it, or from a read of its own
+    /// Reads the block of `elsewhere` around the 8 bytes at `address` (see [`fill_around`])
+    /// and returns the u64 at `address` from it, or from a read of its own
     /// when that fails; 0 on a fault. For 3.11/3.12's `_PyCFrame`, which lies in the
     /// evaluation function's C frame next to that call's entry frame: the walk's last frame
     /// then comes from this read.
@@ -200,7 +200,7 @@ const DATA_STACK_REACH: u64 = 64 * 1024;
 /// - a frame in the data stack (the first frame, or one below the data-stack block within
 ///   `DATA_STACK_REACH`) refills that block with at most `BLOCK_BYTES` that end where this
 ///   frame's bytes end and begin no lower than the frame's own page;
-/// - any other frame refills the other block with the bytes around it within its own page;
+/// - any other frame refills the other block with the page it lies in ([`fill_around`]);
 /// - a frame that still does not fit (a range that faults) is read on its own into `buf`.
 /// The thread is stopped while the program runs, so bytes read in one call are the same
 /// bytes a read per frame would give.
@@ -250,24 +250,16 @@ pub fn read_frame_blocked(
     Some(decode_frame(layout, frame, block.view(frame), entry))
 }
 
-/// Bytes read below and above a frame outside the data stack (within its page): outer entry
-/// frames lie a few hundred bytes above inner ones on the C stack.
-const AROUND_BELOW: u64 = 1024;
-const AROUND_ABOVE: u64 = 2048;
-
-/// Reads `[start, end)` widened to `AROUND_BELOW` bytes below and `AROUND_ABOVE` above, but
-/// never past the page(s) `[start, end)` itself lies in (readable whenever it is); false
-/// (block emptied) on a fault.
+/// Reads the page that `[start, end)` begins in (readable whenever `[start, end)` is), or,
+/// when `[start, end)` runs into the next page, the `BLOCK_BYTES` that end where it ends:
+/// frames outside the data stack lie both above (outer entry frames on the C stack) and below
+/// (the callers in an older data-stack chunk) the one that missed. False (block emptied) on a
+/// fault.
 #[inline(always)]
 fn fill_around(block: &mut FrameBlock, start: u64, end: u64) -> bool {
-    let first_page = start & !(PAGE_BYTES - 1);
-    let after_last_page = (end.saturating_sub(1) & !(PAGE_BYTES - 1)).saturating_add(PAGE_BYTES);
-    let back = start.saturating_sub(AROUND_BELOW);
-    let from = if back > first_page { back } else { first_page };
-    let ahead = start.saturating_add(AROUND_ABOVE);
-    let to = if ahead < after_last_page { ahead } else { after_last_page };
-    let to = if to > end { to } else { end };
-    fill_block(block, from, to)
+    let page_end = (start & !(PAGE_BYTES - 1)).saturating_add(PAGE_BYTES);
+    let to = if end > page_end { end } else { page_end };
+    fill_block(block, to.saturating_sub(BLOCK_BYTES as u64), to)
 }
 
 /// The smallest page size: memory from a page's start to a readable frame in it is readable.
