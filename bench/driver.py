@@ -172,7 +172,8 @@ def bpf_fdinfo(pid):
     """({prog_id: (prog_type, run_time_ns, run_cnt)}, number of BPF links) of what pid holds,
     read from /proc/PID/fdinfo (the numbers `bpftool prog show` prints; run times count only
     while kernel.bpf_stats_enabled=1), or None when pid is gone. Types: 7 perf event, 17 raw
-    tracepoint. The one reader of BPF fdinfo for every section."""
+    tracepoint, 26 tracing (the switch program, a BTF tracepoint). The one reader of BPF
+    fdinfo for every section."""
     progs, links = {}, 0
     try:
         fds = os.listdir("/proc/%d/fdinfo" % pid)
@@ -1094,9 +1095,10 @@ class Bench(object):
                 p.wait(timeout=60)
                 reap(p)
                 row = {"seconds": t1 - t0, "storm_switches_per_s": (c1 - c0) / (t1 - t0)}
-                # The raw tracepoint with the most runs is the switch program (the others fire
-                # on forks, execs and exits); the perf-event one is the sampler.
-                for kind, ptype in (("switch", 17), ("sample", 7)):
+                # The switch program is the one BTF tracepoint (program type "tracing", 26; the
+                # raw tracepoints, 17, fire on forks, execs and exits); the perf-event one is
+                # the sampler.
+                for kind, ptype in (("switch", 26), ("sample", 7)):
                     deltas = [(b[i][2] - a[i][2], b[i][1] - a[i][1]) for i in b if i in a and b[i][0] == ptype]
                     if deltas:
                         runs, ns = max(deltas)
