@@ -388,7 +388,7 @@ pub fn emit(scratch: &Scratch, n_full: usize, trailer_slots: usize) {
 /// Bytes of a record with the header, `n_full` frames (at most `MAX_FULL_FRAMES`) and
 /// `trailer_slots` (0 or 1) slots after them: never more than the size of `Record`.
 #[inline(always)]
-fn record_len(n_full: usize, trailer_slots: usize) -> usize {
+pub(crate) fn record_len(n_full: usize, trailer_slots: usize) -> usize {
     let n = if n_full > MAX_FULL_FRAMES { MAX_FULL_FRAMES } else { n_full };
     let n = n + if trailer_slots > 0 { 1 } else { 0 };
     let len = core::mem::size_of::<SampleHeader>() + n * core::mem::size_of::<FrameEntry>();

@@ -35,7 +35,7 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, tracing::StackIdContext},
 };
 use profiler_common::{
-    FRAME_ENTRY_SIZE, FrameEntry, MAX_FULL_FRAMES, OffCpuInterval, SAMPLE_HEADER_SIZE, ThreadSwitch, counter,
+    FrameEntry, MAX_FULL_FRAMES, OffCpuInterval, ThreadSwitch, counter,
     off_cpu_reason, record_kind,
 };
 
@@ -43,7 +43,7 @@ use crate::gil::waiting_for_gil;
 use crate::maps::{PROCESSES, bump, output_record};
 use crate::native_stack::kernel_stacks_wanted;
 use crate::switch_filter;
-use crate::sampling::{Record, walk_current_stack};
+use crate::sampling::{Record, record_len, walk_current_stack};
 
 /// Intervals shorter than this (nanoseconds) are summed, not sent. Set at load time.
 #[unsafe(no_mangle)]
@@ -300,18 +300,13 @@ fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
         // SAFETY: `OffCpuInterval` is plain data of exactly one `FrameEntry`'s size (asserted
         // in profiler-common), written into that slot.
         unsafe { core::ptr::write_unaligned(slot as *mut FrameEntry as *mut OffCpuInterval, interval) };
-        let len = SAMPLE_HEADER_SIZE + (n + 1) * FRAME_ENTRY_SIZE;
-        let len = if len > core::mem::size_of::<Record>() { core::mem::size_of::<Record>() } else { len };
-        output_record(record as *const Record as *const c_void, len);
+        output_record(record as *const Record as *const c_void, record_len(n_full, 1));
     }
 }
 
 /// Copies `record` (just walked) over `kept` (a thread's entry): its header and full frames.
 fn keep_record(kept: &mut Record, record: &Record) -> bool {
-    let n_full = record.header.n_full as usize;
-    let n = if n_full > MAX_FULL_FRAMES { MAX_FULL_FRAMES } else { n_full };
-    let len = SAMPLE_HEADER_SIZE + n * FRAME_ENTRY_SIZE;
-    let len = if len > core::mem::size_of::<Record>() { core::mem::size_of::<Record>() } else { len };
+    let len = record_len(record.header.n_full as usize, 0);
     // SAFETY: `kept` is a map value of `size_of::<Record>()` bytes and `len` is at most that;
     // `record` is as large. The helper copies kernel memory (the per-CPU scratch).
     let ret = unsafe {
