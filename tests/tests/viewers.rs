@@ -43,6 +43,9 @@ fn chromium(url: &str, extra: &[&str], profile_dir: &Path) -> Result<String, Str
         "--headless",
         "--no-sandbox",
         "--disable-gpu",
+        // WebGL (speedscope's flame graphs) then runs on SwiftShader, which Chromium 137+ no
+        // longer falls back to unless asked: without this the app shows "Something went wrong".
+        "--enable-unsafe-swiftshader",
         "--disable-quic",
         "--no-first-run",
         "--disable-background-networking",
