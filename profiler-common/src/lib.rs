@@ -192,10 +192,7 @@ pub struct ProcessInfo {
     /// How the kernel tells that no code object can have been replaced at an address since it
     /// last checked it (`code_generation`): one of `code_generation`.
     pub code_generation_kind: u32,
-    /// Bytes of the thread state the kernel reads at once (from 256 up to 1024; other values
-    /// read 256): enough to hold 3.15's sentinel frame, which ends every thread's stack inside
-    /// its thread state, so the walk reads it with the thread state.
-    pub tstate_bytes: u32,
+    pub _pad4: u32,
     /// `code_generation::CREATED_AT`: address of the `uint32_t` counter; `FREED_IN_INTERP`:
     /// offset in `PyInterpreterState` of the `uint64_t` counter.
     pub code_generation_at: u64,
@@ -281,8 +278,8 @@ pub mod counter {
     pub const OFF_CPU_INTERVALS: u32 = 5;
     /// Off-CPU intervals shorter than `--min-off-cpu`: not sent, their time summed per thread.
     pub const OFF_CPU_SHORT: u32 = 6;
-    /// Switch-outs of registered threads that no `OFF_CPU_THREADS` entry could be made for
-    /// (the map refused an insert): their interval is not measured.
+    /// Off-CPU intervals whose walked stack was not kept (more threads off at once than the
+    /// kernel's slots): their time is summed per thread like short ones.
     pub const OFF_CPU_LOST: u32 = 7;
     /// `--mode gil`: samples dropped because the thread did not hold the GIL.
     pub const NOT_GIL_HOLDER: u32 = 8;

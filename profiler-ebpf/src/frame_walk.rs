@@ -6,8 +6,6 @@ use profiler_common::{
     code_check_size, code_check_strings, decode_frame,
 };
 
-use crate::thread_state::TstateBytes;
-
 /// State of one walk, kept in the per-CPU scratch between loop callbacks.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -202,7 +200,6 @@ const DATA_STACK_REACH: u64 = 64 * 1024;
 /// - a frame in the data stack (the first frame, or one below the data-stack block within
 ///   `DATA_STACK_REACH`) refills that block with at most `BLOCK_BYTES` that end where this
 ///   frame's bytes end and begin no lower than the frame's own page;
-/// - a frame inside the thread state's bytes the walk read (3.15's sentinel) comes from them;
 /// - any other frame refills the other block with the page it lies in ([`fill_around`]);
 /// - a frame that still does not fit (a range that faults) is read on its own into `buf`.
 /// The thread is stopped while the program runs, so bytes read in one call are the same
@@ -212,7 +209,6 @@ pub fn read_frame_blocked(
     layout: &FrameLayout,
     frame: u64,
     blocks: &mut FrameBlocks,
-    tstate: &TstateBytes,
     buf: &mut FrameBytes,
     entry: &mut FrameEntry,
 ) -> Option<u64> {
@@ -228,9 +224,6 @@ pub fn read_frame_blocked(
     }
     if blocks.elsewhere.holds(frame, end) {
         return Some(decode_frame(layout, frame, blocks.elsewhere.view(frame), entry));
-    }
-    if let Some(bytes) = tstate.frame_view(frame, end) {
-        return Some(decode_frame(layout, frame, bytes, entry));
     }
     let data = &blocks.data_stack;
     let in_data_stack = data.len == 0 || (frame < data.start && data.start - frame <= DATA_STACK_REACH);

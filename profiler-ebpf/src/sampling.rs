@@ -35,14 +35,13 @@ pub struct Record {
     pub frames: [FrameEntry; MAX_FULL_FRAMES + 1],
 }
 
-/// Per-CPU scratch space: the state of the walk and the bytes it read. The record a walk
-/// fills is the caller's (this CPU's [`sample_record`] for a CPU sample, the thread's own map
-/// entry for a switch-out). Shared by the sampling and the scheduler-switch programs: both
-/// run with interrupts off on their CPU (the CPU-clock perf event's hrtimer handler, and
-/// `sched_switch` inside `__schedule` with the run queue locked), so neither interrupts the
-/// other on one CPU.
+/// Per-CPU scratch space: the record being built and the bytes of the frame being read.
+/// Shared by the sampling and the scheduler-switch programs: both run with interrupts off on
+/// their CPU (the CPU-clock perf event's hrtimer handler, and `sched_switch` inside
+/// `__schedule` with the run queue locked), so neither interrupts the other on one CPU.
 #[repr(C)]
 pub struct Scratch {
+    pub record: Record,
     layout: FrameLayout,
     pub(crate) walk: WalkState,
     frame: FrameBytes,
@@ -68,11 +67,6 @@ pub struct Scratch {
 #[map]
 static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
 
-/// The record of the CPU sample being taken on this CPU (see [`Scratch`] for why the two
-/// programs can share it).
-#[map]
-static SAMPLE_RECORD: PerCpuArray<Record> = PerCpuArray::with_max_entries(1, 0);
-
 /// Test-only: `profiler_common::bench_stop`, frozen at load time (0 in every normal run).
 #[unsafe(no_mangle)]
 static BENCH_STOP_AFTER: u64 = 0;
@@ -87,12 +81,9 @@ pub fn pyperch_sample(ctx: PerfEventContext) -> u32 {
     if stop == bench_stop::REGISTRATION {
         return 0;
     }
-    let Some(record) = sample_record() else {
-        return 0;
-    };
-    if let Some((_, n_full)) = walk_stages(info, tgid, tid, record_kind::CPU_SAMPLE, record, stop) {
+    if let Some((scratch, n_full)) = walk_stages(info, tgid, tid, record_kind::CPU_SAMPLE, stop) {
         if stop == bench_stop::NONE {
-            emit_sample(&ctx, record, n_full);
+            emit_sample(&ctx, scratch, n_full);
         }
     }
     0
@@ -115,44 +106,30 @@ pub(crate) fn wanted_sample() -> Option<(&'static ProcessInfo, u32, u32)> {
     Some((info, tgid, tid))
 }
 
-/// Walks the Python stack of the running thread `tid` of process `tgid` into `record`: fills
-/// its header (with `kind`) and full frames. Returns this CPU's scratch (what the walk read)
-/// and the number of full frames for the caller to send (see [`emit`]); `None` only if the
+/// Walks the Python stack of the running thread `tid` of process `tgid` into this CPU's
+/// scratch record: fills the header (with `kind`) and the full frames. Returns the scratch and
+/// the number of full frames for the caller to send (see [`emit`]); `None` only if the
 /// per-CPU scratch is unavailable. The running thread's memory must be the current one.
 /// Needs `bpf_loop` (5.17+); `sampling_bounded` drives the same steps without it.
-pub fn walk_current_stack(
-    info: &ProcessInfo,
-    tgid: u32,
-    tid: u32,
-    kind: u32,
-    record: &mut Record,
-) -> Option<(&'static mut Scratch, usize)> {
-    walk_stages(info, tgid, tid, kind, record, bench_stop::NONE)
+pub fn walk_current_stack(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32) -> Option<(&'static mut Scratch, usize)> {
+    walk_stages(info, tgid, tid, kind, bench_stop::NONE)
 }
 
 /// [`walk_current_stack`], ending after the part `stop` (`bench_stop`, test-only; `None`
 /// then, nothing to send).
 #[inline(always)]
-fn walk_stages(
-    info: &ProcessInfo,
-    tgid: u32,
-    tid: u32,
-    kind: u32,
-    record: &mut Record,
-    stop: u64,
-) -> Option<(&'static mut Scratch, usize)> {
+fn walk_stages(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32, stop: u64) -> Option<(&'static mut Scratch, usize)> {
     let scratch = scratch_mut()?;
     let pid_tgid = ((tgid as u64) << 32) | tid as u64;
-    record.header.kind = kind;
-    if !start_walk(info, pid_tgid, current_fsbase_btf(), scratch, record) {
+    if !start_walk(info, pid_tgid, kind, current_fsbase_btf(), scratch) {
         return Some((scratch, 0));
     }
     if stop == bench_stop::THREAD_STATE {
         return None;
     }
-    // The callbacks get this CPU's scratch and the record through the loop's context (a
-    // pointer on our stack), not from a map lookup per frame.
-    let mut context = LoopContext { scratch: scratch as *mut Scratch, record: record as *mut Record };
+    // The callbacks get this CPU's scratch through the loop's context (a pointer on our
+    // stack), not from a map lookup per frame.
+    let mut context = LoopContext { scratch: scratch as *mut Scratch };
     let context_ptr = &mut context as *mut LoopContext as *mut c_void;
     // SAFETY: bpf_loop calls the callback with `context_ptr`, which outlives the call.
     unsafe {
@@ -162,30 +139,30 @@ fn walk_stages(
         return None;
     }
     let scratch = scratch_mut()?;
-    if start_tail(scratch, record) {
+    if start_tail(scratch) {
         // SAFETY: as above.
         unsafe {
             generated::bpf_loop(MAX_HASHED_FRAMES as u32, hashed_frame_loop_step as *mut c_void, context_ptr, 0);
         }
     }
     let scratch = scratch_mut()?;
-    let n_full = finish_walk(scratch, record);
+    let n_full = finish_walk(scratch);
     if stop == bench_stop::TAIL {
         return None;
     }
     Some((scratch, n_full))
 }
 
-/// Fills `record`'s header (all but `kind`, which the caller set) and finds the first frame
-/// of the running thread (`pid_tgid` as `bpf_get_current_pid_tgid` gives it: tgid above, tid
-/// below), whose thread pointer is `fsbase`. Returns true when the walk is set up in
+/// Fills the header and finds the first frame of the running thread (`pid_tgid` as
+/// `bpf_get_current_pid_tgid` gives it: tgid above, tid below), whose thread pointer is
+/// `fsbase`. Returns true when the walk is set up in
 /// `scratch.walk`; false when the sample ended early (no thread state, no frame): the header
 /// then says why and the record has no frames.
-pub(crate) fn start_walk(info: &ProcessInfo, pid_tgid: u64, fsbase: u64, scratch: &mut Scratch, record: &mut Record) -> bool {
+pub(crate) fn start_walk(info: &ProcessInfo, pid_tgid: u64, kind: u32, fsbase: u64, scratch: &mut Scratch) -> bool {
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
-    let kind = record.header.kind;
-    let header = &mut record.header;
+    let header = &mut scratch.record.header;
     header.generation = info.generation;
+    header.kind = kind;
     header.time_ns = unsafe { bpf_ktime_get_ns() };
     header.tgid = tgid;
     header.tid = tid;
@@ -289,9 +266,9 @@ fn code_generation(
 
 /// After the full frames: whether frames remain below them (then the hashed walk starts at
 /// `tail_first`).
-pub(crate) fn start_tail(scratch: &mut Scratch, record: &mut Record) -> bool {
+pub(crate) fn start_tail(scratch: &mut Scratch) -> bool {
     if scratch.walk.status == sample_status::TRUNCATED && scratch.walk.frame != 0 {
-        record.header.tail_first = scratch.walk.frame;
+        scratch.record.header.tail_first = scratch.walk.frame;
         return true;
     }
     false
@@ -299,9 +276,9 @@ pub(crate) fn start_tail(scratch: &mut Scratch, record: &mut Record) -> bool {
 
 /// Ends the walk: the status (a walk that stopped at a frame still to read was truncated),
 /// the counts and the tail hash go into the header. Returns the number of full frames.
-pub(crate) fn finish_walk(scratch: &mut Scratch, record: &mut Record) -> usize {
+pub(crate) fn finish_walk(scratch: &mut Scratch) -> usize {
     let walk = scratch.walk;
-    let header = &mut record.header;
+    let header = &mut scratch.record.header;
     header.status = if walk.status == sample_status::TRUNCATED && walk.frame == 0 {
         sample_status::COMPLETE
     } else {
@@ -324,29 +301,17 @@ pub fn scratch_mut() -> Option<&'static mut Scratch> {
     SCRATCH.get_ptr_mut(0).map(|p| unsafe { &mut *p })
 }
 
-/// This CPU's record for a CPU sample.
-pub fn sample_record() -> Option<&'static mut Record> {
-    // SAFETY: as in `scratch_mut`.
-    SAMPLE_RECORD.get_ptr_mut(0).map(|p| unsafe { &mut *p })
-}
-
-/// The `bpf_loop` callbacks' context: this CPU's scratch value and the record being filled
-/// (both map values, never null).
+/// The `bpf_loop` callbacks' context: this CPU's scratch value (never null).
 #[repr(C)]
 struct LoopContext {
     scratch: *mut Scratch,
-    record: *mut Record,
 }
 
-/// bpf_loop callback: [`full_frame_on`] with the scratch and the record from the context.
+/// bpf_loop callback: [`full_frame_on`] with the scratch from the context.
 extern "C" fn full_frame_loop_step(index: u64, context: *mut c_void) -> i64 {
-    // SAFETY: `walk_stages` passes a live `LoopContext` holding this CPU's scratch value and
-    // the record it fills, two distinct map values.
-    let (s, record) = unsafe {
-        let context = &*(context as *mut LoopContext);
-        (&mut *context.scratch, &mut *context.record)
-    };
-    full_frame_on(s, record, index)
+    // SAFETY: `walk_stages` passes a live `LoopContext` holding this CPU's scratch value.
+    let s = unsafe { &mut *(*(context as *mut LoopContext)).scratch };
+    full_frame_on(s, index)
 }
 
 /// bpf_loop callback: [`hashed_frame_on`] with the scratch from the context.
@@ -356,12 +321,10 @@ extern "C" fn hashed_frame_loop_step(_index: u64, context: *mut c_void) -> i64 {
     hashed_frame_on(s)
 }
 
-/// One full frame with this CPU's scratch and sample record looked up (for
-/// `sampling_bounded`). Returns 1 to stop.
+/// One full frame with this CPU's scratch looked up (for `sampling_bounded`). Returns 1 to stop.
 pub(crate) fn full_frame_step(index: u64) -> i64 {
     let Some(s) = scratch_mut() else { return 1 };
-    let Some(record) = sample_record() else { return 1 };
-    full_frame_on(s, record, index)
+    full_frame_on(s, index)
 }
 
 /// One hashed frame with this CPU's scratch looked up (for `sampling_bounded`).
@@ -372,7 +335,7 @@ pub(crate) fn hashed_frame_step() -> i64 {
 
 /// Reads frame `index` into the record. Returns 1 to stop.
 #[inline(always)]
-fn full_frame_on(s: &mut Scratch, record: &mut Record, index: u64) -> i64 {
+fn full_frame_on(s: &mut Scratch, index: u64) -> i64 {
     if s.walk.frame == 0 {
         s.walk.status = sample_status::COMPLETE;
         return 1;
@@ -381,8 +344,8 @@ fn full_frame_on(s: &mut Scratch, record: &mut Record, index: u64) -> i64 {
     if i >= MAX_FULL_FRAMES {
         return 1;
     }
-    let entry = &mut record.frames[i];
-    let Some(previous) = read_frame_blocked(&s.layout, s.walk.frame, &mut s.blocks, &s.tstate_bytes, &mut s.frame, entry) else {
+    let entry = &mut s.record.frames[i];
+    let Some(previous) = read_frame_blocked(&s.layout, s.walk.frame, &mut s.blocks, &mut s.frame, entry) else {
         s.walk.status = sample_status::READ_FAULT;
         return 1;
     };
@@ -400,7 +363,7 @@ fn hashed_frame_on(s: &mut Scratch) -> i64 {
         return 1;
     }
     let mut entry = FrameEntry::default();
-    let Some(previous) = read_frame_blocked(&s.layout, s.walk.frame, &mut s.blocks, &s.tstate_bytes, &mut s.frame, &mut entry) else {
+    let Some(previous) = read_frame_blocked(&s.layout, s.walk.frame, &mut s.blocks, &mut s.frame, &mut entry) else {
         s.walk.status = sample_status::READ_FAULT;
         return 1;
     };
@@ -413,13 +376,13 @@ fn hashed_frame_on(s: &mut Scratch) -> i64 {
 
 /// Sends a CPU sample: the header and the first `n_full` frames, with native context when
 /// `--native` / `--kernel` ask for it (`native_stack`).
-fn emit_sample(ctx: &PerfEventContext, record: &Record, n_full: usize) {
-    crate::native_stack::emit(ctx, record as *const Record as *const c_void, record_len(n_full, 0));
+fn emit_sample(ctx: &PerfEventContext, scratch: &Scratch, n_full: usize) {
+    crate::native_stack::emit(ctx, &scratch.record as *const Record as *const c_void, record_len(n_full, 0));
 }
 
 /// Sends the header, the first `n_full` frames and `trailer_slots` (0 or 1) slots after them.
-pub fn emit(record: &Record, n_full: usize, trailer_slots: usize) {
-    output_record(record as *const Record as *const c_void, record_len(n_full, trailer_slots));
+pub fn emit(scratch: &Scratch, n_full: usize, trailer_slots: usize) {
+    output_record(&scratch.record as *const Record as *const c_void, record_len(n_full, trailer_slots));
 }
 
 /// Bytes of a record with the header, `n_full` frames (at most `MAX_FULL_FRAMES`) and

@@ -18,8 +18,7 @@ use profiler_common::{MAX_FULL_FRAMES, MAX_HASHED_FRAMES, record_kind, sample_st
 
 use crate::thread_state::current_fsbase;
 use crate::sampling::{
-    emit, finish_walk, full_frame_step, hashed_frame_step, sample_record, scratch_mut, start_tail, start_walk,
-    wanted_sample,
+    emit, finish_walk, full_frame_step, hashed_frame_step, scratch_mut, start_tail, start_walk, wanted_sample,
 };
 
 /// Hashed frames per run of `pyperch_sample_tail`.
@@ -41,12 +40,8 @@ pub fn pyperch_sample_bounded(ctx: PerfEventContext) -> u32 {
     let Some(scratch) = scratch_mut() else {
         return 0;
     };
-    let Some(record) = sample_record() else {
-        return 0;
-    };
-    record.header.kind = record_kind::CPU_SAMPLE;
-    if !start_walk(info, ((tgid as u64) << 32) | tid as u64, current_fsbase(), scratch, record) {
-        emit(record, 0, 0);
+    if !start_walk(info, ((tgid as u64) << 32) | tid as u64, record_kind::CPU_SAMPLE, current_fsbase(), scratch) {
+        emit(scratch, 0, 0);
         return 0;
     }
     for index in 0..MAX_FULL_FRAMES {
@@ -55,15 +50,14 @@ pub fn pyperch_sample_bounded(ctx: PerfEventContext) -> u32 {
         }
     }
     let Some(scratch) = scratch_mut() else { return 0 };
-    let Some(record) = sample_record() else { return 0 };
-    if start_tail(scratch, record) {
+    if start_tail(scratch) {
         // SAFETY: the slot holds `pyperch_sample_tail`, a perf-event program; on success this
         // does not return.
         unsafe { WALK_PROGRAMS.tail_call(&ctx, TAIL_SLOT) };
         // The tail call failed (the slot is empty): the walk ends here, truncated.
     }
-    let n_full = finish_walk(scratch, record);
-    emit(record, n_full, 0);
+    let n_full = finish_walk(scratch);
+    emit(scratch, n_full, 0);
     0
 }
 
@@ -105,8 +99,7 @@ pub fn pyperch_sample_tail(ctx: PerfEventContext) -> u32 {
         unsafe { WALK_PROGRAMS.tail_call(&ctx, TAIL_SLOT) };
     }
     let Some(scratch) = scratch_mut() else { return 0 };
-    let Some(record) = sample_record() else { return 0 };
-    let n_full = finish_walk(scratch, record);
-    emit(record, n_full, 0);
+    let n_full = finish_walk(scratch);
+    emit(scratch, n_full, 0);
     0
 }

@@ -142,8 +142,7 @@ fn now() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-/// `prev` (the current thread, `pid_tgid`) leaves the CPU: walks its stack straight into its
-/// entry's record, which is kept there until it runs again.
+/// `prev` (the current thread, `pid_tgid`) leaves the CPU: walks and keeps its stack.
 fn switch_out(ctx: &BtfTracePointContext, pid_tgid: u64, preempt: bool) {
     let tgid = (pid_tgid >> 32) as u32;
     // SAFETY: the map value is only read, and the kernel keeps it alive for this run.
@@ -151,56 +150,44 @@ fn switch_out(ctx: &BtfTracePointContext, pid_tgid: u64, preempt: bool) {
         return;
     };
     let tid = pid_tgid as u32;
-    let Some(thread) = thread_entry_or_new(tid) else {
-        bump(counter::OFF_CPU_LOST);
+    let reason = if preempt { off_cpu_reason::PREEMPTED } else { off_cpu_reason::SLEEP };
+    let Some((scratch, _)) = walk_current_stack(info, tgid, tid, record_kind::OFF_CPU) else {
+        note_running(info, tgid, tid);
         return;
     };
-    // Nothing pending while the record is rewritten: a walk that cannot run leaves the entry
-    // saying only that the thread ran under this registration (so its next switch-in is not
-    // taken for the end of a wait that began before the registration).
-    if !belongs_to(&thread.state, info, tgid) {
-        thread.state = fresh_state(info, tgid, 0);
-    }
-    thread.state.switched_out_ns = 0;
-    let record = &mut thread.record;
-    let Some((scratch, _)) = walk_current_stack(info, tgid, tid, record_kind::OFF_CPU, record) else {
-        return;
-    };
-    let reason = if preempt {
-        off_cpu_reason::PREEMPTED
-    } else if waiting_for_gil(
-        info,
-        tgid,
-        record.header.thread_state,
-        &scratch.tstate_bytes,
-        &mut scratch.gils,
-        scratch.next_interpreter_id,
-    ) {
+    // The interval starts when the walk did (its record's time, one clock read for both).
+    let now = scratch.record.header.time_ns;
+    let reason = if reason == off_cpu_reason::SLEEP
+        && waiting_for_gil(
+            info,
+            tgid,
+            scratch.record.header.thread_state,
+            &scratch.tstate_bytes,
+            &mut scratch.gils,
+            scratch.next_interpreter_id,
+        ) {
         off_cpu_reason::GIL_WAIT
     } else {
-        off_cpu_reason::SLEEP
+        reason
     };
+    let Some(thread) = thread_entry_or_new(tid) else {
+        return;
+    };
+    let state = &mut thread.state;
+    if state.generation != info.generation || state.tgid != tgid {
+        // The tid now belongs to another registration: its unsent time went with the old one.
+        *state = ThreadSwitch { tgid, generation: info.generation, ..ThreadSwitch::default() };
+    }
+    if !keep_record(&mut thread.record, &scratch.record) {
+        bump(counter::OFF_CPU_LOST);
+        thread.state.switched_out_ns = 0;
+        return;
+    }
     let kernel_stack = blocking_kernel_stack(ctx);
     let state = &mut thread.state;
-    // The interval starts when the walk did (its record's time, one clock read for both).
-    state.switched_out_ns = record.header.time_ns;
+    state.switched_out_ns = now;
     state.reason = reason;
     state.kernel_stack = kernel_stack;
-}
-
-/// Whether `state` is of registration `info` (process `tgid`). A tid whose entry is of another
-/// registration (or new, all zeros) starts over with [`fresh_state`]: the old one's unsent
-/// time went with it.
-#[inline(always)]
-fn belongs_to(state: &ThreadSwitch, info: &profiler_common::ProcessInfo, tgid: u32) -> bool {
-    state.generation == info.generation && state.tgid == tgid
-}
-
-/// The state of a thread first seen under registration `info` (process `tgid`), at a switch-in
-/// at `first_in_ns` (0: at a switch-out).
-#[inline(always)]
-fn fresh_state(info: &profiler_common::ProcessInfo, tgid: u32, first_in_ns: u64) -> ThreadSwitch {
-    ThreadSwitch { tgid, generation: info.generation, first_in_ns, ..ThreadSwitch::default() }
 }
 
 /// `--kernel`: the kernel stack of the thread switching out (where it blocked, or was
@@ -217,6 +204,18 @@ fn blocking_kernel_stack(ctx: &BtfTracePointContext) -> u32 {
             0
         }
     }
+}
+
+/// A switch-out whose stack was not kept still says the thread was running under this
+/// registration (so its next switch-in is not taken for the end of a wait that began before
+/// the registration): an entry with nothing pending.
+fn note_running(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
+    let Some(thread) = thread_entry_or_new(tid) else { return };
+    let state = &mut thread.state;
+    if state.generation != info.generation || state.tgid != tgid {
+        *state = ThreadSwitch { tgid, generation: info.generation, ..ThreadSwitch::default() };
+    }
+    state.switched_out_ns = 0;
 }
 
 /// Frees the entry of thread `tid`, which exits: its off-CPU time ends with it (time it had
@@ -260,15 +259,16 @@ fn switch_in(next: *const u8) -> (u32, bool) {
 /// (`first_in_ns`), for userspace to charge from the registration on (see
 /// `profiler-user/src/session/blocked_at_start.rs`); one insert, once per thread.
 fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
+    let first_switch_in = || ThreadSwitch { tgid, generation: info.generation, first_in_ns: now(), ..ThreadSwitch::default() };
     let Some(thread) = thread_entry(tid) else {
         if let Some(thread) = thread_entry_or_new(tid) {
-            thread.state = fresh_state(info, tgid, now());
+            thread.state = first_switch_in();
         }
         return;
     };
     let state = &mut thread.state;
-    if !belongs_to(state, info, tgid) {
-        *state = fresh_state(info, tgid, now());
+    if state.generation != info.generation || state.tgid != tgid {
+        *state = first_switch_in();
         return;
     }
     if state.switched_out_ns == 0 {
@@ -302,4 +302,19 @@ fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
         unsafe { core::ptr::write_unaligned(slot as *mut FrameEntry as *mut OffCpuInterval, interval) };
         output_record(record as *const Record as *const c_void, record_len(n_full, 1));
     }
+}
+
+/// Copies `record` (just walked) over `kept` (a thread's entry): its header and full frames.
+fn keep_record(kept: &mut Record, record: &Record) -> bool {
+    let len = record_len(record.header.n_full as usize, 0);
+    // SAFETY: `kept` is a map value of `size_of::<Record>()` bytes and `len` is at most that;
+    // `record` is as large. The helper copies kernel memory (the per-CPU scratch).
+    let ret = unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_kernel(
+            kept as *mut Record as *mut c_void,
+            len as u32,
+            record as *const Record as *const c_void,
+        )
+    };
+    ret == 0
 }

@@ -1,5 +1,6 @@
 //! A span of target memory read in one helper call during this program run, then served
-//! field by field: the interpreter fields a CPU sample reads (`interp_window::InterpWindow`).
+//! field by field: the thread state's first bytes (`thread_state::TstateBytes`) and the
+//! interpreter fields a CPU sample reads (`interp_window::InterpWindow`).
 //!
 //! Every byte comes from this program run, read while the sampled thread is stopped: a field
 //! served from the span is one the target held during the run, as a read of its own gives. A

@@ -1,13 +1,13 @@
 //! Finding the running thread's `PyThreadState`: the thread-local slot CPython uses, checked
 //! against the thread pointer, with the interpreter's thread list as fallback.
 
-use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel, generated::bpf_probe_read_user as bpf_probe_read_user_raw};
+use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel};
 use profiler_common::{
-    FRAME_READ_MAX, FrameBytes, INTERPRETER_UNKNOWN, MAX_THREAD_SCAN, NO_FIELD, ProcessInfo, RUNNING_TASK_UNKNOWN,
-    tstate_lookup,
+    INTERPRETER_UNKNOWN, MAX_THREAD_SCAN, NO_FIELD, ProcessInfo, RUNNING_TASK_UNKNOWN, tstate_lookup,
 };
 
 use crate::frame_walk::read_u64;
+use crate::target_bytes::TargetBytes;
 
 /// Offset of `thread.fsbase` in `struct task_struct`, read from the kernel's BTF by
 /// userspace and frozen at load time.
@@ -109,7 +109,7 @@ pub fn find_thread_state_into(
         Some(found) => found,
         None => {
             let candidate = slot_candidate(info, fsbase);
-            if candidate != 0 && bytes.read(info, candidate) {
+            if candidate != 0 && bytes.read(candidate) {
                 if bytes.is_current_thread(info, candidate, tid, fsbase) {
                     return candidate;
                 }
@@ -121,7 +121,7 @@ pub fn find_thread_state_into(
         }
     };
     if found != 0 {
-        bytes.read(info, found);
+        bytes.read(found);
     }
     found
 }
@@ -157,91 +157,35 @@ fn scan_all_interpreters(info: &ProcessInfo, tid: u32, fsbase: u64) -> u64 {
     scan_interpreters(info, head, tid, fsbase, false)
 }
 
-/// Bytes of a thread state read at once by [`find_thread_state_into`] unless the process
-/// asks for more (`ProcessInfo::tstate_bytes`): every version's `thread_id`,
-/// `native_thread_id`, `interp` and frame pointer lie in them.
+/// Bytes of a thread state read at once by [`find_thread_state_into`]: every version's
+/// `thread_id`, `native_thread_id`, `interp` and frame pointer lie in them.
 pub const TSTATE_BYTES: usize = 256;
-/// The most `ProcessInfo::tstate_bytes` may ask for: 3.15's sentinel frame, at the end of
-/// every thread's stack, lies in its thread state right after `PyThreadState` (0x378 bytes).
-pub const TSTATE_BYTES_MAX: usize = 1024;
 
-/// The first bytes of the thread state the walk found ([`TSTATE_BYTES`], or what
-/// `ProcessInfo::tstate_bytes` asks for), read in this program run (the thread is stopped, so
-/// they are what single reads would give). Lives in the per-CPU scratch; empty until read.
-/// Serves the thread state's fields, and frames that lie inside it (3.15's sentinel).
+/// The first [`TSTATE_BYTES`] of the thread state the walk found, read in this program run
+/// (the thread is stopped, so they are what single reads would give). Lives in the per-CPU
+/// scratch; empty until read.
 #[repr(C)]
 pub struct TstateBytes {
-    /// Target address of `bytes[0]`.
-    address: u64,
-    /// Valid bytes from `address`; 0: empty.
-    len: u64,
-    /// Room for any masked offset plus one `FrameBytes` view.
-    bytes: [u8; TSTATE_BYTES_MAX + FRAME_READ_MAX + 8],
+    bytes: TargetBytes<{ TSTATE_BYTES + 8 }>,
 }
 
 impl TstateBytes {
     #[inline(always)]
     fn clear(&mut self) {
-        self.len = 0;
+        self.bytes.clear();
     }
 
-    /// Reads the first bytes at `tstate` (as many as `info` asks for); false (empty) on a
-    /// fault.
+    /// Reads the first `TSTATE_BYTES` at `tstate`; false (empty) on a fault.
     #[inline(always)]
-    fn read(&mut self, info: &ProcessInfo, tstate: u64) -> bool {
-        let wanted = info.tstate_bytes as u64;
-        let len = if wanted > TSTATE_BYTES as u64 && wanted <= TSTATE_BYTES_MAX as u64 { wanted } else { TSTATE_BYTES as u64 };
-        // The compiler may turn the range check above into a form the verifier cannot bound
-        // the length by; a value reloaded from memory and checked once it can.
-        // SAFETY: reads a local.
-        let len = unsafe { core::ptr::read_volatile(&len) };
-        self.len = 0;
-        if len == 0 || len > TSTATE_BYTES_MAX as u64 {
-            return false;
-        }
-        // SAFETY: the helper writes at most `len` <= TSTATE_BYTES_MAX bytes into `bytes`.
-        let ret = unsafe {
-            bpf_probe_read_user_raw(
-                self.bytes.as_mut_ptr() as *mut core::ffi::c_void,
-                len as u32,
-                tstate as *const core::ffi::c_void,
-            )
-        };
-        self.address = tstate;
-        if ret == 0 {
-            self.len = len as u64;
-        }
-        ret == 0
-    }
-
-    /// Offset in `bytes` of the `size` bytes at `address`, when they were read.
-    #[inline(always)]
-    fn offset_of(&self, address: u64, size: u64) -> Option<usize> {
-        let offset = address.wrapping_sub(self.address);
-        (self.len != 0 && address >= self.address && offset.checked_add(size)? <= self.len)
-            .then_some(offset as usize & (TSTATE_BYTES_MAX - 1))
+    fn read(&mut self, tstate: u64) -> bool {
+        self.bytes.read(tstate, TSTATE_BYTES as u64)
     }
 
     /// The u64 at `offset` in thread state `tstate`: from the bytes when they hold it, else
     /// read from the target (0 on a fault).
     #[inline(always)]
     pub fn field(&self, tstate: u64, offset: u32) -> u64 {
-        let address = tstate.wrapping_add(offset as u64);
-        match self.offset_of(address, 8) {
-            // SAFETY: at < TSTATE_BYTES_MAX and `bytes` has more than 8 bytes beyond that.
-            Some(at) => unsafe { core::ptr::read_unaligned(self.bytes.as_ptr().add(at) as *const u64) },
-            None => read_u64(address),
-        }
-    }
-
-    /// The bytes of a frame at `[frame, end)` when it lies inside what was read (3.15's
-    /// sentinel), as a view of `FrameBytes`' size.
-    #[inline(always)]
-    pub fn frame_view(&self, frame: u64, end: u64) -> Option<&FrameBytes> {
-        let at = self.offset_of(frame, end.checked_sub(frame)?)?;
-        // SAFETY: at < TSTATE_BYTES_MAX and `bytes` has `FrameBytes`' size beyond that; `u8`
-        // arrays have alignment 1.
-        Some(unsafe { &*(self.bytes.as_ptr().add(at) as *const FrameBytes) })
+        self.bytes.u64_at(tstate.wrapping_add(offset as u64)).unwrap_or(0)
     }
 
     /// [`is_current_thread`] for thread state `tstate`, whose bytes these are.

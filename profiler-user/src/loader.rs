@@ -313,7 +313,7 @@ pub struct KernelCounters {
     pub sampled: u64,
     /// Records dropped because the ring buffer was full.
     pub ringbuf_full: u64,
-    /// Off-CPU intervals sent / summed as short / not measured (no entry for the thread).
+    /// Off-CPU intervals sent / summed as short / whose walked stack was not kept.
     pub off_cpu_intervals: u64,
     pub off_cpu_short: u64,
     pub off_cpu_lost: u64,

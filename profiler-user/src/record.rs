@@ -415,7 +415,7 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
     if kernel.off_cpu_intervals + kernel.off_cpu_short + kernel.off_cpu_lost > 0 {
         let _ = writeln!(
             s,
-            "  kernel off-CPU intervals: {} sent, {} short (summed), {} not measured (the kernel could not make an entry for the thread)",
+            "  kernel off-CPU intervals: {} sent, {} short (summed), {} whose stack was not kept (summed)",
             kernel.off_cpu_intervals, kernel.off_cpu_short, kernel.off_cpu_lost
         );
     }

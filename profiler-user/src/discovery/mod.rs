@@ -106,8 +106,6 @@ pub struct PythonProcess {
     /// The counter that proves code objects unreplaced (`profiler_common::code_generation`):
     /// its kind and its address (3.12) or offset in the interpreter (3.14+).
     pub code_generation: (u32, u64),
-    /// Bytes of thread state the kernel reads at once (`ProcessInfo::tstate_bytes`).
-    pub tstate_bytes: u32,
 }
 
 /// Display escapes the target's text (command names, reasons holding paths): see `text`.
@@ -303,10 +301,8 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
     let objects = published.as_ref().and_then(crate::layout::published::object_offsets);
     let gil = crate::layout::gil::gil_layout(version, file.debug_offsets.as_deref());
     let code_generation = code_generation(version, file, bias, published.as_ref());
-    let tstate_bytes = tstate_bytes(published.as_ref(), layout.frame.read_size);
     Ok(PythonProcess {
         code_generation,
-        tstate_bytes,
         interpreters,
         objects,
         asyncio_debug: file.asyncio_debug.clone(),
@@ -351,28 +347,6 @@ fn code_generation(
             }
         }
         _ => (NONE, 0),
-    }
-}
-
-/// How many bytes of a thread state the kernel reads at once (`ProcessInfo::tstate_bytes`):
-/// with a sentinel frame (`thread_state.base_frame`, 3.15) the walk ends in the thread state,
-/// at `_PyThreadStateImpl.base_frame` right after `PyThreadState` (`thread_state.size`), so
-/// the read reaches past that frame's first `frame_read_size` bytes when it can (at most
-/// 1024); else the kernel's 256. Only a cost: a frame outside the bytes read is read on its
-/// own.
-pub(crate) fn tstate_bytes(published: Option<&crate::layout::debug_offsets::DebugOffsets>, frame_read_size: u32) -> u32 {
-    const DEFAULT: u32 = 256;
-    const MAX: u64 = 1024;
-    let Some(d) = published else { return DEFAULT };
-    if d.get("thread_state", "base_frame").is_none_or(|offset| offset == 0) {
-        return DEFAULT;
-    }
-    match d.get("thread_state", "size") {
-        Some(size) => {
-            let end = size.saturating_add(frame_read_size as u64).saturating_add(7) & !7;
-            if end > DEFAULT as u64 && end <= MAX { end as u32 } else { DEFAULT }
-        }
-        None => DEFAULT,
     }
 }
 
@@ -477,7 +451,7 @@ impl PythonProcess {
                 self.gil_wait.at
             },
             code_generation_kind: self.code_generation.0,
-            tstate_bytes: self.tstate_bytes,
+            _pad4: 0,
             code_generation_at: self.code_generation.1,
             gc_check: self.gc.check,
             _pad3: 0,
