@@ -298,8 +298,10 @@ pub mod counter {
     pub const CODE_CHECKS_CACHED: u32 = 13;
     /// Code objects whose validation word a walk read from the target.
     pub const CODE_CHECKS_READ: u32 = 14;
+    /// Batches of off-CPU records sent to the ring buffer (`OffCpuBatch`).
+    pub const OFF_CPU_BATCHES: u32 = 15;
     /// Number of slots.
-    pub const SLOTS: u32 = 15;
+    pub const SLOTS: u32 = 16;
 }
 
 /// Kinds of records in the `SAMPLES` ring buffer; every record starts with a `SampleHeader`
@@ -309,6 +311,8 @@ pub mod record_kind {
     pub const CPU_SAMPLE: u32 = 0;
     /// An off-CPU interval from the scheduler-switch programs: the thread's stack as it was
     /// while switched out, then (in the slot after the last full frame) an [`super::OffCpuInterval`].
+    /// A ring-buffer item of this kind holds one or more such records, one after the other
+    /// (a CPU's batch, [`super::OffCpuBatch`]).
     pub const OFF_CPU: u32 = 1;
     /// A CPU-clock sample with native context (`--native` / `--kernel`): the header and
     /// `n_full` frames as in `CPU_SAMPLE`, then a [`NativeTrailer`](super::NativeTrailer),
@@ -489,6 +493,33 @@ pub const MAX_RECORD_SIZE: usize = SAMPLE_HEADER_SIZE + (MAX_FULL_FRAMES + 1) * 
 /// Bytes of a value of the kernel map `OFF_CPU_THREADS`: a [`ThreadSwitch`], then a record of
 /// `MAX_RECORD_SIZE` bytes.
 pub const OFF_CPU_THREAD_SIZE: usize = core::mem::size_of::<ThreadSwitch>() + MAX_RECORD_SIZE;
+
+/// Bytes of `record_kind::OFF_CPU` records one CPU gathers before it sends them to the ring
+/// buffer as one item (a power of two).
+pub const OFF_CPU_BATCH_BYTES: usize = 4096;
+
+/// A CPU's batch of off-CPU records not sent yet: the value of the kernel map
+/// `OFF_CPU_BATCH` (per CPU). `bytes[..len]` holds `records` whole records, one after the
+/// other, each [`off_cpu_record_len`] bytes long; a ring-buffer item of kind `OFF_CPU` is
+/// such a run of records too.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct OffCpuBatch {
+    /// Bytes used (at most `OFF_CPU_BATCH_BYTES`).
+    pub len: u32,
+    pub records: u32,
+    /// Kernel time of the first record's switch-in (what the batch's age is counted from).
+    pub first_ns: u64,
+    /// Room for a record of `MAX_RECORD_SIZE` at any offset below `OFF_CPU_BATCH_BYTES`.
+    pub bytes: [u8; OFF_CPU_BATCH_BYTES + MAX_RECORD_SIZE],
+}
+
+/// Bytes of an off-CPU record with `n_full` full frames: the header, the frames (at most
+/// `MAX_FULL_FRAMES`) and the `OffCpuInterval` trailer's slot.
+pub const fn off_cpu_record_len(n_full: u32) -> usize {
+    let n = if n_full as usize > MAX_FULL_FRAMES { MAX_FULL_FRAMES } else { n_full as usize };
+    SAMPLE_HEADER_SIZE + (n + 1) * FRAME_ENTRY_SIZE
+}
 
 /// The bytes of one frame as read from the target (`FrameLayout::read_size` of them, the rest
 /// zero), with room for an 8-byte field at any masked offset.

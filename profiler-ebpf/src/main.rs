@@ -21,6 +21,7 @@ mod gc;
 mod gil;
 mod interp_window;
 mod maps;
+mod off_cpu_batch;
 mod native_stack;
 mod process_events;
 mod sampling;

@@ -45,6 +45,11 @@ pub fn add(index: u32, n: u64) {
 /// Writes `len` bytes at `record` to `SAMPLES`, waking the reader only once a batch has
 /// accumulated; a full ring is counted.
 pub fn output_record(record: *const c_void, len: usize) {
+    output_records(record, len, 1);
+}
+
+/// [`output_record`] for an item of `records` records (a full ring loses them all).
+pub fn output_records(record: *const c_void, len: usize, records: u64) {
     let ring = &SAMPLES as *const RingBuf as *mut c_void;
     // Waking the reader for every record costs more than the walk itself; wake it only once
     // a batch has accumulated (userspace also drains on a short timer).
@@ -54,6 +59,6 @@ pub fn output_record(record: *const c_void, len: usize) {
     // SAFETY: the caller guarantees `len` bytes are readable at `record`.
     let ret = unsafe { generated::bpf_ringbuf_output(ring, record as *mut c_void, len as u64, flags) };
     if ret < 0 {
-        bump(counter::RINGBUF_FULL);
+        add(counter::RINGBUF_FULL, records);
     }
 }

@@ -73,6 +73,8 @@ static BENCH_STOP_AFTER: u64 = 0;
 
 #[perf_event]
 pub fn pyperch_sample(ctx: PerfEventContext) -> u32 {
+    // Off-CPU records this CPU gathered go out within a sampling period (`off_cpu_batch`).
+    crate::off_cpu_batch::send_if_old();
     let Some((info, tgid, tid)) = wanted_sample() else {
         return 0;
     };

@@ -9,7 +9,8 @@
 //!   the thread is off a CPU, so it is the stack of the whole interval. With `--kernel`, the
 //!   kernel stack where it left (`OFF_CPU_KERNEL_STACKS`) goes with it, by id.
 //! - `next` of a registered process with a pending switch-out: the interval ends now; its
-//!   length is written into the kept record, which is sent. Intervals shorter than
+//!   length is written into the kept record, which is sent (through this CPU's batch,
+//!   `off_cpu_batch`). Intervals shorter than
 //!   `MIN_OFF_CPU_NS` are not sent; their time is summed in the thread's entry and sent with
 //!   the thread's next record, so no time is lost. At the end userspace reads the entries:
 //!   what is left, and the kept records of threads still switched out, charged up to the end.
@@ -40,7 +41,8 @@ use profiler_common::{
 };
 
 use crate::gil::waiting_for_gil;
-use crate::maps::{PROCESSES, bump, output_record};
+use crate::maps::{PROCESSES, bump};
+use crate::off_cpu_batch::send_off_cpu_record;
 use crate::native_stack::kernel_stacks_wanted;
 use crate::switch_filter;
 use crate::sampling::{Record, record_len, walk_current_stack};
@@ -300,7 +302,7 @@ fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
         // SAFETY: `OffCpuInterval` is plain data of exactly one `FrameEntry`'s size (asserted
         // in profiler-common), written into that slot.
         unsafe { core::ptr::write_unaligned(slot as *mut FrameEntry as *mut OffCpuInterval, interval) };
-        output_record(record as *const Record as *const c_void, record_len(n_full, 1));
+        send_off_cpu_record(record as *const Record as *const c_void, record_len(n_full, 1), now);
     }
 }
 

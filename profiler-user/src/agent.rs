@@ -275,10 +275,9 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
                 until_exited: None,
     };
     runtime.block_on(run_loop(&mut session, ring, control))?;
-    // Flush the partial interval before leaving.
+    // Flush the partial interval before leaving (sampling stopped as the loop ended).
     flush(&mut session);
     let kernel_counters = session.kernel.counters();
-    session.kernel.detach();
     // Both queues drain at once, so the exit waits FINAL_DRAIN at most.
     let drains: Vec<_> = [("", uploader), ("OTLP ", otlp_uploader)]
         .into_iter()

@@ -294,6 +294,15 @@ const PROCESS_TRACEPOINTS: [(&str, &str); 3] = [
     ("sched_process_exec", PROCESS_EXEC_PROGRAM),
 ];
 
+/// How old a CPU's batch of off-CPU records may grow before the kernel sends it
+/// (`profiler-ebpf/src/off_cpu_batch.rs`): long enough to gather the records of a busy CPU
+/// (about ten at 1,000 switches per second), short beside every period that charges
+/// pending waits (a second or more).
+const OFF_CPU_BATCH_AGE_NS: u64 = 20_000_000;
+
+/// A value of the kernel map `OFF_CPU_BATCH` (`profiler_common::OffCpuBatch`), as bytes.
+type OffCpuBatchBytes = [u8; std::mem::size_of::<profiler_common::OffCpuBatch>()];
+
 /// A value of the kernel map `OFF_CPU_THREADS`, as bytes.
 type OffCpuThreadBytes = [u8; profiler_common::OFF_CPU_THREAD_SIZE];
 
@@ -330,6 +339,8 @@ pub struct KernelCounters {
     /// read from the target (`profiler_common::code_generation`).
     pub code_checks_cached: u64,
     pub code_checks_read: u64,
+    /// Ring-buffer items that carried a CPU's batch of off-CPU records.
+    pub off_cpu_batches: u64,
 }
 
 impl KernelProgram {
@@ -345,6 +356,7 @@ impl KernelProgram {
     /// (both frozen into the program).
     pub fn load_with(time: &crate::time_mode::TimeOptions, native: crate::native::NativeOptions) -> Result<Self, LoadError> {
         let min_off_cpu_ns = u64::try_from(time.min_off_cpu.as_nanos()).unwrap_or(u64::MAX);
+        let batch_age_ns = if time.batch_off_cpu { OFF_CPU_BATCH_AGE_NS } else { 0 };
         let gil_only = u64::from(time.mode == crate::time_mode::TimeMode::Gil);
         let exception_only = u64::from(time.mode == crate::time_mode::TimeMode::Exception);
         let stack_bytes = u64::from(native.stack_bytes.min(profiler_common::MAX_NATIVE_STACK_BYTES as u32));
@@ -361,6 +373,7 @@ impl KernelProgram {
             .override_global("TASK_SIGNAL_OFFSET", &offsets.task_signal, true)
             .override_global("SIGNAL_LIVE_OFFSET", &offsets.signal_live, true)
             .override_global("MIN_OFF_CPU_NS", &min_off_cpu_ns, true)
+            .override_global("OFF_CPU_BATCH_AGE_NS", &batch_age_ns, true)
             .override_global("GIL_ONLY", &gil_only, true)
             .override_global("EXCEPTION_ONLY", &exception_only, true)
             .override_global("TASK_PID_OFFSET", &offsets.task_pid, true)
@@ -480,6 +493,23 @@ impl KernelProgram {
     pub fn thread_switch(&self, tid: u32) -> Option<profiler_common::ThreadSwitch> {
         let bytes = self.off_cpu_threads()?.get(&tid, 0).ok()?;
         Some(split_off_cpu_thread(&bytes).0)
+    }
+
+    /// The off-CPU records left in every CPU's batch (`OFF_CPU_BATCH`), read once at the end
+    /// (after `detach`): one run of whole records per CPU that holds any.
+    pub fn unsent_off_cpu_batches(&self) -> Vec<Vec<u8>> {
+        let Some(map) = self.ebpf.map("OFF_CPU_BATCH") else { return Vec::new() };
+        let Ok(batches) = PerCpuArray::<&MapData, OffCpuBatchBytes>::try_from(map) else { return Vec::new() };
+        let Ok(values) = batches.get(&0, 0) else { return Vec::new() };
+        let records_at = std::mem::offset_of!(profiler_common::OffCpuBatch, bytes);
+        values
+            .iter()
+            .filter_map(|bytes| {
+                let len = u32::from_ne_bytes(bytes[..4].try_into().ok()?) as usize;
+                let records = bytes.get(records_at..records_at + len.min(profiler_common::OFF_CPU_BATCH_BYTES))?;
+                (!records.is_empty()).then(|| records.to_vec())
+            })
+            .collect()
     }
 
     /// The scheduler-switch program's per-thread entries (`OFF_CPU_THREADS`), by tid.
@@ -685,6 +715,7 @@ impl Registry {
             exception_unknown: self.counter_sum(counter::EXCEPTION_UNKNOWN),
             code_checks_cached: self.counter_sum(counter::CODE_CHECKS_CACHED),
             code_checks_read: self.counter_sum(counter::CODE_CHECKS_READ),
+            off_cpu_batches: self.counter_sum(counter::OFF_CPU_BATCHES),
         }
     }
 

@@ -170,7 +170,7 @@ impl ModeArgs {
                 return Err(format!("--gil is --mode gil; it cannot be combined with --mode {}", other.pprof_type()).into());
             }
         };
-        Ok(TimeOptions { mode, min_off_cpu: self.min_off_cpu })
+        Ok(TimeOptions { mode, min_off_cpu: self.min_off_cpu, batch_off_cpu: true })
     }
 }
 

@@ -141,7 +141,9 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
         }
     }
 
-    let mut kernel = KernelProgram::load_with(&options.time, options.native)?;
+    // A timeline needs each thread's records in time order: off-CPU records then go one by one.
+    let time = crate::time_mode::TimeOptions { batch_off_cpu: !options.format.needs_timeline(), ..options.time };
+    let mut kernel = KernelProgram::load_with(&time, options.native)?;
     let ring = kernel.take_ring_buffer()?;
     // Kernel symbols need privileges that are dropped once sampling starts: read them now.
     let kallsyms = options.native.kernel.then(crate::native::Kallsyms::load).flatten();
@@ -228,9 +230,8 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     };
     let end = runtime.block_on(run_loop(&mut session, ring, control))?;
     let elapsed = started.elapsed();
-    // Stop sampling before writing.
+    // Sampling stopped as the loop ended.
     let kernel_counters = session.kernel.counters();
-    session.kernel.detach();
     let min_off_cpu_ns = u64::try_from(options.time.min_off_cpu.as_nanos()).unwrap_or(u64::MAX);
     session.add_unsent_off_cpu(crate::loader::monotonic_ns(), min_off_cpu_ns);
     session.profile.set_timing(Timing { start: start_time, duration: elapsed, rate_hz: options.rate });
@@ -415,8 +416,8 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
     if kernel.off_cpu_intervals + kernel.off_cpu_short + kernel.off_cpu_lost > 0 {
         let _ = writeln!(
             s,
-            "  kernel off-CPU intervals: {} sent, {} short (summed), {} whose stack was not kept (summed)",
-            kernel.off_cpu_intervals, kernel.off_cpu_short, kernel.off_cpu_lost
+            "  kernel off-CPU intervals: {} sent, {} short (summed), {} whose stack was not kept (summed); sent in {} batches, {} batches read at the end",
+            kernel.off_cpu_intervals, kernel.off_cpu_short, kernel.off_cpu_lost, kernel.off_cpu_batches, session.off_cpu_batches_at_end
         );
     }
     if kernel.off_cpu_no_kernel_stack + session.kernel_stacks.missing > 0 || (session.off_cpu_kernel_stacks() && kernel.off_cpu_intervals > 0) {

@@ -103,11 +103,15 @@ pub struct TimeOptions {
     pub mode: TimeMode,
     /// Off-CPU intervals shorter than this are summed per thread, not walked.
     pub min_off_cpu: Duration,
+    /// Off-CPU records are gathered per CPU and sent in batches (see
+    /// `profiler-ebpf/src/off_cpu_batch.rs`); false when each thread's records must arrive in
+    /// time order (a timeline is kept).
+    pub batch_off_cpu: bool,
 }
 
 impl Default for TimeOptions {
     fn default() -> Self {
-        TimeOptions { mode: TimeMode::Cpu, min_off_cpu: DEFAULT_MIN_OFF_CPU }
+        TimeOptions { mode: TimeMode::Cpu, min_off_cpu: DEFAULT_MIN_OFF_CPU, batch_off_cpu: true }
     }
 }
 

@@ -62,7 +62,8 @@ pub(crate) enum LoopEnd {
 }
 
 /// Runs the session: reads samples as the kernel sends them, scans for processes, until
-/// `control` says stop. Samples still in the ring buffer at the end are processed too.
+/// `control` says stop. Then sampling stops (the kernel programs are detached) and what is
+/// still in the ring buffer and in the CPUs' batches of off-CPU records is processed too.
 pub(crate) async fn run_loop(
     session: &mut Session,
     ring: aya::maps::RingBuf<aya::maps::MapData>,
@@ -153,7 +154,14 @@ pub(crate) async fn run_loop(
         eprint!("\r\x1b[K");
     }
     session.stop_discovery();
+    // Sampling stops before the last drain, so that every record sent is read, and what
+    // the CPUs still hold in their batches of off-CPU records is read after it.
+    session.kernel.detach();
     drain_ring(session, ring.get_mut());
+    for batch in session.kernel.unsent_off_cpu_batches() {
+        session.off_cpu_batches_at_end += 1;
+        session.on_off_cpu_records(&batch);
+    }
     session.release_due_held(true);
     Ok(end)
 }
@@ -163,7 +171,7 @@ pub(crate) async fn run_loop(
 fn drain_ring(session: &mut Session, ring: &mut aya::maps::RingBuf<aya::maps::MapData>) {
     session.apply_discovery();
     while let Some(item) = ring.next() {
-        session.on_record(&item);
+        session.on_ring_item(&item);
     }
     session.release_due_held(false);
 }

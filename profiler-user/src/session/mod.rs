@@ -137,6 +137,8 @@ pub(crate) struct Session {
     period_ns: u64,
     unknown_process_samples: u64,
     pub(crate) malformed_records: u64,
+    /// CPUs' batches of off-CPU records read from the kernel's map at the end (not sent).
+    pub(crate) off_cpu_batches_at_end: u64,
     /// Processes that were ever registered.
     pub(crate) registered: u64,
     /// Samples dropped because what they point to had changed before we read it.
@@ -193,6 +195,7 @@ impl Session {
             period_ns: 0,
             unknown_process_samples: 0,
             malformed_records: 0,
+            off_cpu_batches_at_end: 0,
             registered: 0,
             late_samples: 0,
             discovery: None,
@@ -459,6 +462,42 @@ impl Session {
 
     pub(crate) fn on_record(&mut self, bytes: &[u8]) {
         self.on_record_from(bytes, true);
+    }
+
+    /// One ring-buffer item: a record, or (kind `OFF_CPU`) a CPU's batch of off-CPU records,
+    /// each as long as its header's `n_full` says (`off_cpu_record_len`).
+    pub(crate) fn on_ring_item(&mut self, bytes: &[u8]) {
+        if bytes.len() < SAMPLE_HEADER_SIZE {
+            self.malformed_records += 1;
+            return;
+        }
+        // SAFETY: the item starts with a SampleHeader (plain data), checked for length.
+        let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
+        if header.kind != record_kind::OFF_CPU {
+            return self.on_record(bytes);
+        }
+        self.on_off_cpu_records(bytes);
+    }
+
+    /// Off-CPU records one after the other (a CPU's batch); a batch that ends inside a
+    /// record is counted malformed from there.
+    pub(crate) fn on_off_cpu_records(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if bytes.len() < SAMPLE_HEADER_SIZE {
+                self.malformed_records += 1;
+                return;
+            }
+            // SAFETY: as in `on_ring_item`.
+            let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
+            let len = profiler_common::off_cpu_record_len(header.n_full);
+            if header.kind != record_kind::OFF_CPU || bytes.len() < len {
+                self.malformed_records += 1;
+                return;
+            }
+            let (record, rest) = bytes.split_at(len);
+            self.on_record(record);
+            bytes = rest;
+        }
     }
 
     /// One record; `from_kernel`: read from the ring buffer (an off-CPU interval then charges

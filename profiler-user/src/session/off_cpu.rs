@@ -23,9 +23,10 @@ use crate::time_mode::{OFF_CPU_SHORT, off_cpu_leaf};
 /// Keyed by (tid, `switched_out_ns`): a thread's next interval starts at another time, so a
 /// part never applies to another interval. An entry is removed when its record arrives; one
 /// whose record never comes (the kernel lost the kept stack and summed the interval as short
-/// time) is dropped once its interval is no longer pending and one more period has passed
-/// (time for a record already in the ring buffer to be read), so the map holds at most the
-/// pending intervals of two periods.
+/// time) is dropped once its interval is no longer pending and two more periods have passed
+/// (time for a record still in its CPU's batch, or in the ring buffer, to be read: a batch
+/// waits `OFF_CPU_BATCH_AGE_NS` or a sampling period at most, but the interval may end just
+/// before a period's end), so the map holds at most the pending intervals of three periods.
 #[derive(Debug, Default)]
 pub(crate) struct ChargedParts {
     /// (tid, switched out at) → (charged up to, `periods` when last charged).
@@ -60,7 +61,7 @@ impl ChargedParts {
     /// Ends a period in which `pending` are the intervals still pending.
     fn end_period(&mut self, pending: &HashSet<(u32, u64)>) {
         let periods = self.periods;
-        self.parts.retain(|key, &mut (_, at)| pending.contains(key) || at == periods);
+        self.parts.retain(|key, &mut (_, at)| pending.contains(key) || at + 1 >= periods);
         self.periods += 1;
     }
 
@@ -282,13 +283,15 @@ mod tests {
     }
 
     #[test]
-    fn parts_whose_record_never_comes_are_dropped_a_period_later() {
+    fn parts_whose_record_never_comes_are_dropped_two_periods_later() {
         let mut c = ChargedParts::default();
         c.note(1, 10, 20);
         c.note(2, 10, 20);
         let pending: HashSet<(u32, u64)> = [(1, 10)].into_iter().collect();
         c.end_period(&pending);
         assert_eq!(c.len(), 2, "a record may still be in the ring buffer");
+        c.end_period(&pending);
+        assert_eq!(c.len(), 2, "or in its CPU's batch, sent a period later");
         c.end_period(&pending);
         assert_eq!(c.len(), 1, "thread 2's part is dropped, thread 1's still pending");
         assert_eq!(c.charged_until(1, 10), 20);
