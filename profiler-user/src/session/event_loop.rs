@@ -157,6 +157,7 @@ pub(crate) async fn run_loop(
     // Sampling stops before the last drain, so that every record sent is read, and what
     // the CPUs still hold in their batches of off-CPU records is read after it.
     session.kernel.detach();
+    session.sampling_stopped_ns = Some(crate::loader::monotonic_ns());
     drain_ring(session, ring.get_mut());
     for batch in session.kernel.unsent_off_cpu_batches() {
         session.off_cpu_batches_at_end += 1;

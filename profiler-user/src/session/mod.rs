@@ -139,6 +139,9 @@ pub(crate) struct Session {
     pub(crate) malformed_records: u64,
     /// CPUs' batches of off-CPU records read from the kernel's map at the end (not sent).
     pub(crate) off_cpu_batches_at_end: u64,
+    /// When the kernel programs were detached (kernel monotonic clock): waits still pending
+    /// are charged up to here, not up to when the last records were processed.
+    pub(crate) sampling_stopped_ns: Option<u64>,
     /// Processes that were ever registered.
     pub(crate) registered: u64,
     /// Samples dropped because what they point to had changed before we read it.
@@ -196,6 +199,7 @@ impl Session {
             unknown_process_samples: 0,
             malformed_records: 0,
             off_cpu_batches_at_end: 0,
+            sampling_stopped_ns: None,
             registered: 0,
             late_samples: 0,
             discovery: None,

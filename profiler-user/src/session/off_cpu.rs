@@ -74,9 +74,10 @@ impl ChargedParts {
 impl Session {
     /// At the end of a period (`now_ns`, kernel monotonic clock): charges every pending
     /// interval of at least `--min-off-cpu` so far, from where it was last charged up to
-    /// `now_ns`, to the stack the kernel kept for it. Short time stays in the kernel, sent
-    /// with the thread's next record.
+    /// `now_ns` (or to when sampling stopped, if earlier), to the stack the kernel kept for
+    /// it. Short time stays in the kernel, sent with the thread's next record.
     pub(crate) fn charge_pending_off_cpu(&mut self, now_ns: u64) {
+        let now_ns = self.sampling_stopped_ns.map_or(now_ns, |stopped| stopped.min(now_ns));
         let min_off_cpu_ns = self.min_off_cpu_ns;
         if !self.time_mode.off_cpu() {
             return;
@@ -107,13 +108,15 @@ impl Session {
         self.charged.end_period(&live);
     }
 
-    /// Once sampling has stopped at `end_ns` (kernel monotonic clock): charges what the
+    /// Once sampling has stopped at `end_ns` (kernel monotonic clock; the time the programs
+    /// were detached, if earlier): charges what the
     /// kernel holds but has not sent. A thread still switched out has its interval up to
     /// `end_ns` charged to the stack walked when it left (the part not charged at a period's
     /// end yet); threads' short intervals not yet sent are added as `<off-cpu: short>`; the
     /// waits of threads blocked since before the kernel watched them are charged as
     /// `blocked_at_start` says.
     pub(crate) fn add_unsent_off_cpu(&mut self, end_ns: u64, min_off_cpu_ns: u64) {
+        let end_ns = self.sampling_stopped_ns.map_or(end_ns, |stopped| stopped.min(end_ns));
         if !self.time_mode.off_cpu() {
             return;
         }
