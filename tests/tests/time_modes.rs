@@ -10,7 +10,8 @@
 //!   of the measured shares; the off-CPU time of wait_lock, read_pipe and sleep_part within
 //!   2 % of the measured times; each thread's whole profile (on-CPU samples × period plus
 //!   off-CPU intervals) equals its lifetime within 1 %, which also shows that no time is
-//!   counted twice;
+//!   counted twice; the intervals came through the CPUs' batches (`--stats`), read whole and
+//!   once; with a timeline (`--format chrometrace`) they come one by one, in time order;
 //! - off-cpu mode: only `<off-cpu: ...>` stacks, with the same off-CPU times;
 //! - cpu mode: no `<off-cpu: ...>` frame, spin_part has the samples, sleep_part none to speak of;
 //! - gil mode (gil_share.py: four pure-Python threads on two CPUs contending for the GIL,
@@ -217,6 +218,53 @@ fn check_wall(rec: &Recording, m: &serde_json::Value, pid: u32, describe: &str) 
     for (thread, t) in [("spin_sleep", spinner), ("lock_waiter", waiter), ("pipe_reader", reader)] {
         within_pct(&format!("{describe}: {thread} wall total vs lifetime"), t.total(), measured(m, thread, "lifetime"), 1.0, &d);
     }
+    // The intervals above reached pyperch in the CPUs' batches (`off_cpu_batch`).
+    let (sent, at_end) = off_cpu_batches(&rec.run.stderr).unwrap_or_else(|| panic!("{describe}: --stats shows no off-CPU batches{d}"));
+    note(format!("{describe}: off-CPU records came in {sent} batches, {at_end} read at the end"));
+    assert!(sent > 0, "{describe}: no batch of off-CPU records was sent{d}");
+}
+
+/// `--stats`' "sent in N batches, M batches read at the end" → (N, M).
+fn off_cpu_batches(stats: &str) -> Option<(u64, u64)> {
+    let line = stats.lines().find(|l| l.contains("kernel off-CPU intervals:"))?;
+    let rest = line.split("sent in ").nth(1)?;
+    let sent = rest.split_whitespace().next()?.parse().ok()?;
+    let at_end = rest.split(", ").nth(1)?.split_whitespace().next()?.parse().ok()?;
+    Some((sent, at_end))
+}
+
+/// `--mode wall --format chrometrace`: a timeline needs each thread's records in time order,
+/// so the off-CPU records are sent one by one (no batch) and none is out of order; the trace
+/// holds `<off-cpu: ...>` events.
+#[test]
+fn wall_timeline_in_time_order() {
+    let Some(running) = spawn_plain("3.12") else { return };
+    let pid = running.pid.to_string();
+    let trace = running.result.with_file_name("wall.trace.json");
+    let trace_str = trace.to_string_lossy().into_owned();
+    let rec = std::thread::spawn(move || {
+        pyperch(
+            &["record", "--pid", &pid, "--mode", "wall", "--duration", "4", "--format", "chrometrace", "-o", &trace_str, "--stats"],
+            Duration::from_secs(90),
+        )
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    fs::write(&running.go, b"go").expect("cannot write the go file");
+    let run = rec.join().expect("the recording thread");
+    let d = run.diag();
+    assert_eq!(run.code(), Some(0), "{}: pyperch failed{d}", running.describe);
+    let (sent, at_end) = off_cpu_batches(&run.stderr).unwrap_or_else(|| panic!("{}: --stats shows no off-CPU intervals{d}", running.describe));
+    assert_eq!((sent, at_end), (0, 0), "{}: off-CPU records were batched although a timeline is kept{d}", running.describe);
+    assert!(run.stderr.contains(" 0 out of order"), "{}: timeline samples out of order{d}", running.describe);
+    let text = fs::read_to_string(&trace).unwrap_or_default();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: not JSON: {e}{d}", running.describe));
+    let off_cpu = json["traceEvents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["name"].as_str().is_some_and(|n| n.starts_with("<off-cpu: ")))
+        .count();
+    assert!(off_cpu > 0, "{}: no <off-cpu: ...> event in the trace{d}", running.describe);
 }
 
 fn wall(label: &str) {
