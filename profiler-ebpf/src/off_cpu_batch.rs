@@ -89,16 +89,21 @@ pub fn send_off_cpu_record(record: *const c_void, len: usize, now: u64) {
 }
 
 /// Sends this CPU's batch if it holds a record at least `OFF_CPU_BATCH_AGE_NS` old (at every
-/// CPU-clock sample).
+/// CPU-clock sample). Without batching (no off-CPU time, or a timeline) the frozen 0 ends it
+/// before any lookup.
 #[inline(always)]
 pub fn send_if_old() {
+    let max_age = max_age_ns();
+    if max_age == 0 {
+        return;
+    }
     let Some(batch) = batch_mut() else { return };
     if batch.records == 0 {
         return;
     }
     // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    if now.wrapping_sub(batch.first_ns) >= max_age_ns() {
+    if now.wrapping_sub(batch.first_ns) >= max_age {
         send(batch);
     }
 }

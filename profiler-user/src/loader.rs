@@ -356,7 +356,8 @@ impl KernelProgram {
     /// (both frozen into the program).
     pub fn load_with(time: &crate::time_mode::TimeOptions, native: crate::native::NativeOptions) -> Result<Self, LoadError> {
         let min_off_cpu_ns = u64::try_from(time.min_off_cpu.as_nanos()).unwrap_or(u64::MAX);
-        let batch_age_ns = if time.batch_off_cpu { OFF_CPU_BATCH_AGE_NS } else { 0 };
+        // Batches only where there are off-CPU records: the CPU sampler's check is then free.
+        let batch_age_ns = if time.batch_off_cpu && time.mode.off_cpu() { OFF_CPU_BATCH_AGE_NS } else { 0 };
         let gil_only = u64::from(time.mode == crate::time_mode::TimeMode::Gil);
         let exception_only = u64::from(time.mode == crate::time_mode::TimeMode::Exception);
         let stack_bytes = u64::from(native.stack_bytes.min(profiler_common::MAX_NATIVE_STACK_BYTES as u32));
