@@ -180,11 +180,18 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         session.add_process(p)?;
     }
     session.kernel.attach(options.rate)?;
+    // Every registered process is watched from here on: the time of threads already
+    // switched out is charged from here, in each interval (`blocked_at_start`).
+    let mut watched_since = None;
     if options.time.mode.off_cpu() {
         session.kernel.attach_off_cpu()?;
+        watched_since = Some(crate::loader::monotonic_ns());
     }
     // Attached: keep only what sampling needs, before the uploader's thread starts.
     crate::privileges::drop_after_attach(&crate::privileges::Keep::default())?;
+    if let Some(since) = watched_since {
+        session.read_blocked_threads(since);
+    }
     let endpoint_text = [endpoint.as_ref(), otlp_endpoint.as_ref()]
         .into_iter()
         .flatten()

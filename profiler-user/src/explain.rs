@@ -19,6 +19,9 @@ pub struct RecordingFacts {
     /// Samples one thread busy on a CPU for the whole recording would have had
     /// (rate × duration).
     pub busy_thread_samples: u64,
+    /// The mode measures off-CPU time too (`--mode wall`/`off-cpu`): a sleeping thread is
+    /// content there, so "asleep" is no reason for an empty profile.
+    pub measures_waits: bool,
 }
 
 /// How the time modes help a recording of sleeping threads.
@@ -40,16 +43,23 @@ pub fn empty_recording(facts: RecordingFacts) -> String {
             "no Python process was found during the recording (see `pyperch list`)".to_owned()
         };
     }
+    let who = if facts.launched {
+        "the command's Python processes"
+    } else if facts.explicit_pids {
+        "the given processes"
+    } else {
+        "the Python processes found"
+    };
+    if facts.measures_waits {
+        return format!(
+            "no thread of {who} ran or waited in Python code while the kernel watched them \
+             (threads blocked since before the start are read from memory: --stats counts those \
+             that woke before they were read or could not be read)"
+        );
+    }
     // Asleep: on a CPU less than a tenth of the time (a few samples of start-up or
     // shutdown, outside Python code, do not make a process busy).
     if facts.kernel_samples.saturating_mul(10) <= facts.busy_thread_samples || facts.kernel_samples == 0 {
-        let who = if facts.launched {
-            "the command's Python processes"
-        } else if facts.explicit_pids {
-            "the given processes"
-        } else {
-            "the Python processes found"
-        };
         let when = match facts.kernel_samples {
             0 => "the whole time".to_owned(),
             n => format!("nearly the whole time ({n} sample{} on a CPU, none in Python code)", if n == 1 { "" } else { "s" }),
@@ -106,6 +116,10 @@ mod tests {
         assert!(empty_recording(f).contains("asleep nearly the whole time (1 sample on a CPU"));
         let f = RecordingFacts { registered: 1, kernel_samples: 50, busy_thread_samples: 200, ..Default::default() };
         assert!(empty_recording(f).contains("never running Python code"));
+        // In the modes that measure waits, sleeping is content: never the "asleep" hint.
+        let f = RecordingFacts { explicit_pids: true, registered: 1, measures_waits: true, ..Default::default() };
+        let s = empty_recording(f);
+        assert!(s.contains("ran or waited") && !s.contains("--idle"), "{s}");
     }
 
     #[test]

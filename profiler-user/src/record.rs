@@ -252,8 +252,10 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
         short = crate::filenames::with_short_names(&session.profile);
         &short
     };
-    // An empty recording never replaces an existing file (nor creates one).
-    let empty = totals.ok() == 0;
+    // An empty recording never replaces an existing file (nor creates one). Content is any
+    // value in the profile: samples, and in the off-CPU modes measured waits too (a program
+    // that only sleeps has a profile of where it sleeps).
+    let empty = session.profile.total_samples() == 0;
     match &options.output {
         Some(_) if empty => {}
         Some(path) => {
@@ -267,11 +269,24 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     }
 
     let mut summary = format!(
-        "pyperch: recorded {:.1} s: {} samples ({} ok) from {processes} Python process{plural}",
+        "pyperch: recorded {:.1} s: {} samples ({} ok)",
         elapsed.as_secs_f64(),
         totals.samples(),
         totals.ok(),
     );
+    if options.time.mode.off_cpu() {
+        let off_cpu_ns = totals.off_cpu_ns + totals.off_cpu_short_ns;
+        summary.push_str(&format!(", {:.3} s off-CPU", off_cpu_ns as f64 / 1e9));
+        if session.blocked.charged_threads > 0 {
+            let n = session.blocked.charged_threads;
+            summary.push_str(&format!(
+                " ({:.3} s of it in {n} thread{} blocked since the start)",
+                session.blocked.charged_ns as f64 / 1e9,
+                if n == 1 { "" } else { "s" }
+            ));
+        }
+    }
+    summary.push_str(&format!(" from {processes} Python process{plural}"));
     if kernel_counters.ringbuf_full > 0 {
         summary.push_str(&format!(", {} lost (ring buffer full)", kernel_counters.ringbuf_full));
     }
@@ -285,7 +300,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
         summary.push_str(&format!(" (the recording ended: {noun} {} {verb} exited)", pids.join(", ")));
     }
     eprintln!("{summary}");
-    if totals.ok() == 0 {
+    if empty {
         let why = explain::empty_recording(RecordingFacts {
             launched: child.is_some(),
             command_exited: matches!(end, LoopEnd::CommandExited(_)),
@@ -293,6 +308,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
             registered: session.registered,
             kernel_samples: kernel_counters.sampled,
             busy_thread_samples: (elapsed.as_secs_f64() * options.rate as f64) as u64,
+            measures_waits: options.time.mode.off_cpu(),
         });
         match &options.output {
             Some(path) => eprintln!(

@@ -1601,3 +1601,53 @@ fn agent_wall_mode_charges_each_wait_to_its_interval() {
     assert!(inside >= 2, "only {inside} profiles lie inside the sleep{d}");
     drop(w);
 }
+
+/// Waits are a profile in the agent too (issue #26): two threads asleep since before the
+/// agent started never switch while it runs, yet every interval's profile holds their whole
+/// wait (charged from a stack read from memory, interval by interval), not only the end.
+#[test]
+fn agent_wall_mode_charges_threads_asleep_since_before_it_started() {
+    let Some(python) = skip_without_receiver() else { return };
+    let Some(py) = first_python(&["3.12", "3.11", "3.13", "3.10", "3.9", "3.8"]) else {
+        skip("no Python interpreter is available");
+        return;
+    };
+    let w = Workload::spawn(&py, "sleepers.py", &["2", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let receiver = IngestReceiver::start(&python, 0.0).unwrap_or_else(|e| panic!("{e:#}"));
+    let app = format!("e2e-{}", random_hex(6));
+    let (url, pid, rate) = (receiver.url(), w.pid.to_string(), RATE.to_string());
+    let mut agent = Agent::start(&["--upload-url", &url, "--interval", "1s", "--app-name", &app, "--mode", "wall", "--pid", &pid, "--rate", &rate]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while agent.lines().iter().filter(|l| l.starts_with("pyperch agent: interval")).count() < 4 {
+        assert!(Instant::now() < deadline && agent.exited().is_none(), "the agent did not report 4 intervals{}", agent.diag());
+        thread::sleep(Duration::from_millis(100));
+    }
+    agent.signal(libc::SIGTERM);
+    assert!(agent.wait_exit(Duration::from_secs(30)).is_some(), "the agent did not exit{}", agent.diag());
+    let mut d = format!("{}\n--- profiles (duration s, wait_here s, main_sleep s):", agent.diag());
+    let mut full = 0;
+    for entry in receiver.accepted() {
+        let p = &entry["profile"];
+        assert_eq!(p["errors"], serde_json::json!([]), "inconsistent pprof{d}");
+        let duration = p["duration_nanos"].as_f64().unwrap_or(0.0) / 1e9;
+        let ns_in = |name: &str| -> f64 {
+            p["samples"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|s| s["stack"].as_array().into_iter().flatten().any(|f| f[0] == name))
+                .map(|s| s["values"][1].as_f64().unwrap_or(0.0))
+                .sum::<f64>()
+                / 1e9
+        };
+        let (workers, main) = (ns_in("wait_here"), ns_in("main_sleep"));
+        d.push_str(&format!("\n    {duration:.3} {workers:.3} {main:.3}"));
+        // Never more than the interval's time per thread.
+        assert!(workers <= 2.0 * duration * 1.05 + 0.01 && main <= duration * 1.05 + 0.01, "a profile holds more wait than its time{d}");
+        if duration > 0.5 && workers >= 2.0 * duration * 0.9 && main >= duration * 0.9 {
+            full += 1;
+        }
+    }
+    assert!(full >= 2, "only {full} profiles hold the sleepers' whole wait{d}");
+    drop(w);
+}

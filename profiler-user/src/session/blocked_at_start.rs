@@ -11,8 +11,11 @@
 //! own (never on the sampling loop), once the kernel watches the process: for `record`'s
 //! explicit processes from the attach of the scheduler-switch program, for those discovery
 //! finds later from their registration (`DiscoveryEvent::Registered`). The snapshot ends at
-//! `S`, read after every stack of the process was read. At the end of the recording the
-//! kernel's entries are read once, and each snapshot's threads are charged or dropped.
+//! `S`, read after every stack of the process was read. At the end of a period (`agent`'s
+//! interval, `top`'s tick) and at the end of the recording the kernel's entries are read, and
+//! each snapshot's threads are charged (the part of their wait not charged yet) or dropped; a
+//! thread whose wait is over (or that was dropped) is closed, a thread still blocked stays
+//! open for the next period, so a worker asleep for months shows in every period's profile.
 //!
 //! Exact or nothing, per thread ([`verdict`]):
 //! - first switch seen a switch-out: it was running at `R`; the kernel has all of its time;
@@ -39,7 +42,10 @@
 //! (`--async`): the snapshot has Python frames only, so those recordings keep the former
 //! behaviour.
 
-use std::sync::mpsc;
+use std::sync::{
+    Arc, mpsc,
+    atomic::{AtomicUsize, Ordering},
+};
 use std::time::Duration;
 
 use profiler_common::off_cpu_reason;
@@ -73,6 +79,69 @@ pub(crate) struct Snapshot {
     pub(crate) taken_ns: u64,
     /// `None`: the process could not be read (it is dropped as a whole).
     pub(crate) threads: Option<Vec<ThreadRead>>,
+}
+
+/// A thread of a snapshot whose wait may still be charged.
+#[derive(Debug)]
+pub(crate) struct OpenThread {
+    pub(crate) read: ThreadRead,
+    /// Charged up to here (monotonic ns; `R` before the first charge).
+    pub(crate) charged_until: u64,
+}
+
+/// A snapshot received, with its threads still open.
+#[derive(Debug)]
+pub(crate) struct OpenSnapshot {
+    pub(crate) pid: u32,
+    pub(crate) generation: u32,
+    pub(crate) registered_ns: u64,
+    pub(crate) taken_ns: u64,
+    pub(crate) threads: Vec<OpenThread>,
+    /// What [`held_bytes`] counted for it, given back when it closes.
+    held: usize,
+}
+
+/// What a period's look at one open thread decided (see [`step`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Charge `ns` more (from `charged_until` to `until`) below a leaf for `reason`.
+    Charge { ns: u64, until: u64, reason: u32, first: bool },
+    /// Nothing more to do with the thread, whose charges (if any) are complete.
+    Close(Option<Dropped>),
+    /// Still blocked: look again at the next period.
+    Keep,
+}
+
+/// One period's decision for `thread` (charged up to `charged_until` so far), at `now_ns`;
+/// `last`: the recording ends (an open thread is closed after its charge).
+pub(crate) fn step(
+    registered_ns: u64,
+    taken_ns: u64,
+    now_ns: u64,
+    thread: &OpenThread,
+    first: FirstSwitch,
+    alive: bool,
+    last: bool,
+) -> Step {
+    let charged_before = thread.charged_until > registered_ns;
+    match verdict(registered_ns, taken_ns, now_ns, &thread.read, first, alive) {
+        Verdict::Nothing => Step::Close(None),
+        // A thread charged in an earlier period that is gone now ended after that period
+        // (an exit needs a switch-in, whose entry the kernel freed): its charges stand.
+        Verdict::Dropped(Dropped::Ended) if charged_before => Step::Close(None),
+        Verdict::Dropped(why) => Step::Close(Some(why)),
+        Verdict::Charge { ns, reason } => {
+            let until = registered_ns.saturating_add(ns);
+            let over = last || matches!(first, FirstSwitch::In(_));
+            if until > thread.charged_until {
+                Step::Charge { ns: until - thread.charged_until, until, reason, first: !charged_before }
+            } else if over {
+                Step::Close(None)
+            } else {
+                Step::Keep
+            }
+        }
+    }
 }
 
 /// What the kernel saw of a thread since its process was registered.
@@ -184,29 +253,34 @@ struct Request {
 /// The thread that reads snapshots, one after another, and sends each back.
 struct Worker {
     requests: mpsc::SyncSender<Request>,
-    done: mpsc::Receiver<Snapshot>,
+    done: mpsc::Receiver<(Snapshot, usize)>,
+    /// Bytes the open snapshots hold (the worker adds, closing gives back).
+    held: Arc<AtomicUsize>,
 }
 
 impl Worker {
     fn start() -> Option<Worker> {
         let (requests, asked) = mpsc::sync_channel::<Request>(MAX_QUEUED);
         let (send, done) = mpsc::channel();
+        let held = Arc::new(AtomicUsize::new(0));
+        let held_by_worker = held.clone();
         std::thread::Builder::new()
             .name("pyperch-blocked".into())
             .spawn(move || {
-                let mut held = 0usize;
                 for Request { process, generation, registered_ns } in asked {
-                    let threads = if held < HELD_BUDGET { read_threads(&process) } else { None };
-                    held = held.saturating_add(threads.as_deref().map_or(0, held_bytes));
+                    let room = held_by_worker.load(Ordering::Relaxed) < HELD_BUDGET;
+                    let threads = if room { read_threads(&process) } else { None };
+                    let bytes = threads.as_deref().map_or(0, held_bytes);
+                    held_by_worker.fetch_add(bytes, Ordering::Relaxed);
                     let taken_ns = crate::loader::monotonic_ns();
                     let snapshot = Snapshot { pid: process.pid, generation, registered_ns, taken_ns, threads };
-                    if send.send(snapshot).is_err() {
+                    if send.send((snapshot, bytes)).is_err() {
                         return;
                     }
                 }
             })
             .ok()?;
-        Some(Worker { requests, done })
+        Some(Worker { requests, done, held })
     }
 }
 
@@ -218,6 +292,8 @@ pub(crate) struct BlockedAtStart {
     worker: Option<Worker>,
     /// Snapshots asked for and not received yet.
     outstanding: u64,
+    /// Snapshots received whose threads are not all closed.
+    pub(crate) open: Vec<OpenSnapshot>,
     pub(crate) charged_threads: u64,
     pub(crate) charged_ns: u64,
     pub(crate) woke_before_read: u64,
@@ -256,24 +332,55 @@ impl BlockedAtStart {
         }
     }
 
-    /// The snapshots done, waiting up to `FINISH_WAIT` in all for those still being read.
-    pub(crate) fn finish(&mut self) -> Vec<Snapshot> {
+    /// Moves the snapshots done into [`BlockedAtStart::open`]; `last`: the recording ends,
+    /// so wait up to `FINISH_WAIT` in all for those still being read (the rest are counted as
+    /// not read).
+    pub(crate) fn receive(&mut self, last: bool) {
         let deadline = std::time::Instant::now() + FINISH_WAIT;
-        let mut done = Vec::new();
         if let Some(worker) = &self.worker {
             while self.outstanding > 0 {
-                let left = deadline.saturating_duration_since(std::time::Instant::now());
-                match worker.done.recv_timeout(left) {
-                    Ok(snapshot) => {
-                        done.push(snapshot);
-                        self.outstanding -= 1;
-                    }
-                    Err(_) => break,
-                }
+                let next = if last {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    worker.done.recv_timeout(left).ok()
+                } else {
+                    worker.done.try_recv().ok()
+                };
+                let Some((snapshot, held)) = next else { break };
+                self.outstanding -= 1;
+                let Some(threads) = snapshot.threads else {
+                    self.processes_not_read += 1;
+                    continue;
+                };
+                let threads =
+                    threads.into_iter().map(|read| OpenThread { read, charged_until: snapshot.registered_ns }).collect();
+                self.open.push(OpenSnapshot {
+                    pid: snapshot.pid,
+                    generation: snapshot.generation,
+                    registered_ns: snapshot.registered_ns,
+                    taken_ns: snapshot.taken_ns,
+                    threads,
+                    held,
+                });
             }
         }
-        self.processes_not_read += std::mem::take(&mut self.outstanding);
-        done
+        if last {
+            self.processes_not_read += std::mem::take(&mut self.outstanding);
+        }
+    }
+
+    /// Forgets the open snapshots left without threads, giving their bytes back.
+    pub(crate) fn close_empty(&mut self) {
+        let held = self.worker.as_ref().map(|w| w.held.clone());
+        self.open.retain(|s| {
+            if s.threads.is_empty() {
+                if let Some(held) = &held {
+                    held.fetch_sub(s.held, Ordering::Relaxed);
+                }
+                false
+            } else {
+                true
+            }
+        });
     }
 
     /// Counts one verdict (charges are counted by the caller once added).
@@ -346,6 +453,41 @@ mod tests {
         assert_eq!(verdict(R, S, E, &thread(false, None), FirstSwitch::None, true), Verdict::Dropped(Dropped::NotRead));
         assert_eq!(verdict(R, S, E, &thread(false, None), FirstSwitch::In(S + 1), true), Verdict::Dropped(Dropped::NotRead));
         assert_eq!(verdict(R, S, E, &thread(false, Some(0)), FirstSwitch::None, true), Verdict::Nothing);
+    }
+
+    fn open(frames: Option<usize>, charged_until: u64) -> OpenThread {
+        OpenThread { read: thread(false, frames), charged_until }
+    }
+
+    #[test]
+    fn periods_charge_a_thread_still_asleep_part_by_part() {
+        // First period, ending at P1: [R, P1], its first charge.
+        let p1 = S + 1_000;
+        let t = open(Some(2), R);
+        let step1 = step(R, S, p1, &t, FirstSwitch::None, true, false);
+        assert_eq!(step1, Step::Charge { ns: p1 - R, until: p1, reason: off_cpu_reason::SLEEP, first: true });
+        // Second period: only [P1, P2], still open.
+        let t = open(Some(2), p1);
+        let p2 = p1 + 3_000;
+        assert_eq!(step(R, S, p2, &t, FirstSwitch::None, true, false), Step::Charge { ns: 3_000, until: p2, reason: off_cpu_reason::SLEEP, first: false });
+        // Woke at W before P3: [P2, W] and closed (the kernel has the rest).
+        let t = open(Some(2), p2);
+        let w = p2 + 500;
+        assert_eq!(step(R, S, p2 + 2_000, &t, FirstSwitch::In(w), true, false), Step::Charge { ns: 500, until: w, reason: off_cpu_reason::SLEEP, first: false });
+        // Nothing new since the last period: kept, or closed at the end.
+        let t = open(Some(2), p2);
+        assert_eq!(step(R, S, p2, &t, FirstSwitch::None, true, false), Step::Keep);
+        assert_eq!(step(R, S, p2, &t, FirstSwitch::None, true, true), Step::Close(None));
+    }
+
+    #[test]
+    fn a_thread_gone_after_charges_keeps_them() {
+        // Never charged: dropped as ended (counted).
+        assert_eq!(step(R, S, E, &open(Some(2), R), FirstSwitch::None, false, false), Step::Close(Some(Dropped::Ended)));
+        // Charged up to an earlier period's end: it ended after that; closed, not counted.
+        assert_eq!(step(R, S, E, &open(Some(2), S + 10), FirstSwitch::None, false, false), Step::Close(None));
+        // Woke before its snapshot was read: dropped whatever the period.
+        assert_eq!(step(R, S, E, &open(Some(2), R), FirstSwitch::In(S), true, false), Step::Close(Some(Dropped::WokeBeforeRead)));
     }
 
     #[test]

@@ -436,16 +436,17 @@ impl Session {
         self.targets.values().filter(|t| t.alive).count()
     }
 
-    /// Processes with at least one sample in the profile.
+    /// Processes with at least one sample (or, in the off-CPU modes, measured wait) in the
+    /// profile.
     pub(crate) fn sampled_processes(&self) -> usize {
         let mut pids: HashSet<u32> = HashSet::new();
         for t in self.targets.values() {
-            if t.counters.ok() > 0 {
+            if t.counters.ok() > 0 || t.counters.off_cpu_ns > 0 {
                 pids.insert(t.process.pid);
             }
         }
         for r in &self.retired {
-            if r.counters.ok() > 0 {
+            if r.counters.ok() > 0 || r.counters.off_cpu_ns > 0 {
                 pids.insert(r.pid);
             }
         }

@@ -83,7 +83,12 @@ impl Session {
             return;
         }
         let mut live = HashSet::new();
-        for (tid, state, record) in self.kernel.pending_off_cpu() {
+        let pending = self.kernel.pending_off_cpu();
+        if self.blocked.enabled() {
+            let first_switches: HashMap<u32, ThreadSwitch> = pending.iter().map(|(tid, s, _)| (*tid, *s)).collect();
+            self.charge_blocked_at_start(now_ns, &first_switches, false);
+        }
+        for (tid, state, record) in pending {
             let out = state.switched_out_ns;
             if out == 0 {
                 continue;
@@ -122,7 +127,7 @@ impl Session {
         }
         let pending = self.kernel.pending_off_cpu();
         let first_switches: HashMap<u32, ThreadSwitch> = pending.iter().map(|(tid, s, _)| (*tid, *s)).collect();
-        self.add_blocked_at_start(end_ns, &first_switches);
+        self.charge_blocked_at_start(end_ns, &first_switches, true);
         for (tid, state, record) in pending {
             let mut short = state.short_ns;
             let out = state.switched_out_ns;
@@ -144,32 +149,49 @@ impl Session {
     }
 
     /// Charges the waits of threads blocked since before their registration (see
-    /// `blocked_at_start`), given the kernel's per-thread entries by tid.
-    fn add_blocked_at_start(&mut self, end_ns: u64, kernel: &HashMap<u32, profiler_common::ThreadSwitch>) {
-        use blocked_at_start::{FirstSwitch, Verdict, verdict};
-        for snapshot in self.blocked.finish() {
-            let Some(threads) = snapshot.threads else {
-                self.blocked.processes_not_read += 1;
-                continue;
-            };
-            for thread in threads {
-                let first = FirstSwitch::of(kernel.get(&thread.tid), snapshot.pid, snapshot.generation);
-                let alive = crate::dump::tasks::task_start(snapshot.pid, thread.tid) == Some(thread.start_time);
-                match verdict(snapshot.registered_ns, snapshot.taken_ns, end_ns, &thread, first, alive) {
-                    Verdict::Nothing => {}
-                    Verdict::Dropped(why) => self.blocked.count_dropped(why),
-                    Verdict::Charge { ns, reason } => {
-                        let frames = thread.frames.as_deref().unwrap_or_default();
-                        if self.add_snapshot_stack(snapshot.pid, snapshot.generation, thread.tid, frames, ns, reason) {
-                            self.blocked.charged_threads += 1;
+    /// `blocked_at_start`) up to `now_ns`, given the kernel's per-thread entries by tid (read
+    /// after `now_ns` was taken); `last`: the recording ends, every thread is closed.
+    fn charge_blocked_at_start(&mut self, now_ns: u64, kernel: &HashMap<u32, profiler_common::ThreadSwitch>, last: bool) {
+        use blocked_at_start::{FirstSwitch, Step, step};
+        self.blocked.receive(last);
+        let mut open = std::mem::take(&mut self.blocked.open);
+        for snapshot in &mut open {
+            let process_gone = !self.targets.get(&snapshot.pid).is_some_and(|t| t.generation == snapshot.generation);
+            let mut threads = std::mem::take(&mut snapshot.threads);
+            threads.retain_mut(|thread| {
+                let first = FirstSwitch::of(kernel.get(&thread.read.tid), snapshot.pid, snapshot.generation);
+                // Only a thread with no switch seen can have ended unseen (its entry freed).
+                let alive = first != FirstSwitch::None
+                    || crate::dump::tasks::task_start(snapshot.pid, thread.read.tid) == Some(thread.read.start_time);
+                match step(snapshot.registered_ns, snapshot.taken_ns, now_ns, thread, first, alive, last || process_gone) {
+                    Step::Keep => true,
+                    Step::Close(None) => false,
+                    Step::Close(Some(why)) => {
+                        self.blocked.count_dropped(why);
+                        false
+                    }
+                    Step::Charge { ns, until, reason, first: first_charge } => {
+                        let frames = thread.read.frames.as_deref().unwrap_or_default();
+                        let tid = thread.read.tid;
+                        if self.add_snapshot_stack(snapshot.pid, snapshot.generation, tid, frames, ns, reason) {
+                            if first_charge {
+                                self.blocked.charged_threads += 1;
+                            }
                             self.blocked.charged_ns += ns;
-                        } else {
+                            thread.charged_until = until;
+                        } else if first_charge {
                             self.blocked.count_dropped(blocked_at_start::Dropped::NotRead);
+                            return false;
                         }
+                        let over = last || process_gone || matches!(first, FirstSwitch::In(_));
+                        !over
                     }
                 }
-            }
+            });
+            snapshot.threads = threads;
         }
+        self.blocked.open = open;
+        self.blocked.close_empty();
     }
 
     /// Adds `ns` of off-CPU time for `reason` to the stack `frames` (root first, as read by

@@ -111,10 +111,16 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
     // The shares are of the session's values: samples, or nanoseconds in the wall and
     // off-CPU modes.
     session.kernel.attach(options.rate)?;
+    // Threads already switched out are charged from here, tick by tick (`blocked_at_start`).
+    let mut watched_since = None;
     if options.time.mode.off_cpu() {
         session.kernel.attach_off_cpu()?;
+        watched_since = Some(crate::loader::monotonic_ns());
     }
     privileges::drop_after_attach(&privileges::Keep { output: None })?;
+    if let Some(since) = watched_since {
+        session.read_blocked_threads(since);
+    }
 
     let mut model = Model::new(options.window.max(1) as usize);
     let header = Header {
