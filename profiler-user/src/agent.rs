@@ -220,6 +220,7 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
 
     let mut interval_start = SystemTime::now();
     let mut interval_number = 0u64;
+    let (mut dropped_before, mut lost_before) = (0u64, 0u64);
     let mut flush = |session: &mut Session| {
         let now = SystemTime::now();
         interval_number += 1;
@@ -228,11 +229,17 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         // Waits still going on are charged up to now: each profile holds the time of its period.
         session.charge_pending_off_cpu(crate::loader::monotonic_ns());
         let mut part = session.take_interval();
+        // The interval's own drops and losses: the counters run for the agent's whole life.
+        let dropped = crate::explain::dropped_samples(&session.totals());
+        let lost = session.kernel.counters().ringbuf_full;
         part.set_timing(Timing {
             start: interval_start,
             duration: now.duration_since(interval_start).unwrap_or_default(),
             rate_hz: options.rate,
+            dropped: dropped.saturating_sub(dropped_before),
+            lost: lost.saturating_sub(lost_before),
         });
+        (dropped_before, lost_before) = (dropped, lost);
         let mut queued = 0;
         if let Some(uploader) = &uploader {
             let uploads = interval_uploads(&part, &options, interval_start, now);

@@ -129,6 +129,10 @@ pub struct Timing {
     pub start: std::time::SystemTime,
     pub duration: std::time::Duration,
     pub rate_hz: u64,
+    /// Samples taken but dropped (not exact, see `--stats`) in this recording or interval.
+    pub dropped: u64,
+    /// Samples the kernel could not hand over (ring buffer full) in it.
+    pub lost: u64,
 }
 
 /// Identity of one counted stack.

@@ -81,6 +81,12 @@ const DROPS: [SampleOutcome; 6] = [
     SampleOutcome::UnknownProcess,
 ];
 
+/// Samples that ran Python code and were dropped (every outcome in `DROPS`), as profiles
+/// report them (`pyperch.samples.dropped`).
+pub fn dropped_samples(totals: &Counters) -> u64 {
+    DROPS.iter().map(|o| totals.outcomes.get(o).copied().unwrap_or(0)).sum()
+}
+
 /// A warning when more than a tenth of the samples were dropped, naming the main reason;
 /// `ring_lost` are the samples the kernel could not hand over (ring buffer full).
 pub fn dropped_warning(totals: &Counters, ring_lost: u64) -> Option<String> {

@@ -234,9 +234,15 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     let kernel_counters = session.kernel.counters();
     let min_off_cpu_ns = u64::try_from(options.time.min_off_cpu.as_nanos()).unwrap_or(u64::MAX);
     session.add_unsent_off_cpu(crate::loader::monotonic_ns(), min_off_cpu_ns);
-    session.profile.set_timing(Timing { start: start_time, duration: elapsed, rate_hz: options.rate });
-
     let totals = session.totals();
+    session.profile.set_timing(Timing {
+        start: start_time,
+        duration: elapsed,
+        rate_hz: options.rate,
+        dropped: explain::dropped_samples(&totals),
+        lost: kernel_counters.ringbuf_full,
+    });
+
     if !options.filter.is_empty() && session.registered == 0 {
         return Err(RecordError::NothingMatched(options.filter.describe()));
     }

@@ -108,6 +108,13 @@ fn check_shape(request: &Value, rate: u64, d: &str) {
             assert_eq!(p["period"].as_u64(), Some(1_000_000_000 / rate), "{d}");
             assert!(p["time_unix_nano"].as_u64().unwrap_or(0) > 1_600_000_000_000_000_000, "time of {p}{d}");
             assert!(p["duration_nano"].as_u64().unwrap_or(0) > 0, "duration{d}");
+            // How it was recorded, as the profile's attributes (issue #26).
+            let a = &p["attributes"];
+            assert_eq!(a["pyperch.mode"], "cpu", "profile attributes {a}{d}");
+            assert_eq!(a["pyperch.rate_hz"], rate.to_string(), "profile attributes {a}{d}");
+            for key in ["pyperch.version", "pyperch.duration_s", "pyperch.samples.dropped", "pyperch.samples.lost"] {
+                assert!(a[key].is_string(), "no {key} in the profile attributes {a}{d}");
+            }
         }
     }
 }

@@ -245,6 +245,13 @@ fn pprof_readers_go_tool_pprof_reads_record() {
         "totals (samples, cpu ns) against pyperch's {kept} kept samples{d}"
     );
     check_thread_labels(&raw, w.pid, &comm, &d);
+    // The profile says how it was recorded (issue #26): `go tool pprof -comments`.
+    let comments = Command::new(&go).args(["tool", "pprof", "-comments"]).arg(&out).output().expect("cannot run go tool pprof");
+    let comments = String::from_utf8_lossy(&comments.stdout);
+    for want in ["pyperch.mode=cpu".to_string(), format!("pyperch.rate_hz={RATE}"), "pyperch.samples.lost=0".to_string()] {
+        assert!(comments.lines().any(|l| l.trim() == want), "go tool pprof -comments does not list {want}: {comments}{d}");
+    }
+    assert!(comments.contains("pyperch.version=") && comments.contains("pyperch.duration_s=3."), "comments: {comments}{d}");
 
     let script = w.dir.guest_path("spin.py");
     for function in ["leaf_red", "<module>"] {

@@ -37,7 +37,11 @@ pub fn write(profile: &Profile, out: &mut dyn Write) -> Result<(), OutputError> 
             first = false;
             serde_json::to_writer(&mut out, &event).map_err(std::io::Error::other)
         })?;
-        out.write_all(b"\n]}\n")?;
+        out.write_all(b"\n],\"otherData\":")?;
+        // How it was recorded (the trace format's free-form metadata, shown by Perfetto).
+        let facts: std::collections::BTreeMap<_, _> = super::recording_facts(profile).into_iter().collect();
+        serde_json::to_writer(&mut out, &facts).map_err(std::io::Error::other)?;
+        out.write_all(b"}\n")?;
         out.flush()
     })();
     result.map_err(wrap)

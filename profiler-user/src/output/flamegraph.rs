@@ -35,6 +35,7 @@ pub fn write(
 
     let mut options = Options::default();
     options.title = title.to_owned();
+    options.subtitle = Some(super::recording_line(profile));
     options.count_name = "samples".to_owned();
     options.colors = Palette::Multi(MultiPalette::Python);
     options.hash = true;

@@ -167,6 +167,9 @@ fn meta(profile: &Profile, timeline: &Timeline) -> Value {
         "asyncstack": 0,
         "processType": 0,
         "product": "pyperch",
+        // How it was recorded: one line (shown as the profile's arguments) and as fields.
+        "arguments": super::recording_line(profile),
+        "pyperch": super::recording_facts(profile).into_iter().collect::<std::collections::BTreeMap<_, _>>(),
         "presymbolicated": true,
         "categories": categories,
         "markerSchema": [],

@@ -190,6 +190,40 @@ pub fn write_profile(
     }
 }
 
+/// How `profile` was recorded, as `(key, value)` pairs, for every format that has a place
+/// for them (pprof comments, OTLP profile attributes, chrometrace `otherData`, gecko `meta`;
+/// the SVG's and speedscope's titles carry [`recording_line`]). Collapsed stacks have no such
+/// place. Without timing (a profile not from a recording) only the version and mode.
+pub fn recording_facts(profile: &Profile) -> Vec<(&'static str, String)> {
+    let mut facts = vec![
+        ("pyperch.version", env!("CARGO_PKG_VERSION").to_string()),
+        ("pyperch.mode", profile.time_mode().label().to_string()),
+    ];
+    if let Some(t) = profile.timing() {
+        facts.push(("pyperch.rate_hz", t.rate_hz.to_string()));
+        facts.push(("pyperch.duration_s", format!("{:.3}", t.duration.as_secs_f64())));
+        facts.push(("pyperch.samples.dropped", t.dropped.to_string()));
+        facts.push(("pyperch.samples.lost", t.lost.to_string()));
+    }
+    facts
+}
+
+/// [`recording_facts`] as one line for people: `pyperch 0.1.0, mode cpu, 99 Hz, 10.000 s,
+/// 0 samples dropped, 0 lost`.
+pub fn recording_line(profile: &Profile) -> String {
+    let mut line = format!("pyperch {}, mode {}", env!("CARGO_PKG_VERSION"), profile.time_mode().label());
+    if let Some(t) = profile.timing() {
+        line.push_str(&format!(
+            ", {} Hz, {:.3} s, {} samples dropped, {} lost",
+            t.rate_hz,
+            t.duration.as_secs_f64(),
+            t.dropped,
+            t.lost
+        ));
+    }
+    line
+}
+
 /// The labels of one pprof sample: `process.pid`, `process.executable.name`, `thread.id`
 /// (per-thread profiles) and `thread.name` (when known, see [`thread_name_text`]),
 /// `container.id` and `k8s.pod.uid` (when known), and the OpenTelemetry names `k8s.namespace.name`, `k8s.pod.name`, `k8s.container.name` (when the
@@ -303,6 +337,45 @@ pub(crate) mod tests {
 
     /// Two processes; pid 200 sampled per thread; a frame name holding `;` and a newline;
     /// an unknown line; a thread sampled outside Python; an unlabelled pid.
+    /// Every format with a place for it says how the profile was recorded (issue #26): the
+    /// mode, rate, duration, pyperch's version and the dropped and lost counts.
+    #[test]
+    fn outputs_describe_the_recording() {
+        let mut p = sample_profile();
+        p.set_timeline(crate::timeline::Timeline::default());
+        p.set_timing(crate::aggregate::Timing {
+            start: std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000),
+            duration: std::time::Duration::from_millis(2500),
+            rate_hz: 199,
+            dropped: 17,
+            lost: 3,
+        });
+        let text = |format: Format| {
+            let mut out = Vec::new();
+            write_profile(&p, format, "title", &mut out).unwrap_or_else(|e| panic!("{format:?}: {e}"));
+            out
+        };
+        let line = format!("pyperch {}, mode cpu, 199 Hz, 2.500 s, 17 samples dropped, 3 lost", env!("CARGO_PKG_VERSION"));
+        for format in [Format::Flamegraph, Format::Speedscope, Format::Gecko] {
+            let out = String::from_utf8(text(format)).unwrap_or_default();
+            assert!(out.contains(&line), "{format:?} lacks {line:?}");
+        }
+        let trace: serde_json::Value = serde_json::from_slice(&text(Format::Chrometrace)).unwrap_or_default();
+        assert_eq!(trace["otherData"]["pyperch.rate_hz"], "199");
+        assert_eq!(trace["otherData"]["pyperch.samples.lost"], "3");
+        let gecko: serde_json::Value = serde_json::from_slice(&text(Format::Gecko)).unwrap_or_default();
+        assert_eq!(gecko["meta"]["pyperch"]["pyperch.samples.dropped"], "17");
+        let mut raw = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(text(Format::Pprof).as_slice()), &mut raw).unwrap_or_default();
+        let pprof = <pprof::proto::Profile as prost::Message>::decode(raw.as_slice()).unwrap_or_default();
+        let string = |i: &i64| pprof.string_table.get(*i as usize).map_or("", String::as_str);
+        let comments: Vec<&str> = pprof.comment.iter().map(string).collect();
+        for want in ["pyperch.mode=cpu", "pyperch.rate_hz=199", "pyperch.duration_s=2.500", "pyperch.samples.dropped=17", "pyperch.samples.lost=3"] {
+            assert!(comments.contains(&want), "pprof comments {comments:?} lack {want}");
+        }
+        assert!(comments.iter().any(|c| c.starts_with("pyperch.version=")), "{comments:?}");
+    }
+
     pub(crate) fn sample_profile() -> Profile {
         let mut p = Profile::new();
         let frame = |p: &mut Profile, function: &str, file: &str, line: u32| {

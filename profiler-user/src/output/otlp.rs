@@ -122,6 +122,9 @@ pub fn request(profile: &Profile, info: &ResourceInfo) -> ExportProfilesServiceR
         ),
         None => (0, 0, 0),
     };
+    // How it was recorded, as the profile's attributes.
+    let recorded: Vec<i32> =
+        super::recording_facts(profile).iter().map(|(k, v)| dict.string_attribute(k, v)).collect();
     let mut resource_profiles = Vec::with_capacity(by_pid.len());
     for (pid, mut stacks) in by_pid {
         stacks.sort_unstable();
@@ -136,6 +139,7 @@ pub fn request(profile: &Profile, info: &ResourceInfo) -> ExportProfilesServiceR
             })
             .collect();
         let otlp_profile = OtlpProfile {
+            attribute_indices: recorded.clone(),
             sample_type: Some(sample_type),
             samples,
             time_unix_nano,

@@ -341,7 +341,10 @@ fn build(
         });
     }
     let period_type = Some(table.strings.value_type(if timed { (mode.pprof_type(), "nanoseconds") } else { PERIOD_TYPE }));
+    // How it was recorded, as `key=value` comments (`go tool pprof -comments`).
+    let comment = super::recording_facts(profile).iter().map(|(k, v)| table.strings.intern(&format!("{k}={v}"))).collect();
     proto::Profile {
+        comment,
         sample_type,
         sample: samples,
         mapping: table.mappings,

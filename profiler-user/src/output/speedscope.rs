@@ -176,7 +176,8 @@ fn build(profile: &Profile, title: &str) -> File {
         },
         active_profile_index: (!profiles.is_empty()).then_some(0),
         profiles,
-        name: title.to_owned(),
+        // speedscope shows the name in its title bar: with how it was recorded.
+        name: format!("{title} ({})", super::recording_line(profile)),
         exporter: format!("pyperch {}", env!("CARGO_PKG_VERSION")),
     }
 }
@@ -200,7 +201,7 @@ mod tests {
         let profile = sample_profile();
         let json = written(&profile, "my recording");
         assert_eq!(json["$schema"], SCHEMA);
-        assert_eq!(json["name"], "my recording");
+        assert_eq!(json["name"], format!("my recording (pyperch {}, mode cpu)", env!("CARGO_PKG_VERSION")));
         assert_eq!(
             json["exporter"],
             format!("pyperch {}", env!("CARGO_PKG_VERSION"))
