@@ -257,9 +257,14 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         }
         interval_start = now;
         session.prune_exited();
+        // In the wall and off-CPU modes the values are nanoseconds, not samples.
+        let measured = if options.time.mode.in_nanoseconds() {
+            format!("{:.3} s of {} time", part.total_samples() as f64 / 1e9, options.time.mode.label())
+        } else {
+            format!("{} samples", part.total_samples())
+        };
         let mut line = format!(
-            "pyperch agent: interval {interval_number}: {} samples from {} processes",
-            part.total_samples(),
+            "pyperch agent: interval {interval_number}: {measured} from {} processes",
             part.pids().iter().filter(|p| part.samples_of(**p) > 0).count(),
         );
         if uploader.is_some() {
