@@ -14,7 +14,8 @@
 //!   the long name whole; the thread renamed during the recording (after its first name had
 //!   been read) shows its new name only;
 //! - pprof's `thread.name` label beside `thread.id`, decoded with the official schema (the
-//!   test virtualenv; said and skipped when it is missing).
+//!   test virtualenv; said and skipped when it is missing);
+//! - `top --once`: the THREAD column beside the TID of each spinning thread's rows.
 
 use std::time::{Duration, Instant};
 
@@ -134,6 +135,23 @@ fn check_version(label: &str) {
             }
             let _ = std::fs::remove_dir_all(&dir);
         }
+    }
+
+    // top: the THREAD column of each spinning thread's rows.
+    let run = pyperch(&["top", "--pid", &pid, "--once", "--window", "2"], Duration::from_secs(90));
+    let d = format!("\n--- {what}{}\n--- stdout:\n{}", run.diag(), run.stdout);
+    assert!(run.success(), "pyperch top --once failed{d}");
+    let shown: std::collections::BTreeSet<(String, String)> = run
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            (fields.len() >= 9 && fields[4] == "spin").then(|| (fields[7].to_string(), fields[8..].join(" ")))
+        })
+        .collect();
+    for name in CUSTOM.iter().copied().chain([LONG, OS_NAMED]) {
+        let want = (tid(name).to_string(), name.to_string());
+        assert!(shown.contains(&want), "top shows no row of `spin` for {want:?}: {shown:?}{d}");
     }
 
     // dump again: the new name.
