@@ -154,7 +154,7 @@ impl RegistryReader {
         let mut r = Reads { mem: ProcessMemory::new(self.target.pid), left: READ_BUDGET };
         let layout = self.layout(&mut r)?;
         self.reads = self.reads.wrapping_add(1);
-        if self.reads % RESOLVE_EVERY == 0 {
+        if self.reads.is_multiple_of(RESOLVE_EVERY) {
             self.resolved = None;
         }
         let cached = self.resolved;
@@ -416,7 +416,7 @@ impl RegistryReader {
                     return Err(RegistryError::Malformed("neither a dict nor inline values"));
                 }
                 let basicsize = field_u64(&header, layout.type_basicsize as usize).unwrap_or(0);
-                if basicsize == 0 || basicsize > 4096 || basicsize % 8 != 0 {
+                if basicsize == 0 || basicsize > 4096 || !basicsize.is_multiple_of(8) {
                     return Err(RegistryError::Malformed("object size"));
                 }
                 let values = object.wrapping_add(basicsize);

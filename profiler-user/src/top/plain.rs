@@ -22,7 +22,7 @@ pub fn table(model: &Model, header: &Header, limit: usize) -> String {
         header.unit,
         header.window,
     );
-    let _ = writeln!(out, "{:>6} {:>6} {:>7} {:>7}  {:<40} {:<40} {:>8} {:>8} {}", "OWN%", "TOTAL%", "OWN%ALL", "TOT%ALL", "FUNCTION", "FILE", "PID", "TID", "THREAD");
+    let _ = writeln!(out, "{:>6} {:>6} {:>7} {:>7}  {:<40} {:<40} {:>8} {:>8} THREAD", "OWN%", "TOTAL%", "OWN%ALL", "TOT%ALL", "FUNCTION", "FILE", "PID", "TID");
     for r in model.rows(Granularity::Functions, None, SortBy::WindowOwn, limit) {
         let _ = writeln!(
             out,
