@@ -239,7 +239,7 @@ impl RegistryReader {
             return Ok(None);
         }
         let modules = r.u64(interp.wrapping_add(layout.interp_modules.into()))?;
-        if modules == 0 || !self.is_type(r, layout, modules, TypeKind::Dict)? {
+        if modules == 0 || !self.is_type(r, modules, TypeKind::Dict)? {
             return Ok(None);
         }
         let shape = self.dict_shape(r, layout, modules)?;
@@ -252,16 +252,16 @@ impl RegistryReader {
             return Ok(None);
         };
         self.modules_without_threading = None;
-        if !self.is_type(r, layout, module, TypeKind::Module)? {
+        if !self.is_type(r, module, TypeKind::Module)? {
             return Ok(None);
         }
         let module_dict = r.u64(module.wrapping_add(layout.module_dict.into()))?;
-        if module_dict == 0 || !self.is_type(r, layout, module_dict, TypeKind::Dict)? {
+        if module_dict == 0 || !self.is_type(r, module_dict, TypeKind::Dict)? {
             return Ok(None);
         }
         let names = self.dict_entries(r, layout, module_dict, MAX_MODULE_NAMES)?;
         let Some(active) = self.find_key(r, &names, "_active")? else { return Ok(None) };
-        if !self.is_type(r, layout, active, TypeKind::Dict)? {
+        if !self.is_type(r, active, TypeKind::Dict)? {
             return Ok(None);
         }
         Ok(Some(Resolved { module_dict, active }))
@@ -448,7 +448,7 @@ impl RegistryReader {
     }
 
     fn checked_dict_entries(&mut self, r: &mut Reads, layout: &ThreadingLayout, dict: u64) -> Result<Vec<Entry>, RegistryError> {
-        if dict == 0 || !self.is_type(r, layout, dict, TypeKind::Dict)? {
+        if dict == 0 || !self.is_type(r, dict, TypeKind::Dict)? {
             return Err(RegistryError::Malformed("attributes are not a dict"));
         }
         self.dict_entries(r, layout, dict, MAX_ATTRIBUTES)
@@ -528,7 +528,7 @@ impl RegistryReader {
         r.u64(object.wrapping_add(self.target.layout.objects.ob_type.into()))
     }
 
-    fn is_type(&mut self, r: &mut Reads, _layout: &ThreadingLayout, object: u64, kind: TypeKind) -> Result<bool, RegistryError> {
+    fn is_type(&mut self, r: &mut Reads, object: u64, kind: TypeKind) -> Result<bool, RegistryError> {
         let ob_type = self.ob_type(r, object)?;
         Ok(self.type_matches(r, ob_type, kind))
     }

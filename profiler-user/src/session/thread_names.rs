@@ -137,7 +137,8 @@ impl ProcessNames {
         if let Ok(python) = self.reader.read(&tids) {
             self.python.extend(python);
         }
-        self.python.retain(|tid, _| tids.contains(tid));
+        // `task_ids` lists them sorted.
+        self.python.retain(|tid, _| tids.binary_search(tid).is_ok());
         for tid in tids {
             if let Some(name) = self.python.get(&tid) {
                 found.insert(tid, name.clone());
