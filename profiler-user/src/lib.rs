@@ -35,6 +35,7 @@ pub mod stats;
 pub mod symbolize;
 pub mod task_events;
 pub mod text;
+pub mod thread_registry;
 pub mod time_mode;
 pub mod timeline;
 pub mod top;

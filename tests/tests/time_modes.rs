@@ -729,8 +729,9 @@ fn exception_sid_3_15() {
     exception("sid-3.15");
 }
 
-/// `--threads` names each thread frame with the thread's OS name: exception_share.py names
-/// its threads `pp-<function>` (prctl), and the thread running each function shows that name.
+/// `--threads` names each thread frame with the thread's name: exception_share.py names its
+/// threads `pp-<function>` (prctl, and the same `threading.Thread` name, which wins where
+/// threading knows the thread), and the thread running each function shows that name.
 fn thread_names(label: &str) {
     let Some(running) = spawn_script(label, "exception_share.py") else { return };
     let describe = running.describe.clone();

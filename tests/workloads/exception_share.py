@@ -83,7 +83,8 @@ def main():
         time.sleep(0.01)
     stop = time.monotonic() + SECONDS
     targets = (in_handler, generator_in_handler, outside_handler, after_handler)
-    threads = [threading.Thread(target=f, args=(stop,)) for f in targets]
+    # The Python name is what --threads shows when threading knows the thread: the same.
+    threads = [threading.Thread(target=f, args=(stop,), name=("pp-" + f.__name__)[:15]) for f in targets]
     for t in threads:
         t.start()
     for t in threads:

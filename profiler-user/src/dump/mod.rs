@@ -49,7 +49,8 @@ pub struct DumpOptions {
 #[derive(Clone, Debug, Serialize)]
 pub struct ThreadDump {
     pub tid: u32,
-    /// The OS thread name (`comm`).
+    /// The thread's Python name (`threading.Thread.name`, read from the interpreter's
+    /// registry) when `threading` knows it, else its OS name (`comm`).
     pub name: String,
     pub main: bool,
     pub holds_gil: bool,
@@ -170,6 +171,7 @@ pub fn dump_inspected(process: &PythonProcess, options: DumpOptions) -> Result<P
     }
 
     let tids = tasks::task_ids(pid).ok_or(DumpError::Exited(pid))?;
+    let python_names = crate::thread_registry::read_once(process, &tids);
     let mut reader = stack::StackReader::new(process, inspection);
     let mut threads = Vec::with_capacity(tids.len());
     // Python threads whose kernel thread is already gone.
@@ -202,7 +204,7 @@ pub fn dump_inspected(process: &PythonProcess, options: DumpOptions) -> Result<P
         };
         threads.push(ThreadDump {
             tid,
-            name: kernel.name.clone(),
+            name: python_names.get(&tid).cloned().unwrap_or_else(|| kernel.name.clone()),
             main: tid == pid,
             holds_gil: tstate.is_some_and(|t| holders.contains(&t)),
             kernel,

@@ -15,6 +15,7 @@ pub mod gil;
 pub mod inspection;
 pub mod published;
 pub mod tables;
+pub mod threading;
 
 use profiler_common::{FrameLayout, ThreadLayout};
 

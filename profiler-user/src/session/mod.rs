@@ -388,7 +388,9 @@ impl Session {
         if !namer.due() {
             return;
         }
-        namer.set_pids(self.targets.values().filter(|t| t.alive).map(|t| t.process.pid).collect());
+        namer.set_targets(
+            self.targets.values().filter(|t| t.alive).map(|t| crate::thread_registry::RegistryTarget::of(&t.process)).collect(),
+        );
         for (tid, name) in namer.take() {
             self.profile.set_thread_name(tid, &name);
         }

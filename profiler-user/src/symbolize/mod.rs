@@ -17,7 +17,7 @@ mod strings;
 mod live_tests;
 
 pub use code::{CodeInfo, TypeAddresses, read_code};
-pub use strings::{read_bytes, read_str};
+pub use strings::{read_bytes, read_str, read_str_prefix};
 
 use crate::memory::MemoryError;
 

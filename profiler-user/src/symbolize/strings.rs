@@ -174,6 +174,38 @@ pub fn read_str(
     decode_chars(&data, header, address)
 }
 
+/// Reads at most the first `max_chars` characters of the `str` object at `address` (a longer
+/// string is cut, not refused; the whole string is still bounded by one `MAX_READ`): for
+/// names shown cut anyway. Same checks as [`read_str`]; returns the text and the full length.
+pub fn read_str_prefix(
+    mem: &ProcessMemory,
+    objects: &ObjectLayout,
+    address: u64,
+    max_chars: usize,
+    str_type: Option<u64>,
+) -> Result<(String, usize), SymbolError> {
+    let header_len = (objects.str_length as usize + 8).max(objects.str_state as usize + 4).max(objects.ob_type as usize + 8);
+    let buf = mem.read_vec(address, header_len)?;
+    let expected = str_type.map(|a| ExpectedType { address: a, subclass_flag: TPFLAGS_UNICODE_SUBCLASS, name: "str" });
+    check_type(mem, &buf, objects, address, expected)?;
+    let mut header = parse_str_header(&buf, objects, address, usize::MAX)?;
+    let full = header.length;
+    header.length = header.length.min(max_chars);
+    let data_address = if !header.compact {
+        let pointer = mem.read_u64(address.wrapping_add(u64::from(objects.str_compact_data)))?;
+        if pointer == 0 {
+            return Err(SymbolError::BadString { address, reason: "non-compact str without data" });
+        }
+        pointer
+    } else if header.ascii {
+        address.wrapping_add(u64::from(objects.str_ascii_data))
+    } else {
+        address.wrapping_add(u64::from(objects.str_compact_data))
+    };
+    let data = mem.read_vec(data_address, header.length * header.kind)?;
+    Ok((decode_chars(&data, header, address)?, full))
+}
+
 /// Reads the contents of the `bytes` object at `address`: at most `max_len` bytes (else
 /// `TooLong`); its `ob_type` must be `bytes_type` when that is given (else `WrongType`).
 pub fn read_bytes(

@@ -227,6 +227,11 @@ fn collect(session: &mut Session, model: &mut Model) {
             FrameRef { function: &f.function, file: &f.file, line: f.line }
         }));
         tick.add(key.pid, key.tid, &frames, count);
+        if let Some(name) = key.tid.and_then(|tid| crate::output::thread_name_text(&part, tid)) {
+            if let Some(tid) = key.tid {
+                model.set_thread_name(tid, name);
+            }
+        }
         if let Some(label) = part.process(key.pid) {
             model.processes.entry(key.pid).or_insert_with(|| label.comm.clone());
         }

@@ -128,11 +128,35 @@ pub struct Model {
     all: Tick,
     /// Process labels (command names), by pid.
     pub processes: BTreeMap<u32, String>,
+    /// Thread names as every output shows them (`output::thread_name_text`: the Python
+    /// name, else the OS name), by tid; at most [`MAX_THREAD_NAMES`].
+    pub thread_names: HashMap<u32, String>,
 }
+
+/// Thread names kept for the THREAD column.
+pub const MAX_THREAD_NAMES: usize = 65_536;
 
 impl Model {
     pub fn new(window_ticks: usize) -> Self {
-        Self { window: VecDeque::new(), window_ticks: window_ticks.max(1), all: Tick::default(), processes: BTreeMap::new() }
+        Self {
+            window: VecDeque::new(),
+            window_ticks: window_ticks.max(1),
+            all: Tick::default(),
+            processes: BTreeMap::new(),
+            thread_names: HashMap::new(),
+        }
+    }
+
+    /// The THREAD column of a row's thread: its name, or empty.
+    pub fn thread_name(&self, tid: Option<u32>) -> &str {
+        tid.and_then(|t| self.thread_names.get(&t)).map_or("", String::as_str)
+    }
+
+    /// Records the name of thread `tid` (the last one read wins).
+    pub fn set_thread_name(&mut self, tid: u32, name: String) {
+        if self.thread_names.len() < MAX_THREAD_NAMES || self.thread_names.contains_key(&tid) {
+            self.thread_names.insert(tid, name);
+        }
     }
 
     /// Adds one tick: it enters the window (pushing the oldest out) and the totals.

@@ -22,11 +22,11 @@ pub fn table(model: &Model, header: &Header, limit: usize) -> String {
         header.unit,
         header.window,
     );
-    let _ = writeln!(out, "{:>6} {:>6} {:>7} {:>7}  {:<40} {:<40} {:>8} {:>8}", "OWN%", "TOTAL%", "OWN%ALL", "TOT%ALL", "FUNCTION", "FILE", "PID", "TID");
+    let _ = writeln!(out, "{:>6} {:>6} {:>7} {:>7}  {:<40} {:<40} {:>8} {:>8} THREAD", "OWN%", "TOTAL%", "OWN%ALL", "TOT%ALL", "FUNCTION", "FILE", "PID", "TID");
     for r in model.rows(Granularity::Functions, None, SortBy::WindowOwn, limit) {
         let _ = writeln!(
             out,
-            "{:>6.1} {:>6.1} {:>7.1} {:>7.1}  {:<40} {:<40} {:>8} {:>8}",
+            "{:>6.1} {:>6.1} {:>7.1} {:>7.1}  {:<40} {:<40} {:>8} {:>8} {}",
             r.window_own,
             r.window_total,
             r.all_own,
@@ -35,6 +35,7 @@ pub fn table(model: &Model, header: &Header, limit: usize) -> String {
             field(&r.key.file).to_string(),
             r.key.pid,
             r.key.tid.map_or_else(|| "-".into(), |t| t.to_string()),
+            field(model.thread_name(r.key.tid)),
         );
     }
     out.push('\n');

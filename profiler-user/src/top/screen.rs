@@ -129,7 +129,7 @@ impl Screen {
                 Layout::vertical([Constraint::Length(2), Constraint::Min(1), Constraint::Length(1)]).areas(area);
             f.render_widget(Paragraph::new(vec![Line::from(title.0.clone()), Line::from(title.1.clone())]), top);
             let header_row = Row::new(
-                ["OWN%", "TOTAL%", "OWN%ALL", "TOT%ALL", "FUNCTION", "FILE:LINE", "PID", "TID"].map(Cell::from),
+                ["OWN%", "TOTAL%", "OWN%ALL", "TOT%ALL", "FUNCTION", "FILE:LINE", "PID", "TID", "THREAD"].map(Cell::from),
             )
             .style(Style::default().add_modifier(Modifier::REVERSED));
             let body = rows.iter().map(|r| {
@@ -147,6 +147,7 @@ impl Screen {
                     Cell::from(place),
                     Cell::from(r.key.pid.to_string()),
                     Cell::from(r.key.tid.map_or_else(|| "-".into(), |t| t.to_string())),
+                    Cell::from(field(model.thread_name(r.key.tid)).to_string()),
                 ])
             });
             let widths = [
@@ -158,6 +159,7 @@ impl Screen {
                 Constraint::Fill(1),
                 Constraint::Length(8),
                 Constraint::Length(8),
+                Constraint::Length(20),
             ];
             f.render_widget(Table::new(body, widths).header(header_row), table_area);
             f.render_widget(Paragraph::new(status.clone()), bottom);
