@@ -300,8 +300,12 @@ pub mod counter {
     pub const CODE_CHECKS_READ: u32 = 14;
     /// Batches of off-CPU records sent to the ring buffer (`OffCpuBatch`).
     pub const OFF_CPU_BATCHES: u32 = 15;
+    /// `--mode exception`: samples dropped because the thread's exception-state chain went on
+    /// past the kernel's bound (`MAX_FULL_FRAMES + MAX_HASHED_FRAMES + 1` items): neither kept
+    /// nor counted as "not handling".
+    pub const EXCEPTION_CHAIN_TOO_LONG: u32 = 16;
     /// Number of slots.
-    pub const SLOTS: u32 = 16;
+    pub const SLOTS: u32 = 17;
 }
 
 /// Kinds of records in the `SAMPLES` ring buffer; every record starts with a `SampleHeader`
