@@ -13,6 +13,11 @@
 //! - CPython checks function names ("Thread.run"); pyperch shows the code object's qualname
 //!   from 3.11 on and its name before (as `sys._current_frames()` does), so the stacks are
 //!   compared with the interpreter's own view of itself, frame for frame.
+//! - Not ported: the opcode and column cases (`test_opcodes_collection`,
+//!   `test_location_tuple_*`: pyperch reports lines, not columns or opcodes), the frame-cache
+//!   identity cases (`TestFrameCaching`: CPython's object reuse; pyperch's cache is proven
+//!   by `deep_stacks.rs` and `exact_reuse.rs`, its lines by `line_numbers.rs`), the
+//!   subinterpreter cases (`subinterpreters.rs`) and asyncio's (`asyncio.rs`).
 
 use std::{fs, time::Duration};
 
@@ -65,11 +70,11 @@ impl Scenario {
     /// Records it with `args` from before the go file until its threads are done (the
     /// workload's "done"), then ends the recording with Ctrl-C. Returns the recording (not
     /// checked: an empty one writes no file) and the final measurements.
-    fn record_run(&self, args: &[&str]) -> (Recording, Value) {
+    fn record_run(&self, args: &[&str], env: &[(&str, &str)]) -> (Recording, Value) {
         let pid = self.w.pid.to_string();
         let mut all = vec!["--pid", &pid, "--rate", RATE, "--duration", "90", "--stats"];
         all.extend_from_slice(args);
-        let rec = RecordRun::start(&all);
+        let rec = RecordRun::start_env(&all, env);
         assert!(rec.wait_until_sampling(Duration::from_secs(30)), "{}: pyperch did not start sampling", self.describe());
         fs::write(self.w.dir.host_path("go"), b"go").expect("cannot write the go file");
         let deadline = std::time::Instant::now() + Duration::from_secs_f64(SECONDS + 60.0);
@@ -134,10 +139,11 @@ fn scenario_samples(profile: &Profile, name: &str) -> u64 {
 /// thread runs on (not the thread's exception: dropped).
 /// In `--mode exception`, each handling scenario keeps at least half the samples its CPU time
 /// calls for; the others keep none, and --stats counts the dropped samples.
-fn exception_mode(label: &str) {
+/// `env`: for pyperch (`PYPERCH_KERNEL_WALK=bounded`: the kernel walk without `bpf_loop`).
+fn exception_mode(label: &str, env: &[(&str, &str)]) {
     let Some(s) = spawn(label, "exceptions") else { return };
-    let describe = s.describe();
-    let (rec, m) = s.record_run(&["--mode", "exception"]);
+    let describe = format!("{} {env:?}", s.describe());
+    let (rec, m) = s.record_run(&["--mode", "exception"], env);
     rec.assert_ok();
     let d = rec.diag_pid(s.w.pid);
     let profile = rec.profile.for_pid(s.w.pid);
@@ -164,17 +170,23 @@ fn exception_mode(label: &str) {
 
 #[test]
 fn exception_mode_3_9() {
-    exception_mode("3.9");
+    exception_mode("3.9", &[]);
 }
 
 #[test]
 fn exception_mode_3_12() {
-    exception_mode("3.12");
+    exception_mode("3.12", &[]);
 }
 
 #[test]
 fn exception_mode_sid_3_15() {
-    exception_mode("sid-3.15");
+    exception_mode("sid-3.15", &[]);
+}
+
+/// The same with the kernel walk for kernels without `bpf_loop` (its bounded loop).
+#[test]
+fn exception_mode_bounded_walk_3_12() {
+    exception_mode("3.12", &[("PYPERCH_KERNEL_WALK", "bounded")]);
 }
 
 /// CPython: `test_thread_status_exception_detection` and the scenarios of
@@ -228,13 +240,13 @@ fn exception_status_dump_sid_3_15() {
 /// items, the frames it walks plus one). pyperch cannot tell, so it keeps none of those
 /// samples and counts them in --stats (a sample of a thread that may handle nothing is worse
 /// than a dropped one); `dump` gives no answer for that thread.
-fn chain_past_the_bound(label: &str) {
+fn chain_past_the_bound(label: &str, env: &[(&str, &str)]) {
     let Some(s) = spawn(label, "too_long") else { return };
-    let describe = s.describe();
+    let describe = format!("{} {env:?}", s.describe());
     let (dump, dd) = s.dump();
     let thread = thread_by_tid(&dump, s.tid("too_long"));
     assert!(thread.get("handling_exception").is_none(), "{describe}: dump must not tell for a chain past the bound{dd}");
-    let (rec, m) = s.record_run(&["--mode", "exception"]);
+    let (rec, m) = s.record_run(&["--mode", "exception"], env);
     let d = rec.diag_pid(s.w.pid);
     // Every sample is dropped: the profile is empty, and pyperch says so (no file written).
     assert!(!rec.run.timed_out() && rec.run.success(), "{describe}: pyperch record failed{d}");
@@ -257,17 +269,22 @@ fn chain_past_the_bound(label: &str) {
 
 #[test]
 fn chain_past_the_bound_3_9() {
-    chain_past_the_bound("3.9");
+    chain_past_the_bound("3.9", &[]);
 }
 
 #[test]
 fn chain_past_the_bound_3_12() {
-    chain_past_the_bound("3.12");
+    chain_past_the_bound("3.12", &[]);
 }
 
 #[test]
 fn chain_past_the_bound_sid_3_15() {
-    chain_past_the_bound("sid-3.15");
+    chain_past_the_bound("sid-3.15", &[]);
+}
+
+#[test]
+fn chain_past_the_bound_bounded_walk_3_12() {
+    chain_past_the_bound("3.12", &[("PYPERCH_KERNEL_WALK", "bounded")]);
 }
 
 /// CPython: `test_remote_stack_trace` (bar -> baz -> foo in a thread, read from another
@@ -275,7 +292,7 @@ fn chain_past_the_bound_sid_3_15() {
 /// holds the GIL), `test_thread_status_detection` and `test_thread_status_gil_detection`
 /// (the busy thread on a CPU holding the GIL, the sleepers neither), plus the stack
 /// scenarios: a frame inside an `except` block, a thread blocked on a lock, one asleep 300
-/// frames down a recursion. `pyperch dump`: every blocked thread's stack equals the
+/// frames down a recursion; all after `import ctypes` (`test_self_trace_after_ctypes_import`). `pyperch dump`: every blocked thread's stack equals the
 /// interpreter's own view (`sys._current_frames()`), frame for frame; kernel states; the GIL.
 fn stacks_dump(label: &str) {
     let Some(s) = spawn(label, "stacks") else { return };

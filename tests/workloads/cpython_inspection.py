@@ -24,7 +24,8 @@ Every scenario starts its threads, writes OUT_JSON (each thread's native id unde
   asleep inside an `except` block; one blocked on a held lock; one asleep DEEP frames down a
   recursion; and three workers asleep while the main thread spins alone
   (test_only_active_thread, test_thread_status_detection, test_thread_status_gil_detection:
-  the busy thread is on a CPU and holds the GIL, the sleepers neither). OUT_JSON holds the
+  the busy thread is on a CPU and holds the GIL, the sleepers neither), after importing ctypes
+  (test_self_trace_after_ctypes_import). OUT_JSON holds the
   blocked threads' stacks as the interpreter sees them (sys._current_frames), root first, as
   [function, file, line].
 
@@ -304,6 +305,9 @@ def main():
         while True:
             time.sleep(3600)
     elif SCENARIO == "stacks":
+        # test_self_trace_after_ctypes_import: _ctypes may map libpython a second time
+        # (gh-144563); the interpreter must still be found in the right mapping.
+        import ctypes  # noqa: F401
         LOCK.acquire()
         targets = [bar, asleep_in_except, blocked_on_lock, lambda: recurse(DEEP)]
         targets += [(lambda i=i: worker_thread(i)) for i in range(3)]
