@@ -8,14 +8,15 @@
 //! Offsets per version: userspace's table `layout::exception` (`ProcessInfo::exc_*`).
 //!
 //! The chain is read from the running thread, stopped on this CPU: it is a consistent
-//! snapshot. Its length is bounded by [`MAX_EXCEPTION_ITEMS`]; a chain still going there is
+//! snapshot. Its length is bounded by `MAX_EXCEPTION_ITEMS`; a chain still going there is
 //! dropped and counted (`counter::EXCEPTION_CHAIN_TOO_LONG`), neither kept nor called
-//! "not handling".
+//! "not handling". Each item costs one read of `EXCEPTION_ITEM_READ` bytes (two 8-byte reads
+//! where that fails).
 
 use core::ffi::c_void;
 
-use aya_ebpf::helpers::generated;
-use profiler_common::{MAX_FULL_FRAMES, MAX_HASHED_FRAMES, ProcessInfo, counter};
+use aya_ebpf::helpers::{bpf_probe_read_user, generated};
+use profiler_common::{EXCEPTION_ITEM_READ, MAX_EXCEPTION_ITEMS, ProcessInfo, counter};
 
 use crate::frame_walk::read_u64;
 use crate::maps::bump;
@@ -25,11 +26,8 @@ use crate::thread_state::{current_fsbase, find_thread_state};
 #[unsafe(no_mangle)]
 static EXCEPTION_ONLY: u64 = 0;
 
-/// Stack items followed from `exc_info`. A chain grows by one item per running generator or
-/// coroutine, and each of those has a frame on the thread's stack: a thread whose chain is
-/// longer than the deepest stack pyperch walks (`MAX_FULL_FRAMES + MAX_HASHED_FRAMES`) plus
-/// its own item has a stack pyperch would truncate anyway (or forged memory).
-pub const MAX_EXCEPTION_ITEMS: u32 = (MAX_FULL_FRAMES + MAX_HASHED_FRAMES + 1) as u32;
+const WORDS: usize = EXCEPTION_ITEM_READ / 8;
+const _: () = assert!(WORDS == 4, "the word masks below assume 4 words");
 
 /// What the chain says (`ChainWalk::outcome`).
 mod outcome {
@@ -60,12 +58,18 @@ impl ChainWalk {
             self.outcome = outcome::NOT_HANDLING;
             return 1;
         }
-        let value = read_u64(self.item.wrapping_add(self.handled));
+        // The offsets are below `EXCEPTION_ITEM_READ` (userspace's table); the masks keep
+        // the indices in bounds for the verifier.
+        // SAFETY: bpf_probe_read_user tolerates any address.
+        let (value, previous) = match unsafe { bpf_probe_read_user(self.item as *const [u64; WORDS]) } {
+            Ok(words) => (words[(self.handled / 8) as usize & (WORDS - 1)], words[(self.previous / 8) as usize & (WORDS - 1)]),
+            Err(_) => (read_u64(self.item.wrapping_add(self.handled)), read_u64(self.item.wrapping_add(self.previous))),
+        };
         if value != 0 && value != self.none {
             self.outcome = outcome::HANDLING;
             return 1;
         }
-        self.item = read_u64(self.item.wrapping_add(self.previous));
+        self.item = previous;
         0
     }
 
@@ -101,7 +105,7 @@ pub fn sample_wanted(info: &ProcessInfo, tid: u32, bounded: bool) -> bool {
         // SAFETY: bpf_loop calls the callback with a pointer to `walk`, which outlives the call.
         unsafe {
             generated::bpf_loop(
-                MAX_EXCEPTION_ITEMS,
+                MAX_EXCEPTION_ITEMS as u32,
                 chain_loop_step as *mut c_void,
                 &mut walk as *mut ChainWalk as *mut c_void,
                 0,

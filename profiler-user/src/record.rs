@@ -441,7 +441,7 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
             kernel.not_handling_exception,
             kernel.exception_unknown,
             kernel.exception_chain_too_long,
-            profiler_common::MAX_FULL_FRAMES + profiler_common::MAX_HASHED_FRAMES + 1
+            profiler_common::MAX_EXCEPTION_ITEMS
         );
     }
     if session.blocked.enabled() {

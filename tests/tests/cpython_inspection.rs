@@ -236,8 +236,8 @@ fn exception_status_dump_sid_3_15() {
 }
 
 /// Past the bound (no CPython case: CPython walks the whole chain): a thread handling an
-/// exception under 2,300 nested generators has a chain longer than pyperch follows (2,113
-/// items, the frames it walks plus one). pyperch cannot tell, so it keeps none of those
+/// exception under 600 nested generators has a chain longer than pyperch follows (512 items,
+/// `profiler_common::MAX_EXCEPTION_ITEMS`). pyperch cannot tell, so it keeps none of those
 /// samples and counts them in --stats (a sample of a thread that may handle nothing is worse
 /// than a dropped one); `dump` gives no answer for that thread.
 fn chain_past_the_bound(label: &str, env: &[(&str, &str)]) {

@@ -42,7 +42,7 @@ SCENARIO, OUT, SECONDS, GO = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.a
 RESULT = {"tids": {}, "cpu": {}}
 LOCK = threading.Lock()
 NESTED = 9
-NESTED_TOO_LONG = 2300
+NESTED_TOO_LONG = 600
 DEEP = 300
 HOLD = SCENARIO == "exceptions_hold"
 PARKED = threading.Semaphore(0)

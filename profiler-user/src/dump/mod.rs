@@ -22,7 +22,7 @@ use crate::discovery::{self, DiscoveryError, PythonProcess};
 use crate::layout::debug_offsets;
 use crate::layout::inspection::{GLIBC_PTHREAD_TID, GilLocation, InspectionLayout, inspection_layout};
 use crate::memory::{MemoryError, ProcessMemory};
-use profiler_common::NO_FIELD;
+use profiler_common::{MAX_EXCEPTION_ITEMS, NO_FIELD};
 
 pub use stack::{Frame, Local, StackRead};
 pub use tasks::{Activity, TaskState};
@@ -322,10 +322,6 @@ fn thread_id(process: &PythonProcess, mem: &ProcessMemory, tstate: u64) -> Optio
     };
     u32::try_from(tid).ok().filter(|&t| t != 0)
 }
-
-/// Items of an exception-state chain followed: as many as the kernel follows for
-/// `--mode exception` (one per running generator or coroutine, plus the thread's own).
-const MAX_EXCEPTION_ITEMS: usize = profiler_common::MAX_FULL_FRAMES + profiler_common::MAX_HASHED_FRAMES + 1;
 
 /// Whether the thread of `tstate` handles an exception, by the definition `--mode exception`
 /// uses (the kernel's `exception` module): some item of the chain from `exc_info` through
