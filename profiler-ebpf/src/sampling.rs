@@ -75,7 +75,7 @@ static BENCH_STOP_AFTER: u64 = 0;
 pub fn pyperch_sample(ctx: PerfEventContext) -> u32 {
     // Off-CPU records this CPU gathered go out within a sampling period (`off_cpu_batch`).
     crate::off_cpu_batch::send_if_old();
-    let Some((info, tgid, tid)) = wanted_sample() else {
+    let Some((info, tgid, tid)) = wanted_sample(false) else {
         return 0;
     };
     // SAFETY: a plain read of a global the loader froze.
@@ -94,15 +94,15 @@ pub fn pyperch_sample(ctx: PerfEventContext) -> u32 {
 /// The start of every sampling program: the running thread's process registration, tgid and
 /// tid, when its process is registered (counted) and the mode wants this thread's sample
 /// (`--mode gil`, `--mode exception`); `None` otherwise (the early exit for the rest of the
-/// host is the one map lookup).
+/// host is the one map lookup). `bounded`: the calling program may not use `bpf_loop`.
 #[inline(always)]
-pub(crate) fn wanted_sample() -> Option<(&'static ProcessInfo, u32, u32)> {
+pub(crate) fn wanted_sample(bounded: bool) -> Option<(&'static ProcessInfo, u32, u32)> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     // SAFETY: the map value is only read, and the kernel keeps it alive for this run.
     let info = unsafe { PROCESSES.get(&tgid) }?;
     bump(counter::SAMPLED);
-    if !crate::gil::sample_wanted(info, tid) || !crate::exception::sample_wanted(info, tid) {
+    if !crate::gil::sample_wanted(info, tid) || !crate::exception::sample_wanted(info, tid, bounded) {
         return None;
     }
     Some((info, tgid, tid))

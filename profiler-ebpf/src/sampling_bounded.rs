@@ -34,7 +34,7 @@ static WALK_PROGRAMS: ProgramArray = ProgramArray::with_max_entries(1, 0);
 
 #[perf_event]
 pub fn pyperch_sample_bounded(ctx: PerfEventContext) -> u32 {
-    let Some((info, tgid, tid)) = wanted_sample() else {
+    let Some((info, tgid, tid)) = wanted_sample(true) else {
         return 0;
     };
     let Some(scratch) = scratch_mut() else {

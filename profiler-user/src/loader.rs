@@ -335,6 +335,9 @@ pub struct KernelCounters {
     /// exception state is not known.
     pub not_handling_exception: u64,
     pub exception_unknown: u64,
+    /// `--mode exception`: samples dropped because the exception-state chain was longer than
+    /// the kernel follows.
+    pub exception_chain_too_long: u64,
     /// Code objects whose validation word the walks took from the kernel's per-CPU cache /
     /// read from the target (`profiler_common::code_generation`).
     pub code_checks_cached: u64,
@@ -714,6 +717,7 @@ impl Registry {
             gil_unknown: self.counter_sum(counter::GIL_UNKNOWN),
             not_handling_exception: self.counter_sum(counter::NOT_HANDLING_EXCEPTION),
             exception_unknown: self.counter_sum(counter::EXCEPTION_UNKNOWN),
+            exception_chain_too_long: self.counter_sum(counter::EXCEPTION_CHAIN_TOO_LONG),
             code_checks_cached: self.counter_sum(counter::CODE_CHECKS_CACHED),
             code_checks_read: self.counter_sum(counter::CODE_CHECKS_READ),
             off_cpu_batches: self.counter_sum(counter::OFF_CPU_BATCHES),

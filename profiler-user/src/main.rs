@@ -119,7 +119,8 @@ struct DumpArgs {
     #[arg(long, value_name = "PID")]
     pid: u32,
     /// Print one JSON document (pid, python_version, gil_holder, threads[] with tid, name,
-    /// activity, syscall, waiting_on, holds_gil, stack[] of function/file/line/locals).
+    /// activity, syscall, waiting_on, holds_gil, handling_exception, stack[] of
+    /// function/file/line/locals).
     #[arg(long)]
     json: bool,
     /// Also show each frame's local variables: None, bool, int, float, str and bytes by value

@@ -456,11 +456,14 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
             kernel.not_gil_holder, kernel.gil_unknown
         );
     }
-    if kernel.not_handling_exception + kernel.exception_unknown > 0 {
+    if kernel.not_handling_exception + kernel.exception_unknown + kernel.exception_chain_too_long > 0 {
         let _ = writeln!(
             s,
-            "  kernel --mode exception: {} samples of threads not handling an exception dropped, {} of versions whose exception state is not known dropped",
-            kernel.not_handling_exception, kernel.exception_unknown
+            "  kernel --mode exception: {} samples of threads not handling an exception dropped, {} of versions whose exception state is not known dropped, {} whose exception-state chain was longer than {} items dropped",
+            kernel.not_handling_exception,
+            kernel.exception_unknown,
+            kernel.exception_chain_too_long,
+            profiler_common::MAX_EXCEPTION_ITEMS
         );
     }
     if session.blocked.enabled() {

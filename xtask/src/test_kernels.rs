@@ -74,6 +74,10 @@ struct Run<'a> {
     interpreter: &'a Interpreter,
     forced_walk: Option<&'static str>,
     whole_host: bool,
+    /// `--mode exception` instead of the default mode: the verifier checks the exception-state
+    /// chain walk only where the mode enables it (a frozen constant), and the workload handles
+    /// no exception, so every sample must be dropped as not handling (counted in `--stats`).
+    exception_mode: bool,
 }
 
 impl Run<'_> {
@@ -84,6 +88,9 @@ impl Run<'_> {
         }
         if self.whole_host {
             name.push_str("-host");
+        }
+        if self.exception_mode {
+            name.push_str("-exception");
         }
         name
     }
@@ -130,12 +137,19 @@ pub(crate) fn run(p: &Paths, scope: Scope) -> Result<()> {
         let kernel = fetch_kernel(p, suite).with_context(|| format!("getting {release}'s kernel ({suite})"))?;
         let has_bpf_loop = kernel.version() >= (5, 17);
         let mut runs: Vec<Run> =
-            interpreters.iter().map(|i| Run { interpreter: i, forced_walk: None, whole_host: false }).collect();
+            interpreters.iter().map(|i| Run { interpreter: i, forced_walk: None, whole_host: false, exception_mode: false }).collect();
         // The whole host too (one event per CPU instead of per-task events).
-        runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: true });
+        runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: true, exception_mode: false });
+        // `--mode exception`: its chain walk (bpf_loop, or the bounded loop without it).
+        runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: false, exception_mode: true });
         if has_bpf_loop {
             // The walk without bpf_loop, on a kernel that has it too: both walks, same checks.
-            runs.extend(interpreters.iter().map(|i| Run { interpreter: i, forced_walk: Some("bounded"), whole_host: false }));
+            runs.extend(
+                interpreters
+                    .iter()
+                    .map(|i| Run { interpreter: i, forced_walk: Some("bounded"), whole_host: false, exception_mode: false }),
+            );
+            runs.push(Run { interpreter: &interpreters[0], forced_walk: Some("bounded"), whole_host: false, exception_mode: true });
         }
         let out = work.join(suite);
         fs::create_dir_all(&out)?;
@@ -154,7 +168,11 @@ pub(crate) fn run(p: &Paths, scope: Scope) -> Result<()> {
                 (None, false) => "bounded walk (no bpf_loop)".to_string(),
             };
             walk.push_str(if r.whole_host { ", whole host" } else { ", --pid" });
+            if r.exception_mode {
+                walk.push_str(", --mode exception");
+            }
             let outcome = match &boot {
+                Ok(()) if r.exception_mode => judge_exception_mode(&out, &r.name()),
                 Ok(()) => judge(&out, &r.name(), &workload),
                 Err(e) => Err(anyhow!("{e:#}")),
             };
@@ -233,7 +251,10 @@ fn guest_script(pyperch: &Path, workload: &Path, out: &Path, runs: &[Run]) -> St
     for r in runs {
         let name = r.name();
         let env = r.forced_walk.map(|w| format!("PYPERCH_KERNEL_WALK={w} ")).unwrap_or_default();
-        let scope = if r.whole_host { "" } else { "--pid $P " };
+        let mut scope = if r.whole_host { "" } else { "--pid $P " }.to_string();
+        if r.exception_mode {
+            scope.push_str("--mode exception ");
+        }
         s.push_str(&format!(
             "echo \"run {name}\"
 {py} {workload} > /tmp/{name}.ready 2>&1 &
@@ -283,6 +304,31 @@ fn judge(out: &Path, name: &str, workload: &Path) -> Result<String> {
         verdict.whole_deep_samples,
         stack_check::DEPTH + 1
     ))
+}
+
+/// Reads one `--mode exception` run's results: pyperch exited 0 (its programs loaded, the
+/// chain walk verified) and dropped the samples of the workload, which handles no exception,
+/// as not handling one (its chain was walked to its end), keeping none.
+fn judge_exception_mode(out: &Path, name: &str) -> Result<String> {
+    let read = |ext: &str| fs::read_to_string(out.join(format!("{name}.{ext}")));
+    let stats = read("stats").unwrap_or_default();
+    let rc = read("rc").map_err(|_| anyhow!("the guest did not finish this run (see {}/script.log)", out.display()))?;
+    if rc.trim() != "0" {
+        let last = stats.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        bail!("pyperch exited with status {}: {last}", rc.trim());
+    }
+    let dropped = stats
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("kernel --mode exception: ")?.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(0);
+    if dropped < 10 {
+        bail!("only {dropped} samples dropped as not handling an exception (--stats: {})", stats.trim());
+    }
+    let kept = read("collapsed").unwrap_or_default().lines().filter(|l| l.contains("deep")).count();
+    if kept > 0 {
+        bail!("{kept} stacks of the workload, which handles no exception, were kept");
+    }
+    Ok(format!("{dropped} samples dropped as not handling an exception, none kept"))
 }
 
 /// A kernel package, unpacked into the cache.

@@ -22,7 +22,7 @@ use crate::discovery::{self, DiscoveryError, PythonProcess};
 use crate::layout::debug_offsets;
 use crate::layout::inspection::{GLIBC_PTHREAD_TID, GilLocation, InspectionLayout, inspection_layout};
 use crate::memory::{MemoryError, ProcessMemory};
-use profiler_common::NO_FIELD;
+use profiler_common::{MAX_EXCEPTION_ITEMS, NO_FIELD};
 
 pub use stack::{Frame, Local, StackRead};
 pub use tasks::{Activity, TaskState};
@@ -54,6 +54,12 @@ pub struct ThreadDump {
     pub name: String,
     pub main: bool,
     pub holds_gil: bool,
+    /// Whether the thread handles an exception: an item of its exception-state chain holds
+    /// one (`exception_state`; what `--mode exception` keeps, CPython's "has exception").
+    /// `None`: a native thread, a version whose layout is not known, or a chain that changed
+    /// between two reads or went on past the bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handling_exception: Option<bool>,
     #[serde(flatten)]
     pub kernel: TaskState,
     /// Whether the thread has a Python thread state (native threads have none).
@@ -207,6 +213,7 @@ pub fn dump_inspected(process: &PythonProcess, options: DumpOptions) -> Result<P
             name: python_names.get(&tid).cloned().unwrap_or_else(|| kernel.name.clone()),
             main: tid == pid,
             holds_gil: tstate.is_some_and(|t| holders.contains(&t)),
+            handling_exception: tstate.and_then(|t| handling_exception(process, &mem, t)),
             kernel,
             python: tstate.is_some(),
             stack,
@@ -316,6 +323,37 @@ fn thread_id(process: &PythonProcess, mem: &ProcessMemory, tstate: u64) -> Optio
         u64::from(mem.read_u32(pthread.wrapping_add(GLIBC_PTHREAD_TID.into())).ok()?)
     };
     u32::try_from(tid).ok().filter(|&t| t != 0)
+}
+
+/// Whether the thread of `tstate` handles an exception, by the definition `--mode exception`
+/// uses (the kernel's `exception` module): some item of the chain from `exc_info` through
+/// `previous_item` holds one (neither NULL nor None). The thread runs on while it is read: the
+/// answer is given only when two walks of the chain visit the same items with the same
+/// outcome; `None` otherwise, and for an unknown layout, an unreadable item or a chain longer
+/// than `MAX_EXCEPTION_ITEMS`.
+fn handling_exception(process: &PythonProcess, mem: &ProcessMemory, tstate: u64) -> Option<bool> {
+    let layout = process.exception;
+    if layout.exc_info == 0 || process.none_address == 0 {
+        return None;
+    }
+    let walk = || -> Option<(bool, Vec<u64>)> {
+        let mut items = Vec::new();
+        let mut item = mem.read_u64(tstate.wrapping_add(layout.exc_info.into())).ok()?;
+        while item != 0 {
+            if items.len() >= MAX_EXCEPTION_ITEMS {
+                return None;
+            }
+            items.push(item);
+            let value = mem.read_u64(item.wrapping_add(layout.handled.into())).ok()?;
+            if value != 0 && value != process.none_address {
+                return Some((true, items));
+            }
+            item = mem.read_u64(item.wrapping_add(layout.previous.into())).ok()?;
+        }
+        Some((false, items))
+    };
+    let first = walk()?;
+    (walk()? == first).then_some(first.0)
 }
 
 /// The thread states holding a GIL (one per GIL: subinterpreters may have their own).

@@ -101,6 +101,9 @@ fn thread_text(out: &mut String, thread: &ThreadDump) {
     if thread.holds_gil {
         out.push_str(", holds the GIL");
     }
+    if thread.handling_exception == Some(true) {
+        out.push_str(", handling an exception");
+    }
     out.push('\n');
     if !thread.python {
         out.push_str("    (no Python thread state: a native thread)\n");

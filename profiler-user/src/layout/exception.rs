@@ -53,4 +53,15 @@ mod tests {
         assert_eq!(exception_layout(Version::new(3, 7, 16)).exc_info, 0);
         assert_eq!(exception_layout(Version::new(2, 7, 18)).exc_info, 0);
     }
+
+    /// The kernel reads an item's words from one read of `EXCEPTION_ITEM_READ` bytes.
+    #[test]
+    fn item_words_fit_the_kernel_read() {
+        for minor in 8..=15 {
+            let l = exception_layout(Version::new(3, minor, 0));
+            for offset in [l.handled, l.previous] {
+                assert!(offset % 8 == 0 && (offset as usize) + 8 <= profiler_common::EXCEPTION_ITEM_READ, "3.{minor}: {l:?}");
+            }
+        }
+    }
 }
