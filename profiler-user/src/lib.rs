@@ -17,6 +17,7 @@ pub mod dump;
 pub mod explain;
 pub mod filenames;
 pub mod filter;
+mod kernel_btf;
 #[cfg(test)]
 mod fuzzing;
 pub mod launch;

@@ -118,49 +118,26 @@ pub fn has_capabilities() -> bool {
 }
 
 /// Offsets of `thread.fsbase` (required), `signal` and `signal_struct.live` (optional) in
-/// `struct task_struct`, from the running kernel's BTF.
+/// `struct task_struct`, from the running kernel's BTF (one pass over it, see `kernel_btf`).
 pub fn kernel_offsets() -> Result<KernelOffsets, LoadError> {
-    use btf_rs::{Btf, Type};
-    // Parsing from memory: the file-backed reader seeks for every type (100,000+ syscalls).
     let bytes = fs::read(BTF_PATH).map_err(|e| LoadError::Btf(e.to_string()))?;
-    let btf = Btf::from_bytes(&bytes).map_err(|e| LoadError::Btf(e.to_string()))?;
-    let member_offset = |struct_name: &'static str, member: &'static str| -> Result<(u64, Type), LoadError> {
-        let types = btf.resolve_types_by_name(struct_name).map_err(|_| LoadError::BtfMissing(struct_name))?;
-        for ty in types {
-            let Type::Struct(st) = ty else { continue };
-            for m in &st.members {
-                if btf.resolve_name(m).ok().as_deref() == Some(member) {
-                    let mut resolved = btf.resolve_chained_type(m).map_err(|e| LoadError::Btf(e.to_string()))?;
-                    // Skip typedefs/qualifiers down to the struct itself.
-                    for _ in 0..8 {
-                        match resolved {
-                            Type::Typedef(_) | Type::Const(_) | Type::Volatile(_) => {
-                                let next = match &resolved {
-                                    Type::Typedef(t) => btf.resolve_chained_type(t),
-                                    Type::Const(t) => btf.resolve_chained_type(t),
-                                    Type::Volatile(t) => btf.resolve_chained_type(t),
-                                    _ => unreachable!(),
-                                };
-                                resolved = next.map_err(|e| LoadError::Btf(e.to_string()))?;
-                            }
-                            _ => break,
-                        }
-                    }
-                    return Ok((m.bit_offset() as u64 / 8, resolved));
-                }
-            }
-        }
-        Err(LoadError::BtfMissing(member))
-    };
-    let (thread_offset, _) = member_offset("task_struct", "thread")?;
-    let (fsbase_offset, _) = member_offset("thread_struct", "fsbase")?;
+    let btf = crate::kernel_btf::KernelBtf::new(&bytes).map_err(|e| LoadError::Btf(e.to_string()))?;
+    let found = btf
+        .member_offsets(&[
+            ("task_struct", "thread"),
+            ("thread_struct", "fsbase"),
+            ("task_struct", "signal"),
+            ("signal_struct", "live"),
+            ("task_struct", "pid"),
+            ("task_struct", "tgid"),
+        ])
+        .map_err(|e| LoadError::Btf(e.to_string()))?;
+    let thread_offset = found[0].ok_or(LoadError::BtfMissing("thread"))?;
+    let fsbase_offset = found[1].ok_or(LoadError::BtfMissing("fsbase"))?;
     // Optional: without them the kernel program treats the group leader's exit as the
-    // process's (see `pyperch_process_exit`).
-    let signal = member_offset("task_struct", "signal").map(|(o, _)| o).unwrap_or(0);
-    let live = member_offset("signal_struct", "live").map(|(o, _)| o).unwrap_or(0);
-    // Optional: without them off-CPU time cannot be measured (`--mode wall/off-cpu` refused).
-    let task_pid = member_offset("task_struct", "pid").map(|(o, _)| o).unwrap_or(0);
-    let task_tgid = member_offset("task_struct", "tgid").map(|(o, _)| o).unwrap_or(0);
+    // process's (see `pyperch_process_exit`), and off-CPU time cannot be measured
+    // (`--mode wall/off-cpu` refused).
+    let [signal, live, task_pid, task_tgid] = [found[2], found[3], found[4], found[5]].map(|o| o.unwrap_or(0));
     Ok(KernelOffsets { fsbase: thread_offset + fsbase_offset, task_signal: signal, signal_live: live, task_pid, task_tgid })
 }
 
@@ -286,6 +263,11 @@ const SWITCH_PROGRAM: &str = "pyperch_sched_switch";
 const OFF_CPU_KERNEL_STACKS: &str = "OFF_CPU_KERNEL_STACKS";
 const OFF_CPU_KERNEL_STACK_SLOTS: u32 = 16384;
 
+/// The scheduler-switch program's per-thread map (`OFF_CPU_THREADS`, an LRU map of threads
+/// switched out) and its slots in the modes that attach it (each about 2.2 KB: 36 MB).
+const OFF_CPU_THREADS: &str = "OFF_CPU_THREADS";
+const OFF_CPU_THREAD_SLOTS: u32 = 16384;
+
 /// The scheduler tracepoints that count changes to the set of processes, and the program
 /// attached to each (the exit program also frees the slot of a registered process).
 const PROCESS_TRACEPOINTS: [(&str, &str); 3] = [
@@ -365,7 +347,11 @@ impl KernelProgram {
         let exception_only = u64::from(time.mode == crate::time_mode::TimeMode::Exception);
         let stack_bytes = u64::from(native.stack_bytes.min(profiler_common::MAX_NATIVE_STACK_BYTES as u32));
         let kernel_stack = u64::from(native.kernel);
-        let kernel_stack_slots = if native.kernel && time.mode.off_cpu() { OFF_CPU_KERNEL_STACK_SLOTS } else { 1 };
+        let off_cpu = time.mode.off_cpu();
+        let kernel_stack_slots = if native.kernel && off_cpu { OFF_CPU_KERNEL_STACK_SLOTS } else { 1 };
+        // The scheduler-switch program's per-thread map is preallocated (36 MB to zero): only
+        // the modes that attach it get its slots.
+        let off_cpu_thread_slots = if off_cpu { OFF_CPU_THREAD_SLOTS } else { 1 };
         let bench_stop = bench_stop_after();
         let offsets = kernel_offsets()?;
         let slots = process_slots();
@@ -387,6 +373,7 @@ impl KernelProgram {
             .override_global("BENCH_STOP_AFTER", &bench_stop, true)
             .map_max_entries("PROCESSES", slots)
             .map_max_entries(OFF_CPU_KERNEL_STACKS, kernel_stack_slots)
+            .map_max_entries(OFF_CPU_THREADS, off_cpu_thread_slots)
             .load(KERNEL_PROGRAM)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let walk = Walk::for_this_kernel();
@@ -406,8 +393,9 @@ impl KernelProgram {
         }
         // The scheduler-switch program walks with bpf_loop: only where the kernel has it. It is
         // a BTF tracepoint (its arguments are typed by the kernel's BTF, which wall mode needs
-        // anyway for the task's ids).
-        if walk == Walk::BpfLoop {
+        // anyway for the task's ids). Loaded only in the modes that attach it: its verification
+        // is the largest part of start-up (about 0.3 s of CPU on 6.18).
+        if walk == Walk::BpfLoop && off_cpu {
             let btf = aya::Btf::from_sys_fs().map_err(|e| LoadError::Btf(error_chain(&e)))?;
             let switch: &mut BtfTracePoint = program_mut(&mut ebpf, SWITCH_PROGRAM)?;
             switch.load("sched_switch", &btf).map_err(|e| LoadError::Load(error_chain(&e)))?;
@@ -462,6 +450,8 @@ impl KernelProgram {
 
     /// Attaches the scheduler-switch programs: off-CPU intervals of registered threads are
     /// sent from now on (`--mode wall/off-cpu`).
+    /// The program must have been loaded for an off-CPU mode (`load_with`), which alone loads
+    /// the scheduler-switch program.
     pub fn attach_off_cpu(&mut self) -> Result<(), LoadError> {
         if self.walk != Walk::BpfLoop {
             return Err(LoadError::NeedsBpfLoop { what: "off-CPU time (--mode wall, --mode off-cpu)" });
@@ -518,7 +508,7 @@ impl KernelProgram {
 
     /// The scheduler-switch program's per-thread entries (`OFF_CPU_THREADS`), by tid.
     fn off_cpu_threads(&self) -> Option<aya::maps::HashMap<&MapData, u32, OffCpuThreadBytes>> {
-        aya::maps::HashMap::try_from(self.ebpf.map("OFF_CPU_THREADS")?).ok()
+        aya::maps::HashMap::try_from(self.ebpf.map(OFF_CPU_THREADS)?).ok()
     }
 
     /// `--kernel`: the kernel stack that an off-CPU interval's `kernel_stack` names (its id
