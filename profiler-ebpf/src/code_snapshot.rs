@@ -158,7 +158,9 @@ fn copy_str(layout: &FrameLayout, to: *mut u8, cap: usize, address: u64) -> Opti
 /// Reads `len` bytes (masked below `SNAP_TABLE_MAX`) at `from` into `to`.
 #[inline(always)]
 fn copy(to: *mut u8, len: usize, from: u64) -> Option<()> {
-    let len = (len & (SNAP_TABLE_MAX - 1)) as u32;
+    // The callers' own bounds let LLVM drop a plain mask, and 5.10's verifier does not follow
+    // them through the 32-bit size: hide the value so that the mask stays.
+    let len = (core::hint::black_box(len) as u32) & (SNAP_TABLE_MAX as u32 - 1);
     if len == 0 {
         return None;
     }
