@@ -95,7 +95,69 @@ pub struct FrameLayout {
     /// read into `FrameEntry::flags` as `frame_flags::ENTRY`; or `NO_FIELD`. Inside `read_size`.
     pub is_entry: u32,
     pub _pad: u32,
+    /// Code-object snapshots ([`CodeSnapshot`]): bytes of the code object copied (at most
+    /// `SNAP_CODE_MAX`); 0 disables them. Offsets below are in the code object / its objects.
+    pub snap_code_size: u32,
+    /// Offset of the pointer to the `str` shown as the frame's name (`co_qualname`, or `co_name`
+    /// where the version has no qualified name).
+    pub snap_name: u32,
+    /// Offset of the `co_filename` pointer.
+    pub snap_filename: u32,
+    /// Offset of the line table's pointer (`co_lnotab` / `co_linetable`, a `bytes`).
+    pub snap_linetable: u32,
+    /// Where a compact ASCII `str`'s characters start.
+    pub snap_str_ascii: u32,
+    /// Where a compact non-ASCII `str`'s characters start.
+    pub snap_str_compact: u32,
+    /// Offset of a `bytes` object's size, and of its data.
+    pub snap_bytes_size: u32,
+    pub snap_bytes_data: u32,
 }
+
+/// Bytes of a [`CodeSnapshot`]'s regions: the code object, its name, its file name, its line
+/// table (each a power of two; an object larger than its region is not snapshot).
+pub const SNAP_CODE_MAX: usize = 512;
+pub const SNAP_NAME_MAX: usize = 512;
+pub const SNAP_FILENAME_MAX: usize = 1024;
+pub const SNAP_TABLE_MAX: usize = 16384;
+/// Offsets of the regions in `CodeSnapshot::bytes`.
+pub const SNAP_NAME_AT: usize = SNAP_CODE_MAX;
+pub const SNAP_FILENAME_AT: usize = SNAP_NAME_AT + SNAP_NAME_MAX;
+pub const SNAP_TABLE_AT: usize = SNAP_FILENAME_AT + SNAP_FILENAME_MAX;
+pub const SNAP_BYTES: usize = SNAP_TABLE_AT + SNAP_TABLE_MAX;
+
+/// A `record_kind::CODE_SNAPSHOT` record: what symbolization reads from one code object, copied
+/// by the kernel while a sampled frame kept the code object alive (the thread stopped), so that
+/// a code object freed before userspace reads the sample (a module's body, a class body, the
+/// functions of a module dropped again) is still named. Sent once per code object and
+/// validation word (the kernel remembers which it sent), before the first record whose frames
+/// carry it. Each region holds the first `*_len` bytes of the object at `*_at` in the target,
+/// copied at once: the code object (`FrameLayout::snap_code_size` bytes), the `str` of its name,
+/// of its file name, and its line table's `bytes` object (header and data). Userspace decodes
+/// them with the same checks as a read of live memory; a read outside the regions fails.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CodeSnapshot {
+    /// `kind` is `record_kind::CODE_SNAPSHOT`; `tgid`, `generation`, `time_ns` as in samples.
+    pub header: SampleHeader,
+    pub code: u64,
+    /// The code object's validation word ([`code_check`]) at the time of the copy.
+    pub check: u32,
+    pub code_len: u32,
+    pub name_at: u64,
+    pub name_len: u32,
+    pub filename_len: u32,
+    pub filename_at: u64,
+    pub table_at: u64,
+    pub table_len: u32,
+    pub _pad: u32,
+    /// The regions at `0`, `SNAP_NAME_AT`, `SNAP_FILENAME_AT`, `SNAP_TABLE_AT`. A record
+    /// ends after the line table's bytes.
+    pub bytes: [u8; SNAP_BYTES],
+}
+
+/// Bytes of a `CodeSnapshot` before its regions.
+pub const CODE_SNAPSHOT_HEADER: usize = core::mem::size_of::<CodeSnapshot>() - SNAP_BYTES;
 
 /// Bits of `FrameEntry::flags`.
 pub mod frame_flags {
@@ -315,8 +377,13 @@ pub mod counter {
     /// past the kernel's bound (`MAX_EXCEPTION_ITEMS`): neither kept nor counted as "not
     /// handling".
     pub const EXCEPTION_CHAIN_TOO_LONG: u32 = 16;
+    /// Code-object snapshots sent (`CodeSnapshot`; lost ones are counted in `RINGBUF_FULL`).
+    pub const CODE_SNAPSHOTS: u32 = 17;
+    /// Code objects of sampled frames not snapshot: an object larger than its region, or
+    /// unreadable.
+    pub const CODE_SNAPSHOTS_SKIPPED: u32 = 18;
     /// Number of slots.
-    pub const SLOTS: u32 = 17;
+    pub const SLOTS: u32 = 19;
 }
 
 /// Kinds of records in the `SAMPLES` ring buffer; every record starts with a `SampleHeader`
@@ -334,6 +401,8 @@ pub mod record_kind {
     /// then `kernel_stack_len` bytes of kernel return addresses (u64, leaf first), then
     /// `user_stack_len` bytes of the thread's user stack copied from `sp` upwards.
     pub const CPU_SAMPLE_NATIVE: u32 = 16;
+    /// A [`CodeSnapshot`](super::CodeSnapshot): one code object's fields as the kernel copied them.
+    pub const CODE_SNAPSHOT: u32 = 2;
 }
 
 /// Why a thread left the CPU (`OffCpuInterval::reason`).
@@ -691,7 +760,8 @@ const _: () = assert!(FRAME_ENTRY_SIZE == 32);
 // The off-CPU trailer takes exactly one frame slot.
 const _: () = assert!(core::mem::size_of::<OffCpuInterval>() == FRAME_ENTRY_SIZE);
 const _: () = assert!(NATIVE_TRAILER_SIZE == 40);
-const _: () = assert!(core::mem::size_of::<FrameLayout>() == 72);
+const _: () = assert!(core::mem::size_of::<FrameLayout>() == 104);
+const _: () = assert!(CODE_SNAPSHOT_HEADER == SAMPLE_HEADER_SIZE + 56);
 
 #[cfg(test)]
 mod tests {

@@ -15,6 +15,7 @@
 #![no_std]
 #![no_main]
 
+mod code_snapshot;
 mod frame_walk;
 mod exception;
 mod gc;

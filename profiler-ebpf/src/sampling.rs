@@ -351,7 +351,13 @@ fn full_frame_on(s: &mut Scratch, index: u64) -> i64 {
         s.walk.status = sample_status::READ_FAULT;
         return 1;
     };
+    let read_before = s.walk.checks_read;
     entry.check = walk_code_check(&s.layout, entry, &mut s.code, &mut s.code_block, &mut s.walk, &mut s.checks);
+    if s.walk.checks_read != read_before {
+        let (code, check) = (entry.code, entry.check);
+        let header = &s.record.header;
+        crate::code_snapshot::ensure_sent(&s.layout, header.tgid, header.generation, header.time_ns, code, check);
+    }
     s.walk.n_full = i as u32 + 1;
     s.walk.frame = previous;
     0

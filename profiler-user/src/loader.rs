@@ -324,6 +324,9 @@ pub struct KernelCounters {
     /// read from the target (`profiler_common::code_generation`).
     pub code_checks_cached: u64,
     pub code_checks_read: u64,
+    /// Code-object snapshots sent / not made (too large or unreadable).
+    pub code_snapshots: u64,
+    pub code_snapshots_skipped: u64,
     /// Ring-buffer items that carried a CPU's batch of off-CPU records.
     pub off_cpu_batches: u64,
 }
@@ -710,6 +713,8 @@ impl Registry {
             exception_chain_too_long: self.counter_sum(counter::EXCEPTION_CHAIN_TOO_LONG),
             code_checks_cached: self.counter_sum(counter::CODE_CHECKS_CACHED),
             code_checks_read: self.counter_sum(counter::CODE_CHECKS_READ),
+            code_snapshots: self.counter_sum(counter::CODE_SNAPSHOTS),
+            code_snapshots_skipped: self.counter_sum(counter::CODE_SNAPSHOTS_SKIPPED),
             off_cpu_batches: self.counter_sum(counter::OFF_CPU_BATCHES),
         }
     }

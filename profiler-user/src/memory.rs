@@ -22,6 +22,44 @@ pub enum MemoryError {
     TooLarge { address: u64, len: usize },
     #[error("null pointer read")]
     Null,
+    /// A read from a kernel copy (`symbolize::SnapshotMemory`) outside the bytes copied.
+    #[error("{len} bytes at {address:#x} were not copied by the kernel")]
+    NotCopied { address: u64, len: usize },
+}
+
+/// Something target memory can be read from: the live process ([`ProcessMemory`]), or bytes
+/// the kernel copied from it at sample time (`symbolize::SnapshotMemory`).
+pub trait ReadMemory {
+    /// Fills `buf` from `address`, or fails; never returns a partial buffer.
+    fn read_into(&self, address: u64, buf: &mut [u8]) -> Result<(), MemoryError>;
+
+    /// A word of a type object (long-lived: always read from the live process).
+    fn read_type_word(&self, address: u64) -> Result<u64, MemoryError>;
+
+    fn read_vec(&self, address: u64, len: usize) -> Result<Vec<u8>, MemoryError> {
+        if len > MAX_READ {
+            return Err(MemoryError::TooLarge { address, len });
+        }
+        let mut buf = vec![0u8; len];
+        self.read_into(address, &mut buf)?;
+        Ok(buf)
+    }
+
+    fn read_u64(&self, address: u64) -> Result<u64, MemoryError> {
+        let mut b = [0u8; 8];
+        self.read_into(address, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+}
+
+impl ReadMemory for ProcessMemory {
+    fn read_into(&self, address: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        self.read(address, buf)
+    }
+
+    fn read_type_word(&self, address: u64) -> Result<u64, MemoryError> {
+        ProcessMemory::read_u64(self, address)
+    }
 }
 
 /// The address space of one process, by PID.

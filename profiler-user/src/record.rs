@@ -435,6 +435,13 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
             kernel.code_checks_cached, kernel.code_checks_read
         );
     }
+    if kernel.code_snapshots + kernel.code_snapshots_skipped > 0 {
+        let _ = writeln!(
+            s,
+            "  kernel code-object copies: {} sent at sample time, {} not made (larger than the kernel's regions, or unreadable); {} for processes no longer profiled",
+            kernel.code_snapshots, kernel.code_snapshots_skipped, session.unknown_process_snapshots
+        );
+    }
     if kernel.off_cpu_intervals + kernel.off_cpu_short + kernel.off_cpu_lost > 0 {
         let _ = writeln!(
             s,

@@ -99,6 +99,10 @@ pub struct Counters {
     pub full_frames_memo_hits: u64,
     /// Code objects whose cached symbol was found stale and re-read.
     pub stale_invalidations: u64,
+    /// Code objects taken from the kernel's copies made at sample time (`CodeSnapshot`) /
+    /// copies that did not decode (their frames were read from live memory instead).
+    pub code_snapshots: u64,
+    pub code_snapshots_bad: u64,
     /// Times a symbol or frame cache was emptied to stay within its byte budget.
     pub cache_evictions: u64,
     /// Off-CPU intervals received (`--mode wall/off-cpu`; each is also one outcome above).
@@ -162,6 +166,8 @@ impl Counters {
         self.full_frames_memo_hits += other.full_frames_memo_hits;
         self.code_cache_misses += other.code_cache_misses;
         self.stale_invalidations += other.stale_invalidations;
+        self.code_snapshots += other.code_snapshots;
+        self.code_snapshots_bad += other.code_snapshots_bad;
         self.cache_evictions += other.cache_evictions;
         self.off_cpu_intervals += other.off_cpu_intervals;
         self.off_cpu_ns += other.off_cpu_ns;
@@ -205,10 +211,12 @@ impl Counters {
         );
         let _ = writeln!(
             s,
-            "{indent}code-object cache: {} hits, {} misses, {} stale invalidations; records whose full frames repeated an earlier record's: {}; cache evictions (byte budget): {}",
+            "{indent}code-object cache: {} hits, {} misses, {} stale invalidations, {} copied by the kernel at sample time ({} not decoded); records whose full frames repeated an earlier record's: {}; cache evictions (byte budget): {}",
             self.code_cache_hits,
             self.code_cache_misses,
             self.stale_invalidations,
+            self.code_snapshots,
+            self.code_snapshots_bad,
             self.full_frames_memo_hits,
             self.cache_evictions
         );

@@ -159,6 +159,15 @@ impl PythonLayout {
             check_version: self.code.version.map_or(profiler_common::NO_FIELD, |v| v - start),
             check_str: self.objects.str_length,
             shim_owner: self.frame_semantics.shim_owner.map_or(profiler_common::NO_FIELD, u32::from),
+            // Snapshots only when the code object's fields fit the kernel's region.
+            snap_code_size: if (self.code.size as usize) < profiler_common::SNAP_CODE_MAX - 8 { self.code.size } else { 0 },
+            snap_name: self.code.qualname.unwrap_or(self.code.name),
+            snap_filename: self.code.filename,
+            snap_linetable: self.code.linetable,
+            snap_str_ascii: self.objects.str_ascii_data,
+            snap_str_compact: self.objects.str_compact_data,
+            snap_bytes_size: self.objects.bytes_size,
+            snap_bytes_data: self.objects.bytes_data,
             ..self.frame
         }
     }

@@ -101,6 +101,15 @@ pub const fn frame_layout(
         code_mask,
         is_entry: NO_FIELD,
         _pad: 0,
+        // Filled in by `PythonLayout::kernel_frame_layout` too.
+        snap_code_size: 0,
+        snap_name: 0,
+        snap_filename: 0,
+        snap_linetable: 0,
+        snap_str_ascii: 0,
+        snap_str_compact: 0,
+        snap_bytes_size: 0,
+        snap_bytes_data: 0,
     }
 }
 

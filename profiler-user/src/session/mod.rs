@@ -136,6 +136,8 @@ pub(crate) struct Session {
     /// Nanoseconds between two CPU-clock samples (the value of one in the time modes).
     period_ns: u64,
     unknown_process_samples: u64,
+    /// Code-object snapshots of no current target (a process gone or not registered now).
+    pub(crate) unknown_process_snapshots: u64,
     pub(crate) malformed_records: u64,
     /// CPUs' batches of off-CPU records read from the kernel's map at the end (not sent).
     pub(crate) off_cpu_batches_at_end: u64,
@@ -197,6 +199,7 @@ impl Session {
             time_mode: TimeMode::Cpu,
             period_ns: 0,
             unknown_process_samples: 0,
+            unknown_process_snapshots: 0,
             malformed_records: 0,
             off_cpu_batches_at_end: 0,
             sampling_stopped_ns: None,
@@ -480,6 +483,14 @@ impl Session {
         }
         // SAFETY: the item starts with a SampleHeader (plain data), checked for length.
         let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
+        if header.kind == record_kind::CODE_SNAPSHOT {
+            // Only the registration it was copied under.
+            match self.targets.get_mut(&header.tgid).filter(|t| t.generation == header.generation) {
+                Some(target) => target.add_snapshot(bytes),
+                None => self.unknown_process_snapshots += 1,
+            }
+            return;
+        }
         if header.kind != record_kind::OFF_CPU {
             return self.on_record(bytes);
         }

@@ -555,6 +555,29 @@ impl Target {
         Ok(id)
     }
 
+    /// Keeps a code object the kernel copied at sample time (`CodeSnapshot`), which comes
+    /// before the records whose frames need it: they find it in the cache under the word the
+    /// kernel computed from the same bytes, even if the code object is gone by then. A
+    /// snapshot that does not decode (counted) leaves those frames to a read of live memory.
+    pub(super) fn add_snapshot(&mut self, record: &[u8]) {
+        let types = TypeAddresses {
+            code: self.process.code_type_address,
+            str: self.process.str_type_address,
+            bytes: self.process.bytes_type_address,
+        };
+        match symbolize::decode_snapshot(record, &self.process.layout, &types, &self.mem) {
+            Ok(snap) => {
+                self.counters.code_snapshots += 1;
+                let code = Arc::new(CodeEntry { info: snap.info, check: snap.check });
+                let bytes = cache_budget::code_bytes(&code.info);
+                self.reserve(bytes);
+                self.codes.insert(snap.code, code, bytes);
+                self.account();
+            }
+            Err(_) => self.counters.code_snapshots_bad += 1,
+        }
+    }
+
     /// The frame's code object, from the cache when its validation word matches `expected`
     /// (the kernel's), else read again; an error when what is in memory now is not what the
     /// kernel saw.

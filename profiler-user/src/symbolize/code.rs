@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::strings::{read_bytes, read_str};
 use super::{MAX_LINETABLE_BYTES, MAX_NAME_CHARS, MAX_PATH_CHARS, SymbolError, linetable};
 use crate::layout::{LineTableFormat, PythonLayout};
-use crate::memory::{ProcessMemory, field_i32, field_u64};
+use crate::memory::{ReadMemory, field_i32, field_u64};
 
 /// What symbolization needs from one code object, copied out of the target.
 ///
@@ -48,8 +48,8 @@ pub struct TypeAddresses {
 ///
 /// One read of `layout.code.size` bytes covers the code object's fields; then one or two
 /// reads per string (`read_str`) and two for the line table (`read_bytes`).
-pub fn read_code(
-    mem: &ProcessMemory,
+pub fn read_code<M: ReadMemory + ?Sized>(
+    mem: &M,
     layout: &PythonLayout,
     types: &TypeAddresses,
     code_address: u64,

@@ -192,6 +192,22 @@ fn check(argv: &[&str], exe: &str, minor: u8) {
         non_bmp_names += usize::from(expected.qualname.chars().any(|c| c > '\u{ffff}'));
     }
     assert!(non_bmp_names > 0, "3.{minor}: no UCS-4 name was exercised");
+    // The kernel's copies of the same code objects decode to what a live read gives; a copy
+    // missing a part fails rather than reading live memory.
+    let frame_layout = layout.kernel_frame_layout();
+    assert_ne!(frame_layout.snap_code_size, 0, "3.{minor}: no snapshots for this layout");
+    for expected in &report.codes {
+        let live = read_code(&mem, &layout, &types, expected.address).expect("read above");
+        let record = kernel_copy(&mem, &frame_layout, expected.address)
+            .unwrap_or_else(|| panic!("3.{minor} {}: the kernel's copy failed", expected.qualname));
+        let snap = decode_snapshot(&record, &layout, &types, &mem).unwrap_or_else(|e| panic!("3.{minor} {}: {e}", expected.qualname));
+        assert_eq!(snap.info, live, "3.{minor}");
+        assert_eq!((snap.code, snap.check), (expected.address, 7));
+        let mut cut = record.clone();
+        let at = std::mem::offset_of!(profiler_common::CodeSnapshot, filename_len);
+        cut[at..at + 4].copy_from_slice(&8u32.to_le_bytes());
+        assert!(decode_snapshot(&cut, &layout, &types, &mem).is_err(), "3.{minor}: a cut copy decoded");
+    }
     assert!(report.codes.iter().any(|c| c.qualname.contains("<locals>") || minor < 11));
     assert!(report.codes.iter().any(|c| c.firsttraceable > 0) || minor < 11, "3.{minor}: firsttraceable");
 
@@ -291,4 +307,46 @@ fn live_sid_3_14() {
 #[test]
 fn live_sid_3_15() {
     sid(15);
+}
+
+/// A `CodeSnapshot` record of the code object at `code`, made by the rules of the kernel's
+/// `code_snapshot::fill` (same sizes, same fallbacks) from live memory; check word 7.
+fn kernel_copy(mem: &ProcessMemory, layout: &profiler_common::FrameLayout, code: u64) -> Option<Vec<u8>> {
+    use profiler_common::*;
+    let mut snap: CodeSnapshot = unsafe { std::mem::zeroed() };
+    let size = (layout.snap_code_size as usize).min(SNAP_CODE_MAX - 8);
+    mem.read(code, &mut snap.bytes[..size]).ok()?;
+    snap.code_len = size as u32;
+    let word = |at: u32| u64::from_le_bytes(snap.bytes[at as usize..at as usize + 8].try_into().unwrap());
+    let (name, filename, table) = (word(layout.snap_name), word(layout.snap_filename), word(layout.snap_linetable));
+    let copy_str = |to: &mut [u8], cap: usize, address: u64| -> Option<u32> {
+        let length = mem.read_u64(address + layout.check_str as u64).ok()?;
+        if length >= cap as u64 {
+            return None;
+        }
+        let widest = ((layout.snap_str_compact as u64 + length * 4) as usize).min(cap - 8);
+        if mem.read(address, &mut to[..widest]).is_ok() {
+            return Some(widest as u32);
+        }
+        let ascii = layout.snap_str_ascii as usize + length as usize + 1;
+        (ascii <= cap - 8).then_some(())?;
+        mem.read(address, &mut to[..ascii]).ok()?;
+        Some(ascii as u32)
+    };
+    snap.name_at = name;
+    snap.filename_at = filename;
+    snap.table_at = table;
+    snap.name_len = copy_str(&mut snap.bytes[SNAP_NAME_AT..], SNAP_NAME_MAX, name)?;
+    snap.filename_len = copy_str(&mut snap.bytes[SNAP_FILENAME_AT..], SNAP_FILENAME_MAX, filename)?;
+    let table_len = layout.snap_bytes_data as usize + mem.read_u64(table + layout.snap_bytes_size as u64).ok()? as usize;
+    (table_len < SNAP_TABLE_MAX).then_some(())?;
+    mem.read(table, &mut snap.bytes[SNAP_TABLE_AT..SNAP_TABLE_AT + table_len]).ok()?;
+    snap.table_len = table_len as u32;
+    snap.code = code;
+    snap.check = 7;
+    snap.header.kind = record_kind::CODE_SNAPSHOT;
+    let len = CODE_SNAPSHOT_HEADER + SNAP_TABLE_AT + table_len;
+    // SAFETY: plain data, `len` <= its size.
+    let bytes = unsafe { std::slice::from_raw_parts(&snap as *const CodeSnapshot as *const u8, len) };
+    Some(bytes.to_vec())
 }

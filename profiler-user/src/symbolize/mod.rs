@@ -11,12 +11,14 @@
 pub mod linetable;
 
 mod code;
+mod snapshot;
 mod strings;
 
 #[cfg(test)]
 mod live_tests;
 
 pub use code::{CodeInfo, TypeAddresses, read_code};
+pub use snapshot::{Snapshot, SnapshotMemory, decode_snapshot};
 pub use strings::{read_bytes, read_str, read_str_prefix};
 
 use crate::memory::MemoryError;

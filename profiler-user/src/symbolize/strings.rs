@@ -8,7 +8,7 @@
 
 use super::SymbolError;
 use crate::layout::ObjectLayout;
-use crate::memory::{MAX_READ, ProcessMemory, field_u32, field_u64};
+use crate::memory::{MAX_READ, ReadMemory, field_u32, field_u64};
 
 /// Bits of `PyASCIIObject.state` in default (GIL) builds of 3.8-3.15: `interned` in bits
 /// 0-1, `kind` in bits 2-4 (bytes per character: 1, 2 or 4; 0 is the pre-3.12 "not ready"
@@ -86,8 +86,8 @@ struct ExpectedType {
 /// `WrongType` unless the `ob_type` word in the header `buf` is the expected type (when
 /// given) or a subclass of it (`compile()` keeps a `str` subclass as `co_filename`): one
 /// more read, of the type's `tp_flags`, only when the type is not the exact one.
-fn check_type(
-    mem: &ProcessMemory,
+fn check_type<M: ReadMemory + ?Sized>(
+    mem: &M,
     buf: &[u8],
     objects: &ObjectLayout,
     address: u64,
@@ -99,7 +99,7 @@ fn check_type(
         return Ok(());
     }
     let subclass = ob_type != 0
-        && mem.read_u64(ob_type.wrapping_add(TP_FLAGS_OFFSET)).is_ok_and(|flags| flags & expected.subclass_flag != 0);
+        && mem.read_type_word(ob_type.wrapping_add(TP_FLAGS_OFFSET)).is_ok_and(|flags| flags & expected.subclass_flag != 0);
     if !subclass {
         return Err(SymbolError::WrongType { address, expected: expected.name, ob_type });
     }
@@ -145,8 +145,8 @@ fn decode_chars(data: &[u8], header: StrHeader, address: u64) -> Result<String, 
 /// a ready non-compact (legacy) string through its data pointer. At most `max_chars`
 /// characters (else `TooLong`); its `ob_type` must be `str_type` when that is given (else
 /// `WrongType`).
-pub fn read_str(
-    mem: &ProcessMemory,
+pub fn read_str<M: ReadMemory + ?Sized>(
+    mem: &M,
     objects: &ObjectLayout,
     address: u64,
     max_chars: usize,
@@ -208,8 +208,8 @@ pub fn read_str_prefix(
 
 /// Reads the contents of the `bytes` object at `address`: at most `max_len` bytes (else
 /// `TooLong`); its `ob_type` must be `bytes_type` when that is given (else `WrongType`).
-pub fn read_bytes(
-    mem: &ProcessMemory,
+pub fn read_bytes<M: ReadMemory + ?Sized>(
+    mem: &M,
     objects: &ObjectLayout,
     address: u64,
     max_len: usize,
