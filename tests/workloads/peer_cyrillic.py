@@ -16,7 +16,7 @@ def кириллица(mode, seconds):
     if mode == "sleep":
         time.sleep(seconds)  # @sleep
     x = 0
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline:  # @loop
         x = (x + 1) % 65521  # @spin
     return x
 
