@@ -1,7 +1,10 @@
 //! One sentence for a recording that came out empty or thin, so that nobody is left with
 //! "0 samples" and no idea why.
 
-use crate::stats::{Counters, SampleOutcome};
+use crate::{
+    stats::{Counters, SampleOutcome},
+    time_mode::TimeMode,
+};
 
 /// What the recording saw, as far as explaining an empty profile goes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -19,14 +22,31 @@ pub struct RecordingFacts {
     /// Samples one thread busy on a CPU for the whole recording would have had
     /// (rate × duration).
     pub busy_thread_samples: u64,
-    /// The mode measures off-CPU time too (`--mode wall`/`off-cpu`): a sleeping thread is
-    /// content there, so "asleep" is no reason for an empty profile.
-    pub measures_waits: bool,
+    /// `--mode`: which threads' time the recording kept. In `wall`/`off-cpu` a sleeping
+    /// thread is content, so "asleep" is no reason for an empty profile; in `gil` and
+    /// `exception` the hint names what those modes keep.
+    pub mode: TimeMode,
 }
 
-/// How the time modes help a recording of sleeping threads.
+/// How the time modes help a recording of sleeping threads (`--mode cpu`).
 pub const ASLEEP_HINT: &str = "--mode cpu (the default) samples threads only while they run on a CPU; to see where threads wait, \
                                record with --mode wall (py-spy's --idle) or --mode off-cpu";
+
+/// What an on-CPU `mode` keeps, and how to see threads that wait instead: the end of the
+/// sentence for a recording whose processes were asleep.
+fn asleep_hint(mode: TimeMode) -> &'static str {
+    match mode {
+        TimeMode::Gil => {
+            "--mode gil (py-spy's --gil) samples only the thread holding the GIL while it runs on a CPU; to see \
+             where threads wait, record with --mode wall (py-spy's --idle) or --mode off-cpu"
+        }
+        TimeMode::Exception => {
+            "--mode exception samples only threads handling an exception while they run on a CPU; to see where \
+             threads wait, record with --mode wall (py-spy's --idle) or --mode off-cpu"
+        }
+        TimeMode::Cpu | TimeMode::Wall | TimeMode::OffCpu => ASLEEP_HINT,
+    }
+}
 
 /// Why a recording with no sample in its profile is empty, as one sentence.
 pub fn empty_recording(facts: RecordingFacts) -> String {
@@ -50,7 +70,7 @@ pub fn empty_recording(facts: RecordingFacts) -> String {
     } else {
         "the Python processes found"
     };
-    if facts.measures_waits {
+    if facts.mode.off_cpu() {
         return format!(
             "no thread of {who} ran or waited in Python code while the kernel watched them \
              (threads blocked since before the start are read from memory: --stats counts those \
@@ -64,7 +84,7 @@ pub fn empty_recording(facts: RecordingFacts) -> String {
             0 => "the whole time".to_owned(),
             n => format!("nearly the whole time ({n} sample{} on a CPU, none in Python code)", if n == 1 { "" } else { "s" }),
         };
-        return format!("{who} were asleep {when}: {ASLEEP_HINT}");
+        return format!("{who} were asleep {when}: {}", asleep_hint(facts.mode));
     }
     "the sampled threads were never running Python code (they were in C code, starting up or \
      shutting down), or every sample was dropped (see --stats)"
@@ -118,12 +138,15 @@ mod tests {
         let f = RecordingFacts { explicit_pids: true, registered: 1, ..Default::default() };
         let s = empty_recording(f);
         assert!(s.contains("asleep the whole time") && s.contains("--idle"), "{s}");
+        let f = RecordingFacts { explicit_pids: true, registered: 1, mode: TimeMode::Gil, ..Default::default() };
+        let s = empty_recording(f);
+        assert!(s.contains("--mode gil") && s.contains("GIL") && !s.contains("--mode cpu"), "{s}");
         let f = RecordingFacts { registered: 1, kernel_samples: 1, busy_thread_samples: 200, ..Default::default() };
         assert!(empty_recording(f).contains("asleep nearly the whole time (1 sample on a CPU"));
         let f = RecordingFacts { registered: 1, kernel_samples: 50, busy_thread_samples: 200, ..Default::default() };
         assert!(empty_recording(f).contains("never running Python code"));
         // In the modes that measure waits, sleeping is content: never the "asleep" hint.
-        let f = RecordingFacts { explicit_pids: true, registered: 1, measures_waits: true, ..Default::default() };
+        let f = RecordingFacts { explicit_pids: true, registered: 1, mode: TimeMode::Wall, ..Default::default() };
         let s = empty_recording(f);
         assert!(s.contains("ran or waited") && !s.contains("--idle"), "{s}");
     }

@@ -88,8 +88,8 @@ struct TopArgs {
     /// Only this process (repeatable); default: every Python process on the host.
     #[arg(long = "pid", value_name = "PID")]
     pids: Vec<u32>,
-    /// Samples per second per CPU.
-    #[arg(long, default_value_t = 99, value_name = "HZ")]
+    /// Samples per second per CPU (1 to 100000; 1k, 1khz, 500hz accepted).
+    #[arg(long, default_value = "99", value_parser = parse_rate, value_name = "HZ")]
     rate: u64,
     /// Seconds in the sliding window the OWN% and TOTAL% columns cover.
     #[arg(long, default_value_t = 10, value_name = "SECS")]
@@ -312,8 +312,8 @@ struct AgentArgs {
     /// One profile per process or per container.
     #[arg(long, value_enum, default_value = "process")]
     per: Grouping,
-    /// Samples per second per CPU.
-    #[arg(short, long, default_value_t = 99, value_name = "HZ")]
+    /// Samples per second per CPU (1 to 100000; 1k, 1khz, 500hz accepted).
+    #[arg(short, long, default_value = "99", value_parser = parse_rate, value_name = "HZ")]
     rate: u64,
     /// Profile only this process (repeatable).
     #[arg(short, long = "pid", value_name = "PID")]
@@ -363,6 +363,24 @@ impl NativeArgs {
     }
 }
 
+/// A sampling rate in Hz: "99", "500hz", "1k" or "1khz" (the forms CPython's
+/// `profiling.sampling -r` takes; the unit is case-blind). The range is checked where the
+/// rate is used.
+fn parse_rate(text: &str) -> Result<u64, String> {
+    let lower = text.trim().to_ascii_lowercase();
+    let unitless = lower.strip_suffix("hz").unwrap_or(&lower);
+    let (number, scale) = match unitless.strip_suffix('k') {
+        Some(n) => (n, 1000.0),
+        None => (unitless, 1.0),
+    };
+    let value: f64 = number.trim().parse().map_err(|_| format!("{text:?} is not a rate like 99, 500hz or 1khz"))?;
+    let hz = value * scale;
+    if !(hz >= 1.0 && hz.is_finite() && hz.fract() == 0.0) || hz > u64::MAX as f64 {
+        return Err(format!("{text:?} is not a whole number of samples per second (1 or more)"));
+    }
+    Ok(hz as u64)
+}
+
 /// "15s", "1m", "250ms", "2h" or a plain number of seconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -388,15 +406,16 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 struct RecordArgs {
     /// Profile only this process (repeatable). Default: every Python process on the host,
     /// including those that start while recording.
-    #[arg(short, long = "pid", value_name = "PID")]
+    #[arg(short, long = "pid", value_name = "PID", conflicts_with = "command")]
     pids: Vec<u32>,
     /// Stop after this many seconds (fractions allowed). Default: until Ctrl-C, or until the
     /// launched command exits, or (--pid without --subprocesses) until every given process
     /// has exited.
     #[arg(short, long, value_name = "SECS")]
     duration: Option<f64>,
-    /// Samples per second per CPU (1 to 100000).
-    #[arg(short, long, default_value_t = 99, value_name = "HZ")]
+    /// Samples per second per CPU (1 to 100000; also written as CPython's profiler takes it:
+    /// 1k, 1khz, 500hz).
+    #[arg(short, long, default_value = "99", value_parser = parse_rate, value_name = "HZ")]
     rate: u64,
     /// Output format (`raw` is py-spy's name for collapsed). Default: from the output file's
     /// extension (.svg flamegraph, .json speedscope, .txt/.folded collapsed, .pb.gz pprof,
@@ -606,4 +625,27 @@ fn resolve_output(format: Option<Format>, output: Option<PathBuf>) -> (Format, O
         None => Some(PathBuf::from(format!("pyperch.{}", format.extension()))),
     };
     (format, output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_as_cpython_writes_them() {
+        assert_eq!(parse_rate("99"), Ok(99));
+        assert_eq!(parse_rate("500hz"), Ok(500));
+        assert_eq!(parse_rate("1k"), Ok(1000));
+        assert_eq!(parse_rate("10kHz"), Ok(10_000));
+        assert_eq!(parse_rate("1.5k"), Ok(1500));
+        for bad in ["", "k", "0", "-5", "1.5", "fast", "1e400k", "1mhz"] {
+            assert!(parse_rate(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn pid_and_command_are_one_or_the_other() {
+        let e = Cli::try_parse_from(["pyperch", "record", "--pid", "1", "--", "python3", "x.py"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
+    }
 }

@@ -314,7 +314,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
             registered: session.registered,
             kernel_samples: kernel_counters.sampled,
             busy_thread_samples: (elapsed.as_secs_f64() * options.rate as f64) as u64,
-            measures_waits: options.time.mode.off_cpu(),
+            mode: options.time.mode,
         });
         match &options.output {
             Some(path) => eprintln!(
