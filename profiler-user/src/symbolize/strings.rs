@@ -177,8 +177,8 @@ pub fn read_str<M: ReadMemory + ?Sized>(
 /// Reads at most the first `max_chars` characters of the `str` object at `address` (a longer
 /// string is cut, not refused; the whole string is still bounded by one `MAX_READ`): for
 /// names shown cut anyway. Same checks as [`read_str`]; returns the text and the full length.
-pub fn read_str_prefix(
-    mem: &ProcessMemory,
+pub fn read_str_prefix<M: ReadMemory + ?Sized>(
+    mem: &M,
     objects: &ObjectLayout,
     address: u64,
     max_chars: usize,
