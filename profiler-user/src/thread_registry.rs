@@ -133,6 +133,10 @@ pub struct RegistryReader {
     /// `(ma_keys, dk_nentries)` of `sys.modules` when `threading` was last looked for and not
     /// found: no module was added while they are unchanged.
     modules_without_threading: Option<(u64, u64)>,
+    /// Within one read: type headers and keys objects already read (every `Thread` of a class
+    /// shares both), by address.
+    round_types: HashMap<u64, Vec<u8>>,
+    round_keys: HashMap<u64, (KeysGeometry, Vec<u8>)>,
 }
 
 /// One `dict` entry (key and value pointers).
@@ -140,7 +144,16 @@ type Entry = (u64, u64);
 
 impl RegistryReader {
     pub fn new(target: RegistryTarget) -> Self {
-        Self { target, layout: None, types: Types::default(), resolved: None, reads: 0, modules_without_threading: None }
+        Self {
+            target,
+            layout: None,
+            types: Types::default(),
+            resolved: None,
+            reads: 0,
+            modules_without_threading: None,
+            round_types: HashMap::new(),
+            round_keys: HashMap::new(),
+        }
     }
 
     pub fn target(&self) -> &RegistryTarget {
@@ -152,6 +165,8 @@ impl RegistryReader {
     /// `threading`.
     pub fn read(&mut self, tids: &[u32]) -> Result<HashMap<u32, String>, RegistryError> {
         let mut r = Reads { mem: ProcessMemory::new(self.target.pid), left: READ_BUDGET };
+        self.round_types.clear();
+        self.round_keys.clear();
         let layout = self.layout(&mut r)?;
         self.reads = self.reads.wrapping_add(1);
         if self.reads.is_multiple_of(RESOLVE_EVERY) {
@@ -374,7 +389,14 @@ impl RegistryReader {
     /// The `(key, value)` pairs of an instance's attributes (see `AttributeStorage`).
     fn attribute_entries(&mut self, r: &mut Reads, layout: &ThreadingLayout, object: u64) -> Result<Vec<Entry>, RegistryError> {
         let ob_type = self.ob_type(r, object)?;
-        let header = r.vec(ob_type, (layout.type_dictoffset as usize + 8).max(layout.type_flags as usize + 8))?;
+        let header = match self.round_types.get(&ob_type) {
+            Some(header) => header.clone(),
+            None => {
+                let header = r.vec(ob_type, (layout.type_dictoffset as usize + 8).max(layout.type_flags as usize + 8))?;
+                self.round_types.insert(ob_type, header.clone());
+                header
+            }
+        };
         let flags = field_u64(&header, layout.type_flags as usize).ok_or(RegistryError::Malformed("type header"))?;
         if flags & TPFLAGS_HEAPTYPE == 0 {
             return Err(RegistryError::Malformed("a Thread of a static type"));
@@ -485,16 +507,26 @@ impl RegistryReader {
         if keys == 0 {
             return Err(RegistryError::Malformed("no keys"));
         }
-        let header = r.vec(keys, 0x30)?;
-        let geometry = keys_geometry(&header, &layout.dict.keys).ok_or(RegistryError::Malformed("keys header"))?;
+        let (geometry, entries) = match self.round_keys.get(&keys) {
+            Some(known) => known.clone(),
+            None => {
+                let header = r.vec(keys, 0x30)?;
+                let geometry = keys_geometry(&header, &layout.dict.keys).ok_or(RegistryError::Malformed("keys header"))?;
+                let entry_bytes = geometry.count * geometry.entry_size;
+                if geometry.count > max || entry_bytes > MAX_READ {
+                    return Err(RegistryError::Malformed("more entries than allowed"));
+                }
+                let entries = r.vec(keys.wrapping_add(geometry.entries_offset), entry_bytes)?;
+                // Only shared keys (of split tables) are worth keeping: other dicts own theirs.
+                if values.is_some() {
+                    self.round_keys.insert(keys, (geometry, entries.clone()));
+                }
+                (geometry, entries)
+            }
+        };
         if geometry.count > max {
             return Err(RegistryError::Malformed("more entries than allowed"));
         }
-        let entry_bytes = geometry.count * geometry.entry_size;
-        if entry_bytes > MAX_READ {
-            return Err(RegistryError::Malformed("entries too large"));
-        }
-        let entries = r.vec(keys.wrapping_add(geometry.entries_offset), entry_bytes)?;
         let value_words = match values {
             Some(v) => {
                 // From 3.13 the values block says how many values it has room for: the shared
