@@ -4,7 +4,7 @@
 //! kept it alive, however soon it was freed afterwards.
 
 use profiler_common::{
-    CODE_SNAPSHOT_HEADER, CodeSnapshot, SNAP_BYTES, SNAP_CODE_MAX, SNAP_FILENAME_AT, SNAP_FILENAME_MAX, SNAP_NAME_AT,
+    CODE_SNAPSHOT_HEADER, CodeSnapshot, SNAP_CODE_MAX, SNAP_FILENAME_AT, SNAP_FILENAME_MAX, SNAP_NAME_AT,
     SNAP_NAME_MAX, SNAP_TABLE_AT, SNAP_TABLE_MAX,
 };
 
@@ -78,7 +78,6 @@ pub fn decode_snapshot(
         let len = (len as usize).min(cap);
         bytes.get(at..at + len).unwrap_or(&[])
     };
-    let _ = SNAP_BYTES;
     let memory = SnapshotMemory {
         regions: [
             (snap.code, region(0, SNAP_CODE_MAX, snap.code_len)),
