@@ -50,8 +50,11 @@ fn dump_json(pid: u32) -> (Run, Value) {
     (run, json)
 }
 
+/// A dumped frame: function, file, line.
+type DumpedFrame = (String, String, Option<u64>);
+
 /// `(function, file, line)` of a dumped thread's frames, root first.
-fn dumped_frames(thread: &Value) -> Vec<(String, String, Option<u64>)> {
+fn dumped_frames(thread: &Value) -> Vec<DumpedFrame> {
     thread["stack"]
         .as_array()
         .into_iter()
@@ -69,7 +72,7 @@ fn dumped_frames(thread: &Value) -> Vec<(String, String, Option<u64>)> {
 /// The dump of a sleeping workload's main thread once its stack has settled: a snapshot
 /// taken right after `ready` may still catch the print; up to 20 tries, 100 ms apart,
 /// until the leaf is `leaf`.
-fn dump_main_until(w: &Workload, leaf: &str) -> (Run, Value, Vec<(String, String, Option<u64>)>) {
+fn dump_main_until(w: &Workload, leaf: &str) -> (Run, Value, Vec<DumpedFrame>) {
     let mut last = None;
     for _ in 0..20 {
         let (run, json) = dump_json(w.pid);
