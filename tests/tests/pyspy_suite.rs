@@ -98,9 +98,9 @@ fn real_frames(stack: &Stack) -> Vec<PyFrame> {
 /// `<module>` at the call line then `longsleep` at the sleep line. pyperch's `--idle` is
 /// `--mode wall`: the weight is nanoseconds, not samples, and the stack ends in the
 /// pseudo-frame `<off-cpu: sleep>` saying why the thread was off the CPU (py-spy shows the
-/// two Python frames alone). On main a launched script that only sleeps can come out empty
-/// in wall mode (its interpreter is not registered until it runs): this waits for the
-/// lead's fix of that.
+/// two Python frames alone). A script asleep since before pyperch looked is charged from
+/// its blocked stack, read from memory (main's 3ea7bf0; before it, such a recording could
+/// come out empty).
 #[test]
 fn pyspy_longsleep_idle() {
     let (module, sleep) = (marked_line("peer_sleep.py", "module"), marked_line("peer_sleep.py", "sleep"));
