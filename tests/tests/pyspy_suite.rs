@@ -148,9 +148,10 @@ fn pyspy_longsleep_gil() {
 
 /// py-spy `test_busyloop` (integration_test.py: `--gil` keeps ~all samples of a busy loop)
 /// and `test_busy_loop` (integration_test.rs: the thread is reported active). A cpu-mode and
-/// a `--gil` recording of the same spinning process at once: the `--gil` one keeps ≥ 90 %
+/// a `--gil` recording of the same spinning process at once: the `--gil` one keeps ≥ 80 %
 /// of the cpu one's samples (the loop always holds the GIL; py-spy's bound is 95 of ~100
-/// possible samples, pyperch's cpu-mode count is the exact reference), nearly all in
+/// possible samples; pyperch's cpu-mode count is the reference, over a window a little
+/// shifted from the `--gil` one's, hence the wider margin), nearly all in
 /// busy_loop; `pyperch dump` shows the thread running and holding the GIL.
 #[test]
 fn pyspy_busyloop_gil_and_active() {
@@ -166,8 +167,10 @@ fn pyspy_busyloop_gil_and_active() {
         cpu.assert_ok();
         gil.assert_ok();
         let (c, g) = (cpu.profile.total(), gil.profile.total());
-        assert!(c >= 100, "{}: only {c} cpu-mode samples of a busy loop{d}", py.describe());
-        assert!(g * 100 >= c * 90, "{}: --gil kept {g} of {c} samples of a loop holding the GIL{d}", py.describe());
+        // A floor for the ratio's statistical margin, not a time: the loop's CPU share
+        // depends on the machine's load.
+        assert!(c >= 40, "{}: only {c} cpu-mode samples of a busy loop{d}", py.describe());
+        assert!(g * 100 >= c * 80, "{}: --gil kept {g} of {c} samples of a loop holding the GIL{d}", py.describe());
         assert!(gil.profile.with_function("busy_loop") * 100 >= g * 95, "{}: --gil samples outside busy_loop{d}", py.describe());
         let main = &dump["threads"][0];
         assert_eq!(main["activity"], "running", "{}: the busy thread should be shown running{d}", py.describe());
