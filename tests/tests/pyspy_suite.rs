@@ -50,8 +50,11 @@ fn dump_json(pid: u32) -> (Run, Value) {
     (run, json)
 }
 
+/// A dumped frame: function, file, line.
+type DumpedFrame = (String, String, Option<u64>);
+
 /// `(function, file, line)` of a dumped thread's frames, root first.
-fn dumped_frames(thread: &Value) -> Vec<(String, String, Option<u64>)> {
+fn dumped_frames(thread: &Value) -> Vec<DumpedFrame> {
     thread["stack"]
         .as_array()
         .into_iter()
@@ -69,7 +72,7 @@ fn dumped_frames(thread: &Value) -> Vec<(String, String, Option<u64>)> {
 /// The dump of a sleeping workload's main thread once its stack has settled: a snapshot
 /// taken right after `ready` may still catch the print; up to 20 tries, 100 ms apart,
 /// until the leaf is `leaf`.
-fn dump_main_until(w: &Workload, leaf: &str) -> (Run, Value, Vec<(String, String, Option<u64>)>) {
+fn dump_main_until(w: &Workload, leaf: &str) -> (Run, Value, Vec<DumpedFrame>) {
     let mut last = None;
     for _ in 0..20 {
         let (run, json) = dump_json(w.pid);
@@ -95,9 +98,9 @@ fn real_frames(stack: &Stack) -> Vec<PyFrame> {
 /// `<module>` at the call line then `longsleep` at the sleep line. pyperch's `--idle` is
 /// `--mode wall`: the weight is nanoseconds, not samples, and the stack ends in the
 /// pseudo-frame `<off-cpu: sleep>` saying why the thread was off the CPU (py-spy shows the
-/// two Python frames alone). On main a launched script that only sleeps can come out empty
-/// in wall mode (its interpreter is not registered until it runs): this waits for the
-/// lead's fix of that.
+/// two Python frames alone). A script asleep since before pyperch looked is charged from
+/// its blocked stack, read from memory (main's 3ea7bf0; before it, such a recording could
+/// come out empty).
 #[test]
 fn pyspy_longsleep_idle() {
     let (module, sleep) = (marked_line("peer_sleep.py", "module"), marked_line("peer_sleep.py", "sleep"));
@@ -145,9 +148,10 @@ fn pyspy_longsleep_gil() {
 
 /// py-spy `test_busyloop` (integration_test.py: `--gil` keeps ~all samples of a busy loop)
 /// and `test_busy_loop` (integration_test.rs: the thread is reported active). A cpu-mode and
-/// a `--gil` recording of the same spinning process at once: the `--gil` one keeps ≥ 90 %
+/// a `--gil` recording of the same spinning process at once: the `--gil` one keeps ≥ 80 %
 /// of the cpu one's samples (the loop always holds the GIL; py-spy's bound is 95 of ~100
-/// possible samples, pyperch's cpu-mode count is the exact reference), nearly all in
+/// possible samples; pyperch's cpu-mode count is the reference, over a window a little
+/// shifted from the `--gil` one's, hence the wider margin), nearly all in
 /// busy_loop; `pyperch dump` shows the thread running and holding the GIL.
 #[test]
 fn pyspy_busyloop_gil_and_active() {
@@ -163,8 +167,10 @@ fn pyspy_busyloop_gil_and_active() {
         cpu.assert_ok();
         gil.assert_ok();
         let (c, g) = (cpu.profile.total(), gil.profile.total());
-        assert!(c >= 100, "{}: only {c} cpu-mode samples of a busy loop{d}", py.describe());
-        assert!(g * 100 >= c * 90, "{}: --gil kept {g} of {c} samples of a loop holding the GIL{d}", py.describe());
+        // A floor for the ratio's statistical margin, not a time: the loop's CPU share
+        // depends on the machine's load.
+        assert!(c >= 40, "{}: only {c} cpu-mode samples of a busy loop{d}", py.describe());
+        assert!(g * 100 >= c * 80, "{}: --gil kept {g} of {c} samples of a loop holding the GIL{d}", py.describe());
         assert!(gil.profile.with_function("busy_loop") * 100 >= g * 95, "{}: --gil samples outside busy_loop{d}", py.describe());
         let main = &dump["threads"][0];
         assert_eq!(main["activity"], "running", "{}: the busy thread should be shown running{d}", py.describe());
@@ -346,11 +352,12 @@ fn pyspy_local_vars() {
 /// they spin, so the default CPU mode sees them.)
 #[test]
 fn pyspy_subprocesses() {
-    side_by_side(&VERSIONS, 3, |label| {
-        let Some(py) = python(label) else { return };
+    // One version at a time: three spinning processes each, on a 2-core machine.
+    for label in VERSIONS {
+        let Some(py) = python(label) else { continue };
         let w = Workload::spawn(&py, "peer_subprocesses.py", &["three", "{dir}", "60"]).unwrap_or_else(|e| panic!("{e:#}"));
         let pid = w.pid.to_string();
-        let rec = record(&["--pid", &pid, "--subprocesses", "--duration", "3"]);
+        let rec = record(&["--pid", &pid, "--subprocesses", "--duration", "3", "--rate", "199", "--stats"]);
         let d = rec.diag();
         rec.assert_ok();
         let children: BTreeSet<u32> = fs::read_dir(&w.dir.host)
@@ -364,7 +371,7 @@ fn pyspy_subprocesses() {
             assert!(busy.contains(c), "{}: no samples of the child {c}{d}", py.describe());
         }
         assert!(busy.len() >= 3, "{}: {} processes in family_busy, want 3 (children {children:?}){d}", py.describe(), busy.len());
-    });
+    }
 }
 
 /// py-spy `test_subprocesses_zombiechild`: a child that exited and was never waited for (a

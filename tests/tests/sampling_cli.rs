@@ -185,7 +185,8 @@ fn sampling_cli_rate_forms() {
         fast.assert_ok();
         slow.assert_ok();
         let (f, s) = (fast.profile.total(), slow.profile.total());
-        assert!(s >= 50, "{}: only {s} samples at 100 Hz{d}", py.describe());
+        // A floor for the ratio's statistical margin, not a time (the CPU share depends on load).
+        assert!(s >= 30, "{}: only {s} samples at 100 Hz{d}", py.describe());
         assert!(f >= 6 * s && f <= 14 * s, "{}: 1khz gave {f} samples, 100 Hz {s}: not about ten times{d}", py.describe());
     }
     for bad in ["fast", "10mhz", "0"] {
