@@ -16,7 +16,9 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    process::Child,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    os::unix::process::CommandExt,
+    process::{Child, Command},
     thread,
     time::{Duration, Instant},
 };
@@ -93,6 +95,101 @@ pub fn end_command(child: &mut Child, why: RecordingEnd, keep_running: bool) -> 
             Ending::Exited(child.wait().map(crate::session::exit_code).unwrap_or(128 + libc::SIGKILL))
         }
     }
+}
+
+/// Spawns `command` held just before its `exec`: the child sends its pid through a pipe and
+/// waits; `before_exec(pid)` runs on another thread meanwhile (for example opening the
+/// inheriting perf events that sample it), and the child execs only once it returned `Ok`.
+/// So nothing the command runs happens before `before_exec` finished: its first instruction
+/// is sampled. An `Err` from `before_exec` is returned and the child exits without
+/// exec'ing (it reads end-of-file, and `spawn` fails with `ECANCELED`, then is reaped).
+///
+/// If the exec itself fails, `before_exec`'s value is dropped and the spawn error returned.
+pub fn spawn_held<T: Send, E: Send>(
+    command: &mut Command,
+    before_exec: impl FnOnce(u32) -> Result<T, E> + Send,
+) -> Result<(Child, T), HeldSpawnError<E>> {
+    use std::io::{Read, Write};
+    let (pid_read, pid_write) = pipe().map_err(HeldSpawnError::Spawn)?;
+    let (go_read, go_write) = pipe().map_err(HeldSpawnError::Spawn)?;
+    let (pid_write_fd, go_read_fd) = (pid_write.as_raw_fd(), go_read.as_raw_fd());
+    let (pid_read_fd, go_write_fd) = (pid_read.as_raw_fd(), go_write.as_raw_fd());
+    // SAFETY: the closure runs in the forked child before exec and makes only close, getpid,
+    // write and read system calls on descriptors that exist in the child (copies of ours,
+    // all close-on-exec); it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            // The child's copies of the parent's ends: without them, end-of-file reaches the
+            // child when the parent's thread gives up.
+            libc::close(go_write_fd);
+            libc::close(pid_read_fd);
+            let pid = (libc::getpid() as u32).to_ne_bytes();
+            if libc::write(pid_write_fd, pid.as_ptr().cast(), pid.len()) != pid.len() as isize {
+                return Err(std::io::Error::last_os_error());
+            }
+            let mut go = 0u8;
+            loop {
+                match libc::read(go_read_fd, (&raw mut go).cast(), 1) {
+                    1 => return Ok(()),
+                    0 => return Err(std::io::Error::from_raw_os_error(libc::ECANCELED)),
+                    _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => {}
+                    _ => return Err(std::io::Error::last_os_error()),
+                }
+            }
+        });
+    }
+    thread::scope(|scope| {
+        let helper = scope.spawn(move || {
+            let mut pid = [0u8; 4];
+            std::fs::File::from(pid_read).read_exact(&mut pid).ok()?;
+            let result = before_exec(u32::from_ne_bytes(pid));
+            if result.is_ok() {
+                let _ = std::fs::File::from(go_write).write_all(&[1]);
+            }
+            Some(result)
+        });
+        let spawned = command.spawn();
+        // Our copies of the child's ends: the helper reads end-of-file if the child never
+        // wrote its pid (the fork failed).
+        drop(pid_write);
+        drop(go_read);
+        let prepared = helper.join().unwrap_or(None);
+        match (spawned, prepared) {
+            (Ok(child), Some(Ok(value))) => Ok((child, value)),
+            (Ok(mut child), Some(Err(e))) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(HeldSpawnError::Before(e))
+            }
+            (Err(_), Some(Err(e))) => Err(HeldSpawnError::Before(e)),
+            (Err(e), _) => Err(HeldSpawnError::Spawn(e)),
+            (Ok(mut child), None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(HeldSpawnError::Spawn(std::io::Error::other("the command never reported its pid")))
+            }
+        }
+    })
+}
+
+/// Why [`spawn_held`] failed.
+#[derive(Debug)]
+pub enum HeldSpawnError<E> {
+    /// The command could not be started.
+    Spawn(std::io::Error),
+    /// `before_exec` failed (the command never ran).
+    Before(E),
+}
+
+/// A pipe, both ends close-on-exec: (read end, write end).
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two new descriptors into the array we pass.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are new and owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// Waits up to `limit` for the command to exit; its status, if it did.
@@ -188,6 +285,43 @@ mod tests {
         assert_eq!(ending, Ending::Exited(128 + libc::SIGKILL));
         let took = started.elapsed();
         assert!(took >= GRACE && took < GRACE * 3, "{took:?}");
+    }
+
+    /// The held child runs nothing before `before_exec` returns: a marker file the command
+    /// would create does not exist while it runs, and the pid given is the command's.
+    #[test]
+    fn held_spawn_runs_the_command_only_after_before_exec() {
+        let marker = std::env::temp_dir().join(format!("pyperch-held-{}", std::process::id()));
+        let _ = std::fs::remove_file(&marker);
+        let mut command = Command::new("touch");
+        command.arg(&marker);
+        let seen = marker.clone();
+        let (mut child, (pid, existed)) = spawn_held(&mut command, move |pid| {
+            thread::sleep(Duration::from_millis(200));
+            Ok::<_, ()>((pid, seen.exists()))
+        })
+        .expect("spawn");
+        assert_eq!(pid, child.id());
+        assert!(!existed, "the command ran before before_exec returned");
+        assert!(child.wait().expect("wait").success());
+        assert!(marker.exists());
+        let _ = std::fs::remove_file(&marker);
+    }
+
+    #[test]
+    fn held_spawn_failures() {
+        // before_exec fails: its error, and the command never runs.
+        let marker = std::env::temp_dir().join(format!("pyperch-held-fail-{}", std::process::id()));
+        let mut command = Command::new("touch");
+        command.arg(&marker);
+        let result = spawn_held(&mut command, |_| Err::<(), _>("refused"));
+        assert!(matches!(result, Err(HeldSpawnError::Before("refused"))));
+        thread::sleep(Duration::from_millis(100));
+        assert!(!marker.exists());
+        // The exec fails: the spawn error.
+        let mut command = Command::new("/nonexistent/pyperch-no-such-command");
+        let result = spawn_held(&mut command, |_| Ok::<_, ()>(()));
+        assert!(matches!(result, Err(HeldSpawnError::Spawn(e)) if e.kind() == std::io::ErrorKind::NotFound));
     }
 
     #[test]

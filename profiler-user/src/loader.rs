@@ -223,6 +223,26 @@ pub struct KernelProgram {
     task_ids_known: bool,
 }
 
+/// Opens per-task CPU-clock events running the sampling program (see
+/// [`KernelProgram::task_attacher`]); holds the program's descriptor number only, which the
+/// `KernelProgram` keeps open.
+#[derive(Clone, Copy, Debug)]
+pub struct TaskAttacher {
+    program: std::os::fd::RawFd,
+    hz: u64,
+}
+
+impl TaskAttacher {
+    /// Inheriting events on every thread of `pid` (and so on every thread and child it
+    /// creates from now on).
+    pub fn open(&self, pid: u32) -> Result<Vec<std::os::fd::OwnedFd>, LoadError> {
+        let mut events = Vec::new();
+        crate::task_events::open_for_process(pid, self.hz, self.program, &mut events)
+            .map_err(|e| LoadError::AttachTask { pid, message: e.to_string() })?;
+        Ok(events)
+    }
+}
+
 /// The kernel program's maps that discovery works with: which processes are registered
 /// (and with which layout), and the kernel's counters. Shared between the sampling loop and
 /// the discovery thread; every operation is one map syscall on an fd that stays open.
@@ -540,6 +560,25 @@ impl KernelProgram {
                 .map_err(|e| LoadError::AttachTask { pid, message: e.to_string() })?;
         }
         Ok(())
+    }
+
+    /// What opening per-task events takes, for a command about to be launched: the process
+    /// tracepoints are attached here, as `attach_tasks` does, and the events are opened by
+    /// [`TaskAttacher::open`] on another thread (while the command waits before its `exec`,
+    /// see `launch::spawn_held`), then handed back with [`KernelProgram::adopt_task_events`].
+    /// The attacher is valid while this program is loaded.
+    pub fn task_attacher(&mut self, hz: u64) -> Result<TaskAttacher, LoadError> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let attached = self.attach_process_events().is_ok();
+        self.registry.process_events_attached.store(attached, Ordering::Relaxed);
+        let program: &mut PerfEvent = program_mut(&mut self.ebpf, self.walk.entry_program())?;
+        let program = program.fd().map_err(|e| LoadError::Load(error_chain(&e)))?.as_fd().as_raw_fd();
+        Ok(TaskAttacher { program, hz })
+    }
+
+    /// Keeps events opened by a [`TaskAttacher`]: closed by `detach`, as `attach_tasks`'s.
+    pub fn adopt_task_events(&mut self, events: Vec<std::os::fd::OwnedFd>) {
+        self.task_events.extend(events);
     }
 
     /// Perf events opened by `attach_tasks` (one per thread present then).

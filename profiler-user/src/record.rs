@@ -196,16 +196,23 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
         if let Some(user) = privileges::InvokingUser::from_sudo() {
             user.apply(&mut command);
         }
-        let spawned = command
-            .spawn()
-            .map_err(|source| RecordError::Launch { command: program.to_string_lossy().into_owned(), source })?;
+        let launch_error = |source| RecordError::Launch { command: program.to_string_lossy().into_owned(), source };
+        let spawned = if launch_only {
+            // Held before its exec until its events are open: sampled from its first
+            // instruction (discovery registers its interpreter as soon as it is initialised).
+            let attacher = session.kernel.task_attacher(options.rate)?;
+            match launch::spawn_held(&mut command, |pid| attacher.open(pid)) {
+                Ok((spawned, events)) => {
+                    session.kernel.adopt_task_events(events);
+                    spawned
+                }
+                Err(launch::HeldSpawnError::Spawn(source)) => return Err(launch_error(source)),
+                Err(launch::HeldSpawnError::Before(e)) => return Err(e.into()),
+            }
+        } else {
+            command.spawn().map_err(launch_error)?
+        };
         session.scope = Scope::Launched { root: spawned.id() };
-        let mut spawned = spawned;
-        if launch_only && let Err(e) = session.kernel.attach_tasks(options.rate, &[spawned.id()]) {
-            let _ = spawned.kill();
-            let _ = spawned.wait();
-            return Err(e.into());
-        }
         child = Some(spawned);
     }
     // Attached and launched: keep only what sampling needs (before any other thread starts).

@@ -209,14 +209,17 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
     let exe_key = procfs::exe_key(pid).ok();
     let is_exe = |m: &Mapping| m.path == exe_str || Some(m.key()) == exe_key;
 
-    // Each file once, the executable first.
+    // Each file once, the executable first, then files named like libpython (each file not
+    // parsed yet costs a thread and its parse: a launched command is registered sooner when
+    // libpython comes before libc, libm and the rest), then the others in map order.
     let mut candidates: Vec<&Mapping> = Vec::new();
     for m in maps.iter().filter(|m| m.is_file()) {
         if !candidates.iter().any(|c| c.key() == m.key()) {
             candidates.push(m);
         }
     }
-    candidates.sort_by_key(|m| !is_exe(m));
+    let named_python = |m: &Mapping| m.path.rsplit('/').next().is_some_and(|name| name.starts_with("libpython"));
+    candidates.sort_by_key(|m| (!is_exe(m), !named_python(m)));
 
     let mut found = None;
     let mut old_python: Option<&Mapping> = None;

@@ -148,6 +148,17 @@ struct Backoff {
     inspected: Option<PythonProcess>,
 }
 
+/// A launched command is watched closely until its interpreter is registered, for this long
+/// after discovery starts: scans every `FAST_WATCH_DIVISOR`-th of the time since then (at
+/// least `FAST_WATCH_MIN`, at most the configured interval), and the command itself is looked
+/// at on every scan whatever earlier looks concluded (not Python yet while its loader maps
+/// libpython, not initialised yet). An interpreter takes a few milliseconds to initialise and
+/// is registered within about one interval of it: the program's first line is sampled. The
+/// decreasing beat bounds the cost: about 110 scans in the whole window.
+const FAST_WATCH: Duration = Duration::from_secs(2);
+const FAST_WATCH_MIN: Duration = Duration::from_millis(1);
+const FAST_WATCH_DIVISOR: u32 = 20;
+
 /// Looks at processes run at once, at most.
 const PARALLEL_LOOKS: usize = 8;
 
@@ -214,6 +225,7 @@ pub(crate) fn start(
         last_registered_execs: None,
         own_pid: std::process::id(),
         clock: TickClock::new(),
+        started: Instant::now(),
     };
     thread::Builder::new().name("pyperch-discovery".into()).spawn(move || {
         loop {
@@ -256,6 +268,8 @@ struct Discoverer {
     last_registered_execs: Option<u64>,
     own_pid: u32,
     clock: TickClock,
+    /// When discovery started (the launched command's fast watch is timed from it).
+    started: Instant,
 }
 
 impl Discoverer {
@@ -264,8 +278,21 @@ impl Discoverer {
         let _ = self.events.send(event);
     }
 
+    /// The launched command while it is watched closely (see [`FAST_WATCH`]).
+    fn fast_watched(&self) -> Option<u32> {
+        match self.scope {
+            Scope::Launched { root } if !self.registered.contains_key(&root) && self.started.elapsed() < FAST_WATCH => {
+                Some(root)
+            }
+            _ => None,
+        }
+    }
+
     /// How long until the next scan.
     fn scan_interval(&self, configured: Duration) -> Duration {
+        if self.fast_watched().is_some() {
+            return (self.started.elapsed() / FAST_WATCH_DIVISOR).clamp(FAST_WATCH_MIN, configured.max(FAST_WATCH_MIN));
+        }
         match &self.scope {
             Scope::Pids(pids) if pids.iter().all(|p| self.registered.contains_key(p)) => {
                 configured.max(SETTLED_PIDS_INTERVAL)
@@ -277,6 +304,19 @@ impl Discoverer {
     /// Looks for new processes, exited ones, reused PIDs. /proc is listed only when the kernel
     /// saw a fork, exec or exit since the last scan, or every FULL_SCAN_PERIOD.
     fn scan(&mut self) {
+        if let Some(root) = self.fast_watched() {
+            // Looked at now, whatever earlier looks concluded; an interpreter found but not
+            // initialised keeps what was read of it (only its memory is read again).
+            self.rejected.remove(&root);
+            self.settled.remove(&root);
+            self.pending.insert(root);
+            if let Some(backoff) = self.backoff.get_mut(&root) {
+                backoff.next_look = Instant::now();
+            }
+            // First, before any listing of /proc (tens of milliseconds on a busy host).
+            let now = self.clock.now_ticks();
+            self.look_at_all(&[root], now);
+        }
         // Every FULL_SCAN_PERIOD, settled processes are looked at again: PID reuse,
         // `exec`, and changes that filters depend on. In between, only new PIDs cost work.
         let full = self.last_full_scan.is_none_or(|t| t.elapsed() >= FULL_SCAN_PERIOD);

@@ -86,8 +86,11 @@ pub(crate) async fn run_loop(
     let mut late_at_last_drain = session.late_samples;
     let mut last_late: Option<Instant> = None;
     let mut registered_at_last_drain = session.registered;
-    // Processes registered before the loop (`--pid`, launched commands) are new too.
-    let mut last_registered: Option<Instant> = (session.registered > 0).then(Instant::now);
+    // Processes registered before the loop (`--pid`) are new too, and so is a launched
+    // command, which discovery registers as soon as its interpreter is initialised: its first
+    // records are read within `DRAIN_INTERVAL_BUSY`, before a short program exits with them.
+    let mut last_registered: Option<Instant> =
+        (session.registered > 0 || control.child.is_some()).then(Instant::now);
     let period = control.periodic.as_ref().map(|(d, _)| *d).unwrap_or(Duration::from_secs(3600));
     let mut periodic_tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     let deadline = control.duration.map(|d| tokio::time::Instant::from_std(started + d));
