@@ -78,6 +78,9 @@ struct Run<'a> {
     /// chain walk only where the mode enables it (a frozen constant), and the workload handles
     /// no exception, so every sample must be dropped as not handling (counted in `--stats`).
     exception_mode: bool,
+    /// `--mode wall` (kernels with `bpf_loop` only): the scheduler-switch program, loaded only
+    /// in the off-CPU modes, must pass this kernel's verifier too.
+    wall_mode: bool,
 }
 
 impl Run<'_> {
@@ -91,6 +94,9 @@ impl Run<'_> {
         }
         if self.exception_mode {
             name.push_str("-exception");
+        }
+        if self.wall_mode {
+            name.push_str("-wall");
         }
         name
     }
@@ -137,19 +143,21 @@ pub(crate) fn run(p: &Paths, scope: Scope) -> Result<()> {
         let kernel = fetch_kernel(p, suite).with_context(|| format!("getting {release}'s kernel ({suite})"))?;
         let has_bpf_loop = kernel.version() >= (5, 17);
         let mut runs: Vec<Run> =
-            interpreters.iter().map(|i| Run { interpreter: i, forced_walk: None, whole_host: false, exception_mode: false }).collect();
+            interpreters.iter().map(|i| Run { interpreter: i, forced_walk: None, whole_host: false, exception_mode: false, wall_mode: false }).collect();
         // The whole host too (one event per CPU instead of per-task events).
-        runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: true, exception_mode: false });
+        runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: true, exception_mode: false, wall_mode: false });
         // `--mode exception`: its chain walk (bpf_loop, or the bounded loop without it).
-        runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: false, exception_mode: true });
+        runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: false, exception_mode: true, wall_mode: false });
         if has_bpf_loop {
             // The walk without bpf_loop, on a kernel that has it too: both walks, same checks.
             runs.extend(
                 interpreters
                     .iter()
-                    .map(|i| Run { interpreter: i, forced_walk: Some("bounded"), whole_host: false, exception_mode: false }),
+                    .map(|i| Run { interpreter: i, forced_walk: Some("bounded"), whole_host: false, exception_mode: false, wall_mode: false }),
             );
-            runs.push(Run { interpreter: &interpreters[0], forced_walk: Some("bounded"), whole_host: false, exception_mode: true });
+            runs.push(Run { interpreter: &interpreters[0], forced_walk: Some("bounded"), whole_host: false, exception_mode: true, wall_mode: false });
+            // `--mode wall` (5.17+): the scheduler-switch program is loaded only then.
+            runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: false, exception_mode: false, wall_mode: true });
         }
         let out = work.join(suite);
         fs::create_dir_all(&out)?;
@@ -171,8 +179,12 @@ pub(crate) fn run(p: &Paths, scope: Scope) -> Result<()> {
             if r.exception_mode {
                 walk.push_str(", --mode exception");
             }
+            if r.wall_mode {
+                walk.push_str(", --mode wall");
+            }
             let outcome = match &boot {
                 Ok(()) if r.exception_mode => judge_exception_mode(&out, &r.name()),
+                Ok(()) if r.wall_mode => judge_wall_mode(&out, &r.name()),
                 Ok(()) => judge(&out, &r.name(), &workload),
                 Err(e) => Err(anyhow!("{e:#}")),
             };
@@ -255,6 +267,9 @@ fn guest_script(pyperch: &Path, workload: &Path, out: &Path, runs: &[Run]) -> St
         if r.exception_mode {
             scope.push_str("--mode exception ");
         }
+        if r.wall_mode {
+            scope.push_str("--mode wall ");
+        }
         s.push_str(&format!(
             "echo \"run {name}\"
 {py} {workload} > /tmp/{name}.ready 2>&1 &
@@ -304,6 +319,26 @@ fn judge(out: &Path, name: &str, workload: &Path) -> Result<String> {
         verdict.whole_deep_samples,
         stack_check::DEPTH + 1
     ))
+}
+
+/// Reads one `--mode wall` run's results: pyperch exited 0 (both programs loaded, the
+/// scheduler-switch program verified and attached) and wrote stacks.
+fn judge_wall_mode(out: &Path, name: &str) -> Result<String> {
+    let read = |ext: &str| fs::read_to_string(out.join(format!("{name}.{ext}")));
+    let stats = read("stats").unwrap_or_default();
+    let rc = read("rc").map_err(|_| anyhow!("the guest did not finish this run (see {}/script.log)", out.display()))?;
+    if rc.trim() != "0" {
+        let last = stats.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        bail!("pyperch exited with status {}: {last}", rc.trim());
+    }
+    let collapsed = read("collapsed").context("no collapsed output")?;
+    let stacks = collapsed.lines().filter(|l| !l.trim().is_empty()).count();
+    let waits = collapsed.lines().filter(|l| l.contains("<off-cpu: ")).count();
+    // The workload spins: off-CPU stacks come only from preemption, if any.
+    if stacks == 0 {
+        bail!("no stack in the collapsed output");
+    }
+    Ok(format!("{stacks} stacks, {waits} of them off-CPU"))
 }
 
 /// Reads one `--mode exception` run's results: pyperch exited 0 (its programs loaded, the
