@@ -28,6 +28,7 @@ import time
 import traceback
 
 import walk_parts  # the sections `parts` and `idlehost` (bench/walk_parts.py)
+import first_contact  # the section `startup` (bench/first_contact.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -1156,7 +1157,7 @@ class Bench(object):
         o = self.o
         py312 = Interp(o.python_label, o.python)
         interps = discover_interps(self.rootfs)
-        sections = set(o.only.split(",")) if o.only else {"compat", "main", "control", "cpython", "allcpu", "deep", "scale", "native", "switches", "parts", "idlehost"}
+        sections = set(o.only.split(",")) if o.only else {"compat", "main", "control", "cpython", "allcpu", "deep", "scale", "native", "switches", "parts", "idlehost", "startup"}
         reps = o.reps
         if "compat" in sections:
             self.sec_compat(interps)
@@ -1198,6 +1199,8 @@ class Bench(object):
             self.sec_scale(py312, idle_interps)
         if "parts" in sections:
             walk_parts.sec_parts(sys.modules[__name__], self, py312)
+        if "startup" in sections:
+            first_contact.sec_startup(sys.modules[__name__], self, py312)
         if "idlehost" in sections:
             walk_parts.sec_idlehost(sys.modules[__name__], self, py312, [i for i in interps if not i.rootfs] or [py312])
 
@@ -1663,6 +1666,8 @@ class Report(object):
             w()
         # The kernel program part by part, and the idle host (bench/walk_parts.py).
         self.lines += walk_parts.report(sys.modules[__name__], self)
+        # Short programs (bench/first_contact.py).
+        self.lines += first_contact.report(sys.modules[__name__], self)
         # Goals (inserted near the top).
         g = self.goals_section(sums, sums315)
         self.lines[goals_at:goals_at] = g
@@ -1942,7 +1947,7 @@ def main():
     ap.add_argument("--tail", type=float, default=0.3, help="steady window ends this long before the run's end")
     ap.add_argument("--reps", type=int, default=3, help="repetitions at 1 kHz (chain, web; one fewer elsewhere)")
     ap.add_argument("--scale-reps", type=int, default=3)
-    ap.add_argument("--only", default="", help="comma list of sections: compat,main,control,cpython,allcpu,deep,scale,native,switches,parts,idlehost")
+    ap.add_argument("--only", default="", help="comma list of sections: compat,main,control,cpython,allcpu,deep,scale,native,switches,parts,idlehost,startup")
     ap.add_argument("--filter", default="", help="regex on WORKLOAD@RATE selecting the comparison groups to run")
     ap.add_argument("--quick", action="store_true", help="short runs, one repetition (for trying the harness)")
     ap.add_argument("--md", default=None,

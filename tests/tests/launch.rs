@@ -108,3 +108,51 @@ fn launch_profiles_python_children() {
         }
     }
 }
+
+/// `record --rate 1000 [EXTRA] -- PYTHON first_line.py [ARGS]` (the program ends by itself).
+fn launch_first_line(py: &Python, extra: &[&str], args: &[&str]) -> Recording {
+    let dir = WorkDir::new(py, "first-line").unwrap_or_else(|e| panic!("{e:#}"));
+    let mut argv: Vec<String> = vec!["--rate".into(), "1000".into(), "--stats".into()];
+    argv.extend(extra.iter().map(|a| a.to_string()));
+    argv.push("--".into());
+    argv.extend(py.argv().into_iter().map(|a: OsString| a.to_string_lossy().into_owned()));
+    argv.push(dir.guest_path("first_line.py"));
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    record(&argv)
+}
+
+/// Issue #26, "a launched program is sampled from its first line": a script whose first
+/// statement is a 50 ms busy loop (first_line_spin), after which it exits. The command is
+/// held before its exec until its perf events are open, and its interpreter is registered
+/// as soon as it is initialised: the loop is in the profile. Before, discovery found the
+/// interpreter on its 100 ms beat, and such a program left an empty profile.
+fn check_first_line(label: &str) {
+    let Some(py) = python(label) else {
+        return;
+    };
+    let rec = launch_first_line(&py, &[], &[]);
+    let d = rec.diag();
+    assert_eq!(rec.run.code(), Some(0), "{}: pyperch should exit with the command's status 0{d}", py.describe());
+    assert!(rec.profile.malformed.is_empty(), "malformed collapsed lines{d}");
+    assert!(
+        rec.profile.with_function("first_line_spin") > 0,
+        "{}: the first statement's busy loop (first_line_spin) is not in the profile{d}",
+        py.describe()
+    );
+}
+
+#[test]
+fn first_line_sampled_3_9() {
+    check_first_line("3.9");
+}
+
+#[test]
+fn first_line_sampled_3_12() {
+    check_first_line("3.12");
+}
+
+#[test]
+fn first_line_sampled_sid_3_15() {
+    check_first_line("sid-3.15");
+}

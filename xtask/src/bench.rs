@@ -21,6 +21,10 @@
 //! `idlehost` the early exit for unregistered processes and pyperch's CPU per second on a
 //! whole host with 50 idle Python processes.
 //!
+//! The `startup` section (`-- --only startup`, `bench/first_contact.py`) measures short
+//! programs beside `py-spy record`: start-up CPU, time to first sample after the program's
+//! first line, and samples kept during a loop of imports.
+//!
 //! See `bench/README.md` for what is measured and how to read the results.
 
 use std::{
