@@ -160,47 +160,20 @@ fn check_version(label: &str) {
     w.terminate();
 }
 
+// Three interpreters at a time (the checks are of names, not of shares of the CPU), to keep
+// nine versions within the suite's time.
+
 #[test]
-fn thread_names_3_8() {
-    check_version("3.8");
+fn thread_names_3_8_to_3_10() {
+    side_by_side(&["3.8", "3.9", "3.10"], 3, |label| check_version(label));
 }
 
 #[test]
-fn thread_names_3_9() {
-    check_version("3.9");
+fn thread_names_3_11_to_3_13() {
+    side_by_side(&["3.11", "3.12", "3.13"], 3, |label| check_version(label));
 }
 
 #[test]
-fn thread_names_3_10() {
-    check_version("3.10");
-}
-
-#[test]
-fn thread_names_3_11() {
-    check_version("3.11");
-}
-
-#[test]
-fn thread_names_3_12() {
-    check_version("3.12");
-}
-
-#[test]
-fn thread_names_3_13() {
-    check_version("3.13");
-}
-
-#[test]
-fn thread_names_sid_3_13() {
-    check_version("sid-3.13");
-}
-
-#[test]
-fn thread_names_sid_3_14() {
-    check_version("sid-3.14");
-}
-
-#[test]
-fn thread_names_sid_3_15() {
-    check_version("sid-3.15");
+fn thread_names_sid_3_13_to_3_15() {
+    side_by_side(&["sid-3.13", "sid-3.14", "sid-3.15"], 3, |label| check_version(label));
 }
