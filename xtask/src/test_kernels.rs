@@ -290,9 +290,8 @@ wait $P 2>/dev/null
     s
 }
 
-/// Reads one run's results: pyperch exited 0, every stack is one the workload can have, and
-/// enough of them are whole (all `deep` frames, through the kernel's hashed tail).
-fn judge(out: &Path, name: &str, workload: &Path) -> Result<String> {
+/// One run's `--stats` text, once the guest finished it and pyperch exited 0; else why not.
+fn finished_run(out: &Path, name: &str) -> Result<String> {
     let read = |ext: &str| fs::read_to_string(out.join(format!("{name}.{ext}")));
     let stats = read("stats").unwrap_or_default();
     let rc = read("rc").map_err(|_| anyhow!("the guest did not finish this run (see {}/script.log)", out.display()))?;
@@ -300,6 +299,14 @@ fn judge(out: &Path, name: &str, workload: &Path) -> Result<String> {
         let last = stats.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
         bail!("pyperch exited with status {}: {last}", rc.trim());
     }
+    Ok(stats)
+}
+
+/// Reads one run's results: pyperch exited 0, every stack is one the workload can have, and
+/// enough of them are whole (all `deep` frames, through the kernel's hashed tail).
+fn judge(out: &Path, name: &str, workload: &Path) -> Result<String> {
+    let read = |ext: &str| fs::read_to_string(out.join(format!("{name}.{ext}")));
+    finished_run(out, name)?;
     let collapsed = read("collapsed").context("no collapsed output")?;
     let verdict = stack_check::check(&collapsed, &workload.to_string_lossy());
     if let Some(stack) = verdict.impossible {
@@ -325,12 +332,7 @@ fn judge(out: &Path, name: &str, workload: &Path) -> Result<String> {
 /// scheduler-switch program verified and attached) and wrote stacks.
 fn judge_wall_mode(out: &Path, name: &str) -> Result<String> {
     let read = |ext: &str| fs::read_to_string(out.join(format!("{name}.{ext}")));
-    let stats = read("stats").unwrap_or_default();
-    let rc = read("rc").map_err(|_| anyhow!("the guest did not finish this run (see {}/script.log)", out.display()))?;
-    if rc.trim() != "0" {
-        let last = stats.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
-        bail!("pyperch exited with status {}: {last}", rc.trim());
-    }
+    finished_run(out, name)?;
     let collapsed = read("collapsed").context("no collapsed output")?;
     let stacks = collapsed.lines().filter(|l| !l.trim().is_empty()).count();
     let waits = collapsed.lines().filter(|l| l.contains("<off-cpu: ")).count();
@@ -346,12 +348,7 @@ fn judge_wall_mode(out: &Path, name: &str) -> Result<String> {
 /// as not handling one (its chain was walked to its end), keeping none.
 fn judge_exception_mode(out: &Path, name: &str) -> Result<String> {
     let read = |ext: &str| fs::read_to_string(out.join(format!("{name}.{ext}")));
-    let stats = read("stats").unwrap_or_default();
-    let rc = read("rc").map_err(|_| anyhow!("the guest did not finish this run (see {}/script.log)", out.display()))?;
-    if rc.trim() != "0" {
-        let last = stats.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
-        bail!("pyperch exited with status {}: {last}", rc.trim());
-    }
+    let stats = finished_run(out, name)?;
     let dropped = stats
         .lines()
         .find_map(|l| l.trim().strip_prefix("kernel --mode exception: ")?.split_whitespace().next()?.parse::<u64>().ok())
