@@ -170,14 +170,7 @@ mod tests {
             eprintln!("SKIP: no /sys/kernel/btf/vmlinux");
             return;
         };
-        let wanted = [
-            ("task_struct", "thread"),
-            ("thread_struct", "fsbase"),
-            ("task_struct", "signal"),
-            ("signal_struct", "live"),
-            ("task_struct", "pid"),
-            ("task_struct", "tgid"),
-        ];
+        let wanted = crate::loader::KERNEL_MEMBERS;
         let ours = KernelBtf::new(&bytes).unwrap().member_offsets(&wanted).unwrap();
         let btf = Btf::from_bytes(&bytes).unwrap();
         for ((s, m), ours) in wanted.iter().zip(ours) {

@@ -117,21 +117,23 @@ pub fn has_capabilities() -> bool {
     crate::privileges::missing_to_start().is_none()
 }
 
+/// The `(struct, member)` pairs whose offsets [`kernel_offsets`] reads, in the order of its
+/// results.
+pub(crate) const KERNEL_MEMBERS: [(&str, &str); 6] = [
+    ("task_struct", "thread"),
+    ("thread_struct", "fsbase"),
+    ("task_struct", "signal"),
+    ("signal_struct", "live"),
+    ("task_struct", "pid"),
+    ("task_struct", "tgid"),
+];
+
 /// Offsets of `thread.fsbase` (required), `signal` and `signal_struct.live` (optional) in
 /// `struct task_struct`, from the running kernel's BTF (one pass over it, see `kernel_btf`).
 pub fn kernel_offsets() -> Result<KernelOffsets, LoadError> {
     let bytes = fs::read(BTF_PATH).map_err(|e| LoadError::Btf(e.to_string()))?;
     let btf = crate::kernel_btf::KernelBtf::new(&bytes).map_err(|e| LoadError::Btf(e.to_string()))?;
-    let found = btf
-        .member_offsets(&[
-            ("task_struct", "thread"),
-            ("thread_struct", "fsbase"),
-            ("task_struct", "signal"),
-            ("signal_struct", "live"),
-            ("task_struct", "pid"),
-            ("task_struct", "tgid"),
-        ])
-        .map_err(|e| LoadError::Btf(e.to_string()))?;
+    let found = btf.member_offsets(&KERNEL_MEMBERS).map_err(|e| LoadError::Btf(e.to_string()))?;
     let thread_offset = found[0].ok_or(LoadError::BtfMissing("thread"))?;
     let fsbase_offset = found[1].ok_or(LoadError::BtfMissing("fsbase"))?;
     // Optional: without them the kernel program treats the group leader's exit as the

@@ -152,26 +152,7 @@ pub fn read_str<M: ReadMemory + ?Sized>(
     max_chars: usize,
     str_type: Option<u64>,
 ) -> Result<String, SymbolError> {
-    let header_len = (objects.str_length as usize + 8).max(objects.str_state as usize + 4).max(objects.ob_type as usize + 8);
-    let buf = mem.read_vec(address, header_len)?;
-    let expected = str_type.map(|a| ExpectedType { address: a, subclass_flag: TPFLAGS_UNICODE_SUBCLASS, name: "str" });
-    check_type(mem, &buf, objects, address, expected)?;
-    let header = parse_str_header(&buf, objects, address, max_chars)?;
-    let data_address = if !header.compact {
-        // PyUnicodeObject.data.any follows the compact header.
-        let pointer = mem.read_u64(address.wrapping_add(u64::from(objects.str_compact_data)))?;
-        if pointer == 0 {
-            return Err(SymbolError::BadString { address, reason: "non-compact str without data" });
-        }
-        pointer
-    } else if header.ascii {
-        address.wrapping_add(u64::from(objects.str_ascii_data))
-    } else {
-        address.wrapping_add(u64::from(objects.str_compact_data))
-    };
-    // Bounded by `parse_str_header`: length * kind <= MAX_READ.
-    let data = mem.read_vec(data_address, header.length * header.kind)?;
-    decode_chars(&data, header, address)
+    read_str_cut(mem, objects, address, max_chars, usize::MAX, str_type).map(|(text, _)| text)
 }
 
 /// Reads at most the first `max_chars` characters of the `str` object at `address` (a longer
@@ -184,14 +165,30 @@ pub fn read_str_prefix<M: ReadMemory + ?Sized>(
     max_chars: usize,
     str_type: Option<u64>,
 ) -> Result<(String, usize), SymbolError> {
+    read_str_cut(mem, objects, address, usize::MAX, max_chars, str_type)
+}
+
+/// The `str` object at `address`, refused when longer than `max_chars` (`TooLong`), its
+/// first `cut` characters read; with its full length. The one body of [`read_str`] and
+/// [`read_str_prefix`]: type, header and data checks, at most two reads (three for a
+/// non-compact string), every read bounded by `parse_str_header` (length * kind <= MAX_READ).
+fn read_str_cut<M: ReadMemory + ?Sized>(
+    mem: &M,
+    objects: &ObjectLayout,
+    address: u64,
+    max_chars: usize,
+    cut: usize,
+    str_type: Option<u64>,
+) -> Result<(String, usize), SymbolError> {
     let header_len = (objects.str_length as usize + 8).max(objects.str_state as usize + 4).max(objects.ob_type as usize + 8);
     let buf = mem.read_vec(address, header_len)?;
     let expected = str_type.map(|a| ExpectedType { address: a, subclass_flag: TPFLAGS_UNICODE_SUBCLASS, name: "str" });
     check_type(mem, &buf, objects, address, expected)?;
-    let mut header = parse_str_header(&buf, objects, address, usize::MAX)?;
+    let mut header = parse_str_header(&buf, objects, address, max_chars)?;
     let full = header.length;
-    header.length = header.length.min(max_chars);
+    header.length = header.length.min(cut);
     let data_address = if !header.compact {
+        // PyUnicodeObject.data.any follows the compact header.
         let pointer = mem.read_u64(address.wrapping_add(u64::from(objects.str_compact_data)))?;
         if pointer == 0 {
             return Err(SymbolError::BadString { address, reason: "non-compact str without data" });
