@@ -6,6 +6,9 @@
 //! `ProcessInfo`; the kernel program has no knowledge of Python versions.
 #![no_std]
 
+mod task_chain;
+pub use task_chain::*;
+
 /// Frames a sample carries in full (code, instruction offset, owner). Frames below these are
 /// only counted and hashed by the kernel; userspace completes them (see `tail_hash`).
 pub const MAX_FULL_FRAMES: usize = 64;
@@ -269,6 +272,9 @@ pub struct ProcessInfo {
     /// `code_generation::CREATED_AT`: address of the `uint32_t` counter; `FREED_IN_INTERP`:
     /// offset in `PyInterpreterState` of the `uint64_t` counter.
     pub code_generation_at: u64,
+    /// `--async`: what the kernel needs to read the running task's chain at sample time
+    /// ([`TaskChain`]); not enabled by default.
+    pub tasks: TaskLayout,
 }
 
 /// A counter in the target that changes whenever a code object may have been replaced at an
@@ -403,6 +409,9 @@ pub mod record_kind {
     pub const CPU_SAMPLE_NATIVE: u32 = 16;
     /// A [`CodeSnapshot`](super::CodeSnapshot): one code object's fields as the kernel copied them.
     pub const CODE_SNAPSHOT: u32 = 2;
+    /// A [`TaskChain`](super::TaskChain): the running asyncio task's chain, sent right before
+    /// the sample it belongs to.
+    pub const TASK_CHAIN: u32 = 3;
 }
 
 /// Why a thread left the CPU (`OffCpuInterval::reason`).

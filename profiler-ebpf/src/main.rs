@@ -28,6 +28,7 @@ mod process_events;
 mod sampling;
 mod sched_switch;
 mod switch_filter;
+mod task_chain;
 mod target_bytes;
 mod sampling_bounded;
 mod thread_state;

@@ -64,6 +64,15 @@ pub struct Scratch {
     pub gils: GilAddressCache,
 }
 
+impl Scratch {
+    /// The validation word of `entry`'s code object, computed as the walk computes its
+    /// frames' (with its caches), for frames read after the walk (`task_chain`).
+    #[inline(always)]
+    pub(crate) fn code_check_of(&mut self, entry: &FrameEntry) -> u32 {
+        walk_code_check(&self.layout, entry, &mut self.code, &mut self.code_block, &mut self.walk, &mut self.checks)
+    }
+}
+
 #[map]
 static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
 
@@ -85,6 +94,7 @@ pub fn pyperch_sample(ctx: PerfEventContext) -> u32 {
     }
     if let Some((scratch, n_full)) = walk_stages(info, tgid, tid, record_kind::CPU_SAMPLE, stop) {
         if stop == bench_stop::NONE {
+            crate::task_chain::send_chain(info, scratch);
             emit_sample(&ctx, scratch, n_full);
         }
     }

@@ -114,6 +114,8 @@ pub struct Counters {
     pub off_cpu_dropped_ns: u64,
     /// `--async`: samples shown as the running task's logical stack.
     pub async_task_stacks: u64,
+    /// Of those, stacks of an eagerly started task shown under the task that created it.
+    pub async_eager_creators: u64,
     /// `--async`: samples of a thread running a task that kept their plain stack, and why.
     pub async_misses: BTreeMap<crate::asyncio::ChainMiss, u64>,
     /// `--native`: samples whose native frames were merged with the Python frames; whose
@@ -174,6 +176,7 @@ impl Counters {
         self.off_cpu_short_ns += other.off_cpu_short_ns;
         self.off_cpu_dropped_ns += other.off_cpu_dropped_ns;
         self.async_task_stacks += other.async_task_stacks;
+        self.async_eager_creators += other.async_eager_creators;
         for (k, v) in &other.async_misses {
             *self.async_misses.entry(*k).or_default() += v;
         }
@@ -242,7 +245,11 @@ impl Counters {
             );
         }
         if self.async_task_stacks > 0 || !self.async_misses.is_empty() {
-            let _ = write!(s, "{indent}asyncio: {} task stacks; kept plain:", self.async_task_stacks);
+            let _ = write!(
+                s,
+                "{indent}asyncio: {} task stacks ({} of eager tasks under their creator); kept plain:",
+                self.async_task_stacks, self.async_eager_creators
+            );
             for miss in crate::asyncio::ChainMiss::ALL {
                 let n = self.async_misses.get(&miss).copied().unwrap_or(0);
                 let _ = write!(s, " {} {n};", miss.label());

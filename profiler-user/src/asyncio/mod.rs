@@ -8,11 +8,11 @@
 //! with that reason.
 //!
 //! Two uses:
-//! - [`AsyncReader::running_chain`], for `record --async` (and `top --async`): after a sample,
-//!   the running task of the sampled thread and the tasks awaiting it, root first. It is
-//!   accepted only when the running task's coroutine frame is one of the frames the kernel
-//!   sampled (same address, owned by a generator), and the running task and its coroutine
-//!   read the same after the awaiter chain was read; anything else is a [`ChainMiss`] and the
+//! - [`AsyncReader::kernel_layout`], for `record --async` (and `top`, `agent`): what the kernel
+//!   needs to read the sampled thread's running task and the tasks awaiting it at sample time
+//!   (`profiler_common::TaskChain`), taken apart by [`chain`] with no read of its own. A chain
+//!   is shown only when the running task's coroutine frame is one of the frames the kernel
+//!   sampled (same address, owned by a generator); anything else is a [`ChainMiss`] and the
 //!   sample keeps its plain stack.
 //! - [`AsyncReader::list_tasks`], for `dump --async`: every task of the process with its name,
 //!   who awaits it, the thread running it, and where its coroutine chain is suspended.
@@ -21,6 +21,7 @@
 //! (`MAX_*`), cycles end the walk, and nothing read here is trusted as a type without
 //! comparing type pointers.
 
+pub mod chain;
 pub mod offsets;
 
 #[cfg(test)]
@@ -28,7 +29,7 @@ mod live_tests;
 
 use std::collections::{HashMap, HashSet};
 
-use profiler_common::{FrameBytes, FrameEntry, decode_frame};
+use profiler_common::{FrameBytes, FrameEntry, TASK_READ_MAX, TaskLayout, decode_frame};
 use serde::Serialize;
 
 use crate::{
@@ -85,41 +86,35 @@ pub enum AsyncioError {
 /// Why a sample of a thread running a task keeps its plain stack (counted in `--stats`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ChainMiss {
-    /// The running task's coroutine frame is not among the frames the kernel sent in full:
-    /// the task read now is not the one sampled (or lies deeper than 64 frames).
+    /// The running task's coroutine frame is not among the frames the kernel sent in full
+    /// (it lies deeper than 64 frames, or the task's coroutine is not a Python coroutine).
     NotOnStack,
-    /// As `NotOnStack`, for a sample taken before the kernel was asked to record the running
-    /// task (the asyncio reader was not made yet): the task read afterwards is usually another
-    /// one by then. Shows how much of a recording's start went by without task stacks.
+    /// Sampled before the kernel was asked to read this process's task chains (the asyncio
+    /// reader was not made yet): how much of a recording's start went by without them.
     ReadLate,
-    /// The task or an awaiter could not be read or was not a task.
+    /// The kernel could not read the chain: a task, frame or set unreadable, an awaiter not
+    /// a task, a cycle.
     Unreadable,
-    /// The running task, or its coroutine, changed while its awaiters were read.
-    Changed,
+    /// The chain goes on beyond the kernel's bounds (`profiler_common::MAX_TASK_STEPS`...).
+    OverBudget,
+    /// A task ran but no chain record came with the sample (the ring buffer was full, or this
+    /// kernel lacks `bpf_loop` and reads no chains).
+    NoRecord,
 }
 
 impl ChainMiss {
-    pub const ALL: [ChainMiss; 4] = [ChainMiss::NotOnStack, ChainMiss::ReadLate, ChainMiss::Unreadable, ChainMiss::Changed];
+    pub const ALL: [ChainMiss; 5] =
+        [ChainMiss::NotOnStack, ChainMiss::ReadLate, ChainMiss::Unreadable, ChainMiss::OverBudget, ChainMiss::NoRecord];
 
     pub fn label(self) -> &'static str {
         match self {
             ChainMiss::NotOnStack => "running task's coroutine not among the sampled frames",
-            ChainMiss::ReadLate => "sampled before the kernel recorded running tasks, task read later not on the stack",
+            ChainMiss::ReadLate => "sampled before the kernel read task chains",
             ChainMiss::Unreadable => "task graph unreadable",
-            ChainMiss::Changed => "running task changed while read",
+            ChainMiss::OverBudget => "task graph over the read budget",
+            ChainMiss::NoRecord => "no task chain sent",
         }
     }
-}
-
-/// The logical stack of a sampled thread's running task.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RunningChain {
-    /// Index (leaf first, as the kernel sends them) of the running task's coroutine frame
-    /// among the sampled frames: it and the frames above it are the task's own.
-    pub frame_index: usize,
-    /// `task <name>` frames, root task first, the running task last. When the topmost task
-    /// read is awaited by several tasks, the first entry says so instead of a task.
-    pub tasks_root_first: Vec<String>,
 }
 
 /// One frame of a suspended coroutine chain.
@@ -211,77 +206,41 @@ impl AsyncReader {
         &self.asyncio
     }
 
-    /// The running task of thread state `tstate` and the tasks awaiting it, validated against
-    /// the sampled frames (`frames_leaf_first`: each frame's address and owner, as the kernel
-    /// sent them). `sampled_task`: the running task the kernel read at sample time (0: none),
-    /// when it was asked to (`ProcessInfo::running_task`); else it is read now, and must
-    /// still be the running one after the chain was read. `Ok(None)`: no task was running.
-    pub fn running_chain(
-        &self,
-        mem: &ProcessMemory,
-        tstate: u64,
-        sampled_task: Option<u64>,
-        frames_leaf_first: &[(u64, u8)],
-    ) -> Result<Option<RunningChain>, ChainMiss> {
-        let running_at = tstate.wrapping_add(self.asyncio.thread_running_task.into());
-        let task = match sampled_task {
-            Some(task) => task,
-            None => mem.read_u64(running_at).map_err(|_| ChainMiss::Unreadable)?,
-        };
-        if task == 0 {
-            return Ok(None);
+    /// What the kernel needs to read this process's task chains at sample time, or `None`
+    /// when a task field lies beyond what it reads of a task at once.
+    pub fn kernel_layout(&self) -> Option<TaskLayout> {
+        let a = &self.asyncio;
+        let ob_type = self.layout.objects.ob_type;
+        // The bytes of a task the fields need (the decoded offsets lie within the task's size).
+        let ends = [a.task_coro + 8, a.task_name + 8, a.task_awaited_by + 8, a.task_is_task + 1, a.task_awaited_by_is_set + 1, ob_type + 8];
+        let task_read = ends.into_iter().max()?;
+        if task_read > TASK_READ_MAX {
+            return None;
         }
-        let bytes = self.read_task(mem, task).map_err(|_| ChainMiss::Unreadable)?;
-        let coro = field_u64(&bytes, self.asyncio.task_coro as usize).unwrap_or(0);
-        if coro == 0 {
-            return Err(ChainMiss::Unreadable);
-        }
-        let frame = coro.wrapping_add(self.objects.gen_iframe.into());
-        let generator = self.layout.frame_semantics.owner_generator;
-        let frame_index = frames_leaf_first
-            .iter()
-            .position(|&(address, owner)| address == frame && Some(owner) == generator)
-            .ok_or(if sampled_task.is_some() { ChainMiss::NotOnStack } else { ChainMiss::ReadLate })?;
-        let task_type = self.ob_type(&bytes);
-        let mut names = vec![self.task_name(mem, &bytes)];
-        let mut seen = HashSet::from([task]);
-        let mut current = bytes;
-        for _ in 0..MAX_AWAIT_CHAIN {
-            let awaiters = self.awaiters(mem, &current, task_type)?;
-            match awaiters.len() {
-                0 => break,
-                1 => {
-                    let (address, next) = awaiters.into_iter().next().ok_or(ChainMiss::Unreadable)?;
-                    if !seen.insert(address) {
-                        // A cycle: not a real await chain.
-                        return Err(ChainMiss::Unreadable);
-                    }
-                    names.push(self.task_name(mem, &next));
-                    current = next;
-                }
-                n => {
-                    names.push(format!("(awaited by {n} tasks)"));
-                    break;
-                }
-            }
-        }
-        // The chain belongs to the sampled task only if the task object still holds the same
-        // coroutine (a task's coroutine never changes while it lives) and, when the running
-        // task was read now rather than by the kernel, it is still the running one.
-        let coro_again = mem.read_u64(task.wrapping_add(self.asyncio.task_coro.into())).map_err(|_| ChainMiss::Unreadable)?;
-        let again = match sampled_task {
-            Some(_) => task,
-            None => mem.read_u64(running_at).map_err(|_| ChainMiss::Unreadable)?,
-        };
-        if again != task || coro_again != coro {
-            return Err(ChainMiss::Changed);
-        }
-        let tasks_root_first = names
-            .into_iter()
-            .rev()
-            .map(|name| if name.starts_with("(awaited by") { name } else { format!("task {name}") })
-            .collect();
-        Ok(Some(RunningChain { frame_index, tasks_root_first }))
+        let state = |i: usize| self.yield_from_states.get(i).map_or(i32::MIN, |&s| i32::from(s));
+        Some(TaskLayout {
+            task_read,
+            _pad: 0,
+            task_coro: a.task_coro,
+            task_name: a.task_name,
+            task_awaited_by: a.task_awaited_by,
+            task_awaited_by_is_set: a.task_awaited_by_is_set,
+            task_is_task: a.task_is_task,
+            ob_type,
+            gen_iframe: self.objects.gen_iframe,
+            gen_frame_state: self.objects.gen_frame_state,
+            frame_stackpointer: self.objects.frame_stackpointer,
+            awaited_slot: self.awaited_slot as u32,
+            suspended_state_a: state(0),
+            suspended_state_b: state(1),
+            set_mask: self.objects.set_mask,
+            set_table: self.objects.set_table,
+        })
+    }
+
+    /// Where a coroutine's interpreter frame lies in the coroutine object.
+    pub fn coroutine_frame(&self, coro: u64) -> u64 {
+        coro.wrapping_add(self.objects.gen_iframe.into())
     }
 
     /// Every task of the process (at most `MAX_TASKS`), for `dump --async`.

@@ -456,6 +456,7 @@ impl PythonProcess {
             code_generation_kind: self.code_generation.0,
             _pad4: 0,
             code_generation_at: self.code_generation.1,
+            tasks: Default::default(),
             gc_check: self.gc.check,
             _pad3: 0,
             gc_collecting: if self.gc.check == profiler_common::gc_check::RUNTIME_FLAG {

@@ -80,17 +80,24 @@ impl Scope {
 }
 
 /// `--async`: once the target's asyncio reader exists, registers the process again so that
-/// the kernel records each sample's running task: the task that ran when the sample was
-/// taken, not when it is read. Not registered again if it exited meanwhile
-/// (`target::register`); without it, samples fall back to reading the task afterwards.
+/// the kernel reads each sample's running task and the tasks awaiting it at sample time
+/// (`profiler_common::TaskChain`): the chain as it was when the sample was taken, not when
+/// it is processed. On a kernel without `bpf_loop` only the running task is recorded (its
+/// samples keep their plain stacks, counted). Not registered again if it exited meanwhile
+/// (`target::register`).
 fn register_running_task(kernel: &KernelProgram, target: &mut Target) {
-    let Some(offset) = target.async_registration_due() else { return };
+    let Some((offset, tasks)) = target.async_registration_due() else { return };
     let mem = ProcessMemory::new(target.process.pid);
     if let Ok(info) = target.process.kernel_info(&mem) {
+        let tasks = match kernel.walk() {
+            crate::loader::Walk::BpfLoop => tasks.unwrap_or_default(),
+            crate::loader::Walk::Bounded => Default::default(),
+        };
         let info = profiler_common::ProcessInfo {
             frame: target.process.layout.kernel_frame_layout(),
             generation: target.generation,
             running_task: offset,
+            tasks,
             ..info
         };
         let _ = target::register(&kernel.registry(), &target.process, &info);
@@ -302,8 +309,9 @@ impl Session {
         self.profile.set_process(pid, label);
         let mut target = Target::new(process, exe_link, generation, self.native.clone());
         if self.async_stacks {
+            // Registered for task chains once its reader is made: right away for processes
+            // given with --pid (`resolve_async_now`), else after a sample (`process_record`).
             target.enable_async();
-            register_running_task(&self.kernel, &mut target);
         }
         if let Some(old) = self.targets.insert(pid, target) {
             self.retire(old);
@@ -483,6 +491,13 @@ impl Session {
         }
         // SAFETY: the item starts with a SampleHeader (plain data), checked for length.
         let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
+        if header.kind == record_kind::TASK_CHAIN {
+            // Kept for the sample that follows it, of the registration it was read under.
+            if let Some(target) = self.targets.get_mut(&header.tgid).filter(|t| t.generation == header.generation) {
+                target.add_task_chain(bytes);
+            }
+            return;
+        }
         if header.kind == record_kind::CODE_SNAPSHOT {
             // Only the registration it was copied under.
             match self.targets.get_mut(&header.tgid).filter(|t| t.generation == header.generation) {

@@ -14,7 +14,7 @@ use profiler_common::{
 
 use crate::{
     aggregate::{FrameId, FrameName, Profile},
-    asyncio::{AsyncReader, AsyncioError, ChainMiss},
+    asyncio::{AsyncReader, AsyncioError, ChainMiss, chain::Chain},
     completion::{TailCache, TailSource, read_code_check},
     discovery::{self, PythonProcess},
     loader::{LoadError, Registry},
@@ -66,6 +66,9 @@ pub(crate) struct Target {
     asyncio: AsyncState,
     /// Whether the kernel was asked to record the running task (once the reader exists).
     async_registered: bool,
+    /// Task chains the kernel sent, by thread, each waiting for the sample it came with
+    /// (sent right after it); at most `PENDING_CHAINS`.
+    chains: std::collections::HashMap<u32, PendingChain>,
     /// `--native` / `--kernel`: the native side of this process's samples.
     native: Option<NativeSampler>,
     /// With `native`: every interpreter frame of the sample, root first (scratch).
@@ -107,8 +110,18 @@ enum AsyncState {
     Refused,
 }
 
+/// Task chains kept waiting for their samples, per process: one per thread is all a sample
+/// needs (its chain comes right before it); more are threads whose samples were lost.
+const PENDING_CHAINS: usize = 256;
+
 /// How long a process without a loaded `_asyncio` module waits before it is looked at again.
 const ASYNC_RETRY: Duration = Duration::from_secs(1);
+
+/// A task chain the kernel sent for the sample of its thread taken at `time_ns`.
+struct PendingChain {
+    time_ns: u64,
+    chain: Result<Chain, ChainMiss>,
+}
 
 /// A symbolized code object and the validation word it had when read.
 struct CodeEntry {
@@ -173,6 +186,7 @@ impl Target {
             stack: Vec::with_capacity(64),
             asyncio: AsyncState::Off,
             async_registered: false,
+            chains: Default::default(),
             native,
             walked: Vec::new(),
             merged: Vec::new(),
@@ -180,9 +194,11 @@ impl Target {
         }
     }
 
-    /// Once per target, when the asyncio reader exists (made now if due): the offset of the running task in
-    /// thread states, for the kernel to record at sample time (`ProcessInfo::running_task`).
-    pub(super) fn async_registration_due(&mut self) -> Option<u32> {
+    /// Once per target, when the asyncio reader exists (made now if due): the offset of the
+    /// running task in thread states, for the kernel to record at sample time
+    /// (`ProcessInfo::running_task`), and what it needs to read the task chains (`None` when
+    /// this process's tasks are beyond what it reads).
+    pub(super) fn async_registration_due(&mut self) -> Option<(u32, Option<profiler_common::TaskLayout>)> {
         if self.async_registered {
             return None;
         }
@@ -190,10 +206,24 @@ impl Target {
         match &self.asyncio {
             AsyncState::Ready(reader) if !self.async_registered => {
                 self.async_registered = true;
-                Some(reader.offsets().thread_running_task)
+                Some((reader.offsets().thread_running_task, reader.kernel_layout()))
             }
             _ => None,
         }
+    }
+
+    /// Keeps a task chain record for the sample that follows it; a malformed or unfinished
+    /// one is kept as the reason that sample stays plain.
+    pub(super) fn add_task_chain(&mut self, bytes: &[u8]) {
+        if bytes.len() < profiler_common::SAMPLE_HEADER_SIZE {
+            return;
+        }
+        // SAFETY: the record starts with a SampleHeader (plain data), checked for length.
+        let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
+        if self.chains.len() >= PENDING_CHAINS && !self.chains.contains_key(&header.tid) {
+            self.chains.clear();
+        }
+        self.chains.insert(header.tid, PendingChain { time_ns: header.time_ns, chain: Chain::parse(bytes) });
     }
 
     /// Asks for asyncio task stacks (`--async`); versions before 3.14 keep plain stacks.
@@ -258,38 +288,87 @@ impl Target {
     }
 
     /// Replaces the event-loop machinery of `stack` (root first; `shown` has bit `i` set when
-    /// full frame `i`, leaf first, produced a frame of it) by the running task's chain: its
-    /// awaiting tasks root first, then the task's own frames from its coroutine's up. Leaves
-    /// the stack alone when the thread runs no task or the chain does not validate (counted).
+    /// full frame `i`, leaf first, produced a frame of it) by the running task's chain as the
+    /// kernel read it with the sample: each awaiting task root first with its coroutine frames
+    /// (where it waits), then the running task's own frames from its coroutine's up. Leaves
+    /// the stack alone when the thread runs no task or the chain is not whole (counted).
     fn apply_async(
         &mut self,
         header: &SampleHeader,
-        frames: &[(u64, u8)],
+        frames: &[FrameEntry],
         shown: u64,
         stack: &mut Vec<FrameId>,
         profile: &mut Profile,
     ) -> Result<(), FrameError> {
         let Some(reader) = self.async_reader() else { return Ok(()) };
-        let sampled = (header.running_task != RUNNING_TASK_UNKNOWN).then_some(header.running_task);
-        let chain = match reader.running_chain(&self.mem, header.thread_state, sampled, frames) {
-            Ok(Some(chain)) => chain,
-            Ok(None) => return Ok(()),
-            Err(miss) => {
-                *self.counters.async_misses.entry(miss).or_default() += 1;
-                return Ok(());
-            }
+        let pending = self.chains.remove(&header.tid).filter(|p| p.time_ns == header.time_ns);
+        let miss = |target: &mut Self, miss: ChainMiss| {
+            *target.counters.async_misses.entry(miss).or_default() += 1;
+            Ok(())
         };
-        let i = chain.frame_index;
-        if i >= 64 || shown >> i & 1 == 0 {
-            *self.counters.async_misses.entry(ChainMiss::NotOnStack).or_default() += 1;
-            return Ok(());
+        match header.running_task {
+            0 => return Ok(()),
+            RUNNING_TASK_UNKNOWN => return miss(self, ChainMiss::ReadLate),
+            _ => {}
         }
-        let mask = if i == 63 { u64::MAX } else { (1u64 << (i + 1)) - 1 };
-        let own = (shown & mask).count_ones() as usize;
-        let Some(keep_from) = stack.len().checked_sub(own) else { return Ok(()) };
-        let mut logical = Vec::with_capacity(chain.tasks_root_first.len() + own);
-        for name in chain.tasks_root_first {
-            logical.push(synthetic_frame(profile, name)?);
+        let chain = match pending.map(|p| p.chain) {
+            Some(Ok(chain)) => chain,
+            Some(Err(reason)) => return miss(self, reason),
+            None => return miss(self, ChainMiss::NoRecord),
+        };
+        // The running task's coroutine frame among the sampled ones: it and the frames above
+        // it are the task's own; below it, the loop's machinery.
+        let frame = reader.coroutine_frame(chain.running().coro);
+        let generator = self.process.layout.frame_semantics.owner_generator;
+        let Some(i) = frames.iter().position(|e| e.frame == frame && Some(e.owner) == generator) else {
+            return miss(self, ChainMiss::NotOnStack);
+        };
+        if i >= 64 || shown >> i & 1 == 0 {
+            return miss(self, ChainMiss::NotOnStack);
+        }
+        // Stack entries (root first) of the full frames up to index `j` (leaf first).
+        let entries_up_to = |j: usize| {
+            let mask = if j >= 63 { u64::MAX } else { (1u64 << (j + 1)) - 1 };
+            (shown & mask).count_ones() as usize
+        };
+        let Some(keep_from) = stack.len().checked_sub(entries_up_to(i)) else { return Ok(()) };
+        // A task awaited by no one that runs inside another coroutine's step was started
+        // eagerly (`eager_start=True`, aiohttp's request tasks): the creating task's
+        // coroutine frames and the creation call lie right below its own, and are kept
+        // under a task named by that coroutine. Below the loop's machinery, no coroutine
+        // frame lies.
+        let creator = (chain.running().awaiters == 0)
+            .then(|| creator_frames(frames, i, generator))
+            .flatten()
+            .and_then(|k| Some((k, stack.len().checked_sub(entries_up_to(k))?)));
+        let objects = self.process.layout.objects;
+        let str_type = self.process.str_type_address;
+        let mut logical = Vec::with_capacity(stack.len());
+        if let Some((k, from)) = creator {
+            let name = self.code_entry(&frames[k], frames[k].check).map(|c| c.info.qualname.to_string()).unwrap_or_else(|_| "?".into());
+            logical.push(synthetic_frame(profile, format!("task {name}"))?);
+            logical.extend_from_slice(&stack[from..keep_from]);
+            self.counters.async_eager_creators += 1;
+        }
+        for level in chain.levels().iter().rev() {
+            // The chain goes through one of several awaiters: said right before the task.
+            let awaited_by = level.task.awaiters;
+            if awaited_by > 1 {
+                logical.push(synthetic_frame(profile, format!("(awaited by {awaited_by} tasks)"))?);
+            }
+            // A task never named is shown by its coroutine, so that one task per request
+            // aggregates; the running task's coroutine frame is the sampled one.
+            let coroutine = if level.frames.is_empty() { frames[i] } else { level.frames[0] };
+            let name = match level.given_name(&objects, str_type) {
+                Some(name) => name,
+                None => self.code_entry(&coroutine, coroutine.check).map(|c| c.info.qualname.to_string()).unwrap_or_else(|_| "?".into()),
+            };
+            logical.push(synthetic_frame(profile, format!("task {name}"))?);
+            for entry in level.frames {
+                if let Some(id) = self.frame_id(entry, entry.check, profile)? {
+                    logical.push(id);
+                }
+            }
         }
         logical.extend_from_slice(&stack[keep_from..]);
         *stack = logical;
@@ -481,7 +560,7 @@ impl Target {
         self.merged = merged;
         self.walked = walked;
         if result.is_ok() && native_part.is_none() && !stack.is_empty() && matches!(self.asyncio, AsyncState::Pending { .. } | AsyncState::Ready(_)) {
-            let frames: Vec<(u64, u8)> = (0..n_full).map(|i| full(i)).map(|e| (e.frame, e.owner)).collect();
+            let frames: Vec<FrameEntry> = (0..n_full).map(full).collect();
             result = self.apply_async(header, &frames, shown, &mut stack, profile);
         }
         if result.is_ok() && threads && header.interpreter != 0 && !stack.is_empty() {
@@ -619,6 +698,16 @@ impl Target {
 }
 
 /// A frame that is not a Python function (`task <name>`, `interpreter <id>`): no file, no line.
+/// For a running task whose coroutine frame is full frame `i` (leaf first): the full frame
+/// of its creating task's coroutine when it was started eagerly, i.e. the outermost of the
+/// run of coroutine frames nearest below it (rootwards); `None` when there is none.
+fn creator_frames(frames: &[FrameEntry], i: usize, generator: Option<u8>) -> Option<usize> {
+    let is_coroutine = |e: &FrameEntry| Some(e.owner) == generator;
+    let nearest = i + 1 + frames.get(i + 1..)?.iter().position(is_coroutine)?;
+    let run = frames[nearest..].iter().take_while(|e| is_coroutine(e)).count();
+    Some(nearest + run - 1)
+}
+
 fn synthetic_frame(profile: &mut Profile, name: String) -> Result<FrameId, FrameError> {
     profile.try_intern(FrameName { function: name.into(), file: "".into(), line: 0, native: None }).ok_or(FrameError::ProfileFull)
 }
