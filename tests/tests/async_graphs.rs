@@ -40,7 +40,8 @@ fn is_task(frame: &str) -> bool {
 /// (its qualname, or one ending in `.NAME`).
 fn frame_is(name: &str, expected: &str) -> bool {
     if let Some(suffix) = expected.strip_prefix("task ~") {
-        name.strip_prefix("task ").is_some_and(|t| name_matches(t, suffix))
+        name.strip_prefix("task ")
+            .is_some_and(|t| name_matches(t, suffix))
     } else if is_task(expected) || expected.starts_with("(awaited by") {
         name == expected
     } else {
@@ -61,16 +62,28 @@ struct Leaf {
 }
 
 fn leaf(function: &'static str, alternatives: &[&[&'static str]]) -> Leaf {
-    Leaf { function, alternatives: alternatives.iter().map(|a| a.to_vec()).collect() }
+    Leaf {
+        function,
+        alternatives: alternatives.iter().map(|a| a.to_vec()).collect(),
+    }
 }
 
 /// The counts `--stats` gives in its (first, whole-run) `asyncio: ` line, by label.
 fn asyncio_stats(stderr: &str) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
-    let Some(line) = stderr.lines().find(|l| l.trim_start().starts_with("asyncio: ")) else { return out };
+    let Some(line) = stderr
+        .lines()
+        .find(|l| l.trim_start().starts_with("asyncio: "))
+    else {
+        return out;
+    };
     let line = line.trim_start().trim_start_matches("asyncio: ");
     if let Some((stacks, plain)) = line.split_once(';') {
-        if let Some(n) = stacks.split_whitespace().next().and_then(|n| n.parse().ok()) {
+        if let Some(n) = stacks
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+        {
             out.insert("task stacks".to_string(), n);
         }
         let plain = plain.trim_start().trim_start_matches("kept plain:");
@@ -89,13 +102,26 @@ fn asyncio_stats(stderr: &str) -> BTreeMap<String, u64> {
 /// Samples `--stats` says were taken before the kernel recorded running tasks (a recording's
 /// start on a loaded machine): not held against the 90 %.
 fn sampled_late(stats: &BTreeMap<String, u64>) -> u64 {
-    stats.iter().filter(|(label, _)| label.contains("sampled before")).map(|(_, n)| *n).sum()
+    stats
+        .iter()
+        .filter(|(label, _)| label.contains("sampled before"))
+        .map(|(_, n)| *n)
+        .sum()
 }
 
 fn record_mode(py: &Python, mode: &str) -> (Workload, Recording) {
     let mut w = Workload::spawn(py, SCRIPT, &[mode, "60"]).unwrap_or_else(|e| panic!("{e:#}"));
     let pid = w.pid.to_string();
-    let rec = record(&["--async", "--pid", &pid, "--duration", "4", "--rate", "199", "--stats"]);
+    let rec = record(&[
+        "--async",
+        "--pid",
+        &pid,
+        "--duration",
+        "4",
+        "--rate",
+        "199",
+        "--stats",
+    ]);
     w.terminate();
     rec.assert_ok();
     (w, rec)
@@ -123,9 +149,19 @@ fn scenario(label: &str, mode: &str, leaves: &[Leaf]) -> Option<(Python, Workloa
                 continue;
             };
             let Some(which) = l.alternatives.iter().position(|a| stack_is(&n, a)) else {
-                panic!("{}: a logical stack of {} that is none of {:?}:\n{:?}{d}", py.describe(), l.function, l.alternatives, n);
+                panic!(
+                    "{}: a logical stack of {} that is none of {:?}:\n{:?}{d}",
+                    py.describe(),
+                    l.function,
+                    l.alternatives,
+                    n
+                );
             };
-            *seen.entry(running.clone()).or_default().entry(which).or_default() += s.count;
+            *seen
+                .entry(running.clone())
+                .or_default()
+                .entry(which)
+                .or_default() += s.count;
         }
         for (task, ways) in &seen {
             assert!(
@@ -155,15 +191,39 @@ fn both(mode: &str, leaves: impl Fn() -> Vec<Leaf> + Sync) {
 }
 
 /// The three-task chain of CPython's test, root first, through the awaiter chosen.
-const TG_ROOT: [&str; 4] = ["task taskgroup_main", "taskgroup_main", "TaskGroup.__aexit__", "TaskGroup._aexit"];
-const TG_RUNNING: [&str; 6] = ["(awaited by 3 tasks)", "task c2_root", "c2", "c3", "c4", "leaf_work"];
+const TG_ROOT: [&str; 4] = [
+    "task taskgroup_main",
+    "taskgroup_main",
+    "TaskGroup.__aexit__",
+    "TaskGroup._aexit",
+];
+const TG_RUNNING: [&str; 6] = [
+    "(awaited by 3 tasks)",
+    "task c2_root",
+    "c2",
+    "c3",
+    "c4",
+    "leaf_work",
+];
 
 fn taskgroup_leaves() -> Vec<Leaf> {
     let through_root: Vec<&str> = TG_ROOT.iter().chain(&TG_RUNNING).copied().collect();
     let through = |name: &'static str| -> Vec<&'static str> {
-        TG_ROOT.iter().copied().chain([name, "c1"]).chain(TG_RUNNING.iter().copied()).collect()
+        TG_ROOT
+            .iter()
+            .copied()
+            .chain([name, "c1"])
+            .chain(TG_RUNNING.iter().copied())
+            .collect()
     };
-    vec![leaf("leaf_work", &[&through_root, &through("task sub_main_1"), &through("task sub_main_2")])]
+    vec![leaf(
+        "leaf_work",
+        &[
+            &through_root,
+            &through("task sub_main_1"),
+            &through("task sub_main_2"),
+        ],
+    )]
 }
 
 /// test_external_inspection.py `test_async_remote_stack_trace` (the `asyncio.new_event_loop`
@@ -187,7 +247,16 @@ fn async_remote_stack_trace_taskgroup_eager() {
 #[test]
 fn asyncgen_remote_stack_trace() {
     both("asyncgen", || {
-        vec![leaf("leaf_work", &[&["task asyncgen_main", "asyncgen_main", "gen", "gen_nested_call", "leaf_work"]])]
+        vec![leaf(
+            "leaf_work",
+            &[&[
+                "task asyncgen_main",
+                "asyncgen_main",
+                "gen",
+                "gen_nested_call",
+                "leaf_work",
+            ]],
+        )]
     });
 }
 
@@ -196,7 +265,17 @@ fn asyncgen_remote_stack_trace() {
 #[test]
 fn async_gather_remote_stack_trace() {
     both("gather", || {
-        vec![leaf("leaf_work", &[&["task gather_main", "gather_main", "task gather_c1", "gather_c1", "deep", "leaf_work"]])]
+        vec![leaf(
+            "leaf_work",
+            &[&[
+                "task gather_main",
+                "gather_main",
+                "task gather_c1",
+                "gather_c1",
+                "deep",
+                "leaf_work",
+            ]],
+        )]
     });
 }
 
@@ -252,7 +331,16 @@ fn async_global_awaited_by() {
 #[test]
 fn async_awaited_by_skips_set_tombstones() {
     both("tombstone", || {
-        vec![leaf("leaf_work", &[&["task remaining", "sleep", "task victim", "tombstone_main", "leaf_work"]])]
+        vec![leaf(
+            "leaf_work",
+            &[&[
+                "task remaining",
+                "sleep",
+                "task victim",
+                "tombstone_main",
+                "leaf_work",
+            ]],
+        )]
     });
 }
 
@@ -264,8 +352,26 @@ fn async_awaited_by_skips_set_tombstones() {
 fn async_remote_stack_trace_from_non_main_thread() {
     both("thread_loop", || {
         vec![
-            leaf("worker_leaf", &[&["task worker_main", "worker_main", "task worker task", "worker_task", "worker_leaf"]]),
-            leaf("main_leaf", &[&["task thread_loop_main", "thread_loop_main", "task main side", "main_side", "main_leaf"]]),
+            leaf(
+                "worker_leaf",
+                &[&[
+                    "task worker_main",
+                    "worker_main",
+                    "task worker task",
+                    "worker_task",
+                    "worker_leaf",
+                ]],
+            ),
+            leaf(
+                "main_leaf",
+                &[&[
+                    "task thread_loop_main",
+                    "thread_loop_main",
+                    "task main side",
+                    "main_side",
+                    "main_leaf",
+                ]],
+            ),
         ]
     });
 }
@@ -273,7 +379,10 @@ fn async_remote_stack_trace_from_non_main_thread() {
 /// The line of the workload holding `marker`.
 fn marker_line(marker: &str) -> u32 {
     let text = std::fs::read_to_string(workload_source(SCRIPT)).expect("cannot read the workload");
-    let at = text.lines().position(|l| l.contains(marker)).unwrap_or_else(|| panic!("no {marker:?} in {SCRIPT}"));
+    let at = text
+        .lines()
+        .position(|l| l.contains(marker))
+        .unwrap_or_else(|| panic!("no {marker:?} in {SCRIPT}"));
     at as u32 + 1
 }
 
@@ -289,12 +398,31 @@ fn async_eager_task_in_its_creators_step() {
     side_by_side(&VERSIONS, 2, |label| {
         let leaves = vec![leaf(
             "leaf_work",
-            &[&["task eager_main", "eager_main", "task conn", "serve_conn", "task handle", "handle", "leaf_work"]],
+            &[&[
+                "task eager_main",
+                "eager_main",
+                "task conn",
+                "serve_conn",
+                "task handle",
+                "handle",
+                "leaf_work",
+            ]],
         )];
-        let Some((py, w, rec)) = scenario(label, "eager_step", &leaves) else { return };
+        let Some((py, w, rec)) = scenario(label, "eager_step", &leaves) else {
+            return;
+        };
         let d = format!("\n{} mode eager_step{}", py.describe(), rec.diag_pid(w.pid));
-        let logical = rec.profile.for_pid(w.pid).filter(|s| s.has_function("leaf_work") && names(s).iter().any(|f| is_task(f)));
-        let on = |line: u32| logical.count(|s| s.python_frames().iter().any(|f| f.is("handle") && f.line == Some(line)));
+        let logical = rec
+            .profile
+            .for_pid(w.pid)
+            .filter(|s| s.has_function("leaf_work") && names(s).iter().any(|f| is_task(f)));
+        let on = |line: u32| {
+            logical.count(|s| {
+                s.python_frames()
+                    .iter()
+                    .any(|f| f.is("handle") && f.line == Some(line))
+            })
+        };
         let (at_eager, at_own) = (on(eager), on(own));
         assert!(
             at_eager * 5 >= logical.total() && at_own * 5 >= logical.total(),
@@ -337,8 +465,21 @@ fn async_frame_ordering() {
 #[test]
 fn async_diamond_multiple_parents() {
     both("diamond", || {
-        let via = |task: &'static str, frame: &'static str, leaf_task: &'static str| -> Vec<&'static str> {
-            vec!["task diamond_main", "diamond_main", task, frame, "(awaited by 2 tasks)", leaf_task, "converge", "slices", "leaf_work"]
+        let via = |task: &'static str,
+                   frame: &'static str,
+                   leaf_task: &'static str|
+         -> Vec<&'static str> {
+            vec![
+                "task diamond_main",
+                "diamond_main",
+                task,
+                frame,
+                "(awaited by 2 tasks)",
+                leaf_task,
+                "converge",
+                "slices",
+                "leaf_work",
+            ]
         };
         // X and Y run the same function: one Leaf whose alternatives name the task (the
         // same-awaiter rule holds per running task).
@@ -363,15 +504,30 @@ fn async_cycle_detection() {
         let Some(py) = python(label) else { return };
         let (w, rec) = record_mode(&py, "cycle");
         let d = format!("\n{} mode cycle{}", py.describe(), rec.diag_pid(w.pid));
-        let samples = rec.profile.for_pid(w.pid).filter(|s| s.has_function("leaf_work"));
+        let samples = rec
+            .profile
+            .for_pid(w.pid)
+            .filter(|s| s.has_function("leaf_work"));
         assert!(samples.total() > 0, "no sample in leaf_work{d}");
         for s in &samples.stacks {
             let n = names(s);
-            assert!(!n.iter().any(|f| is_task(f)), "{}: a task chain shown for a graph without a root: {n:?}{d}", py.describe());
+            assert!(
+                !n.iter().any(|f| is_task(f)),
+                "{}: a task chain shown for a graph without a root: {n:?}{d}",
+                py.describe()
+            );
         }
         let stats = asyncio_stats(&rec.run.stderr);
-        let counted: u64 = stats.iter().filter(|(k, _)| *k != "task stacks").map(|(_, n)| *n).sum();
-        assert!(counted > 0, "{}: the plain samples are not counted in --stats ({stats:?}){d}", py.describe());
+        let counted: u64 = stats
+            .iter()
+            .filter(|(k, _)| *k != "task stacks")
+            .map(|(_, n)| *n)
+            .sum();
+        assert!(
+            counted > 0,
+            "{}: the plain samples are not counted in --stats ({stats:?}){d}",
+            py.describe()
+        );
     });
 }
 
@@ -414,7 +570,11 @@ fn forged_chain_is_whole(n: &[String]) -> bool {
     for i in (0..256).rev() {
         want.push("(awaited by 1201 tasks)".into());
         want.push(format!("task link_{i}"));
-        want.push(if i == 0 { "bottom".into() } else { "link".into() });
+        want.push(if i == 0 {
+            "bottom".into()
+        } else {
+            "link".into()
+        });
     }
     want.push("leaf_work".into());
     n.len() == want.len() && n.iter().zip(&want).all(|(a, b)| frame_is(a, b))
@@ -422,7 +582,11 @@ fn forged_chain_is_whole(n: &[String]) -> bool {
 
 /// Kept-plain counts of `--stats` that say the graph was over the read budget.
 fn over_budget(stats: &BTreeMap<String, u64>) -> u64 {
-    stats.iter().filter(|(k, _)| k.contains("budget") || k.contains("limit")).map(|(_, n)| *n).sum()
+    stats
+        .iter()
+        .filter(|(k, _)| k.contains("budget") || k.contains("limit"))
+        .map(|(_, n)| *n)
+        .sum()
 }
 
 fn forged(label: &str) {
@@ -433,11 +597,28 @@ fn forged(label: &str) {
     // Everything is measured first (and reported), then judged.
     // 1. `--async --duration 3` (the run's own timeout is 63 s).
     let started = Instant::now();
-    let (rec, async_cpu) = record_with_cpu(&["--async", "--pid", &pid, "--duration", "3", "--rate", "199", "--stats"]);
+    let (rec, async_cpu) = record_with_cpu(&[
+        "--async",
+        "--pid",
+        &pid,
+        "--duration",
+        "3",
+        "--rate",
+        "199",
+        "--stats",
+    ]);
     let async_wall = started.elapsed();
 
     // 2. SIGTERM 1 s into sampling.
-    let run = RecordRun::start(&["--async", "--pid", &pid, "--duration", "30", "--rate", "199"]);
+    let run = RecordRun::start(&[
+        "--async",
+        "--pid",
+        &pid,
+        "--duration",
+        "30",
+        "--rate",
+        "199",
+    ]);
     let sampling = run.wait_until_sampling(Duration::from_secs(30));
     std::thread::sleep(Duration::from_secs(1));
     // SAFETY: kill(2) of the pyperch this test started.
@@ -448,14 +629,19 @@ fn forged(label: &str) {
 
     // 3. The same process without --async, for the report (no assertion on time).
     let started = Instant::now();
-    let (plain, plain_cpu) = record_with_cpu(&["--pid", &pid, "--duration", "3", "--rate", "199", "--stats"]);
+    let (plain, plain_cpu) =
+        record_with_cpu(&["--pid", &pid, "--duration", "3", "--rate", "199", "--stats"]);
     let plain_wall = started.elapsed();
     w.terminate();
 
     let stats = asyncio_stats(&rec.run.stderr);
     let budget = over_budget(&stats);
     let reads = |stderr: &str| -> String {
-        stderr.lines().find(|l| l.contains("target memory:")).map(|l| l.trim().to_string()).unwrap_or_default()
+        stderr
+            .lines()
+            .find(|l| l.contains("target memory:"))
+            .map(|l| l.trim().to_string())
+            .unwrap_or_default()
     };
     note(format!(
         "{}: forged graph, --async --duration 3: {:.2} s wall, {:.2} s pyperch CPU, {} samples, {budget} over budget; {}; \
@@ -474,17 +660,23 @@ fn forged(label: &str) {
 
     let d = format!("\n{} forged graph{}", py.describe(), rec.diag_pid(w.pid));
     rec.assert_ok();
-    let samples = rec.profile.for_pid(w.pid).filter(|s| s.has_function("leaf_work"));
+    let samples = rec
+        .profile
+        .for_pid(w.pid)
+        .filter(|s| s.has_function("leaf_work"));
     assert!(samples.total() > 0, "no sample in leaf_work{d}");
-    let mut plain_samples = 0;
-    for s in &samples.stacks {
+    // Any stack of the process with task frames (not only the leaf's) must be the whole chain.
+    for s in &rec.profile.for_pid(w.pid).stacks {
         let n = names(s);
         if n.iter().any(|f| is_task(f)) {
-            assert!(forged_chain_is_whole(&n), "{}: a wrong chain for the forged graph: {n:?}{d}", py.describe());
-        } else {
-            plain_samples += s.count;
+            assert!(
+                forged_chain_is_whole(&n),
+                "{}: a wrong chain for the forged graph: {n:?}{d}",
+                py.describe()
+            );
         }
     }
+    let plain_samples = samples.count(|s| !names(s).iter().any(|f| is_task(f)));
     // A reader whose budget holds the whole chain may show it; every sample it keeps plain
     // must be counted, as over the budget.
     assert!(
@@ -495,9 +687,15 @@ fn forged(label: &str) {
     );
     let dt = format!("\n{} forged graph, SIGTERM{}", py.describe(), term.diag());
     assert!(sampling, "pyperch did not start sampling{dt}");
-    assert!(!term.run.timed_out(), "pyperch did not exit after SIGTERM{dt}");
+    assert!(
+        !term.run.timed_out(),
+        "pyperch did not exit after SIGTERM{dt}"
+    );
     // Bound: 1 s, plus 3 s of slack for writing the output on a loaded 2-core machine.
-    assert!(to_exit < Duration::from_secs(4), "pyperch took {to_exit:?} to exit after SIGTERM (bound 1 s + 3 s slack){dt}");
+    assert!(
+        to_exit < Duration::from_secs(4),
+        "pyperch took {to_exit:?} to exit after SIGTERM (bound 1 s + 3 s slack){dt}"
+    );
     plain.assert_ok();
 }
 
