@@ -328,6 +328,7 @@ fn server_under_load(label: &str, app: App) {
         p.unaggregated,
         p.wrong,
     ));
+    note(format!("load: {load_done}"));
     for e in &p.examples {
         note(format!("pyperch example: {e}"));
     }
