@@ -1,6 +1,7 @@
 //! The end-to-end tests' fixtures: the Debian sid root filesystem (python3.13-3.15, built
 //! from the machine's own apt mirror), the test venv (protobuf, grpcio-tools, perfetto,
-//! opentelemetry-proto), and the programs some tests need from Debian or npm (a C compiler,
+//! opentelemetry-proto), real asyncio servers (aiohttp, uvicorn, Starlette) for the sid
+//! pythons 3.14/3.15, and the programs some tests need from Debian or npm (a C compiler,
 //! Go, openssl, Chromium, speedscope). Each is installed only when missing.
 
 use std::{
@@ -405,4 +406,135 @@ pub(crate) fn setup_viewers(p: &Paths) {
         Ok(()) => warn(format!("npm installed speedscope but {} has no index.html; the viewer tests that need it skip", app.display())),
         Err(err) => warn(format!("{err:#}; the viewer tests that need speedscope skip")),
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// test fixtures: real asyncio servers for the sid pythons (tests/tests/async_servers.rs)
+// ---------------------------------------------------------------------------------------
+
+/// The PyPI releases tests/tests/async_servers.rs runs as real servers (aiohttp; uvicorn
+/// with Starlette) and every dependency they import on 3.14/3.15, each pinned, installed
+/// without dependency resolution so that nothing unpinned comes in. Every one has a cp314
+/// and a cp315 wheel (or a pure one), so the C extensions (aiohttp's HTTP parser, multidict,
+/// yarl, frozenlist, propcache) are the ones users get. Move the pins together.
+pub(crate) const SERVER_PACKAGES: [&str; 15] = [
+    "aiohttp==3.14.5",
+    "aiohappyeyeballs==2.7.1",
+    "aiosignal==1.4.0",
+    "attrs==26.1.0",
+    "frozenlist==1.8.0",
+    "multidict==7.2.1",
+    "propcache==0.5.4",
+    "yarl==1.25.1",
+    "idna==3.20",
+    "uvicorn==0.54.0",
+    "click==8.5.1",
+    "h11==0.16.0",
+    "starlette==1.10.0",
+    "anyio==4.16.0",
+    "typing_extensions==4.16.0",
+];
+
+/// The sid interpreters the servers are installed for (asyncio task stacks need 3.14+).
+pub(crate) const SERVER_PYTHONS: [&str; 2] = ["python3.14", "python3.15"];
+
+/// The directory inside the sid rootfs, as its `python` sees it, that holds the server
+/// packages for `python` (a name of [`SERVER_PYTHONS`]); the tests put it on `PYTHONPATH`.
+/// Keep in step with tests/tests/async_servers.rs.
+pub(crate) fn server_packages_dir(python: &str) -> String {
+    format!("/opt/pyperch-servers/{python}")
+}
+
+/// The file in each server packages directory that lists the pins it was installed with.
+const SERVER_PINS_FILE: &str = "pyperch-pins.txt";
+
+/// Makes sure every interpreter of [`SERVER_PYTHONS`] in the sid rootfs can import the
+/// pinned [`SERVER_PACKAGES`] from [`server_packages_dir`] (there is no pip inside the
+/// rootfs: the test venv's pip fetches the wheels for the target's version and ABI with
+/// `--target`). Idempotent: a directory whose pins file matches and whose interpreter imports
+/// the servers is kept. A failure only makes the server tests skip.
+pub(crate) fn setup_server_packages(p: &Paths, rootfs: Option<&Path>) {
+    let Some(rootfs) = rootfs else { return };
+    let pip_python = p.cache.join("test-venv/bin/python");
+    let pins = SERVER_PACKAGES.join("\n") + "\n";
+    for python in SERVER_PYTHONS {
+        if !rootfs.join("usr/bin").join(python).exists() {
+            continue;
+        }
+        let guest = server_packages_dir(python);
+        let dir = rootfs.join(guest.trim_start_matches('/'));
+        if fs::read_to_string(dir.join(SERVER_PINS_FILE)).is_ok_and(|t| t == pins)
+            && servers_importable(rootfs, python, &guest)
+        {
+            step(format!("server packages for sid {python}: present ({})", dir.display()));
+            continue;
+        }
+        step(format!(
+            "server packages for sid {python}: installing {} (and their pinned dependencies) into {}",
+            SERVER_PACKAGES.iter().filter(|s| ["aiohttp", "uvicorn", "starlette"].iter().any(|n| s.starts_with(&format!("{n}==")))).copied().collect::<Vec<_>>().join(", "),
+            dir.display()
+        ));
+        if let Err(err) = install_server_packages(&pip_python, rootfs, python, &dir, &pins) {
+            warn(format!("{err:#}; the real-server tests (tests/tests/async_servers.rs) skip on sid {python}"));
+        }
+    }
+}
+
+/// Whether `chroot ROOTFS /usr/bin/PYTHON` imports the servers with `PYTHONPATH=GUEST`.
+fn servers_importable(rootfs: &Path, python: &str, guest: &str) -> bool {
+    Command::new("chroot")
+        .arg(rootfs)
+        .arg(format!("/usr/bin/{python}"))
+        .args(["-c", "import aiohttp.web, uvicorn, starlette.applications, anyio"])
+        .env("PYTHONPATH", guest)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Installs the pins into a fresh directory next to `dir`, checks the interpreter imports
+/// them from there, then puts it in place of `dir`.
+fn install_server_packages(pip_python: &Path, rootfs: &Path, python: &str, dir: &Path, pins: &str) -> Result<()> {
+    if !is_root() {
+        bail!("chroot needs root");
+    }
+    if !pip_python.is_file() {
+        bail!("{} (the test venv, whose pip installs them) is missing", pip_python.display());
+    }
+    let version = python.trim_start_matches("python");
+    let abi = format!("cp{}", version.replace('.', ""));
+    let parent = dir.parent().ok_or_else(|| anyhow!("{} has no parent directory", dir.display()))?;
+    fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    let tmp = parent.join(format!("{python}.partial-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&tmp);
+    let result = (|| -> Result<()> {
+        run_checked(
+            Command::new(pip_python)
+                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--only-binary=:all:"])
+                .args(["--python-version", version, "--implementation", "cp", "--abi", &abi])
+                .args(["--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64"])
+                .arg("--target")
+                .arg(&tmp)
+                .args(SERVER_PACKAGES),
+            &format!("installing the server packages for {python}"),
+        )?;
+        let guest_tmp = Path::new("/").join(tmp.strip_prefix(rootfs).context("the packages directory is outside the rootfs")?);
+        if !servers_importable(rootfs, python, &guest_tmp.to_string_lossy()) {
+            bail!("sid {python} cannot import aiohttp, uvicorn and starlette from {}", tmp.display());
+        }
+        fs::write(tmp.join(SERVER_PINS_FILE), pins).with_context(|| format!("cannot write into {}", tmp.display()))?;
+        if dir.exists() {
+            fs::remove_dir_all(dir).with_context(|| format!("cannot remove the stale {}", dir.display()))?;
+        }
+        fs::rename(&tmp, dir).with_context(|| format!("cannot rename {} to {}", tmp.display(), dir.display()))?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = fs::remove_dir_all(&tmp);
+    } else {
+        step(format!("server packages for sid {python}: ready"));
+    }
+    result
 }

@@ -5,7 +5,8 @@
 //! - `build`  setup, then `cargo build --release -p profiler-user` (→ `target/release/pyperch`).
 //! - `run -- ARGS`  build, then run `target/release/pyperch ARGS` (its exit status is ours).
 //! - `test [-- FILTER...]`  setup, test fixtures (the Debian sid root filesystem with
-//!   python3.13/3.14/3.15), build, unit tests, then the end-to-end tests serially; then the
+//!   python3.13/3.14/3.15, and pinned aiohttp/uvicorn/Starlette for its 3.14 and 3.15), build,
+//!   unit tests, then the end-to-end tests serially; then the
 //!   forged-memory tests again against pyperch built with overflow checks (`release-checked`
 //!   profile, `target/release-checked/pyperch`), when the filters select them.
 //! - `fixtures`  only the test fixtures (the sid rootfs), created when missing.
@@ -386,6 +387,7 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     setup(p)?;
     let rootfs = setup_test_fixtures(p);
     setup_test_venv(p);
+    setup_server_packages(p, rootfs.as_deref());
     setup_c_compiler();
     setup_go();
     setup_viewers(p);
