@@ -759,6 +759,7 @@ mod pod {
     unsafe impl aya::Pod for super::ProcessInfo {}
     unsafe impl aya::Pod for super::SampleHeader {}
     unsafe impl aya::Pod for super::FrameEntry {}
+    unsafe impl aya::Pod for super::CoroutineKey {}
     unsafe impl aya::Pod for super::ThreadSwitch {}
     unsafe impl aya::Pod for super::NativeTrailer {}
 }

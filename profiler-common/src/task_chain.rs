@@ -23,7 +23,7 @@ pub const MAX_TASK_FRAMES: usize = 48;
 pub const MAX_TASK_SET_SLOTS: u64 = 128;
 /// Steps of one chain's read (see the module's doc).
 pub const MAX_TASK_STEPS: u32 = 512;
-/// Bytes of a task object read at once at most (`TaskLayout::task_read`).
+/// Bytes of a task object the chain's fields may lie in (`TaskLayout::task_read`).
 pub const TASK_READ_MAX: u32 = 256;
 /// Bytes of a task's name object copied (its header and the first characters).
 pub const TASK_NAME_BYTES: usize = 128;
@@ -36,8 +36,8 @@ pub const SET_SLOTS_PER_READ: usize = 8;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskLayout {
-    /// Bytes of a task object read at once (at most `TASK_READ_MAX`): every task field used
-    /// lies within them. 0 (the default): no chain is read.
+    /// Bytes of a task object the fields below lie in (at most `TASK_READ_MAX`; the kernel
+    /// reads each field on its own). 0 (the default): no chain is read.
     pub task_read: u32,
     pub _pad: u32,
     /// In the task object.
@@ -64,6 +64,9 @@ pub struct TaskLayout {
     /// In a set object: `mask` and `table`.
     pub set_mask: u32,
     pub set_table: u32,
+    /// `FrameEntry::owner` of a frame owned by a generator or coroutine.
+    pub owner_generator: u32,
+    pub _pad2: u32,
 }
 
 /// How a chain's read ended (`TaskChain::status`).
@@ -91,8 +94,32 @@ pub struct TaskLevel {
     /// This task's coroutine frames in `TaskChain::frames`, after those of the levels below
     /// (awaiting tasks only: the running task's frames are the sample's own), its
     /// coroutine's frame first and the innermost awaiting coroutine's last.
-    pub n_frames: u32,
+    pub n_frames: u16,
+    /// Bits of `task_level_flags`.
+    pub flags: u16,
 }
+
+/// Bits of `TaskLevel::flags`.
+pub mod task_level_flags {
+    /// The running task was started eagerly inside the step of the next level's task (it is
+    /// awaited by no one yet): that task's coroutine frames are the sampled ones below it.
+    pub const CREATED_EAGERLY: u16 = 1;
+}
+
+/// Key of the kernel's map from coroutines to the tasks that drive them, which userspace
+/// fills from each `--async` process's task lists (`TASK_OF_COROUTINE`): how the task that
+/// eagerly started the running one is found. A hit is used only once the task it names is
+/// read at sample time and drives that coroutine.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CoroutineKey {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub coro: u64,
+}
+
+/// Entries of that map.
+pub const TASK_INDEX_SLOTS: u32 = 65536;
 
 /// A `record_kind::TASK_CHAIN` record: level 0 is the running task (`SampleHeader::
 /// running_task`), each next level a task awaiting the one before.
@@ -115,6 +142,6 @@ pub struct TaskChain {
 
 pub const TASK_CHAIN_SIZE: usize = core::mem::size_of::<TaskChain>();
 const _: () = assert!(core::mem::size_of::<TaskLevel>() == 32);
-const _: () = assert!(core::mem::size_of::<TaskLayout>() == 64);
+const _: () = assert!(core::mem::size_of::<TaskLayout>() == 72);
 const _: () =
     assert!(TASK_CHAIN_SIZE == crate::SAMPLE_HEADER_SIZE + 16 + 32 * 16 + 128 * 16 + 32 * 48);

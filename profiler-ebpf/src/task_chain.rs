@@ -11,20 +11,19 @@
 use core::ffi::c_void;
 
 use aya_ebpf::{
-    helpers::{bpf_probe_read_user, generated},
+    helpers::generated,
     macros::map,
-    maps::PerCpuArray,
+    maps::{LruHashMap, PerCpuArray},
 };
 use profiler_common::{
-    FrameBytes, FrameEntry, MAX_TASK_FRAMES, MAX_TASK_LEVELS, MAX_TASK_SET_SLOTS, MAX_TASK_STEPS,
-    ProcessInfo, SET_SLOTS_PER_READ, TASK_NAME_BYTES, TaskChain, TaskLayout, record_kind,
-    task_chain_status,
+    CoroutineKey, FrameBytes, FrameEntry, MAX_FULL_FRAMES, MAX_TASK_FRAMES, MAX_TASK_LEVELS, MAX_TASK_SET_SLOTS,
+    MAX_TASK_STEPS, ProcessInfo, SET_SLOTS_PER_READ, TASK_INDEX_SLOTS, TASK_NAME_BYTES, TaskChain, TaskLayout,
+    record_kind, task_chain_status, task_level_flags,
 };
 
 use crate::frame_walk::{read_frame, read_u64};
 use crate::maps::output_record;
 use crate::sampling::Scratch;
-use crate::target_bytes::TargetBytes;
 
 /// What the next step does.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -33,7 +32,8 @@ enum Phase {
     Task = 0,
     Frames = 1,
     Set = 2,
-    Done = 3,
+    Creator = 3,
+    Done = 4,
 }
 
 /// Per-CPU: the record being built and the read's state.
@@ -53,12 +53,20 @@ pub struct ChainScratch {
     /// `Phase::Set`: the table, its slots, the next slot, live tasks so far and the lowest.
     table: u64,
     slots: u64,
+    /// The level of the task that eagerly started the running one (0: none).
+    creator_level: u64,
+    /// `Phase::Set`: the slots read by the last step (key, hash).
+    keys: [u64; 2 * SET_SLOTS_PER_READ],
     slot: u64,
     live: u64,
     best: u64,
-    task_bytes: TargetBytes<{ 256 + 8 }>,
     frame_bytes: FrameBytes,
 }
+
+/// Coroutine → the task driving it, per process, as userspace last listed them
+/// (`profiler_common::CoroutineKey`).
+#[map]
+static TASK_OF_COROUTINE: LruHashMap<CoroutineKey, u64> = LruHashMap::with_max_entries(TASK_INDEX_SLOTS, 0);
 
 #[map]
 static CHAIN_SCRATCH: PerCpuArray<ChainScratch> = PerCpuArray::with_max_entries(1, 0);
@@ -96,6 +104,7 @@ pub fn send_chain(info: &ProcessInfo, sample: &mut Scratch) {
     s.chain.steps = 0;
     s.phase = Phase::Task;
     s.level = 0;
+    s.creator_level = 0;
     s.task = task;
     let mut context = LoopContext {
         chain: s as *mut ChainScratch,
@@ -128,6 +137,7 @@ extern "C" fn step_callback(_index: u64, context: *mut c_void) -> i64 {
         Phase::Task => task_step(s, &info.tasks),
         Phase::Frames => frame_step(s, sample, info),
         Phase::Set => set_step(s, &info.tasks),
+        Phase::Creator => creator_step(s, sample, info),
         Phase::Done => false,
     };
     if go_on { 0 } else { 1 }
@@ -154,12 +164,10 @@ fn task_step(s: &mut ChainScratch, l: &TaskLayout) -> bool {
             return finish(s, task_chain_status::CYCLE);
         }
     }
-    if !s.task_bytes.read(task, l.task_read as u64) {
-        return finish(s, task_chain_status::UNREADABLE);
-    }
-    let b = &s.task_bytes;
-    let byte = |offset: u32| b.u32_at(task.wrapping_add(offset as u64)).map(|v| v & 0xff);
-    let word = |offset: u32| b.u64_at(task.wrapping_add(offset as u64));
+    // One read per field: a span read at once would be served through an offset the
+    // compiler proves in bounds but older verifiers (6.1) cannot follow.
+    let byte = |offset: u32| read_u8(task.wrapping_add(offset as u64)).map(u32::from);
+    let word = |offset: u32| read_word(task.wrapping_add(offset as u64));
     let (Some(is_task), Some(ty), Some(coro), Some(name), Some(by), Some(is_set)) = (
         byte(l.task_is_task),
         word(l.ob_type),
@@ -182,14 +190,16 @@ fn task_step(s: &mut ChainScratch, l: &TaskLayout) -> bool {
     entry.name = name;
     entry.awaiters = 0;
     entry.n_frames = 0;
+    entry.flags = 0;
     if let Some(bytes) = s.chain.names.get_mut(level) {
         copy_name(bytes, name);
     }
     s.chain.n_levels = level as u32 + 1;
     s.awaited_by = by;
     s.awaited_by_is_set = is_set as u64;
-    if level == 0 {
-        // The running task's own frames are the sample's.
+    if level == 0 || level as u64 == s.creator_level {
+        // The running task's own frames are the sample's, and so are those of the task
+        // that started it eagerly.
         return next_level(s, l);
     }
     s.coro = coro;
@@ -245,19 +255,19 @@ fn write_word(bytes: &mut [u8; TASK_NAME_BYTES], i: usize, value: u64) {
 #[inline(always)]
 fn next_level(s: &mut ChainScratch, l: &TaskLayout) -> bool {
     let by = s.awaited_by;
+    if by == 0 && s.level == 0 {
+        // Awaited by no one: the running task may have been started eagerly in another
+        // task's step.
+        s.phase = Phase::Creator;
+        return true;
+    }
     if by == 0 {
         return finish(s, task_chain_status::COMPLETE);
     }
     if s.awaited_by_is_set == 0 {
         return to_awaiter(s, by, 1);
     }
-    // SAFETY: bpf_probe_read_user tolerates any address.
-    let (Ok(mask), Ok(table)) = (unsafe {
-        (
-            bpf_probe_read_user((by + l.set_mask as u64) as *const u64),
-            bpf_probe_read_user((by + l.set_table as u64) as *const u64),
-        )
-    }) else {
+    let (Some(mask), Some(table)) = (read_word(by.wrapping_add(l.set_mask as u64)), read_word(by.wrapping_add(l.set_table as u64))) else {
         return finish(s, task_chain_status::UNREADABLE);
     };
     let slots = mask.wrapping_add(1);
@@ -291,14 +301,20 @@ fn to_awaiter(s: &mut ChainScratch, task: u64, awaiters: u32) -> bool {
 /// Reads eight slots of the awaiter set: live entries whose key is a task.
 #[inline(always)]
 fn set_step(s: &mut ChainScratch, l: &TaskLayout) -> bool {
-    // SAFETY: bpf_probe_read_user tolerates any address.
-    let Ok(keys) = (unsafe {
-        bpf_probe_read_user((s.table + s.slot * 16) as *const [u64; 2 * SET_SLOTS_PER_READ])
-    }) else {
-        return finish(s, task_chain_status::UNREADABLE);
+    s.keys = [0; 2 * SET_SLOTS_PER_READ];
+    // SAFETY: the helper writes at most the size of `keys` into it.
+    let ret = unsafe {
+        generated::bpf_probe_read_user(
+            s.keys.as_mut_ptr() as *mut c_void,
+            (16 * SET_SLOTS_PER_READ) as u32,
+            s.table.wrapping_add(s.slot * 16) as *const c_void,
+        )
     };
+    if ret != 0 {
+        return finish(s, task_chain_status::UNREADABLE);
+    }
     for i in 0..SET_SLOTS_PER_READ {
-        let (key, hash) = (keys[2 * i], keys[2 * i + 1]);
+        let (key, hash) = (s.keys[2 * i], s.keys[2 * i + 1]);
         // A deleted entry keeps the set's dummy key with hash -1.
         if key != 0 && hash != u64::MAX && is_task(key, l) {
             s.live += 1;
@@ -319,11 +335,29 @@ fn set_step(s: &mut ChainScratch, l: &TaskLayout) -> bool {
     to_awaiter(s, best, live)
 }
 
+/// The u64 at `address`; the buffer is zeroed first, so no path reads it uninitialised (older
+/// verifiers refuse that).
+#[inline(always)]
+fn read_word(address: u64) -> Option<u64> {
+    let mut value = 0u64;
+    // SAFETY: the helper writes at most 8 bytes into `value`.
+    let ret = unsafe { generated::bpf_probe_read_user(&mut value as *mut u64 as *mut c_void, 8, address as *const c_void) };
+    (ret == 0).then_some(value)
+}
+
+/// The byte at `address`, as [`read_word`].
+#[inline(always)]
+fn read_u8(address: u64) -> Option<u8> {
+    let mut value = 0u8;
+    // SAFETY: the helper writes at most 1 byte into `value`.
+    let ret = unsafe { generated::bpf_probe_read_user(&mut value as *mut u8 as *mut c_void, 1, address as *const c_void) };
+    (ret == 0).then_some(value)
+}
+
 /// Whether the object at `object` says it is a task (`task_is_task`).
 #[inline(always)]
 fn is_task(object: u64, l: &TaskLayout) -> bool {
-    // SAFETY: bpf_probe_read_user tolerates any address.
-    unsafe { bpf_probe_read_user(object.wrapping_add(l.task_is_task as u64) as *const u8) }.is_ok_and(|b| b == 1)
+    read_u8(object.wrapping_add(l.task_is_task as u64)) == Some(1)
 }
 
 /// Reads the frame of coroutine `s.coro`, one of the current (awaiting) level's; follows the
@@ -360,10 +394,7 @@ fn frame_step(s: &mut ChainScratch, sample: &mut Scratch, info: &ProcessInfo) ->
     if let Some(level) = s.chain.levels.get_mut(s.level as usize) {
         level.n_frames += 1;
     }
-    // SAFETY: bpf_probe_read_user tolerates any address.
-    let state =
-        unsafe { bpf_probe_read_user(s.coro.wrapping_add(l.gen_frame_state as u64) as *const i8) }
-            .unwrap_or(0) as i32;
+    let state = read_u8(s.coro.wrapping_add(l.gen_frame_state as u64)).unwrap_or(0) as i8 as i32;
     if state != l.suspended_state_a && state != l.suspended_state_b {
         return next_level(s, l);
     }
@@ -374,4 +405,46 @@ fn frame_step(s: &mut ChainScratch, sample: &mut Scratch, info: &ProcessInfo) ->
     }
     s.coro = awaited;
     true
+}
+
+/// For a running task awaited by no one: the task whose step started it eagerly, when the
+/// sampled frames say so. Its coroutine frame is the outermost of the run of coroutine frames
+/// nearest below the running task's; the task driving that coroutine is looked up in
+/// `TASK_OF_COROUTINE` and accepted only if it drives it now. Else the chain ends here.
+#[inline(always)]
+fn creator_step(s: &mut ChainScratch, sample: &Scratch, info: &ProcessInfo) -> bool {
+    let l = &info.tasks;
+    let running = s.chain.levels[0].coro.wrapping_add(l.gen_iframe as u64);
+    let n_full = sample.record.header.n_full as usize;
+    let (mut found_running, mut in_run, mut outermost) = (false, false, 0u64);
+    for j in 0..MAX_FULL_FRAMES {
+        if j >= n_full {
+            break;
+        }
+        let e = &sample.record.frames[j];
+        let coroutine = e.owner as u32 == l.owner_generator;
+        if !found_running {
+            found_running = coroutine && e.frame == running;
+        } else if coroutine {
+            in_run = true;
+            outermost = e.frame;
+        } else if in_run {
+            break;
+        }
+    }
+    if outermost == 0 {
+        return finish(s, task_chain_status::COMPLETE);
+    }
+    let coro = outermost.wrapping_sub(l.gen_iframe as u64);
+    let key = CoroutineKey { tgid: s.chain.header.tgid, _pad: 0, coro };
+    // SAFETY: the value is copied out at once.
+    let Some(task) = (unsafe { TASK_OF_COROUTINE.get(&key) }).copied() else {
+        return finish(s, task_chain_status::COMPLETE);
+    };
+    if read_u64(task.wrapping_add(l.task_coro as u64)) != coro || !is_task(task, l) {
+        return finish(s, task_chain_status::COMPLETE);
+    }
+    s.chain.levels[0].flags |= task_level_flags::CREATED_EAGERLY;
+    s.creator_level = 1;
+    to_awaiter(s, task, 0)
 }

@@ -263,6 +263,9 @@ pub struct Registry {
     /// scheduler-switch program trusts a per-CPU "not registered" answer only while it is
     /// unchanged (see profiler-ebpf's `switch_filter`).
     registration_epoch: Mutex<aya::maps::Array<MapData, u64>>,
+    /// The kernel's `TASK_OF_COROUTINE` (`--async`): coroutine → task, per process, filled by
+    /// `session::task_index`.
+    task_index: Mutex<BpfHashMap<MapData, profiler_common::CoroutineKey, u64>>,
 }
 
 /// The kernel program's entry points: one per sample, one per fork or exit, one per exec.
@@ -433,8 +436,11 @@ impl KernelProgram {
             ebpf.take_map("REGISTRATION_EPOCH").ok_or(LoadError::MissingMap("REGISTRATION_EPOCH"))?,
         )
         .map_err(|e| LoadError::Load(error_chain(&e)))?;
+        let task_index = BpfHashMap::try_from(ebpf.take_map("TASK_OF_COROUTINE").ok_or(LoadError::MissingMap("TASK_OF_COROUTINE"))?)
+            .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let registry = Arc::new(Registry {
             processes: Mutex::new(processes),
+            task_index: Mutex::new(task_index),
             counters,
             process_events_attached: AtomicBool::new(false),
             slots,
@@ -769,6 +775,15 @@ impl Registry {
     /// state is always consistent (each operation is one syscall).
     fn processes(&self) -> std::sync::MutexGuard<'_, BpfHashMap<MapData, u32, ProcessInfo>> {
         self.processes.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Tells the kernel that task `task` of process `tgid` drives coroutine `coro` (`0`:
+    /// forgets the coroutine). Best effort: the map is least-recently-used, and the kernel
+    /// uses an entry only after reading that the task drives the coroutine.
+    pub fn set_task_of_coroutine(&self, tgid: u32, coro: u64, task: u64) {
+        let key = profiler_common::CoroutineKey { tgid, _pad: 0, coro };
+        let mut map = self.task_index.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _ = if task == 0 { map.remove(&key) } else { map.insert(key, task, 0) };
     }
 
 }

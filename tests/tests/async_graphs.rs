@@ -59,12 +59,16 @@ fn stack_is(names: &[String], expected: &[&str]) -> bool {
 struct Leaf {
     function: &'static str,
     alternatives: Vec<Vec<&'static str>>,
+    /// A shorter form also accepted in at most a fifth of the logical samples (an eager
+    /// task's creator before pyperch's coroutine index knows it: shown by its coroutine).
+    partial: Option<Vec<&'static str>>,
 }
 
 fn leaf(function: &'static str, alternatives: &[&[&'static str]]) -> Leaf {
     Leaf {
         function,
         alternatives: alternatives.iter().map(|a| a.to_vec()).collect(),
+        partial: None,
     }
 }
 
@@ -142,12 +146,17 @@ fn scenario(label: &str, mode: &str, leaves: &[Leaf]) -> Option<(Python, Workloa
         // Per running task (the last task frame): the alternatives its samples showed.
         let mut seen: BTreeMap<String, BTreeMap<usize, u64>> = BTreeMap::new();
         let mut plain = 0;
+        let mut partial = 0;
         for s in &samples.stacks {
             let n = names(s);
             let Some(running) = n.iter().rev().find(|f| is_task(f)) else {
                 plain += s.count;
                 continue;
             };
+            if l.partial.as_ref().is_some_and(|p| stack_is(&n, p)) {
+                partial += s.count;
+                continue;
+            }
             let Some(which) = l.alternatives.iter().position(|a| stack_is(&n, a)) else {
                 panic!(
                     "{}: a logical stack of {} that is none of {:?}:\n{:?}{d}",
@@ -172,6 +181,14 @@ fn scenario(label: &str, mode: &str, leaves: &[Leaf]) -> Option<(Python, Workloa
             );
         }
         let logical: u64 = seen.values().flat_map(|w| w.values()).sum();
+        assert!(
+            partial * 4 <= logical,
+            "{}: {partial} samples of {} show the shorter form {:?}, {logical} the whole one{d}",
+            py.describe(),
+            l.function,
+            l.partial
+        );
+        let logical = logical + partial;
         let judged = samples.total().saturating_sub(late);
         assert!(
             logical > 0 && logical * 10 >= judged * 9 && late * 2 <= samples.total(),
@@ -396,7 +413,7 @@ fn async_eager_task_in_its_creators_step() {
     let eager = marker_line("# marker: eager half");
     let own = marker_line("# marker: own step");
     side_by_side(&VERSIONS, 2, |label| {
-        let leaves = vec![leaf(
+        let mut whole = leaf(
             "leaf_work",
             &[&[
                 "task eager_main",
@@ -407,7 +424,11 @@ fn async_eager_task_in_its_creators_step() {
                 "handle",
                 "leaf_work",
             ]],
-        )];
+        );
+        // Until pyperch has listed the process's tasks (within its first quarter second), the
+        // creator of the eager half is shown by its coroutine, with nothing above it.
+        whole.partial = Some(vec!["task serve_conn", "serve_conn", "task handle", "handle", "leaf_work"]);
+        let leaves = vec![whole];
         let Some((py, w, rec)) = scenario(label, "eager_step", &leaves) else {
             return;
         };

@@ -197,7 +197,8 @@ mod tests {
                 coro: task + 8,
                 name: 0x9000 + i as u64 * 0x100,
                 awaiters,
-                n_frames,
+                n_frames: n_frames as u16,
+                flags: 0,
             };
         }
         // SAFETY: reading the plain-data record as bytes.

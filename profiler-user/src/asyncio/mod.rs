@@ -235,6 +235,8 @@ impl AsyncReader {
             suspended_state_b: state(1),
             set_mask: self.objects.set_mask,
             set_table: self.objects.set_table,
+            owner_generator: self.layout.frame_semantics.owner_generator?.into(),
+            _pad2: 0,
         })
     }
 
@@ -245,32 +247,7 @@ impl AsyncReader {
 
     /// Every task of the process (at most `MAX_TASKS`), for `dump --async`.
     pub fn list_tasks(&self, mem: &ProcessMemory) -> Result<Vec<TaskInfo>, AsyncioError> {
-        let mut addresses = Vec::new();
-        let mut running: HashMap<u64, u64> = HashMap::new();
-        let mut interp = mem.read_u64(self.interpreters_head)?;
-        for _ in 0..MAX_INTERPRETERS {
-            if interp == 0 {
-                break;
-            }
-            self.collect_list(mem, interp.wrapping_add(self.asyncio.interp_tasks_head.into()), &mut addresses)?;
-            let mut tstate = mem.read_u64(interp.wrapping_add(self.layout.thread.interp_threads_head.into()))?;
-            for _ in 0..MAX_THREADS {
-                if tstate == 0 {
-                    break;
-                }
-                self.collect_list(mem, tstate.wrapping_add(self.asyncio.thread_tasks_head.into()), &mut addresses)?;
-                let task = mem.read_u64(tstate.wrapping_add(self.asyncio.thread_running_task.into()))?;
-                if task != 0 {
-                    let tid = mem.read_u64(tstate.wrapping_add(self.layout.thread.native_thread_id.into()))?;
-                    running.insert(task, tid);
-                }
-                tstate = mem.read_u64(tstate.wrapping_add(self.layout.thread.next.into()))?;
-            }
-            interp = match self.interpreters {
-                Some(i) => mem.read_u64(interp.wrapping_add(i.next.into()))?,
-                None => 0,
-            };
-        }
+        let (addresses, running) = self.task_addresses(mem, MAX_TASKS)?;
         let mut seen = HashSet::new();
         let mut tasks = Vec::new();
         for address in addresses {
@@ -296,12 +273,54 @@ impl AsyncReader {
         Ok(tasks)
     }
 
+    /// The tasks on the lists of every thread and interpreter (at most `max`), and the thread
+    /// (native id) running each running one.
+    fn task_addresses(&self, mem: &ProcessMemory, max: usize) -> Result<(Vec<u64>, HashMap<u64, u64>), AsyncioError> {
+        let mut addresses = Vec::new();
+        let mut running: HashMap<u64, u64> = HashMap::new();
+        let mut interp = mem.read_u64(self.interpreters_head)?;
+        for _ in 0..MAX_INTERPRETERS {
+            if interp == 0 {
+                break;
+            }
+            self.collect_list(mem, interp.wrapping_add(self.asyncio.interp_tasks_head.into()), max, &mut addresses)?;
+            let mut tstate = mem.read_u64(interp.wrapping_add(self.layout.thread.interp_threads_head.into()))?;
+            for _ in 0..MAX_THREADS {
+                if tstate == 0 {
+                    break;
+                }
+                self.collect_list(mem, tstate.wrapping_add(self.asyncio.thread_tasks_head.into()), max, &mut addresses)?;
+                let task = mem.read_u64(tstate.wrapping_add(self.asyncio.thread_running_task.into()))?;
+                if task != 0 {
+                    let tid = mem.read_u64(tstate.wrapping_add(self.layout.thread.native_thread_id.into()))?;
+                    running.insert(task, tid);
+                }
+                tstate = mem.read_u64(tstate.wrapping_add(self.layout.thread.next.into()))?;
+            }
+            interp = match self.interpreters {
+                Some(i) => mem.read_u64(interp.wrapping_add(i.next.into()))?,
+                None => 0,
+            };
+        }
+        Ok((addresses, running))
+    }
+
+    /// Each task of the process (at most `max`) with the coroutine it drives: what the kernel
+    /// needs to name the task that eagerly started a running one (`TASK_OF_COROUTINE`). About
+    /// two reads a task; a task that finished meanwhile is left out (or is caught by the
+    /// kernel's own check).
+    pub fn task_coroutines(&self, mem: &ProcessMemory, max: usize) -> Result<Vec<(u64, u64)>, AsyncioError> {
+        let (addresses, _) = self.task_addresses(mem, max)?;
+        let coro = u64::from(self.asyncio.task_coro);
+        Ok(addresses.into_iter().filter_map(|task| Some((task, mem.read_u64(task.wrapping_add(coro)).ok().filter(|&c| c != 0)?))).collect())
+    }
+
     /// Appends the tasks of the intrusive list whose head node is at `head`.
-    fn collect_list(&self, mem: &ProcessMemory, head: u64, out: &mut Vec<u64>) -> Result<(), AsyncioError> {
+    fn collect_list(&self, mem: &ProcessMemory, head: u64, max: usize, out: &mut Vec<u64>) -> Result<(), AsyncioError> {
         let next = u64::from(self.objects.llist_next);
         let mut node = mem.read_u64(head.wrapping_add(next))?;
         let mut steps = 0;
-        while node != 0 && node != head && out.len() < MAX_TASKS && steps < MAX_TASKS {
+        while node != 0 && node != head && out.len() < max && steps < max {
             out.push(node.wrapping_sub(self.asyncio.task_node.into()));
             node = mem.read_u64(node.wrapping_add(next))?;
             steps += 1;

@@ -13,6 +13,7 @@ mod native_hold;
 mod off_cpu;
 mod off_cpu_kernel;
 mod target;
+mod task_index;
 mod thread_names;
 
 use std::{
@@ -28,6 +29,7 @@ use profiler_common::{
 
 use crate::{
     aggregate::{ProcessLabel, Profile},
+    asyncio::AsyncReader,
     discovery::{self, DiscoveryError, PythonProcess},
     filter::ProcessFilter,
     loader::KernelProgram,
@@ -85,14 +87,17 @@ impl Scope {
 /// it is processed. On a kernel without `bpf_loop` only the running task is recorded (its
 /// samples keep their plain stacks, counted). Not registered again if it exited meanwhile
 /// (`target::register`).
-fn register_running_task(kernel: &KernelProgram, target: &mut Target) {
-    let Some((offset, tasks)) = target.async_registration_due() else { return };
+fn register_running_task(kernel: &KernelProgram, target: &mut Target, to_index: &mut Vec<(u32, u64, AsyncReader)>) {
+    let Some((offset, tasks, reader)) = target.async_registration_due() else { return };
     let mem = ProcessMemory::new(target.process.pid);
     if let Ok(info) = target.process.kernel_info(&mem) {
         let tasks = match kernel.walk() {
             crate::loader::Walk::BpfLoop => tasks.unwrap_or_default(),
             crate::loader::Walk::Bounded => Default::default(),
         };
+        if tasks.task_read != 0 {
+            to_index.push((target.process.pid, target.process.start_time, reader));
+        }
         let info = profiler_common::ProcessInfo {
             frame: target.process.layout.kernel_frame_layout(),
             generation: target.generation,
@@ -159,6 +164,11 @@ pub(crate) struct Session {
     pub(crate) discovery_stats: Arc<DiscoveryStats>,
     /// `--async`: asyncio task stacks for the processes that can have them.
     async_stacks: bool,
+    /// With `async_stacks`: the kernel's coroutine → task index (`task_index`), started with
+    /// the first record (threads start only once capabilities were dropped), and the
+    /// processes registered for task chains it has not been given yet.
+    task_index: Option<task_index::TaskIndex>,
+    to_index: Vec<(u32, u64, AsyncReader)>,
     /// `--native` / `--kernel`: what the kernel records beside the Python frames.
     native: Option<Arc<crate::native::NativeContext>>,
     /// Bytes of records held by all processes while their native files are read
@@ -220,6 +230,8 @@ impl Session {
             charged: Default::default(),
             min_off_cpu_ns: 0,
             async_stacks: false,
+            task_index: None,
+            to_index: Vec::new(),
         }
     }
 
@@ -263,9 +275,23 @@ impl Session {
     }
 
 
+    /// Gives the processes registered for task chains to the coroutine → task index, started
+    /// now if it is not yet (called while sampling: capabilities are dropped by then).
+    fn feed_task_index(&mut self) {
+        if self.task_index.is_none() {
+            self.task_index = task_index::TaskIndex::start(self.kernel.registry());
+        }
+        for (pid, start_time, reader) in self.to_index.drain(..) {
+            if let Some(index) = &self.task_index {
+                index.add(pid, start_time, reader);
+            }
+        }
+    }
+
     /// Asks for asyncio task stacks (`--async`) in every process added from now on.
     pub(crate) fn set_async_stacks(&mut self, on: bool) {
         self.async_stacks = on;
+
     }
 
     /// Native and kernel frames for the targets added from now on (`--native`, `--kernel`).
@@ -298,7 +324,7 @@ impl Session {
         if self.async_stacks {
             if let Some(target) = self.targets.get_mut(&pid) {
                 target.resolve_async_now(INSPECT_BUDGET);
-                register_running_task(&self.kernel, target);
+                register_running_task(&self.kernel, target, &mut self.to_index);
             }
         }
         Ok(true)
@@ -634,7 +660,7 @@ impl Session {
         let (reads, read_bytes) = (memory::READS.load(Relaxed), memory::BYTES_READ.load(Relaxed));
         let value = charge.value;
         let outcome = target.process_sample(&header, &bytes[SAMPLE_HEADER_SIZE..], &mut self.profile, self.threads, charge);
-        register_running_task(&self.kernel, target);
+        register_running_task(&self.kernel, target, &mut self.to_index);
         target.counters.count(outcome);
         if outcome == SampleOutcome::Ok && header.kind != record_kind::OFF_CPU && header.flags & sample_flags::GC != 0 {
             target.counters.gc_samples += 1;
@@ -654,6 +680,9 @@ impl Session {
             self.late_samples += 1;
         }
         target.counters.memory_bytes += memory::BYTES_READ.load(Relaxed) - read_bytes;
+        if !self.to_index.is_empty() {
+            self.feed_task_index();
+        }
         self.enforce_cache_budget();
     }
 

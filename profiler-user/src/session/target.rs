@@ -9,7 +9,7 @@ use std::{
 };
 
 use profiler_common::{
-    FRAME_ENTRY_SIZE, FrameEntry, FrameLayout, INTERPRETER_UNKNOWN, MAX_FULL_FRAMES, RUNNING_TASK_UNKNOWN, ProcessInfo, SampleHeader, record_kind, sample_status,
+    task_level_flags, FRAME_ENTRY_SIZE, FrameEntry, FrameLayout, INTERPRETER_UNKNOWN, MAX_FULL_FRAMES, RUNNING_TASK_UNKNOWN, ProcessInfo, SampleHeader, record_kind, sample_status,
 };
 
 use crate::{
@@ -198,7 +198,7 @@ impl Target {
     /// running task in thread states, for the kernel to record at sample time
     /// (`ProcessInfo::running_task`), and what it needs to read the task chains (`None` when
     /// this process's tasks are beyond what it reads).
-    pub(super) fn async_registration_due(&mut self) -> Option<(u32, Option<profiler_common::TaskLayout>)> {
+    pub(super) fn async_registration_due(&mut self) -> Option<(u32, Option<profiler_common::TaskLayout>, AsyncReader)> {
         if self.async_registered {
             return None;
         }
@@ -206,7 +206,7 @@ impl Target {
         match &self.asyncio {
             AsyncState::Ready(reader) if !self.async_registered => {
                 self.async_registered = true;
-                Some((reader.offsets().thread_running_task, reader.kernel_layout()))
+                Some((reader.offsets().thread_running_task, reader.kernel_layout(), (**reader).clone()))
             }
             _ => None,
         }
@@ -220,6 +220,7 @@ impl Target {
         }
         // SAFETY: the record starts with a SampleHeader (plain data), checked for length.
         let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
+        self.counters.ring_bytes += bytes.len() as u64;
         if self.chains.len() >= PENDING_CHAINS && !self.chains.contains_key(&header.tid) {
             self.chains.clear();
         }
@@ -333,37 +334,63 @@ impl Target {
         };
         let Some(keep_from) = stack.len().checked_sub(entries_up_to(i)) else { return Ok(()) };
         // A task awaited by no one that runs inside another coroutine's step was started
-        // eagerly (`eager_start=True`, aiohttp's request tasks): the creating task's
-        // coroutine frames and the creation call lie right below its own, and are kept
-        // under a task named by that coroutine. Below the loop's machinery, no coroutine
-        // frame lies.
-        let creator = (chain.running().awaiters == 0)
-            .then(|| creator_frames(frames, i, generator))
-            .flatten()
-            .and_then(|k| Some((k, stack.len().checked_sub(entries_up_to(k))?)));
+        // eagerly (`eager_start=True`, aiohttp's request tasks): its creator's coroutine frames
+        // lie right below its own (below the creation call). The kernel names the creating
+        // task when its index knows it (`CREATED_EAGERLY`: the next level, with its awaiters);
+        // else the creator is shown by its coroutine, with nothing above it. Below the loop's
+        // machinery no coroutine frame lies.
+        let creator = (chain.running().awaiters == 0).then(|| creator_frames(frames, i, generator)).flatten();
+        let eager_level = chain.running().flags & task_level_flags::CREATED_EAGERLY != 0;
+        let creator_ids: Vec<FrameId> = match creator {
+            // The creator's coroutine frames, root first (the creation call's frames left out).
+            Some((nearest, k)) => (nearest..=k)
+                .rev()
+                .filter(|&j| shown >> j & 1 != 0)
+                .filter_map(|j| stack.len().checked_sub(entries_up_to(j)).map(|at| stack[at]))
+                .collect(),
+            None => Vec::new(),
+        };
         let objects = self.process.layout.objects;
         let str_type = self.process.str_type_address;
         let mut logical = Vec::with_capacity(stack.len());
-        if let Some((k, from)) = creator {
+        if let (Some((_, k)), false) = (creator, eager_level) {
             let name = self.code_entry(&frames[k], frames[k].check).map(|c| c.info.qualname.to_string()).unwrap_or_else(|_| "?".into());
             logical.push(synthetic_frame(profile, format!("task {name}"))?);
-            logical.extend_from_slice(&stack[from..keep_from]);
+            logical.extend_from_slice(&creator_ids);
             self.counters.async_eager_creators += 1;
         }
-        for level in chain.levels().iter().rev() {
+        let levels = chain.levels();
+        for (at, level) in levels.iter().enumerate().rev() {
             // The chain goes through one of several awaiters: said right before the task.
             let awaited_by = level.task.awaiters;
             if awaited_by > 1 {
                 logical.push(synthetic_frame(profile, format!("(awaited by {awaited_by} tasks)"))?);
             }
+            // The level of the task that started the running one eagerly: its frames are
+            // the sampled ones, and its coroutine's frame must be the one found there.
+            let is_creator = eager_level && at == 1;
+            let coroutine = match creator {
+                Some((_, k)) if is_creator => frames[k],
+                _ if at == 0 => frames[i],
+                _ => match level.frames.first() {
+                    Some(&first) => first,
+                    None => return miss(self, ChainMiss::Unreadable),
+                },
+            };
+            if is_creator && (creator.is_none() || reader.coroutine_frame(level.task.coro) != coroutine.frame) {
+                return miss(self, ChainMiss::Unreadable);
+            }
             // A task never named is shown by its coroutine, so that one task per request
             // aggregates; the running task's coroutine frame is the sampled one.
-            let coroutine = if level.frames.is_empty() { frames[i] } else { level.frames[0] };
             let name = match level.given_name(&objects, str_type) {
                 Some(name) => name,
                 None => self.code_entry(&coroutine, coroutine.check).map(|c| c.info.qualname.to_string()).unwrap_or_else(|_| "?".into()),
             };
             logical.push(synthetic_frame(profile, format!("task {name}"))?);
+            if is_creator {
+                logical.extend_from_slice(&creator_ids);
+                self.counters.async_eager_creators += 1;
+            }
             for entry in level.frames {
                 if let Some(id) = self.frame_id(entry, entry.check, profile)? {
                     logical.push(id);
@@ -698,14 +725,15 @@ impl Target {
 }
 
 /// A frame that is not a Python function (`task <name>`, `interpreter <id>`): no file, no line.
-/// For a running task whose coroutine frame is full frame `i` (leaf first): the full frame
-/// of its creating task's coroutine when it was started eagerly, i.e. the outermost of the
-/// run of coroutine frames nearest below it (rootwards); `None` when there is none.
-fn creator_frames(frames: &[FrameEntry], i: usize, generator: Option<u8>) -> Option<usize> {
+/// For a running task whose coroutine frame is full frame `i` (leaf first): the full frames
+/// of its creating task's coroutines when it was started eagerly, i.e. the run of coroutine
+/// frames nearest below it (rootwards), as (nearest, outermost); `None` when there is none.
+/// The kernel finds the creator by the same rule (`task_chain::creator_step`).
+fn creator_frames(frames: &[FrameEntry], i: usize, generator: Option<u8>) -> Option<(usize, usize)> {
     let is_coroutine = |e: &FrameEntry| Some(e.owner) == generator;
     let nearest = i + 1 + frames.get(i + 1..)?.iter().position(is_coroutine)?;
     let run = frames[nearest..].iter().take_while(|e| is_coroutine(e)).count();
-    Some(nearest + run - 1)
+    Some((nearest, nearest + run - 1))
 }
 
 fn synthetic_frame(profile: &mut Profile, name: String) -> Result<FrameId, FrameError> {
