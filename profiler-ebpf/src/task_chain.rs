@@ -168,16 +168,14 @@ fn task_step(s: &mut ChainScratch, l: &TaskLayout) -> bool {
     // compiler proves in bounds but older verifiers (6.1) cannot follow.
     let byte = |offset: u32| read_u8(task.wrapping_add(offset as u64)).map(u32::from);
     let word = |offset: u32| read_word(task.wrapping_add(offset as u64));
-    let (Some(is_task), Some(ty), Some(coro), Some(name), Some(by), Some(is_set)) = (
-        byte(l.task_is_task),
-        word(l.ob_type),
-        word(l.task_coro),
-        word(l.task_name),
-        word(l.task_awaited_by),
-        byte(l.task_awaited_by_is_set),
-    ) else {
-        return finish(s, task_chain_status::UNREADABLE);
-    };
+    // Field by field, each failure ending the read at once (one combined test of six reads
+    // made the compiler keep values 6.1's verifier saw as uninitialised on some paths).
+    let Some(is_task) = byte(l.task_is_task) else { return finish(s, task_chain_status::UNREADABLE) };
+    let Some(ty) = word(l.ob_type) else { return finish(s, task_chain_status::UNREADABLE) };
+    let Some(coro) = word(l.task_coro) else { return finish(s, task_chain_status::UNREADABLE) };
+    let Some(name) = word(l.task_name) else { return finish(s, task_chain_status::UNREADABLE) };
+    let Some(by) = word(l.task_awaited_by) else { return finish(s, task_chain_status::UNREADABLE) };
+    let Some(is_set) = byte(l.task_awaited_by_is_set) else { return finish(s, task_chain_status::UNREADABLE) };
     // Subclasses of asyncio.Task are tasks too: the flag, not the type, says so.
     if is_task != 1 || ty == 0 || coro == 0 {
         return finish(s, task_chain_status::UNREADABLE);

@@ -715,15 +715,7 @@ pub fn read_once(process: &PythonProcess, tids: &[u32]) -> HashMap<u32, String> 
 mod tests {
     use super::*;
 
-    const OBJECTS_312: ObjectLayout = ObjectLayout {
-        ob_type: 8,
-        str_length: 0x10,
-        str_state: 0x20,
-        str_ascii_data: 0x28,
-        str_compact_data: 0x38,
-        bytes_size: 0x10,
-        bytes_data: 0x20,
-    };
+    const OBJECTS_312: ObjectLayout = ObjectLayout::TEST_312;
 
     #[test]
     fn short_keys() {

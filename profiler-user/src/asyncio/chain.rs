@@ -168,15 +168,7 @@ mod tests {
     use super::*;
     use profiler_common::{SampleHeader, record_kind};
 
-    const OBJECTS: ObjectLayout = ObjectLayout {
-        ob_type: 8,
-        str_length: 0x10,
-        str_state: 0x20,
-        str_ascii_data: 0x28,
-        str_compact_data: 0x38,
-        bytes_size: 0x10,
-        bytes_data: 0x20,
-    };
+    const OBJECTS: ObjectLayout = ObjectLayout::TEST_312;
     const STR_TYPE: u64 = 0x5000;
 
     fn record(levels: &[(u64, u32, u32)], frames: u32, status: u32) -> Vec<u8> {

@@ -95,6 +95,20 @@ pub struct ObjectLayout {
     pub bytes_data: u32,
 }
 
+impl ObjectLayout {
+    /// CPython 3.12-3.15's (default build), for unit tests that build objects by hand.
+    #[cfg(test)]
+    pub(crate) const TEST_312: ObjectLayout = ObjectLayout {
+        ob_type: 8,
+        str_length: 0x10,
+        str_state: 0x20,
+        str_ascii_data: 0x28,
+        str_compact_data: 0x38,
+        bytes_size: 0x10,
+        bytes_data: 0x20,
+    };
+}
+
 /// What a frame's `owner` and instruction position mean in this version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameSemantics {

@@ -230,15 +230,7 @@ pub fn read_bytes<M: ReadMemory + ?Sized>(
 mod tests {
     use super::*;
 
-    pub(super) const OBJECTS_312: ObjectLayout = ObjectLayout {
-        ob_type: 8,
-        str_length: 0x10,
-        str_state: 0x20,
-        str_ascii_data: 0x28,
-        str_compact_data: 0x38,
-        bytes_size: 0x10,
-        bytes_data: 0x20,
-    };
+    pub(super) const OBJECTS_312: ObjectLayout = ObjectLayout::TEST_312;
 
     fn header(len: u64, state: u32) -> Vec<u8> {
         let mut b = vec![0u8; 0x28];
