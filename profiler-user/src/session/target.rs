@@ -288,6 +288,14 @@ impl Target {
         }
     }
 
+    /// The asyncio reader, once made (for the task-wait helper, `task_waits`).
+    pub(super) fn ready_async_reader(&self) -> Option<AsyncReader> {
+        match &self.asyncio {
+            AsyncState::Ready(reader) => Some((**reader).clone()),
+            _ => None,
+        }
+    }
+
     /// Replaces the event-loop machinery of `stack` (root first; `shown` has bit `i` set when
     /// full frame `i`, leaf first, produced a frame of it) by the running task's chain as the
     /// kernel read it with the sample: each awaiting task root first with its coroutine frames
