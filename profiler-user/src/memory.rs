@@ -213,6 +213,26 @@ impl ProcessMemory {
     }
 }
 
+/// Little-endian integer fields out of a buffer read from a target; out-of-range offsets
+/// read as `None` rather than panicking.
+pub fn field_u64(buf: &[u8], offset: usize) -> Option<u64> {
+    let bytes = buf.get(offset..offset.checked_add(8)?)?;
+    Some(u64::from_le_bytes(bytes.try_into().ok()?))
+}
+
+pub fn field_u32(buf: &[u8], offset: usize) -> Option<u32> {
+    let bytes = buf.get(offset..offset.checked_add(4)?)?;
+    Some(u32::from_le_bytes(bytes.try_into().ok()?))
+}
+
+pub fn field_i32(buf: &[u8], offset: usize) -> Option<i32> {
+    field_u32(buf, offset).map(|v| v as i32)
+}
+
+pub fn field_u8(buf: &[u8], offset: usize) -> Option<u8> {
+    buf.get(offset).copied()
+}
+
 #[cfg(test)]
 mod budget_tests {
     use super::*;
@@ -234,24 +254,4 @@ mod budget_tests {
         assert_eq!(used, ReadBudget { reads: 0, bytes: 0, exhausted: true });
         assert_eq!(mem.read_u64(address).ok(), Some(7));
     }
-}
-
-/// Little-endian integer fields out of a buffer read from a target; out-of-range offsets
-/// read as `None` rather than panicking.
-pub fn field_u64(buf: &[u8], offset: usize) -> Option<u64> {
-    let bytes = buf.get(offset..offset.checked_add(8)?)?;
-    Some(u64::from_le_bytes(bytes.try_into().ok()?))
-}
-
-pub fn field_u32(buf: &[u8], offset: usize) -> Option<u32> {
-    let bytes = buf.get(offset..offset.checked_add(4)?)?;
-    Some(u32::from_le_bytes(bytes.try_into().ok()?))
-}
-
-pub fn field_i32(buf: &[u8], offset: usize) -> Option<i32> {
-    field_u32(buf, offset).map(|v| v as i32)
-}
-
-pub fn field_u8(buf: &[u8], offset: usize) -> Option<u8> {
-    buf.get(offset).copied()
 }
