@@ -157,6 +157,9 @@ fn switch_out(ctx: &BtfTracePointContext, pid_tgid: u64, preempt: bool) {
         note_running(info, tgid, tid);
         return;
     };
+    // `--async`: the running task's chain as it switches out, sent now (its record goes at
+    // the switch-in, which userspace matches by this time).
+    crate::task_chain::send_chain(info, scratch);
     // The interval starts when the walk did (its record's time, one clock read for both).
     let now = scratch.record.header.time_ns;
     let reason = if reason == off_cpu_reason::SLEEP

@@ -66,6 +66,8 @@ pub struct AgentOptions {
     pub app_name_given: bool,
     /// Which time to profile (`--mode`, `--min-off-cpu`); sets the pprof sample type.
     pub time: crate::time_mode::TimeOptions,
+    /// asyncio task stacks (`--async`, CPython 3.14+), as for `record`.
+    pub async_stacks: bool,
 }
 
 /// How the agent reaches its backend besides the URL. Holds paths, never secret values.
@@ -171,6 +173,7 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     let mut session = Session::new(kernel, scope, options.filter.clone(), options.threads);
     session.set_time_mode(options.time.mode, options.rate);
     session.set_min_off_cpu(options.time.min_off_cpu);
+    session.set_async_stacks(options.async_stacks);
     session.profile.set_budget(AGENT_INTERVAL_BUDGET);
     session.profile.set_line_numbers(options.line_numbers);
     if options.native.any() {
@@ -449,6 +452,7 @@ mod tests {
             app_name_given: app_name.is_some(),
             time: Default::default(),
             native: Default::default(),
+            async_stacks: false,
         }
     }
 

@@ -336,6 +336,11 @@ struct AgentArgs {
     /// Print counts of every sample outcome and cache at exit.
     #[arg(long)]
     stats: bool,
+    /// asyncio (CPython 3.14+): show a thread running an event loop as its running task's
+    /// logical stack (`task <name>` frames), as `record --async` does; with --mode wall or
+    /// off-cpu, suspended tasks' time too, where each waits. Older versions keep plain stacks.
+    #[arg(long = "async")]
+    async_stacks: bool,
     #[command(flatten)]
     native: NativeArgs,
 }
@@ -572,6 +577,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 },
                 app_name_given: args.app_name.is_some(),
                 time,
+                async_stacks: args.async_stacks,
             })?;
             Ok(ExitCode::SUCCESS)
         }

@@ -3,7 +3,10 @@
 //! Every byte read here is untrusted: callers bound lengths and check what they read.
 //! Reads are counted (calls and bytes) for `--stats`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::{
+    cell::Cell,
+    sync::atomic::{AtomicU64, Ordering},
+};
 
 /// Reads and bytes read from targets, for the whole run.
 pub static READS: AtomicU64 = AtomicU64::new(0);
@@ -22,6 +25,9 @@ pub enum MemoryError {
     TooLarge { address: u64, len: usize },
     #[error("null pointer read")]
     Null,
+    /// A read past the budget `with_read_budget` set on this thread (nothing was read).
+    #[error("the read budget ran out")]
+    OverBudget,
     /// A read from a kernel copy (`symbolize::SnapshotMemory`) outside the bytes copied.
     #[error("{len} bytes at {address:#x} were not copied by the kernel")]
     NotCopied { address: u64, len: usize },
@@ -62,6 +68,56 @@ impl ReadMemory for ProcessMemory {
     }
 }
 
+/// Reads and bytes one `with_read_budget` call allows, and what it used.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadBudget {
+    pub reads: u64,
+    pub bytes: u64,
+    /// A read was refused because it would have gone past the budget.
+    pub exhausted: bool,
+}
+
+thread_local! {
+    /// What this thread may still read (`with_read_budget`); `None`: no limit.
+    static BUDGET: Cell<Option<ReadBudget>> = const { Cell::new(None) };
+}
+
+/// Runs `f` with at most `limit.reads` reads of `limit.bytes` bytes in all from targets, on
+/// this thread: a read past either is refused (`MemoryError::OverBudget`) without reading.
+/// Returns what `f` returned and what it used (with `exhausted` set if a read was refused).
+/// Budgets do not nest: the inner one replaces the outer one until it ends.
+pub fn with_read_budget<R>(limit: ReadBudget, f: impl FnOnce() -> R) -> (R, ReadBudget) {
+    let before = BUDGET.with(|b| b.replace(Some(ReadBudget { exhausted: false, ..limit })));
+    let result = f();
+    let left = BUDGET.with(|b| b.replace(before)).unwrap_or_default();
+    let used = ReadBudget {
+        reads: limit.reads.saturating_sub(left.reads),
+        bytes: limit.bytes.saturating_sub(left.bytes),
+        exhausted: left.exhausted,
+    };
+    (result, used)
+}
+
+/// Whether a read on this thread was refused by the budget `with_read_budget` set.
+pub fn budget_exhausted() -> bool {
+    BUDGET.with(|b| b.get().is_some_and(|left| left.exhausted))
+}
+
+/// Takes one read of `len` bytes from this thread's budget, if it has one; `false`: refused.
+fn charge_budget(len: usize) -> bool {
+    BUDGET.with(|b| match b.get() {
+        None => true,
+        Some(left) if left.reads == 0 || (len as u64) > left.bytes => {
+            b.set(Some(ReadBudget { exhausted: true, ..left }));
+            false
+        }
+        Some(left) => {
+            b.set(Some(ReadBudget { reads: left.reads - 1, bytes: left.bytes - len as u64, exhausted: left.exhausted }));
+            true
+        }
+    })
+}
+
 /// The address space of one process, by PID.
 #[derive(Debug, Clone, Copy)]
 pub struct ProcessMemory {
@@ -87,6 +143,9 @@ impl ProcessMemory {
         }
         if buf.is_empty() {
             return Ok(());
+        }
+        if !charge_budget(buf.len()) {
+            return Err(MemoryError::OverBudget);
         }
         let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
         let remote = libc::iovec { iov_base: address as *mut libc::c_void, iov_len: buf.len() };
@@ -172,4 +231,27 @@ pub fn field_i32(buf: &[u8], offset: usize) -> Option<i32> {
 
 pub fn field_u8(buf: &[u8], offset: usize) -> Option<u8> {
     buf.get(offset).copied()
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    /// A budget refuses the read that would pass it, reads nothing then, and says so; outside
+    /// it reads are not limited.
+    #[test]
+    fn reads_past_the_budget_are_refused() {
+        let value = 7u64;
+        let mem = ProcessMemory::new(std::process::id());
+        let address = &value as *const u64 as u64;
+        let (results, used) = with_read_budget(ReadBudget { reads: 2, bytes: 64, exhausted: false }, || {
+            (0..3).map(|_| mem.read_u64(address).ok()).collect::<Vec<_>>()
+        });
+        assert_eq!(results, [Some(7), Some(7), None]);
+        assert_eq!(used, ReadBudget { reads: 2, bytes: 16, exhausted: true });
+        let (big, used) = with_read_budget(ReadBudget { reads: 5, bytes: 4, exhausted: false }, || mem.read_u64(address));
+        assert!(matches!(big, Err(MemoryError::OverBudget)));
+        assert_eq!(used, ReadBudget { reads: 0, bytes: 0, exhausted: true });
+        assert_eq!(mem.read_u64(address).ok(), Some(7));
+    }
 }

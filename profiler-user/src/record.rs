@@ -299,6 +299,9 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
             ));
         }
     }
+    if let Some(part) = task_wait_summary(&totals) {
+        summary.push_str(&part);
+    }
     summary.push_str(&format!(" from {processes} Python process{plural}"));
     if kernel_counters.ringbuf_full > 0 {
         summary.push_str(&format!(", {} lost (ring buffer full)", kernel_counters.ringbuf_full));
@@ -359,6 +362,19 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
         }
     };
     Ok(RecordSummary { command_status, samples_ok: totals.ok() })
+}
+
+/// The summary's part on suspended asyncio tasks' waits (`--async` with wall or off-CPU
+/// time), when any were charged: they are time of tasks, beside the threads' time.
+fn task_wait_summary(totals: &Counters) -> Option<String> {
+    let w = &totals.task_waits;
+    (w.wait_ns > 0).then(|| {
+        format!(
+            ", {:.3} s waited by suspended asyncio tasks (<task waiting>, up to {} tasks per process)",
+            w.wait_ns as f64 / 1e9,
+            w.max_tasks
+        )
+    })
 }
 
 /// The profile on standard output. On a terminal it is shown through `text::lines`, so no

@@ -136,6 +136,54 @@ pub struct Counters {
     /// `--native`: samples held at the process's start until its files were read (or for
     /// at most 2 s; each is also counted by how it was finally shown).
     pub native_held: u64,
+    /// `--async` with wall or off-CPU time: suspended tasks' waits (`session::task_waits`).
+    pub task_waits: TaskWaitCounts,
+}
+
+/// What reading suspended asyncio tasks' waits did (`session::task_waits`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskWaitCounts {
+    /// Rounds (reads of the task graph) and the stacks they charged.
+    pub rounds: u64,
+    pub charges: u64,
+    /// Nanoseconds charged to suspended tasks' await stacks.
+    pub wait_ns: u64,
+    /// Suspended tasks not charged in a round: their chain did not read the same twice (or
+    /// their awaiter had moved on) / could not be read / the round's read budget ran out
+    /// before them / the profile was full.
+    pub unsettled: u64,
+    pub unreadable: u64,
+    pub over_budget: u64,
+    pub profile_full: u64,
+    /// Target reads and bytes of all rounds, and the largest round's.
+    pub reads: u64,
+    pub bytes: u64,
+    pub max_round_reads: u64,
+    pub max_round_bytes: u64,
+    /// The most tasks one round listed.
+    pub max_tasks: u64,
+    /// Time spent in rounds (the helper's thread), and the longest round's.
+    pub round_ns: u64,
+    pub max_round_ns: u64,
+}
+
+impl TaskWaitCounts {
+    pub fn add(&mut self, o: &TaskWaitCounts) {
+        self.rounds += o.rounds;
+        self.charges += o.charges;
+        self.wait_ns += o.wait_ns;
+        self.unsettled += o.unsettled;
+        self.unreadable += o.unreadable;
+        self.over_budget += o.over_budget;
+        self.profile_full += o.profile_full;
+        self.reads += o.reads;
+        self.bytes += o.bytes;
+        self.max_round_reads = self.max_round_reads.max(o.max_round_reads);
+        self.max_round_bytes = self.max_round_bytes.max(o.max_round_bytes);
+        self.max_tasks = self.max_tasks.max(o.max_tasks);
+        self.round_ns += o.round_ns;
+        self.max_round_ns = self.max_round_ns.max(o.max_round_ns);
+    }
 }
 
 impl Counters {
@@ -188,6 +236,7 @@ impl Counters {
         self.gc_samples += other.gc_samples;
         self.native_loading += other.native_loading;
         self.native_held += other.native_held;
+        self.task_waits.add(&other.task_waits);
     }
 
     /// A multi-line report, indented by `indent`.
@@ -267,6 +316,28 @@ impl Counters {
                 self.native_malformed,
                 self.native_loading,
                 self.native_held
+            );
+        }
+        let w = &self.task_waits;
+        if w.rounds > 0 {
+            let per_round = |n: u64| n as f64 / w.rounds as f64;
+            let _ = writeln!(
+                s,
+                "{indent}asyncio task waits: {} rounds, {} task waits charged ({:.3} s); not charged: {} unsettled (chain changed while read), {} unreadable, {} over the round's read budget, {} profile full; reads per round {:.0} (max {}), bytes per round {:.0} (max {}), {:.0} us per round (max {:.0}); up to {} tasks",
+                w.rounds,
+                w.charges,
+                w.wait_ns as f64 / 1e9,
+                w.unsettled,
+                w.unreadable,
+                w.over_budget,
+                w.profile_full,
+                per_round(w.reads),
+                w.max_round_reads,
+                per_round(w.bytes),
+                w.max_round_bytes,
+                per_round(w.round_ns) / 1e3,
+                w.max_round_ns as f64 / 1e3,
+                w.max_tasks
             );
         }
         if self.gc_samples > 0 {

@@ -1651,3 +1651,88 @@ fn agent_wall_mode_charges_threads_asleep_since_before_it_started() {
     assert!(full >= 2, "only {full} profiles hold the sleepers' whole wait{d}");
     drop(w);
 }
+
+/// The task frames of every accepted upload's samples: (stack of function names root first,
+/// value of the profile's last sample type).
+fn uploaded_stacks(receiver: &IngestReceiver) -> Vec<(Vec<String>, i64)> {
+    let mut out = Vec::new();
+    for entry in receiver.accepted() {
+        let p = &entry["profile"];
+        for s in p["samples"].as_array().into_iter().flatten() {
+            // The receiver lists a sample's frames leaf first, as pprof does.
+            let mut names: Vec<String> =
+                s["stack"].as_array().into_iter().flatten().filter_map(|f| f[0].as_str().map(str::to_string)).collect();
+            names.reverse();
+            let values = s["values"].as_array().cloned().unwrap_or_default();
+            out.push((names, values.last().and_then(Value::as_i64).unwrap_or(0)));
+        }
+    }
+    out
+}
+
+/// `agent --async` (issue #27, item 5): uploaded profiles carry task frames. Task C runs
+/// CPU-bound code awaited by task B, awaited by task A (tests/workloads/asyncio_tasks.py
+/// chain mode, CPython 3.14): its samples arrive as
+/// `task A; a_coro; task B; b_coro; task C; c_coro; c_work` (SHAPE of `--async`).
+/// With `--mode wall`, the suspended tasks A and B are charged where they wait too.
+fn agent_async(mode: &str) {
+    let Some(receiver_python) = skip_without_receiver() else { return };
+    let Some(py) = python("sid-3.14") else { return };
+    let mut w = Workload::spawn(&py, "asyncio_tasks.py", &["chain", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let receiver = IngestReceiver::start(&receiver_python, 0.0).unwrap_or_else(|e| panic!("{e:#}"));
+    let app = format!("e2e-{}", random_hex(6));
+    let (url, pid) = (receiver.url(), w.pid.to_string());
+    let mut agent = Agent::start(&[
+        "--upload-url", &url, "--interval", "1s", "--app-name", &app, "--pid", &pid, "--rate", "199", "--async", "--mode", mode,
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while agent.lines().iter().filter(|l| l.starts_with("pyperch agent: interval")).count() < 4 {
+        assert!(Instant::now() < deadline && agent.exited().is_none(), "the agent did not report 4 intervals{}", agent.diag());
+        thread::sleep(Duration::from_millis(100));
+    }
+    agent.signal(libc::SIGTERM);
+    assert!(agent.wait_exit(Duration::from_secs(30)).is_some(), "the agent did not exit{}", agent.diag());
+    w.terminate();
+    let stacks = uploaded_stacks(&receiver);
+    let mut d = agent.diag();
+    d.push_str("\n--- uploaded stacks:");
+    for (names, value) in stacks.iter().take(40) {
+        d.push_str(&format!("\n    {value} {}", names.join(";")));
+    }
+    // On-CPU time only: an off-CPU interval of the thread running task C (preempted) has no
+    // running task recorded by the kernel, and keeps its plain stack (counted in --stats).
+    let on_cpu = |n: &Vec<String>| !n.last().is_some_and(|f| f.starts_with("<off-cpu"));
+    let with_c: Vec<&(Vec<String>, i64)> =
+        stacks.iter().filter(|(n, _)| on_cpu(n) && n.iter().any(|f| f == "c_work")).collect();
+    assert!(!with_c.is_empty(), "no uploaded sample in c_work{d}");
+    let chained: i64 = with_c
+        .iter()
+        .filter(|(n, _)| n.windows(7).any(|w| w == ["task A", "a_coro", "task B", "b_coro", "task C", "c_coro", "c_work"]))
+        .map(|(_, v)| v)
+        .sum();
+    let all: i64 = with_c.iter().map(|(_, v)| v).sum();
+    note(format!("agent --async --mode {mode}: {chained} of {all} in c_work uploaded with the task chain"));
+    assert!(chained * 10 >= all * 9, "only {chained} of {all} uploaded in c_work carry task A; a_coro; task B; b_coro; task C{d}");
+    if mode == "wall" {
+        // A waits in a_coro for B, B in b_coro for C: each charged about the whole time.
+        for (task, coro) in [("task B", "b_coro"), ("task A", "a_coro")] {
+            let waited: i64 = stacks
+                .iter()
+                .filter(|(n, _)| n.last().map(String::as_str) == Some("<task waiting>"))
+                .filter(|(n, _)| n.iter().rposition(|f| f.starts_with("task ")).is_some_and(|i| n[i] == task && n.get(i + 1).map(String::as_str) == Some(coro)))
+                .map(|(_, v)| v)
+                .sum();
+            assert!(waited > 1_000_000_000, "{task} is charged only {waited} ns of waiting in {coro}{d}");
+        }
+    }
+}
+
+#[test]
+fn agent_async_uploads_task_frames_sid_3_14() {
+    agent_async("cpu");
+}
+
+#[test]
+fn agent_async_wall_uploads_task_waits_sid_3_14() {
+    agent_async("wall");
+}

@@ -23,6 +23,7 @@
 
 pub mod chain;
 pub mod offsets;
+pub mod waits;
 
 #[cfg(test)]
 mod live_tests;
@@ -118,7 +119,7 @@ impl ChainMiss {
 }
 
 /// One frame of a suspended coroutine chain.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct TaskFrame {
     pub function: String,
     pub file: String,

@@ -14,6 +14,7 @@ mod off_cpu;
 mod off_cpu_kernel;
 mod target;
 mod task_index;
+mod task_waits;
 mod thread_names;
 
 use std::{
@@ -180,6 +181,8 @@ pub(crate) struct Session {
     charged: off_cpu::ChargedParts,
     /// `--min-off-cpu`: pending intervals shorter than this are not charged at a period's end.
     min_off_cpu_ns: u64,
+    /// `--async` with wall or off-CPU time: the helper reading suspended tasks' waits.
+    task_waits: Option<task_waits::TaskWaits>,
 }
 
 /// What is kept of a target that is no longer profiled; the rest is freed here.
@@ -232,6 +235,7 @@ impl Session {
             async_stacks: false,
             task_index: None,
             to_index: Vec::new(),
+            task_waits: None,
         }
     }
 
@@ -372,6 +376,9 @@ impl Session {
         if (self.threads || self.profile.timeline().is_some()) && self.namer.is_none() {
             self.namer = thread_names::ThreadNamer::start();
         }
+        if self.async_stacks && self.time_mode.off_cpu() && self.task_waits.is_none() {
+            self.task_waits = task_waits::TaskWaits::start(Duration::from_nanos(self.period_ns.max(1)));
+        }
         Ok(())
     }
 
@@ -380,14 +387,20 @@ impl Session {
         if let Some(namer) = self.namer.as_mut() {
             namer.sync_next();
         }
+        if let Some(waits) = self.task_waits.as_mut() {
+            waits.sync_next();
+        }
         self.apply_discovery();
         self.discovery = None;
+        // Its last charges are in: the helper stops (nothing is read after sampling ends).
+        self.task_waits = None;
     }
 
     /// Applies what discovery reported since the last call. Called before every batch of
     /// samples, so every registered process is known when its samples arrive.
     pub(crate) fn apply_discovery(&mut self) {
         self.sync_thread_names();
+        self.sync_task_waits();
         let Some(handle) = &self.discovery else { return };
         let events: Vec<DiscoveryEvent> = handle.events.try_iter().collect();
         for event in events {
@@ -430,6 +443,39 @@ impl Session {
         );
         for (tid, name) in namer.take() {
             self.profile.set_thread_name(tid, &name);
+        }
+    }
+
+    /// With task waits (see `task_waits`): gives the helper the processes whose asyncio reader
+    /// exists (making the readers due, off this thread) and adds what it charged to the
+    /// profile (never waits for the helper).
+    fn sync_task_waits(&mut self) {
+        let Some(waits) = self.task_waits.as_mut() else { return };
+        if !waits.due() {
+            return;
+        }
+        let mut wanted = Vec::new();
+        for target in self.targets.values_mut().filter(|t| t.alive) {
+            register_running_task(&self.kernel, target, &mut self.to_index);
+            if let Some(reader) = target.ready_async_reader() {
+                wanted.push((target.process.pid, target.generation, reader));
+            }
+        }
+        waits.set_targets(wanted);
+        let charges = waits.take();
+        if !self.to_index.is_empty() {
+            self.feed_task_index();
+        }
+        for (key, mut counts) in charges.counts {
+            let Some(target) = self.targets.get_mut(&key.0).filter(|t| t.generation == key.1) else { continue };
+            for ((thread, frames), (ns, tasks)) in charges.stacks.get(&key).into_iter().flatten() {
+                if !add_wait_stack(&mut self.profile, key.0, self.threads.then_some(*thread).flatten(), frames, *ns, *tasks) {
+                    counts.profile_full += tasks;
+                    counts.charges -= tasks;
+                    counts.wait_ns -= ns;
+                }
+            }
+            target.counters.task_waits.add(&counts);
         }
     }
 
@@ -480,12 +526,12 @@ impl Session {
     pub(crate) fn sampled_processes(&self) -> usize {
         let mut pids: HashSet<u32> = HashSet::new();
         for t in self.targets.values() {
-            if t.counters.ok() > 0 || t.counters.off_cpu_ns > 0 {
+            if t.counters.ok() > 0 || t.counters.off_cpu_ns > 0 || t.counters.task_waits.wait_ns > 0 {
                 pids.insert(t.process.pid);
             }
         }
         for r in &self.retired {
-            if r.counters.ok() > 0 || r.counters.off_cpu_ns > 0 {
+            if r.counters.ok() > 0 || r.counters.off_cpu_ns > 0 || r.counters.task_waits.wait_ns > 0 {
                 pids.insert(r.pid);
             }
         }
@@ -702,6 +748,39 @@ impl Session {
 }
 
 
+/// Adds one suspended task's await stack (root first) with its wait to the profile, ending
+/// in `<task waiting>`; `false` when the profile is full.
+fn add_wait_stack(
+    profile: &mut Profile,
+    pid: u32,
+    thread: Option<u64>,
+    frames: &[crate::asyncio::waits::WaitFrame],
+    ns: u64,
+    tasks: u64,
+) -> bool {
+    use crate::{aggregate::FrameName, asyncio::waits::WaitFrame};
+    let mut stack = Vec::with_capacity(frames.len() + 1);
+    for frame in frames {
+        let name = match frame {
+            WaitFrame::Code(f) => {
+                let line = profile.line_numbers().pick(|| f.line, f.line);
+                FrameName { function: f.function.as_str().into(), file: f.file.as_str().into(), line, native: None }
+            }
+            other => FrameName { function: other.name().into(), file: "".into(), line: 0, native: None },
+        };
+        match profile.try_intern(name) {
+            Some(id) => stack.push(id),
+            None => return false,
+        }
+    }
+    match profile.try_intern_static(task_waits::WAIT_LEAF) {
+        Some(id) => stack.push(id),
+        None => return false,
+    }
+    let tid = thread.and_then(|t| u32::try_from(t).ok());
+    profile.add_weighted(pid, tid, &stack, ns, tasks)
+}
+
 /// The `<GC>` leaf of a CPU sample whose thread was collecting garbage (the kernel's
 /// `sample_flags::GC`). Records with native context get it from the native merge instead:
 /// with `--kernel` alone under the kernel frames, with `--native` not at all (the user stack
@@ -712,7 +791,7 @@ fn gc_leaf(header: &SampleHeader) -> Option<&'static str> {
 
 /// The off-CPU trailer of an `record_kind::OFF_CPU` record: the slot after its full frames.
 /// `None` when the record is too short to hold it (malformed).
-fn off_cpu_trailer(header: &SampleHeader, body: &[u8]) -> Option<OffCpuInterval> {
+pub(super) fn off_cpu_trailer(header: &SampleHeader, body: &[u8]) -> Option<OffCpuInterval> {
     let n = (header.n_full as usize).min(MAX_FULL_FRAMES);
     let at = n * FRAME_ENTRY_SIZE;
     let bytes = body.get(at..at + std::mem::size_of::<OffCpuInterval>())?;

@@ -66,9 +66,11 @@ pub(crate) struct Target {
     asyncio: AsyncState,
     /// Whether the kernel was asked to record the running task (once the reader exists).
     async_registered: bool,
-    /// Task chains the kernel sent, by thread, each waiting for the sample it came with
-    /// (sent right after it); at most `PENDING_CHAINS`.
-    chains: std::collections::HashMap<u32, PendingChain>,
+    /// Task chains the kernel sent, by (time read, thread), each waiting for the record it
+    /// came with: a CPU sample's comes right after it; an off-CPU interval's at the thread's
+    /// switch-in, in a CPU's batch, after chains of later switch-outs. At most
+    /// `PENDING_CHAINS`, the oldest dropped first.
+    chains: std::collections::BTreeMap<(u64, u32), Result<Chain, ChainMiss>>,
     /// `--native` / `--kernel`: the native side of this process's samples.
     native: Option<NativeSampler>,
     /// With `native`: every interpreter frame of the sample, root first (scratch).
@@ -110,18 +112,13 @@ enum AsyncState {
     Refused,
 }
 
-/// Task chains kept waiting for their samples, per process: one per thread is all a sample
-/// needs (its chain comes right before it); more are threads whose samples were lost.
-const PENDING_CHAINS: usize = 256;
+/// Task chains kept waiting for their records, per process: a few per thread (off-CPU
+/// intervals' records come batched, up to a sampling period later); more are chains whose
+/// records were lost or not sent (intervals shorter than `--min-off-cpu`).
+const PENDING_CHAINS: usize = 1024;
 
 /// How long a process without a loaded `_asyncio` module waits before it is looked at again.
 const ASYNC_RETRY: Duration = Duration::from_secs(1);
-
-/// A task chain the kernel sent for the sample of its thread taken at `time_ns`.
-struct PendingChain {
-    time_ns: u64,
-    chain: Result<Chain, ChainMiss>,
-}
 
 /// A symbolized code object and the validation word it had when read.
 struct CodeEntry {
@@ -221,10 +218,10 @@ impl Target {
         // SAFETY: the record starts with a SampleHeader (plain data), checked for length.
         let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
         self.counters.ring_bytes += bytes.len() as u64;
-        if self.chains.len() >= PENDING_CHAINS && !self.chains.contains_key(&header.tid) {
-            self.chains.clear();
+        while self.chains.len() >= PENDING_CHAINS {
+            self.chains.pop_first();
         }
-        self.chains.insert(header.tid, PendingChain { time_ns: header.time_ns, chain: Chain::parse(bytes) });
+        self.chains.insert((header.time_ns, header.tid), Chain::parse(bytes));
     }
 
     /// Asks for asyncio task stacks (`--async`); versions before 3.14 keep plain stacks.
@@ -288,21 +285,31 @@ impl Target {
         }
     }
 
+    /// The asyncio reader, once made (for the task-wait helper, `task_waits`).
+    pub(super) fn ready_async_reader(&self) -> Option<AsyncReader> {
+        match &self.asyncio {
+            AsyncState::Ready(reader) => Some((**reader).clone()),
+            _ => None,
+        }
+    }
+
     /// Replaces the event-loop machinery of `stack` (root first; `shown` has bit `i` set when
     /// full frame `i`, leaf first, produced a frame of it) by the running task's chain as the
-    /// kernel read it with the sample: each awaiting task root first with its coroutine frames
+    /// kernel read it with the sample (at `chain_time`: the sample's, or an off-CPU interval's
+    /// switch-out): each awaiting task root first with its coroutine frames
     /// (where it waits), then the running task's own frames from its coroutine's up. Leaves
     /// the stack alone when the thread runs no task or the chain is not whole (counted).
     fn apply_async(
         &mut self,
         header: &SampleHeader,
+        chain_time: u64,
         frames: &[FrameEntry],
         shown: u64,
         stack: &mut Vec<FrameId>,
         profile: &mut Profile,
     ) -> Result<(), FrameError> {
         let Some(reader) = self.async_reader() else { return Ok(()) };
-        let pending = self.chains.remove(&header.tid).filter(|p| p.time_ns == header.time_ns);
+        let pending = self.chains.remove(&(chain_time, header.tid));
         let miss = |target: &mut Self, miss: ChainMiss| {
             *target.counters.async_misses.entry(miss).or_default() += 1;
             Ok(())
@@ -312,7 +319,7 @@ impl Target {
             RUNNING_TASK_UNKNOWN => return miss(self, ChainMiss::ReadLate),
             _ => {}
         }
-        let chain = match pending.map(|p| p.chain) {
+        let chain = match pending {
             Some(Ok(chain)) => chain,
             Some(Err(reason)) => return miss(self, reason),
             None => return miss(self, ChainMiss::NoRecord),
@@ -382,9 +389,12 @@ impl Target {
             }
             // A task never named is shown by its coroutine, so that one task per request
             // aggregates; the running task's coroutine frame is the sampled one.
-            let name = match level.given_name(&objects, str_type) {
-                Some(name) => name,
-                None => self.code_entry(&coroutine, coroutine.check).map(|c| c.info.qualname.to_string()).unwrap_or_else(|_| "?".into()),
+            // (`Task-<n>` once its name was asked for, as `asyncio::waits` shows it too.)
+            let qualname = self.code_entry(&coroutine, coroutine.check).map(|c| c.info.qualname.to_string()).ok();
+            let name = match (level.given_name(&objects, str_type), qualname) {
+                (Some(name), qualname) => crate::asyncio::waits::shown_task_name(&name, qualname.as_deref()),
+                (None, Some(qualname)) => qualname,
+                (None, None) => "?".into(),
             };
             logical.push(synthetic_frame(profile, format!("task {name}"))?);
             if is_creator {
@@ -588,7 +598,12 @@ impl Target {
         self.walked = walked;
         if result.is_ok() && native_part.is_none() && !stack.is_empty() && matches!(self.asyncio, AsyncState::Pending { .. } | AsyncState::Ready(_)) {
             let frames: Vec<FrameEntry> = (0..n_full).map(full).collect();
-            result = self.apply_async(header, &frames, shown, &mut stack, profile);
+            // An off-CPU interval's chain was read as the thread switched out.
+            let chain_time = match header.kind {
+                record_kind::OFF_CPU => super::off_cpu_trailer(header, body).map_or(0, |i| i.switched_out_ns),
+                _ => header.time_ns,
+            };
+            result = self.apply_async(header, chain_time, &frames, shown, &mut stack, profile);
         }
         if result.is_ok() && threads && header.interpreter != 0 && !stack.is_empty() {
             // `interpreter <id>` right after the thread, for processes with subinterpreters.
