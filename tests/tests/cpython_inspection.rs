@@ -168,19 +168,13 @@ fn exception_mode(label: &str, env: &[(&str, &str)]) {
     );
 }
 
+// Side by side (three interpreters at once): each check is against the thread's own CPU time
+// (samples per CPU second, half the rate as the margin) or is zero samples.
 #[test]
-fn exception_mode_3_9() {
-    exception_mode("3.9", &[]);
-}
-
-#[test]
-fn exception_mode_3_12() {
-    exception_mode("3.12", &[]);
-}
-
-#[test]
-fn exception_mode_sid_3_15() {
-    exception_mode("sid-3.15", &[]);
+fn exception_mode_3_9_3_12_sid_3_15() {
+    side_by_side(&["3.9", "3.12", "sid-3.15"], 3, |label| {
+        exception_mode(label, &[])
+    });
 }
 
 /// The same with the kernel walk for kernels without `bpf_loop` (its bounded loop).
@@ -220,19 +214,12 @@ fn exception_status_dump(label: &str) {
     assert!(!line_of("normal_thread").contains("handling an exception"), "{describe}: normal_thread{td}");
 }
 
+// Side by side: a status at one moment, whatever CPU the threads get.
 #[test]
-fn exception_status_dump_3_9() {
-    exception_status_dump("3.9");
-}
-
-#[test]
-fn exception_status_dump_3_12() {
-    exception_status_dump("3.12");
-}
-
-#[test]
-fn exception_status_dump_sid_3_15() {
-    exception_status_dump("sid-3.15");
+fn exception_status_dump_3_9_3_12_sid_3_15() {
+    side_by_side(&["3.9", "3.12", "sid-3.15"], 3, |label| {
+        exception_status_dump(label)
+    });
 }
 
 /// Past the bound (no CPython case: CPython walks the whole chain): a thread handling an
@@ -267,19 +254,13 @@ fn chain_past_the_bound(label: &str, env: &[(&str, &str)]) {
     assert!(dropped as f64 >= cpu * 500.0, "{describe}: {dropped} samples counted as past the bound for {cpu:.2} s of CPU{d}");
 }
 
+// Side by side (three interpreters at once): each check is against the thread's own CPU time
+// (samples per CPU second, half the rate as the margin) or is zero samples.
 #[test]
-fn chain_past_the_bound_3_9() {
-    chain_past_the_bound("3.9", &[]);
-}
-
-#[test]
-fn chain_past_the_bound_3_12() {
-    chain_past_the_bound("3.12", &[]);
-}
-
-#[test]
-fn chain_past_the_bound_sid_3_15() {
-    chain_past_the_bound("sid-3.15", &[]);
+fn chain_past_the_bound_3_9_3_12_sid_3_15() {
+    side_by_side(&["3.9", "3.12", "sid-3.15"], 3, |label| {
+        chain_past_the_bound(label, &[])
+    });
 }
 
 #[test]
@@ -399,17 +380,9 @@ fn stacks_modes(label: &str) {
     assert!(deep > 0, "{describe}: --mode wall: no stack with all 301 recurse frames{d}");
 }
 
+// Side by side (three interpreters at once): at least 100 of the busy thread's ~2,000 samples,
+// none of the sleepers', and the sleepers' presence in wall mode, whatever CPU each gets.
 #[test]
-fn stacks_modes_3_9() {
-    stacks_modes("3.9");
-}
-
-#[test]
-fn stacks_modes_3_12() {
-    stacks_modes("3.12");
-}
-
-#[test]
-fn stacks_modes_sid_3_15() {
-    stacks_modes("sid-3.15");
+fn stacks_modes_3_9_3_12_sid_3_15() {
+    side_by_side(&["3.9", "3.12", "sid-3.15"], 3, |label| stacks_modes(label));
 }

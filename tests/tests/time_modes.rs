@@ -684,49 +684,24 @@ fn exception(label: &str) {
     );
 }
 
+// Side by side, three interpreters at a time: each check is against the thread's own CPU
+// time (samples per CPU second, half the rate as the margin) or is zero samples, whatever
+// share of the CPU the workload gets.
 #[test]
-fn exception_3_8() {
-    exception("3.8");
+fn exception_3_8_to_3_10() {
+    side_by_side(&["3.8", "3.9", "3.10"], 3, |label| exception(label));
 }
 
 #[test]
-fn exception_3_9() {
-    exception("3.9");
+fn exception_3_11_to_3_13() {
+    side_by_side(&["3.11", "3.12", "3.13"], 3, |label| exception(label));
 }
 
 #[test]
-fn exception_3_10() {
-    exception("3.10");
-}
-
-#[test]
-fn exception_3_11() {
-    exception("3.11");
-}
-
-#[test]
-fn exception_3_12() {
-    exception("3.12");
-}
-
-#[test]
-fn exception_3_13() {
-    exception("3.13");
-}
-
-#[test]
-fn exception_sid_3_13() {
-    exception("sid-3.13");
-}
-
-#[test]
-fn exception_sid_3_14() {
-    exception("sid-3.14");
-}
-
-#[test]
-fn exception_sid_3_15() {
-    exception("sid-3.15");
+fn exception_sid_3_13_to_3_15() {
+    side_by_side(&["sid-3.13", "sid-3.14", "sid-3.15"], 3, |label| {
+        exception(label)
+    });
 }
 
 /// `--threads` names each thread frame with the thread's name: exception_share.py names its
@@ -758,19 +733,10 @@ fn thread_names(label: &str) {
     }
 }
 
+// Side by side: the checks are which names the threads' stacks carry.
 #[test]
-fn thread_names_3_9() {
-    thread_names("3.9");
-}
-
-#[test]
-fn thread_names_3_12() {
-    thread_names("3.12");
-}
-
-#[test]
-fn thread_names_sid_3_15() {
-    thread_names("sid-3.15");
+fn thread_names_3_9_3_12_sid_3_15() {
+    side_by_side(&["3.9", "3.12", "sid-3.15"], 3, |label| thread_names(label));
 }
 
 /// Wall mode on blocked_start.py: threads switched out since before pyperch started. The

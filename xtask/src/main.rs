@@ -6,8 +6,9 @@
 //! - `run -- ARGS`  build, then run `target/release/pyperch ARGS` (its exit status is ours).
 //! - `test [-- FILTER...]`  setup, test fixtures (the Debian sid root filesystem with
 //!   python3.13/3.14/3.15, and pinned aiohttp/uvicorn/Starlette for its 3.14 and 3.15), build,
-//!   unit tests, then the end-to-end tests serially; then the
-//!   forged-memory tests again against pyperch built with overflow checks (`release-checked`
+//!   unit tests, then the end-to-end tests (`--test-threads=1`; the files listed in
+//!   `e2e::SIDE_BY_SIDE` two at a time first, then every other file alone; see `e2e.rs`); then
+//!   the forged-memory tests again against pyperch built with overflow checks (`release-checked`
 //!   profile, `target/release-checked/pyperch`), when the filters select them.
 //! - `fixtures`  only the test fixtures (the sid rootfs), created when missing.
 //! - `soak [-- --minutes N]`  the memory soak test (`tests/tests/soak.rs`) run for N minutes
@@ -37,6 +38,7 @@ use clap::{Parser, Subcommand};
 
 mod apt_sources;
 mod bench;
+mod e2e;
 mod fixtures;
 mod image;
 mod k8s_tools;
@@ -72,7 +74,8 @@ enum Cmd {
     },
     /// Prepare the end-to-end tests' fixtures only (the Debian sid rootfs); idempotent.
     Fixtures,
-    /// Setup, test fixtures, build, unit tests, then the end-to-end tests (serially).
+    /// Setup, test fixtures, build, unit tests, then the end-to-end tests (one test at a time
+    /// per file; a few files two at a time).
     Test {
         /// Test-name filters (and libtest flags) for the end-to-end tests, after `--`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -421,36 +424,23 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     )?;
 
     step(format!(
-        "test: end-to-end tests (cargo test --release -p pyperch-tests -- --test-threads=1) with PYPERCH_BIN={}{}",
+        "test: end-to-end tests (tests/tests/*.rs, --test-threads=1; some files two at a time) with PYPERCH_BIN={}{}",
         bin.display(),
         match &rootfs {
             Some(r) => format!(" PYPERCH_SID_ROOTFS={}", r.display()),
             None => " (no sid rootfs: its tests skip)".to_string(),
         }
     ));
-    let mut e2e = cargo();
-    e2e.current_dir(&p.root)
-        .args([
-            "test",
-            "--release",
-            "--no-fail-fast",
-            "-p",
-            "pyperch-tests",
-            "--",
-            "--test-threads=1",
-        ])
-        .args(filters)
-        .env("PYPERCH_BIN", &bin)
-        .env("PYPERCH_TEST_VENV", p.cache.join("test-venv"))
-        .env("PYPERCH_SPEEDSCOPE_DIR", speedscope_dir(p));
+    let mut env: Vec<(&str, Option<OsString>)> = vec![
+        ("PYPERCH_BIN", Some(bin.clone().into())),
+        ("PYPERCH_TEST_VENV", Some(p.cache.join("test-venv").into())),
+        ("PYPERCH_SPEEDSCOPE_DIR", Some(speedscope_dir(p).into())),
+        ("PYPERCH_SID_ROOTFS", rootfs.clone().map(Into::into)),
+    ];
     if let Some(rootfs) = &image_rootfs {
-        e2e.env("PYPERCH_IMAGE_ROOTFS", rootfs);
+        env.push(("PYPERCH_IMAGE_ROOTFS", Some(rootfs.clone().into())));
     }
-    match &rootfs {
-        Some(r) => e2e.env("PYPERCH_SID_ROOTFS", r),
-        None => e2e.env_remove("PYPERCH_SID_ROOTFS"),
-    };
-    let mut e2e = status_of(&mut e2e, "running the end-to-end tests")?;
+    let mut e2e = e2e::run(&p.root, &p.target.join("tmp/e2e-logs"), &env, filters)?;
 
     if selects_checked_tests(filters) {
         let checked = build_checked(p)?;
@@ -470,12 +460,12 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
             None => again.env_remove("PYPERCH_SID_ROOTFS"),
         };
         let again = status_of(&mut again, "running the forged-memory tests against the checked build")?;
-        if e2e.success() && !again.success() {
-            e2e = again;
+        if !again.success() {
+            e2e = false;
         }
     }
 
-    match (unit.success(), e2e.success()) {
+    match (unit.success(), e2e) {
         // The whole suite also boots the oldest kernel (the short run of `cargo xtask
         // test-kernels`); a filtered run is for one's own tests and skips it.
         (true, true) if filters.is_empty() => {
@@ -488,7 +478,7 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
             Ok(())
         }
         (false, true) => bail!("the unit tests failed ({})", describe(unit)),
-        (true, false) => bail!("the end-to-end tests failed ({})", describe(e2e)),
+        (true, false) => bail!("the end-to-end tests failed (the files are named above)"),
         (false, false) => bail!("the unit tests and the end-to-end tests failed"),
     }
 }
