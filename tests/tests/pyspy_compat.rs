@@ -99,13 +99,21 @@ fn check_launch_ends(mode: &str, function: Option<&str>) {
     match function {
         Some(f) => assert!(profile.with_function(f) > 0, "{}: no {f} in the profile{d}", py.describe()),
         None => {
-            // Asleep the whole time: empty, and pyperch says why.
-            assert_eq!(profile.total(), 0, "samples of a sleeping script{d}");
+            // Asleep the whole time once started: nothing sampled in the sleep. The command is
+            // sampled from its first instruction, so its start-up (imports, a few ms of CPU)
+            // may give a sample or two on a busy machine (a sleeping script took 1 of 2 s').
             assert!(
-                run.stderr.contains("the profile is empty: the command's Python processes were asleep")
-                    && run.stderr.contains("--idle"),
-                "an empty recording of a sleeping script should say it was asleep and name --idle{d}"
+                !profile.stacks.iter().any(|s| s.has_function("forever_sleep")),
+                "samples of a sleeping script in its sleep{d}"
             );
+            assert!(profile.total() <= 5, "{} samples of a script asleep after start-up{d}", profile.total());
+            if profile.total() == 0 {
+                assert!(
+                    run.stderr.contains("the profile is empty: the command's Python processes were asleep")
+                        && run.stderr.contains("--idle"),
+                    "an empty recording of a sleeping script should say it was asleep and name --idle{d}"
+                );
+            }
         }
     }
     assert!(run.stderr.contains("was ended"), "pyperch should say it ended the command{d}");

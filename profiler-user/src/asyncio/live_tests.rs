@@ -32,7 +32,8 @@ async def main():
 asyncio.run(main())
 "#;
 
-struct Guard(Child);
+/// Kills the child when dropped.
+pub(super) struct Guard(pub(super) Child);
 
 impl Drop for Guard {
     fn drop(&mut self) {
@@ -41,19 +42,21 @@ impl Drop for Guard {
     }
 }
 
-fn tasks_of(minor: u32) {
+/// Runs `script` under sid's `python3.<minor>` (chrooted), waits for its "ready" line and a
+/// moment more (printed by a running task: time to suspend again), and inspects the process;
+/// `None` (said on stderr) when that interpreter is absent or the test does not run as root.
+pub(super) fn start_sid(minor: u32, script: &str) -> Option<(Guard, PythonProcess)> {
     let python = format!("/usr/bin/python3.{minor}");
     if !Path::new(SID).join(&python[1..]).exists() || !nix::unistd::geteuid().is_root() {
         eprintln!("skipping: {SID}{python} is absent (or not root)");
-        return;
+        return None;
     }
     let mut child = Guard(
-        Command::new("chroot").args([SID, &python, "-c", SCRIPT]).stdout(Stdio::piped()).spawn().expect("spawn chroot"),
+        Command::new("chroot").args([SID, &python, "-c", script]).stdout(Stdio::piped()).spawn().expect("spawn chroot"),
     );
     let mut line = String::new();
     BufReader::new(child.0.stdout.as_mut().expect("piped")).read_line(&mut line).expect("read");
     assert_eq!(line.trim(), "ready");
-    // "ready" is printed by a running task: give it time to suspend again.
     std::thread::sleep(Duration::from_millis(200));
     let pid = child.0.id();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -64,6 +67,12 @@ fn tasks_of(minor: u32) {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
+    Some((child, process))
+}
+
+fn tasks_of(minor: u32) {
+    let Some((_child, process)) = start_sid(minor, SCRIPT) else { return };
+    let pid = process.pid;
     let reader = AsyncReader::new(&process).expect("asyncio reader");
     let tasks = reader.list_tasks(&ProcessMemory::new(pid)).expect("tasks");
     let by_name = |name: &str| tasks.iter().find(|t| t.name == name).unwrap_or_else(|| panic!("no task {name}: {tasks:#?}"));

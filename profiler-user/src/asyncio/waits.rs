@@ -586,15 +586,11 @@ mod tests {
 /// names: shown by their coroutines); B1 awaits C, which sleeps; B2 sleeps in b2_inner.
 #[cfg(test)]
 mod live_tests {
-    use std::io::{BufRead, BufReader};
-    use std::path::Path;
-    use std::process::{Child, Command, Stdio};
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::{discovery, memory::ReadBudget};
+    use crate::memory::ReadBudget;
 
-    const SID: &str = "/root/.cache/pyperch/sid-rootfs";
     const SCRIPT: &str = r#"
 import asyncio
 async def c_sleep():
@@ -614,40 +610,14 @@ async def main():
 asyncio.run(main())
 "#;
 
-    struct Guard(Child);
-
-    impl Drop for Guard {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-
     fn names(stack: &WaitStack) -> Vec<String> {
         stack.frames.iter().map(WaitFrame::name).collect()
     }
 
     fn waits_of(minor: u32) {
-        let python = format!("/usr/bin/python3.{minor}");
-        if !Path::new(SID).join(&python[1..]).exists() || !nix::unistd::geteuid().is_root() {
-            eprintln!("skipping: {SID}{python} is absent (or not root)");
-            return;
-        }
-        let mut child =
-            Guard(Command::new("chroot").args([SID, &python, "-c", SCRIPT]).stdout(Stdio::piped()).spawn().expect("spawn chroot"));
-        let mut line = String::new();
-        BufReader::new(child.0.stdout.as_mut().expect("piped")).read_line(&mut line).expect("read");
-        assert_eq!(line.trim(), "ready");
-        std::thread::sleep(Duration::from_millis(200));
-        let pid = child.0.id();
+        let Some((_child, process)) = super::super::live_tests::start_sid(minor, SCRIPT) else { return };
+        let pid = process.pid;
         let deadline = Instant::now() + Duration::from_secs(10);
-        let process = loop {
-            match discovery::inspect(pid) {
-                Ok(p) => break p,
-                Err(e) => assert!(Instant::now() < deadline, "{e}"),
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
         let mem = ProcessMemory::new(pid);
         // The module's section may be found a moment after the process is (as the session's
         // retries allow for).
