@@ -82,6 +82,8 @@ pub(crate) struct NewTarget {
     pub(crate) label: ProcessLabel,
     /// The registration's generation (`ProcessInfo::generation`), set when it is registered.
     pub(crate) generation: u32,
+    /// What the kernel was given at registration (set with `generation`).
+    pub(crate) info: ProcessInfo,
 }
 
 /// Counts of discovery's work, shown by `--stats`.
@@ -502,6 +504,7 @@ impl Discoverer {
                 let generation = self.registry.next_generation();
                 info.generation = generation;
                 target.generation = generation;
+                target.info = info;
                 let exe_link = target.exe_link.clone();
                 let process = target.process.clone();
                 self.send(DiscoveryEvent::Added(target));
@@ -604,7 +607,7 @@ fn ready(process: PythonProcess) -> Examination {
     };
     let exe_link = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
     let label = process_label(&process);
-    Examination::Ready(Box::new(NewTarget { process, exe_link, label, generation: 0 }), info)
+    Examination::Ready(Box::new(NewTarget { process, exe_link, label, generation: 0, info }), info)
 }
 
 /// How a process is named in profiles: its command, executable, version, container and pod

@@ -90,8 +90,10 @@ impl Scope {
 /// (`target::register`).
 fn register_running_task(kernel: &KernelProgram, target: &mut Target, to_index: &mut Vec<(u32, u64, AsyncReader)>) {
     let Some((offset, tasks, reader)) = target.async_registration_due() else { return };
-    let mem = ProcessMemory::new(target.process.pid);
-    if let Ok(info) = target.process.kernel_info(&mem) {
+    // The registration's own info, with the task fields: nothing is read from the target here
+    // (this runs on the thread that drains the ring buffer).
+    let info = target.registered;
+    {
         let tasks = match kernel.walk() {
             crate::loader::Walk::BpfLoop => tasks.unwrap_or_default(),
             crate::loader::Walk::Bounded => Default::default(),
@@ -99,13 +101,7 @@ fn register_running_task(kernel: &KernelProgram, target: &mut Target, to_index: 
         if tasks.task_read != 0 {
             to_index.push((target.process.pid, target.process.start_time, reader));
         }
-        let info = profiler_common::ProcessInfo {
-            frame: target.process.layout.kernel_frame_layout(),
-            generation: target.generation,
-            running_task: offset,
-            tasks,
-            ..info
-        };
+        let info = profiler_common::ProcessInfo { running_task: offset, tasks, ..info };
         let _ = target::register(&kernel.registry(), &target.process, &info);
     }
 }
@@ -324,7 +320,7 @@ impl Session {
         if !target::register(&self.kernel.registry(), &process, &info)? {
             return Ok(false);
         }
-        self.add_target(process, exe_link, label, generation);
+        self.add_target(process, exe_link, label, generation, info);
         if self.async_stacks {
             if let Some(target) = self.targets.get_mut(&pid) {
                 target.resolve_async_now(INSPECT_BUDGET);
@@ -334,10 +330,10 @@ impl Session {
         Ok(true)
     }
 
-    fn add_target(&mut self, process: PythonProcess, exe_link: PathBuf, label: ProcessLabel, generation: u32) {
+    fn add_target(&mut self, process: PythonProcess, exe_link: PathBuf, label: ProcessLabel, generation: u32, info: profiler_common::ProcessInfo) {
         let pid = process.pid;
         self.profile.set_process(pid, label);
-        let mut target = Target::new(process, exe_link, generation, self.native.clone());
+        let mut target = Target::new(process, exe_link, generation, info, self.native.clone());
         if self.async_stacks {
             // Registered for task chains once its reader is made: right away for processes
             // given with --pid (`resolve_async_now`), else after a sample (`process_record`).
@@ -406,8 +402,8 @@ impl Session {
         for event in events {
             match event {
                 DiscoveryEvent::Added(new) => {
-                    let discoverer::NewTarget { process, exe_link, label, generation } = *new;
-                    self.add_target(process, exe_link, label, generation);
+                    let discoverer::NewTarget { process, exe_link, label, generation, info } = *new;
+                    self.add_target(process, exe_link, label, generation, info);
                 }
                 DiscoveryEvent::Registered { pid, generation, at_ns } => {
                     if let Some(target) = self.targets.get(&pid).filter(|t| t.generation == generation && t.alive) {

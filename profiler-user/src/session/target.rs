@@ -38,6 +38,9 @@ pub(crate) struct Target {
     /// another one were taken under an earlier registration of the same PID (another process,
     /// or this one before an exec) and are never attributed to this target.
     pub(super) generation: u32,
+    /// What the kernel was given at registration (registered again, unchanged but for the
+    /// task fields, once `--async`'s reader exists).
+    pub(super) registered: ProcessInfo,
     /// The frame layout registered with the kernel, with the validation word's fields.
     kernel_frame: FrameLayout,
     mem: ProcessMemory,
@@ -155,7 +158,7 @@ enum FrameError {
 }
 
 impl Target {
-    pub(super) fn new(process: PythonProcess, exe_link: PathBuf, generation: u32, native: Option<Arc<NativeContext>>) -> Self {
+    pub(super) fn new(process: PythonProcess, exe_link: PathBuf, generation: u32, registered: ProcessInfo, native: Option<Arc<NativeContext>>) -> Self {
         let mem = ProcessMemory::new(process.pid);
         let semantics = process.layout.frame_semantics;
         let grouping = match (semantics.shim_owner, semantics.owner_generator) {
@@ -169,6 +172,7 @@ impl Target {
         Self {
             kernel_frame: process.layout.kernel_frame_layout(),
             generation,
+            registered,
             process,
             mem,
             exe_link,
