@@ -18,7 +18,7 @@ use crate::{
     filter::ProcessFilter,
     loader::KernelProgram,
     output::{self, Format, otlp},
-    record::{RecordError, check_rate, inspect_pids, runtime, stats_report},
+    record::{RecordError, check_rate, inspect_pids, stats_report},
     session::{DISCOVERY_INTERVAL, LoopControl, Scope, Session, run_loop},
     upload::{
         Api, Auth, ClientSettings, Endpoint, ExtraHeader, PASSWORD_ENV, PROFILE_TYPE_CPU, Upload, UploadCounters, Uploader,
@@ -287,7 +287,6 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         }
         eprintln!("{line}");
     };
-    let runtime = runtime()?;
     let control = LoopControl {
         duration: options.duration,
         child: None,
@@ -296,7 +295,7 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         periodic: Some((options.interval, &mut flush)),
                 until_exited: None,
     };
-    runtime.block_on(run_loop(&mut session, ring, control))?;
+    run_loop(&mut session, ring, control)?;
     // Flush the partial interval before leaving (sampling stopped as the loop ended).
     flush(&mut session);
     let kernel_counters = session.kernel.counters();

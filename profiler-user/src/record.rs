@@ -221,7 +221,6 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
         session.read_blocked_threads(since);
     }
 
-    let runtime = runtime()?;
     let started = Instant::now();
     let start_time = SystemTime::now();
     let discovery_interval = if child.is_some() { LAUNCH_DISCOVERY_INTERVAL } else { DISCOVERY_INTERVAL };
@@ -235,7 +234,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
         periodic: None,
         until_exited: exit_watch.as_ref(),
     };
-    let end = runtime.block_on(run_loop(&mut session, ring, control))?;
+    let end = run_loop(&mut session, ring, control)?;
     let elapsed = started.elapsed();
     // Sampling stopped as the loop ended.
     let kernel_counters = session.kernel.counters();
@@ -397,10 +396,6 @@ pub(crate) fn check_rate(rate: u64) -> Result<(), RecordError> {
     if rate == 0 || rate > MAX_RATE { Err(RecordError::Rate(rate)) } else { Ok(()) }
 }
 
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, RecordError> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| RecordError::Runtime(e.to_string()))
-}
-
 /// Explicit PIDs must exist, be Python and pass the filters; those whose interpreter is
 /// not initialised yet are registered later by the session's scans.
 pub(crate) fn inspect_pids(pids: &[u32], filter: &ProcessFilter) -> Result<Vec<discovery::PythonProcess>, RecordError> {
@@ -451,6 +446,29 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
         "  kernel: {} samples of registered processes, {} lost (ring buffer full), {} malformed records",
         kernel.sampled, kernel.ringbuf_full, session.malformed_records
     );
+    let drain = session.drain_counts;
+    let _ = writeln!(
+        s,
+        "  drain thread: {} records queued for the worker (at most {:.1} MiB at once); dropped: {} (a process's queue full, {} MiB), {} (all queues full, {} MiB), {} (still queued when the end's time ran out)",
+        drain.queued,
+        drain.peak_bytes as f64 / (1 << 20) as f64,
+        drain.dropped_process_full,
+        crate::session::drain::PROCESS_BYTES >> 20,
+        drain.dropped_total_full,
+        crate::session::drain::TOTAL_BYTES >> 20,
+        drain.dropped_at_end
+    );
+    let quarantined = crate::memory::deadline::QUARANTINED_TOTAL.load(std::sync::atomic::Ordering::Relaxed);
+    if quarantined > 0 || session.quarantined_records > 0 {
+        let _ = writeln!(
+            s,
+            "  quarantined: {} processes (a read of their memory did not answer within {:.1} s; nothing more read from them), {} of their records dropped; {} readers still blocked",
+            quarantined,
+            crate::memory::deadline::READ_DEADLINE.as_secs_f64(),
+            session.quarantined_records,
+            crate::memory::deadline::stuck_readers()
+        );
+    }
     if kernel.code_checks_cached + kernel.code_checks_read > 0 {
         let _ = writeln!(
             s,

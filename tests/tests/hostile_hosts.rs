@@ -749,6 +749,93 @@ mod hostile_hosts {
         drop(server);
     }
 
+    /// Issue #28, item 1: a Python process points a code object's qualname into an untouched
+    /// page of a shared mapping of a file whose FUSE server it then stops. Reading that name
+    /// blocks in the kernel for as long as the server is stopped. pyperch must not wait on it:
+    /// the read is given up after its deadline, the process quarantined (counted), the
+    /// bystander keeps its samples, the recording ends on time and SIGTERM is answered.
+    #[test]
+    fn qualname_in_a_page_whose_server_never_answers() {
+        if !is_root() {
+            skip("needs root");
+            return;
+        }
+        if !Path::new("/dev/fuse").exists() {
+            skip("/dev/fuse does not exist on this machine: the FUSE case cannot be tested");
+            return;
+        }
+        let Some(py) = first_python(&HOST_PYTHONS) else {
+            skip("no host python to run the FUSE server and the forger");
+            return;
+        };
+        let scratch = Scratch::new("fuse-qualname");
+        let Some(gcc) = find_program("gcc") else {
+            skip("gcc is not installed (cargo xtask test installs it)");
+            return;
+        };
+        let lib = scratch.path("libforged.so");
+        run(
+            Command::new(gcc)
+                .args(["-O2", "-shared", "-fPIC", "-o"])
+                .arg(&lib)
+                .arg(workload_source("forged_spin.c")),
+            "gcc forged_spin.c",
+        );
+        let mnt = scratch.path("mnt");
+        fs::create_dir_all(&mnt).expect("mkdir");
+        let file = mnt.join("lib.so");
+        let exe = py.exe.to_string_lossy().into_owned();
+        let forger = workload_source("forged_memory.py");
+        let server = Workload::spawn(
+            &py,
+            "fuse_stall.py",
+            &[
+                &mnt.to_string_lossy(),
+                "65536",
+                &exe,
+                &forger.to_string_lossy(),
+                &lib.to_string_lossy(),
+                "qualname_stalled_page",
+                "60",
+                &file.to_string_lossy(),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{e:#}"));
+        let fields = server.ready_fields();
+        let pid_of = |k: &str| {
+            fields
+                .get(k)
+                .and_then(|v| v.parse::<u32>().ok())
+                .unwrap_or_else(|| panic!("{k}= in {fields:?}"))
+        };
+        let (server_pid, forger_pid) = (pid_of("server"), pid_of("mapper"));
+        // The forger waits 3 s after mapping before it forges: the server is stopped first.
+        // SAFETY: kill(2) of the server our workload forked.
+        unsafe { libc::kill(server_pid as libc::pid_t, libc::SIGSTOP) };
+        let cleanup = KillPids(vec![server_pid, forger_pid]);
+        let Some(mut benign) = benign() else { return };
+        thread::sleep(Duration::from_secs(3));
+
+        let checked = record_beside(&benign, LEAF, "qualname in a stalled FUSE page");
+        let quarantined = checked
+            .rec
+            .run
+            .stderr_lines()
+            .into_iter()
+            .find(|l| l.trim_start().starts_with("quarantined:"))
+            .map(|l| l.trim().to_string());
+        note(format!("qualname in a stalled FUSE page: {quarantined:?}"));
+        assert!(
+            quarantined.as_deref().is_some_and(|l| l.starts_with("quarantined: 1 processes")),
+            "the forger {forger_pid} (its memory never answers) is not counted as quarantined: {quarantined:?}{}",
+            checked.rec.diag()
+        );
+        sigterm_ends_it("qualname in a stalled FUSE page");
+        benign.terminate();
+        drop(cleanup);
+        drop(server);
+    }
+
     /// 2,000 processes that load libpython (dlopen) but never initialise it: each looks like
     /// Python until its interpreter turns out never to start. pyperch's own CPU, the benign
     /// process's samples and the recording's end must not suffer.

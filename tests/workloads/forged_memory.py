@@ -9,6 +9,12 @@ the GIL released) points this thread's current-frame pointer at the forged state
 CPU, and puts the real pointer back before returning. The interpreter itself never sees
 the forged state; a sampler sees almost nothing else.
 
+qualname_stalled_page takes a fourth argument, a file (of a FUSE file system whose server
+is about to stop answering): it is mapped (MAP_SHARED, 64 KiB, never touched) and the forged
+code object's qualname points into its ninth page, so that whoever reads it faults a page
+in from a server that never answers. Forging starts 3 s after the mapping, once the test
+stopped the server.
+
 Prints "ready <pid> scenario=NAME" once forging; stops on SIGTERM or after MAX_SECONDS.
 Lowers its own priority (nice 19) so that a benign process profiled beside it gets enough
 CPU for a meaningful count on a loaded machine. Runs on CPython 3.8 ... 3.15 (x86_64, default GIL builds).
@@ -269,7 +275,23 @@ def build(name):
         s = one_frame(fake_code(linetable=table, name=name_str))
         s.flip, s.flip_len = name_str + S_HASH, 8
         return s
+    if name == "qualname_stalled_page":
+        return qualname_is(stalled_page(sys.argv[4]))
     raise SystemExit("unknown scenario " + name)
+
+
+def stalled_page(path):
+    """An address in an untouched page of a shared mapping of `path`."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    fd = os.open(path, os.O_RDONLY)
+    PROT_READ, MAP_SHARED = 1, 1
+    a = libc.mmap(None, 65536, PROT_READ, MAP_SHARED, fd, 0)
+    if a in (None, ctypes.c_void_p(-1).value):
+        raise SystemExit("mmap: " + os.strerror(ctypes.get_errno()))
+    time.sleep(3)
+    return a + 0x8000
 
 
 SCENARIOS = [

@@ -113,7 +113,7 @@ impl<T> Started<T> {
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         // Still at work: wait on while it is runnable (slow), give up once it waits.
-        while self.started.elapsed() < budget * SLOW_BUDGET_FACTOR && is_runnable(self.tid.load(Ordering::Relaxed)) {
+        while self.started.elapsed() < budget * SLOW_BUDGET_FACTOR && crate::memory::deadline::thread_is_runnable(self.tid.load(Ordering::Relaxed)) {
             match self.receive.recv_timeout(SLOW_CHECK) {
                 Ok(result) => return self.finish(result),
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -141,18 +141,6 @@ impl<T> Started<T> {
             Err(_) => Err(Overrun::TimedOut),
         }
     }
-}
-
-/// Whether our own thread `tid` is running or runnable (state `R` in its stat line), as
-/// opposed to waiting in the kernel.
-fn is_runnable(tid: i32) -> bool {
-    if tid <= 0 {
-        // Not started yet: it is waiting for a CPU.
-        return true;
-    }
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else { return false };
-    // The state follows the parenthesised name, which may itself hold parentheses.
-    stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()).is_some_and(|state| state == "R")
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! The session's event loop: drains the ring buffer, drives discovery and progress on one
-//! beat, and ends on the duration, the launched command's exit, or a signal.
+//! The session's worker loop: takes the records the drain thread (`drain`) read from the
+//! ring buffer, drives discovery, progress and periodic work on one beat, and ends on the
+//! duration or a signal (noticed by the drain thread), or the launched command's exit.
 
 use std::{
     io::IsTerminal,
@@ -7,18 +8,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tokio::io::{Interest, unix::AsyncFd};
-
-use super::Session;
+use super::{Session, drain};
 use crate::record::RecordError;
 
-/// How often the ring buffer is drained when the kernel has not woken us (it wakes us only
-/// once a batch has accumulated): on the discovery beat, which keeps a session's fixed cost
-/// low; but after a sample came too late (its code object or deep stack had already changed
-/// when we read it: code churning, processes exiting) and in the first second after a
-/// process is registered, often, so that short-lived code objects and processes are read
-/// before they are gone.
-const DRAIN_INTERVAL_BUSY: Duration = Duration::from_millis(10);
+/// The ring buffer is drained when the kernel wakes the drain thread (only once a batch has
+/// accumulated) and on the discovery beat, which keeps a session's fixed cost low; but after
+/// a sample came too late (its code object or deep stack had already changed when we read
+/// it: code churning, processes exiting) and in the first second after a process is
+/// registered, often (`drain`'s busy interval), so that short-lived code objects and
+/// processes are read before they are gone.
 /// How long after the last late sample the busy interval is kept.
 const BUSY_HOLD: Duration = Duration::from_secs(5);
 /// How long after a process is registered the busy interval is kept: the kernel wakes us
@@ -61,97 +59,96 @@ pub(crate) enum LoopEnd {
     TargetsExited,
 }
 
-/// Runs the session: reads samples as the kernel sends them, scans for processes, until
-/// `control` says stop. Then sampling stops (the kernel programs are detached) and what is
-/// still in the ring buffer and in the CPUs' batches of off-CPU records is processed too.
-pub(crate) async fn run_loop(
+/// Records the worker takes from the inbox at a time, between its looks at the clock.
+const TAKE_AT_ONCE: usize = 256;
+/// How long the worker goes on with records still queued once sampling stopped; what is
+/// left then is dropped and counted, so that the end never waits on a slow target.
+const END_BUDGET: Duration = Duration::from_secs(1);
+
+/// Runs the session until `control` says stop. Two threads: the drain thread
+/// (`drain`) reads the ring buffer into bounded queues and answers the duration and the
+/// signals; this thread, the worker, owns the session and does everything else, its reads
+/// of target memory with a deadline (`memory::deadline`). Then sampling stops (the kernel
+/// programs are detached) and what is still in the ring buffer and in the CPUs' batches of
+/// off-CPU records is processed too.
+pub(crate) fn run_loop(
     session: &mut Session,
     ring: aya::maps::RingBuf<aya::maps::MapData>,
     mut control: LoopControl<'_>,
 ) -> Result<LoopEnd, RecordError> {
-    let runtime_error = |e: std::io::Error| RecordError::Runtime(e.to_string());
-    // SAFETY: the ring buffer owns its fd, which stays open for the AsyncFd's lifetime.
-    let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
-        .map_err(|e| RecordError::Runtime(e.to_string()))?;
+    crate::memory::deadline::guard_this_thread();
     session.start_discovery(control.discovery_interval)?;
     let started = Instant::now();
-    // One timer drives draining, the launched command's check and progress, so that an idle
-    // session wakes only on the beat (discovery runs on its own thread).
+    // Drains on the discovery beat at least (discovery runs on its own thread).
     let beat = control.discovery_interval;
-    let drain = tokio::time::sleep(Duration::ZERO);
-    tokio::pin!(drain);
+    let drain = drain::start(ring, control.duration, beat, started).map_err(|e| RecordError::Runtime(e.to_string()))?;
+    let shared = drain.shared.clone();
     let mut next_scan = Instant::now();
     // Progress lines are due at whole seconds of the recording.
     let mut progress_due: u32 = 1;
     let mut late_at_last_drain = session.late_samples;
-    let mut last_late: Option<Instant> = None;
     let mut registered_at_last_drain = session.registered;
     // Processes registered before the loop (`--pid`) are new too, and so is a launched
     // command, which discovery registers as soon as its interpreter is initialised: its first
-    // records are read within `DRAIN_INTERVAL_BUSY`, before a short program exits with them.
-    let mut last_registered: Option<Instant> =
-        (session.registered > 0 || control.child.is_some()).then(Instant::now);
-    let period = control.periodic.as_ref().map(|(d, _)| *d).unwrap_or(Duration::from_secs(3600));
-    let mut periodic_tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    let deadline = control.duration.map(|d| tokio::time::Instant::from_std(started + d));
+    // records are read within the busy interval, before a short program exits with them.
+    if session.registered > 0 || control.child.is_some() {
+        shared.busy_until(Instant::now() + NEW_PROCESS_HOLD);
+    }
+    let period = control.periodic.as_ref().map(|(d, _)| *d);
+    let mut next_periodic = period.map(|p| started + p);
     let interactive = std::io::stderr().is_terminal();
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
-    let mut sigterm =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(runtime_error)?;
+    let mut records = Vec::with_capacity(TAKE_AT_ONCE);
     let end = loop {
-        let sleep = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending::<()>().await,
+        let mut wake_at = next_scan;
+        if control.progress {
+            wake_at = wake_at.min(started + PROGRESS_INTERVAL * progress_due);
+        }
+        if let Some(at) = next_periodic {
+            wake_at = wake_at.min(at);
+        }
+        let ended = shared.take(wake_at, TAKE_AT_ONCE, &mut records);
+        session.apply_discovery();
+        for (_, record) in records.drain(..) {
+            session.on_ring_item(&record);
+        }
+        session.release_due_held(false);
+        if let Some(end) = ended {
+            break end;
+        }
+        let now = Instant::now();
+        if session.late_samples != late_at_last_drain {
+            shared.busy_until(now + BUSY_HOLD);
+            late_at_last_drain = session.late_samples;
+        }
+        if session.registered != registered_at_last_drain {
+            shared.busy_until(now + NEW_PROCESS_HOLD);
+            registered_at_last_drain = session.registered;
+        }
+        if now >= next_scan {
+            if let Some(c) = control.child.as_mut() {
+                if let Ok(Some(status)) = c.try_wait() {
+                    shared.end(LoopEnd::CommandExited(exit_code(status)));
+                    continue;
+                }
             }
-        };
-        tokio::select! {
-            guard = ring.readable_mut() => {
-                let mut guard = guard.map_err(runtime_error)?;
-                drain_ring(session, guard.get_inner_mut());
-                guard.clear_ready();
+            if control.until_exited.is_some_and(|w| w.all_exited()) {
+                shared.end(LoopEnd::TargetsExited);
+                continue;
             }
-            _ = &mut drain => {
-                drain_ring(session, ring.get_mut());
-                let now = Instant::now();
-                if session.late_samples != late_at_last_drain {
-                    last_late = Some(now);
-                    late_at_last_drain = session.late_samples;
-                }
-                if session.registered != registered_at_last_drain {
-                    last_registered = Some(now);
-                    registered_at_last_drain = session.registered;
-                }
-                if now >= next_scan {
-                    if let Some(c) = control.child.as_mut() {
-                        if let Ok(Some(status)) = c.try_wait() {
-                            break LoopEnd::CommandExited(exit_code(status));
-                        }
-                    }
-                    if control.until_exited.is_some_and(|w| w.all_exited()) {
-                        break LoopEnd::TargetsExited;
-                    }
-                    next_scan = now + session.beat_interval(beat);
-                }
-                if control.progress && now >= started + PROGRESS_INTERVAL * progress_due {
-                    show_progress(session, started, progress_due, interactive);
-                    progress_due = (now.duration_since(started).as_secs() as u32).saturating_add(1);
-                }
-                let busy = last_late.is_some_and(|t| now.duration_since(t) < BUSY_HOLD)
-                    || last_registered.is_some_and(|t| now.duration_since(t) < NEW_PROCESS_HOLD);
-                let next = if busy { now + DRAIN_INTERVAL_BUSY } else { next_scan };
-                drain.as_mut().reset(tokio::time::Instant::from_std(next));
-            }
-            _ = periodic_tick.tick(), if control.periodic.is_some() => {
-                drain_ring(session, ring.get_mut());
+            next_scan = now + session.beat_interval(beat);
+        }
+        if control.progress && now >= started + PROGRESS_INTERVAL * progress_due {
+            show_progress(session, started, progress_due, interactive);
+            progress_due = (now.duration_since(started).as_secs() as u32).saturating_add(1);
+        }
+        if let (Some(at), Some(p)) = (next_periodic, period) {
+            if now >= at {
                 if let Some((_, hook)) = control.periodic.as_mut() {
                     hook(session);
                 }
+                // After a stall the next period starts from now: no burst of late ticks.
+                next_periodic = Some((at + p).max(Instant::now()));
             }
-            _ = sleep => break LoopEnd::DurationElapsed,
-            _ = &mut ctrl_c => break LoopEnd::Interrupted,
-            _ = sigterm.recv() => break LoopEnd::Terminated,
         }
     };
     if interactive && control.progress {
@@ -162,23 +159,32 @@ pub(crate) async fn run_loop(
     // the CPUs still hold in their batches of off-CPU records is read after it.
     session.kernel.detach();
     session.sampling_stopped_ns = Some(crate::loader::monotonic_ns());
-    drain_ring(session, ring.get_mut());
+    drain.finish();
+    let end_by = Instant::now() + END_BUDGET;
+    session.apply_discovery();
+    loop {
+        shared.take(Instant::now(), TAKE_AT_ONCE, &mut records);
+        if records.is_empty() {
+            break;
+        }
+        if Instant::now() >= end_by {
+            // The drain thread has ended: nothing more arrives.
+            shared.take(Instant::now(), usize::MAX, &mut records);
+            shared.dropped_at_end(records.len() as u64);
+            records.clear();
+            break;
+        }
+        for (_, record) in records.drain(..) {
+            session.on_ring_item(&record);
+        }
+    }
     for batch in session.kernel.unsent_off_cpu_batches() {
         session.off_cpu_batches_at_end += 1;
         session.on_off_cpu_records(&batch);
     }
     session.release_due_held(true);
+    session.drain_counts = shared.counts();
     Ok(end)
-}
-
-/// Processes every record waiting in the ring buffer, after what discovery reported (so the
-/// processes the samples come from are known).
-fn drain_ring(session: &mut Session, ring: &mut aya::maps::RingBuf<aya::maps::MapData>) {
-    session.apply_discovery();
-    while let Some(item) = ring.next() {
-        session.on_ring_item(&item);
-    }
-    session.release_due_held(false);
 }
 
 /// Updates the progress line on stderr: in place on a terminal, every 5 s otherwise.

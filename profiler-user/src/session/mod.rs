@@ -6,6 +6,7 @@ pub(crate) mod blocked_at_start;
 pub(crate) mod budget;
 mod cache_budget;
 mod discoverer;
+pub(crate) mod drain;
 mod event_loop;
 pub(crate) mod exit_watch;
 mod full_frames_memo;
@@ -148,6 +149,10 @@ pub(crate) struct Session {
     /// Code-object snapshots of no current target (a process gone or not registered now).
     pub(crate) unknown_process_snapshots: u64,
     pub(crate) malformed_records: u64,
+    /// Records of processes in quarantine (`memory::deadline`), dropped.
+    pub(crate) quarantined_records: u64,
+    /// What the drain thread counted (set when the loop ends).
+    pub(crate) drain_counts: drain::DrainCounts,
     /// CPUs' batches of off-CPU records read from the kernel's map at the end (not sent).
     pub(crate) off_cpu_batches_at_end: u64,
     /// When the kernel programs were detached (kernel monotonic clock): waits still pending
@@ -217,6 +222,8 @@ impl Session {
             unknown_process_samples: 0,
             unknown_process_snapshots: 0,
             malformed_records: 0,
+            quarantined_records: 0,
+            drain_counts: drain::DrainCounts::default(),
             off_cpu_batches_at_end: 0,
             sampling_stopped_ns: None,
             registered: 0,
@@ -495,6 +502,8 @@ impl Session {
     pub(crate) fn prune_exited(&mut self) {
         let dead: Vec<u32> = self.targets.iter().filter(|(_, t)| !t.alive).map(|(pid, _)| *pid).collect();
         for pid in dead {
+            // It exited: its PID may be a new process's, readable again.
+            crate::memory::deadline::release(pid);
             self.release_held(pid);
             if let Some(t) = self.targets.remove(&pid) {
                 self.retire(t);
@@ -610,6 +619,11 @@ impl Session {
         }
         // SAFETY: the record starts with a SampleHeader (plain data), checked for length.
         let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
+        if crate::memory::deadline::is_quarantined(header.tgid) {
+            // Its memory did not answer once: nothing more is read from it.
+            self.quarantined_records += 1;
+            return;
+        }
         let charge = match header.kind {
             record_kind::CPU_SAMPLE | record_kind::CPU_SAMPLE_NATIVE if !self.time_mode.on_cpu() => return,
             record_kind::CPU_SAMPLE | record_kind::CPU_SAMPLE_NATIVE => {

@@ -16,7 +16,7 @@ use crate::{
     filter::ProcessFilter,
     loader::KernelProgram,
     privileges,
-    record::{RecordError, check_rate, inspect_pids, runtime},
+    record::{RecordError, check_rate, inspect_pids},
     session::{DISCOVERY_INTERVAL, LoopControl, LoopEnd, Scope, Session, run_loop},
 };
 use model::{FrameRef, Model, Tick};
@@ -129,7 +129,6 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
         mode: options.time.mode.label(),
         unit: if options.time.mode.in_nanoseconds() { "ns" } else { "samples" },
     };
-    let runtime = runtime()?;
     let mut failure: Option<std::io::Error> = None;
     let end = match options.display {
         Display::Screen => {
@@ -159,7 +158,7 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
                 periodic: Some((screen::POLL, &mut hook)),
                 until_exited: None,
             };
-            let end = runtime.block_on(run_loop(&mut session, ring, control));
+            let end = run_loop(&mut session, ring, control);
             // Restores the terminal on every way out (also SIGTERM).
             drop(view);
             end?
@@ -186,7 +185,7 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
                 periodic: Some((TICK, &mut hook)),
                 until_exited: None,
             };
-            runtime.block_on(run_loop(&mut session, ring, control))?
+            run_loop(&mut session, ring, control)?
         }
     };
     if let Some(e) = failure {

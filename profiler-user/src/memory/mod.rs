@@ -1,7 +1,11 @@
 //! Reads of a target process's memory (`process_vm_readv`).
 //!
 //! Every byte read here is untrusted: callers bound lengths and check what they read.
-//! Reads are counted (calls and bytes) for `--stats`.
+//! Reads are counted (calls and bytes) for `--stats`. A read may block on the target (a page
+//! of a file whose server does not answer): threads that must not wait read with a deadline,
+//! and a target that does not answer is quarantined ([`deadline`]).
+
+pub mod deadline;
 
 use std::{
     cell::Cell,
@@ -28,6 +32,13 @@ pub enum MemoryError {
     /// A read past the budget `with_read_budget` set on this thread (nothing was read).
     #[error("the read budget ran out")]
     OverBudget,
+    /// A read of this process's memory did not answer within the deadline once: no more
+    /// are made ([`deadline`]).
+    #[error("process {pid} is quarantined (a read of its memory did not answer in time)")]
+    Quarantined { pid: u32 },
+    /// A guarded read could not be made (no reader thread could be had).
+    #[error("read at {address:#x} in process {pid} not made: no reader thread free")]
+    Unanswered { pid: u32, address: u64 },
     /// A read from a kernel copy (`symbolize::SnapshotMemory`) outside the bytes copied.
     #[error("{len} bytes at {address:#x} were not copied by the kernel")]
     NotCopied { address: u64, len: usize },
@@ -147,23 +158,23 @@ impl ProcessMemory {
         if !charge_budget(buf.len()) {
             return Err(MemoryError::OverBudget);
         }
-        let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-        let remote = libc::iovec { iov_base: address as *mut libc::c_void, iov_len: buf.len() };
-        // SAFETY: `local` describes `buf`, which is valid for writes of its length; the kernel
-        // checks the remote range and fails without touching our memory if it is not mapped.
-        let got = unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        READS.fetch_add(1, Ordering::Relaxed);
-        if got < 0 {
-            return Err(MemoryError::Read {
+        if deadline::is_quarantined(self.pid) {
+            return Err(MemoryError::Quarantined { pid: self.pid });
+        }
+        let got = if deadline::guarded() {
+            deadline::read(self.pid, address, buf)?
+        } else {
+            raw_read(self.pid, address, buf).map_err(|source| MemoryError::Read {
                 pid: self.pid,
                 address,
                 len: buf.len(),
-                source: std::io::Error::last_os_error(),
-            });
-        }
+                source,
+            })?
+        };
+        READS.fetch_add(1, Ordering::Relaxed);
         BYTES_READ.fetch_add(got as u64, Ordering::Relaxed);
-        if got as usize != buf.len() {
-            return Err(MemoryError::Short { pid: self.pid, address, len: buf.len(), got: got as usize });
+        if got != buf.len() {
+            return Err(MemoryError::Short { pid: self.pid, address, len: buf.len(), got });
         }
         Ok(())
     }
@@ -211,6 +222,17 @@ impl ProcessMemory {
         self.read(address, &mut b)?;
         Ok(u32::from_le_bytes(b))
     }
+}
+
+/// One `process_vm_readv` of `buf.len()` bytes at `address` in `pid` on this thread: the
+/// bytes read (a short count at the end of a mapping).
+fn raw_read(pid: u32, address: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: address as *mut libc::c_void, iov_len: buf.len() };
+    // SAFETY: `local` describes `buf`, which is valid for writes of its length; the kernel
+    // checks the remote range and fails without touching our memory if it is not mapped.
+    let got = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    if got < 0 { Err(std::io::Error::last_os_error()) } else { Ok(got as usize) }
 }
 
 /// Little-endian integer fields out of a buffer read from a target; out-of-range offsets
