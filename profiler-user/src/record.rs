@@ -458,6 +458,16 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
         crate::session::drain::TOTAL_BYTES >> 20,
         drain.dropped_at_end
     );
+    if session.samples_over_read_budget > 0 {
+        let budget = crate::session::SAMPLE_READ_BUDGET;
+        let _ = writeln!(
+            s,
+            "  samples over their read budget ({} reads, {} MiB): {}",
+            budget.reads,
+            budget.bytes >> 20,
+            session.samples_over_read_budget
+        );
+    }
     let quarantined = crate::memory::deadline::QUARANTINED_TOTAL.load(std::sync::atomic::Ordering::Relaxed);
     if quarantined > 0 || session.quarantined_records > 0 {
         let _ = writeln!(

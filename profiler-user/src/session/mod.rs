@@ -149,6 +149,8 @@ pub(crate) struct Session {
     /// Code-object snapshots of no current target (a process gone or not registered now).
     pub(crate) unknown_process_snapshots: u64,
     pub(crate) malformed_records: u64,
+    /// Samples whose completion or symbols needed more than `SAMPLE_READ_BUDGET`.
+    pub(crate) samples_over_read_budget: u64,
     /// Records of processes in quarantine (`memory::deadline`), dropped.
     pub(crate) quarantined_records: u64,
     /// What the drain thread counted (set when the loop ends).
@@ -185,6 +187,12 @@ pub(crate) struct Session {
     /// `--async` with wall or off-CPU time: the helper reading suspended tasks' waits.
     task_waits: Option<task_waits::TaskWaits>,
 }
+
+/// What one sample may read from its target (its walk's tail, code objects, names, line
+/// tables): past it the rest of the sample is not read (it is dropped, or shows what was
+/// read, as any unreadable part) and counted. A 1,500-frame stack never seen before needs
+/// about 9,000 reads.
+pub(crate) const SAMPLE_READ_BUDGET: memory::ReadBudget = memory::ReadBudget { reads: 32 << 10, bytes: 32 << 20, exhausted: false };
 
 /// What is kept of a target that is no longer profiled; the rest is freed here.
 fn retired_entry(old: Target) -> Retired {
@@ -223,6 +231,7 @@ impl Session {
             unknown_process_snapshots: 0,
             malformed_records: 0,
             quarantined_records: 0,
+            samples_over_read_budget: 0,
             drain_counts: drain::DrainCounts::default(),
             off_cpu_batches_at_end: 0,
             sampling_stopped_ns: None,
@@ -715,7 +724,12 @@ impl Session {
         };
         let (reads, read_bytes) = (memory::READS.load(Relaxed), memory::BYTES_READ.load(Relaxed));
         let value = charge.value;
-        let outcome = target.process_sample(&header, &bytes[SAMPLE_HEADER_SIZE..], &mut self.profile, self.threads, charge);
+        let (outcome, used) = memory::with_read_budget(SAMPLE_READ_BUDGET, || {
+            target.process_sample(&header, &bytes[SAMPLE_HEADER_SIZE..], &mut self.profile, self.threads, charge)
+        });
+        if used.exhausted {
+            self.samples_over_read_budget += 1;
+        }
         register_running_task(&self.kernel, target, &mut self.to_index);
         target.counters.count(outcome);
         if outcome == SampleOutcome::Ok && header.kind != record_kind::OFF_CPU && header.flags & sample_flags::GC != 0 {
