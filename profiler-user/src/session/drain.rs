@@ -77,6 +77,8 @@ pub(crate) struct Shared {
     /// Wakes the drain thread: the worker ended the loop, or wants the last drain.
     wake: Notify,
     final_drain: AtomicBool,
+    /// `end` was called.
+    ended: AtomicBool,
     /// Until when (milliseconds since `started`) the worker wants frequent drains.
     busy_until_ms: AtomicU64,
     started: Instant,
@@ -98,13 +100,27 @@ impl Shared {
         if let Ok(mut q) = self.queued.lock() {
             q.end.get_or_insert(why);
         }
+        self.ended.store(true, Ordering::Release);
         self.arrived.notify_all();
         self.wake.notify_one();
     }
 
+    /// Whether the loop is to end (the worker looks between records).
+    pub(crate) fn has_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
+    /// Why the loop ends, once it does.
+    pub(crate) fn end_reason(&self) -> Option<LoopEnd> {
+        if !self.has_ended() {
+            return None;
+        }
+        self.queued.lock().map(|q| q.end).unwrap_or(Some(LoopEnd::Terminated))
+    }
+
     /// Up to `max` records, waiting until `until` for one to arrive; and why the loop ends,
     /// once it does.
-    pub(crate) fn take(&self, until: Instant, max: usize, out: &mut Vec<(u32, Vec<u8>)>) -> Option<LoopEnd> {
+    pub(crate) fn take(&self, until: Instant, max: usize, out: &mut VecDeque<(u32, Vec<u8>)>) -> Option<LoopEnd> {
         let Ok(mut q) = self.queued.lock() else { return Some(LoopEnd::Terminated) };
         while q.records.is_empty() && q.end.is_none() && !q.closed {
             let left = until.saturating_duration_since(Instant::now());
@@ -126,7 +142,7 @@ impl Shared {
                 }
             }
             *bytes = bytes.saturating_sub(record.len());
-            out.push((key, record));
+            out.push_back((key, record));
         }
         *end
     }
@@ -193,6 +209,7 @@ pub(crate) fn start(
         arrived: Condvar::new(),
         wake: Notify::new(),
         final_drain: AtomicBool::new(false),
+        ended: AtomicBool::new(false),
         busy_until_ms: AtomicU64::new(0),
         started,
     });
@@ -343,10 +360,11 @@ mod tests {
             arrived: Condvar::new(),
             wake: Notify::new(),
             final_drain: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
             busy_until_ms: AtomicU64::new(0),
             started: Instant::now(),
         };
-        let mut out = Vec::new();
+        let mut out = VecDeque::new();
         assert_eq!(shared.take(Instant::now(), 4, &mut out), None);
         assert_eq!(out.len(), 4);
         out.clear();

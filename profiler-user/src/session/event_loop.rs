@@ -97,7 +97,7 @@ pub(crate) fn run_loop(
     let period = control.periodic.as_ref().map(|(d, _)| *d);
     let mut next_periodic = period.map(|p| started + p);
     let interactive = std::io::stderr().is_terminal();
-    let mut records = Vec::with_capacity(TAKE_AT_ONCE);
+    let mut records = std::collections::VecDeque::with_capacity(TAKE_AT_ONCE);
     let end = loop {
         let mut wake_at = next_scan;
         if control.progress {
@@ -108,11 +108,13 @@ pub(crate) fn run_loop(
         }
         let ended = shared.take(wake_at, TAKE_AT_ONCE, &mut records);
         session.apply_discovery();
-        for (_, record) in records.drain(..) {
+        // The end is looked at between records: what is left goes to the end's budget.
+        while !shared.has_ended() {
+            let Some((_, record)) = records.pop_front() else { break };
             session.on_ring_item(&record);
         }
         session.release_due_held(false);
-        if let Some(end) = ended {
+        if let Some(end) = ended.or_else(|| shared.end_reason()) {
             break end;
         }
         let now = Instant::now();
@@ -163,7 +165,9 @@ pub(crate) fn run_loop(
     let end_by = Instant::now() + END_BUDGET;
     session.apply_discovery();
     loop {
-        shared.take(Instant::now(), TAKE_AT_ONCE, &mut records);
+        if records.is_empty() {
+            shared.take(Instant::now(), TAKE_AT_ONCE, &mut records);
+        }
         if records.is_empty() {
             break;
         }
@@ -174,7 +178,7 @@ pub(crate) fn run_loop(
             records.clear();
             break;
         }
-        for (_, record) in records.drain(..) {
+        if let Some((_, record)) = records.pop_front() {
             session.on_ring_item(&record);
         }
     }

@@ -53,6 +53,9 @@ impl ThreadNamer {
         std::thread::Builder::new()
             .name("pyperch-names".into())
             .spawn(move || {
+                // One process whose memory does not answer must not stop the names of all
+                // the others: its read is given up and the process quarantined.
+                crate::memory::deadline::guard_this_thread();
                 let mut readers: HashMap<u32, ProcessNames> = HashMap::new();
                 while !stop.load(Ordering::Relaxed) {
                     let wanted: Vec<RegistryTarget> = pids.lock().map(|p| p.clone()).unwrap_or_default();
