@@ -31,6 +31,7 @@ pub mod output_file;
 pub mod pod_names;
 pub mod privileges;
 pub mod record;
+pub mod seccomp;
 mod session;
 pub mod stats;
 pub mod symbolize;
