@@ -20,6 +20,8 @@ pub mod filter;
 mod kernel_btf;
 #[cfg(test)]
 mod fuzzing;
+#[cfg(test)]
+mod fuzz_targets;
 pub mod launch;
 pub mod layout;
 pub mod list;

@@ -215,9 +215,19 @@ pub fn drop_after_attach(keep: &Keep) -> Result<Kept, PrivilegeError> {
         return Err(PrivilegeError::Threads { threads });
     }
     let err = |what: &'static str| move |e: caps::errors::CapsError| PrivilegeError::Drop { what, message: e.to_string() };
-    let run_as = RunAs::chosen();
     let permitted = caps::read(None, CapSet::Permitted).map_err(err("reading the permitted set"))?;
-    let kept: HashSet<Capability> = wanted(keep, run_as).intersection(&permitted).copied().collect();
+    let mut run_as = Some(RunAs::chosen());
+    let mut wanted_set = wanted(keep, run_as.unwrap_or_else(RunAs::current));
+    // An output folder only root can write, without CAP_DAC_OVERRIDE to write it as another
+    // user (a container that dropped it): pyperch stays root rather than fail at the end.
+    if wanted_set.contains(&Capability::CAP_DAC_OVERRIDE) && !permitted.contains(&Capability::CAP_DAC_OVERRIDE) {
+        eprintln!(
+            "pyperch: warning: keeps running as uid 0 after start: the output's folder is writable only by root, and there is no CAP_DAC_OVERRIDE to write it as another user"
+        );
+        run_as = None;
+        wanted_set = wanted(keep, RunAs::current());
+    }
+    let kept: HashSet<Capability> = wanted_set.intersection(&permitted).copied().collect();
 
     // The bounding set first: dropping from it needs CAP_SETPCAP in the effective set.
     let bounding_reduced = caps::has_cap(None, CapSet::Effective, Capability::CAP_SETPCAP).unwrap_or(false);
@@ -234,7 +244,10 @@ pub fn drop_after_attach(keep: &Keep) -> Result<Kept, PrivilegeError> {
         .map_err(|e| PrivilegeError::Drop { what: "no-new-privileges", message: e.to_string() })?;
     caps::clear(None, CapSet::Ambient).map_err(err("the ambient set"))?;
     caps::clear(None, CapSet::Inheritable).map_err(err("the inheritable set"))?;
-    let switched = switch_user(run_as)?;
+    let switched = match run_as {
+        Some(run_as) => switch_user(run_as)?,
+        None => false,
+    };
     // Effective before permitted: the effective set must stay within the permitted one.
     caps::set(None, CapSet::Effective, &kept).map_err(err("the effective set"))?;
     caps::set(None, CapSet::Permitted, &kept).map_err(err("the permitted set"))?;
@@ -262,6 +275,11 @@ pub struct RunAs {
 pub const NOBODY: u32 = 65534;
 
 impl RunAs {
+    /// The identity pyperch has now.
+    pub fn current() -> RunAs {
+        RunAs { uid: nix::unistd::geteuid(), gid: nix::unistd::getegid() }
+    }
+
     pub fn chosen() -> RunAs {
         match InvokingUser::from_sudo() {
             Some(user) => RunAs { uid: user.uid, gid: user.gid },

@@ -254,7 +254,7 @@ impl Drop for KillOnDrop {
 /// `--output` in a folder nobody owns: nothing is kept for the output (exactly the
 /// documented set), and the profile lands there, owned by nobody.
 #[test]
-fn privileges_record_output_in_a_folder_nobody_can_write_keeps_no_dac_override() {
+fn privileges_record_output_in_nobodys_folder_keeps_no_dac_override() {
     if !need_root() {
         return;
     }
