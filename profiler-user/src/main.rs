@@ -530,6 +530,8 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             Ok(ExitCode::SUCCESS)
         }
         Commands::Dump(args) => {
+            // Nothing to attach: the same drop (uid, capabilities, seccomp) before any read.
+            pyperch::privileges::drop_after_attach(&pyperch::privileges::Keep::default())?;
             let dump = pyperch::dump::dump(args.pid, pyperch::dump::DumpOptions { locals: args.locals, async_tasks: args.async_tasks })?;
             let text =
                 if args.json { pyperch::dump::render::json(&dump) } else { pyperch::dump::render::text(&dump) };
