@@ -106,10 +106,15 @@ fn missing_from(effective: u64) -> Option<String> {
 ///   (for example root's home when run as root without sudo, written as nobody), so that
 ///   the profile can still be put there at the end. Under sudo the output's folder is
 ///   usually the user's own, and nothing is kept for it.
+/// - CAP_KILL only for `record -- COMMAND` run as root without sudo: the command runs as
+///   root, and pyperch (now another user) must still be able to end it when the recording
+///   ends.
 #[derive(Debug, Clone, Default)]
 pub struct Keep {
     /// The file `record` writes at the end, if any.
     pub output: Option<PathBuf>,
+    /// Whether `record` launched a command, which it ends when the recording ends.
+    pub command: bool,
 }
 
 /// What [`drop_after_attach`] kept.
@@ -130,6 +135,10 @@ fn wanted(keep: &Keep, run_as: RunAs) -> HashSet<Capability> {
         [Capability::CAP_SYS_PTRACE, Capability::CAP_DAC_READ_SEARCH, Capability::CAP_CHECKPOINT_RESTORE].into();
     if bpf_needed_for_map_access() {
         wanted.insert(Capability::CAP_BPF);
+    }
+    // The command runs as the user pyperch had at start (or the sudo user, who is `run_as`).
+    if keep.command && run_as.uid != nix::unistd::getuid() && InvokingUser::from_sudo().is_none() {
+        wanted.insert(Capability::CAP_KILL);
     }
     if let Some(output) = &keep.output {
         let (dac_override, fowner) = output_needs(output, run_as);

@@ -22,6 +22,7 @@ use std::os::unix::process::CommandExt;
 use pyperch_tests::*;
 
 const CAP_DAC_OVERRIDE: u32 = 1;
+const CAP_KILL: u32 = 5;
 const CAP_DAC_READ_SEARCH: u32 = 2;
 const CAP_SYS_PTRACE: u32 = 19;
 const CAP_BPF: u32 = 39;
@@ -497,4 +498,40 @@ fn privileges_daemonset_capabilities_are_enough() {
         profile.head(20)
     );
     workload.terminate();
+}
+
+/// `record --duration 2 -- COMMAND` as root without sudo: the command runs as root while
+/// pyperch runs as nobody, which keeps CAP_KILL for it, so the command is still ended when
+/// the recording ends (before, it ran on to its own end).
+#[test]
+fn privileges_launched_root_command_is_ended_by_nobody() {
+    if !need_root() {
+        return;
+    }
+    let Some(py) = first_python(&["3.12", "3.11", "3.13", "3.10", "3.9", "3.8"]) else {
+        return;
+    };
+    let out = std::env::temp_dir().join(format!("pyperch-launch-root-{}.collapsed", std::process::id()));
+    let mut cmd = Command::new(pyperch_bin());
+    cmd.args(["record", "--format", "collapsed", "--duration", "2", "--output"])
+        .arg(&out)
+        .arg("--")
+        .arg(&py.exe)
+        .args(["-c", "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end:\n    sum(range(1000))\n"])
+        .env_remove("SUDO_UID");
+    let running = Running::start(cmd).expect("cannot start pyperch");
+    let tasks = wait_for_drop(running.pid());
+    let run = running.finish(Duration::from_secs(50));
+    let d = run.diag();
+    let _ = fs::remove_file(&out);
+    assert!(run.success(), "pyperch record -- COMMAND failed{d}");
+    assert!(
+        run.elapsed < Duration::from_secs(30),
+        "the 60 s command was not ended with the 2 s recording: {:.1} s{d}",
+        run.elapsed.as_secs_f64()
+    );
+    for t in &tasks {
+        assert_eq!(t.uids, "65534 65534 65534 65534", "Uid: {t:x?}{d}");
+        assert!(t.effective & 1 << CAP_KILL != 0, "CAP_KILL should be kept for the root command: {t:x?}{d}");
+    }
 }
