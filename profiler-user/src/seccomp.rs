@@ -7,7 +7,9 @@
 //!   the agent's uploads over TLS, `top` and the end of a recording make once pyperch has
 //!   attached (measured with `strace -f` on each of them, see tests/README.md). Anything
 //!   else fails with EPERM: never a silent kill, so a missing entry is an error message
-//!   naming what failed, not a dead profiler. Denied outright: execve, ptrace,
+//!   naming what failed, not a dead profiler. Each refusal is also counted (a SIGSYS
+//!   handler sets the EPERM result; [`refused`]): the first prints one warning line at once,
+//!   and pyperch names the count and the last call when it exits. Denied outright: execve, ptrace,
 //!   process_vm_writev, the set*id calls, mount and namespace calls, loading BPF programs,
 //!   perf_event_open, and new processes (clone without CLONE_THREAD; clone3 answers ENOSYS
 //!   so that the C library falls back to clone, whose flags can be checked).
@@ -23,6 +25,7 @@
 //!   default action SECCOMP_RET_LOG), which is how the lists are checked on new code paths.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
@@ -184,7 +187,9 @@ fn narrowed(nr: i64) -> Result<Option<Vec<SeccompRule>>, SeccompError> {
 /// What a refused system call gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
-    /// EPERM (the default).
+    /// EPERM, counted by a SIGSYS handler (SECCOMP_RET_TRAP; the default on x86_64).
+    Counted,
+    /// EPERM from the kernel (SECCOMP_RET_ERRNO), not counted.
     Eperm,
     /// Allowed, and logged by the kernel (`PYPERCH_SECCOMP=log`).
     Log,
@@ -194,9 +199,73 @@ impl Refusal {
     pub fn from_env() -> Refusal {
         match std::env::var("PYPERCH_SECCOMP").as_deref() {
             Ok("log") => Refusal::Log,
+            _ if cfg!(target_arch = "x86_64") => Refusal::Counted,
             _ => Refusal::Eperm,
         }
     }
+}
+
+/// System calls refused so far, and the number of the last one (-1: none).
+static REFUSED: AtomicU64 = AtomicU64::new(0);
+static LAST_REFUSED: AtomicI64 = AtomicI64::new(-1);
+
+/// How many system calls the filter refused, and the name (or number) of the last.
+pub fn refused() -> Option<(u64, String)> {
+    let count = REFUSED.load(Ordering::Relaxed);
+    if count == 0 {
+        return None;
+    }
+    let nr = LAST_REFUSED.load(Ordering::Relaxed);
+    let name = AFTER_START
+        .iter()
+        .chain(AT_START)
+        .find(|&&(_, n)| n == nr)
+        .map(|&(name, _)| name.to_string())
+        .unwrap_or_else(|| format!("system call {nr}"));
+    Some((count, name))
+}
+
+/// The SIGSYS handler of [`Refusal::Counted`]: the refused call returns EPERM, as with
+/// SECCOMP_RET_ERRNO, and is counted; the first one writes a fixed line to stderr.
+#[cfg(target_arch = "x86_64")]
+extern "C" fn on_sigsys(_signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
+    // Offset of `_sigsys._syscall` in x86_64's siginfo: signo, errno, code, padding, then
+    // the union, whose SIGSYS member starts with the 8-byte call address.
+    const SYSCALL_OFFSET: usize = 24;
+    // SAFETY: the kernel passes a SA_SIGINFO handler a valid siginfo and ucontext; the
+    // handler only reads the siginfo, writes the saved RAX (the call's result), updates
+    // atomics and calls write(2), all async-signal-safe.
+    unsafe {
+        let nr = std::ptr::read_unaligned((info as *const u8).add(SYSCALL_OFFSET) as *const i32);
+        let context = context as *mut libc::ucontext_t;
+        (*context).uc_mcontext.gregs[libc::REG_RAX as usize] = -(libc::EPERM as i64);
+        LAST_REFUSED.store(nr as i64, Ordering::Relaxed);
+        if REFUSED.fetch_add(1, Ordering::Relaxed) == 0 {
+            let line = b"pyperch: warning: the seccomp filter refused a system call (EPERM); pyperch names it when it exits, please report it\n";
+            libc::write(2, line.as_ptr() as *const libc::c_void, line.len());
+        }
+    }
+}
+
+/// Installs [`on_sigsys`] for SIGSYS.
+#[cfg(target_arch = "x86_64")]
+fn install_sigsys_handler() -> Result<(), SeccompError> {
+    // SAFETY: a zeroed sigaction is valid; the handler is async-signal-safe (see it).
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_sigsys as *const () as usize;
+        action.sa_flags = libc::SA_SIGINFO;
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(libc::SIGSYS, &action, std::ptr::null_mut()) != 0 {
+            return Err(SeccompError::Install(format!("SIGSYS handler: {}", std::io::Error::last_os_error())));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn install_sigsys_handler() -> Result<(), SeccompError> {
+    Err(SeccompError::Install("counted refusals need x86_64".into()))
 }
 
 fn arch() -> Result<TargetArch, SeccompError> {
@@ -212,6 +281,7 @@ pub fn programs(refusal: Refusal) -> Result<Vec<BpfProgram>, SeccompError> {
         rules.insert(nr, narrowed(nr)?.unwrap_or_default());
     }
     let mismatch = match refusal {
+        Refusal::Counted => SeccompAction::Trap,
         Refusal::Eperm => SeccompAction::Errno(libc::EPERM as u32),
         Refusal::Log => SeccompAction::Log,
     };
@@ -231,6 +301,9 @@ pub fn programs(refusal: Refusal) -> Result<Vec<BpfProgram>, SeccompError> {
 /// Installs the filters on every thread of the process (TSYNC). No-new-privileges must be
 /// set already (it is, by the drop).
 pub fn install(refusal: Refusal) -> Result<(), SeccompError> {
+    if refusal == Refusal::Counted {
+        install_sigsys_handler()?;
+    }
     for program in programs(refusal)? {
         seccompiler::apply_filter_all_threads(&program).map_err(|e| SeccompError::Install(e.to_string()))?;
     }
@@ -287,13 +360,32 @@ mod tests {
     /// EPERM, clone3 ENOSYS, and PROT_EXEC mappings are refused.
     #[test]
     fn filter_refuses_with_eperm_in_a_child() {
-        let programs = programs(Refusal::Eperm).expect("filters");
+        refuses_in_a_child(Refusal::Eperm);
+    }
+
+    /// The default: EPERM through the SIGSYS handler, counted, the last call named.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn filter_counts_refusals_in_a_child() {
+        refuses_in_a_child(Refusal::Counted);
+    }
+
+    fn refuses_in_a_child(refusal: Refusal) {
+        let programs = programs(refusal).expect("filters");
         // SAFETY: the child only makes raw system calls and exits with _exit; it allocates
         // nothing (the programs were built before the fork).
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork");
         if pid == 0 {
-            let code = unsafe { child_checks(&programs) };
+            // SAFETY: in the forked child (see above).
+            let mut code = unsafe { child_checks(&programs, refusal) };
+            if code == 0 && refusal == Refusal::Counted {
+                // ptrace, clone3 is not a refusal (ENOSYS), PROT_EXEC mmap, setuid, fork, TIOCSTI.
+                if REFUSED.load(Ordering::Relaxed) != 5 || LAST_REFUSED.load(Ordering::Relaxed) != libc::SYS_ioctl {
+                    code = 20;
+                }
+            }
+            // SAFETY: ends the child without running the parent's destructors.
             unsafe { libc::_exit(code) };
         }
         let mut status = 0;
@@ -307,11 +399,14 @@ mod tests {
     ///
     /// # Safety
     /// Only in a freshly forked child.
-    unsafe fn child_checks(programs: &[BpfProgram]) -> i32 {
+    unsafe fn child_checks(programs: &[BpfProgram], refusal: Refusal) -> i32 {
         // SAFETY: plain system calls with valid arguments, in the child.
         unsafe {
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 return 1;
+            }
+            if refusal == Refusal::Counted && install_sigsys_handler().is_err() {
+                return 11;
             }
             for p in programs {
                 let prog = libc::sock_fprog { len: p.len() as u16, filter: p.as_ptr() as *mut libc::sock_filter };
