@@ -20,6 +20,8 @@ pub mod filter;
 mod kernel_btf;
 #[cfg(test)]
 mod fuzzing;
+#[cfg(test)]
+mod fuzz_targets;
 pub mod launch;
 pub mod layout;
 pub mod list;
@@ -31,6 +33,7 @@ pub mod output_file;
 pub mod pod_names;
 pub mod privileges;
 pub mod record;
+pub mod seccomp;
 mod session;
 pub mod stats;
 pub mod symbolize;

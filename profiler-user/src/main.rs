@@ -485,14 +485,18 @@ fn main() -> ExitCode {
         eprintln!("error: internal error in pyperch ({}); please report it", pyperch::text::lines(&info.to_string()));
     }));
     let cli = Cli::parse();
-    match run(cli) {
+    let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
             // Target text inside errors is escaped by their Display; this catches the rest.
             eprintln!("error: {}", pyperch::text::lines(&record::describe(e.as_ref())));
             ExitCode::from(1)
         }
+    };
+    if let Some((count, last)) = pyperch::seccomp::refused() {
+        eprintln!("pyperch: warning: the seccomp filter refused {count} system call(s) with EPERM (the last: {last}); please report it");
     }
+    code
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
@@ -530,6 +534,8 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             Ok(ExitCode::SUCCESS)
         }
         Commands::Dump(args) => {
+            // Nothing to attach: the same drop (uid, capabilities, seccomp) before any read.
+            pyperch::privileges::drop_after_attach(&pyperch::privileges::Keep::default())?;
             let dump = pyperch::dump::dump(args.pid, pyperch::dump::DumpOptions { locals: args.locals, async_tasks: args.async_tasks })?;
             let text =
                 if args.json { pyperch::dump::render::json(&dump) } else { pyperch::dump::render::text(&dump) };

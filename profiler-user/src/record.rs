@@ -216,7 +216,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
         child = Some(spawned);
     }
     // Attached and launched: keep only what sampling needs (before any other thread starts).
-    privileges::drop_after_attach(&privileges::Keep { output: options.output.clone() })?;
+    privileges::drop_after_attach(&privileges::Keep { output: options.output.clone(), command: child.is_some() })?;
     if let Some(since) = watched_since {
         session.read_blocked_threads(since);
     }

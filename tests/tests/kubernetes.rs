@@ -17,9 +17,11 @@
 //! - pyperch runs in a second container with exactly the privileges
 //!   `deploy/kubernetes/daemonset.yaml` grants, read from the manifest: the host's PID
 //!   namespace, only the manifest's capabilities (bounding, effective and permitted sets),
-//!   no new privileges, no seccomp filter (`Unconfined`), uid 0, a read-only root (the
+//!   no new privileges, the manifest's seccomp profile (`Localhost`:
+//!   deploy/kubernetes/seccomp-pyperch.json as the spec's `linux.seccomp`), uid 0 (pyperch
+//!   switches to 65534 once attached, with SETUID/SETGID from the list), a read-only root (the
 //!   binary and the shared libraries it links, as the image holds them) with a writable
-//!   scratch `/tmp`, `/sys/kernel/btf` and `/sys/fs/cgroup` read-only, and the manifest's
+//!   scratch `/tmp` (0777, as an emptyDir), `/sys/kernel/btf` and `/sys/fs/cgroup` read-only, and the manifest's
 //!   memory limit on its cgroup.
 //! - Checked: `list` (CONTAINER, POD, NAME), a pprof recording filtered by `--namespace`
 //!   and `--pod-name` (exact stacks; labels `container.id`, `k8s.pod.uid`,
@@ -90,6 +92,9 @@ fn repo_root() -> PathBuf {
 struct Grants {
     capabilities: Vec<String>,
     memory_limit: u64,
+    /// The container's seccomp profile when the manifest names a `Localhost` one: the
+    /// repository's deploy/kubernetes/seccomp-pyperch.json (OCI `linux.seccomp` format).
+    seccomp: Option<serde_json::Value>,
 }
 
 /// Reads the capabilities and the memory limit of the agent container from the manifest
@@ -100,10 +105,16 @@ fn manifest_grants() -> Result<Grants, String> {
     let mut in_add = false;
     let mut memory_limit = None;
     let mut in_limits = false;
+    let mut seccomp = None;
     for line in text.lines() {
         let t = line.trim();
         if t.starts_with('#') || t.is_empty() {
             continue;
+        }
+        if t == "localhostProfile: profiles/pyperch.json" {
+            let path = repo_root().join("deploy/kubernetes/seccomp-pyperch.json");
+            let profile = fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            seccomp = Some(serde_json::from_slice(&profile).map_err(|e| format!("{}: {e}", path.display()))?);
         }
         if t == "add:" {
             in_add = true;
@@ -129,7 +140,7 @@ fn manifest_grants() -> Result<Grants, String> {
     if capabilities.is_empty() {
         return Err(format!("no capabilities.add list in {MANIFEST}"));
     }
-    Ok(Grants { capabilities, memory_limit: memory_limit.ok_or(format!("no memory limit in {MANIFEST}"))? })
+    Ok(Grants { capabilities, memory_limit: memory_limit.ok_or(format!("no memory limit in {MANIFEST}"))?, seccomp })
 }
 
 /// The masked and read-only paths containerd's default spec gives an unprivileged container.
@@ -577,7 +588,7 @@ fn agent_run_in(s: &Setup, rt: &Runtime, dir: &Path, rootfs: &Path, scratch: &Pa
     if !host_network {
         namespaces.push(json!({"type": "network"}));
     }
-    let config = json!({
+    let mut config = json!({
         "ociVersion": "1.0.2",
         "process": {
             "terminal": false,
@@ -607,6 +618,9 @@ fn agent_run_in(s: &Setup, rt: &Runtime, dir: &Path, rootfs: &Path, scratch: &Pa
             "readonlyPaths": readonly_paths()
         }
     });
+    if let Some(profile) = &s.grants.seccomp {
+        config["linux"]["seccomp"] = profile.clone();
+    }
     let run = match rt {
         Runtime::Containerd(d) => {
             let run = Running::start(d.run_cmd(&id, &config, &["--rm"])).expect("ctr run").finish(timeout);
@@ -660,8 +674,9 @@ fn kubelet_cgroup(driver: Driver, uid: &str, id: &str) -> (String, Vec<String>) 
 fn kubernetes_case(driver: Driver) {
     let Some(s) = setup() else { return };
     note(format!(
-        "agent container: host PID namespace, capabilities {} only (bounding/effective/permitted), no new privileges, no seccomp filter, uid 0, read-only root, scratch /tmp, /sys/kernel/btf and /sys/fs/cgroup read-only, memory limit {} MiB",
+        "agent container: host PID namespace, capabilities {} only (bounding/effective/permitted), no new privileges, seccomp {}, uid 0 (65534 once attached), read-only root, scratch /tmp (0777), /sys/kernel/btf and /sys/fs/cgroup read-only, memory limit {} MiB",
         s.grants.capabilities.join(" "),
+        if s.grants.seccomp.is_some() { "profile deploy/kubernetes/seccomp-pyperch.json (Localhost)" } else { "none (Unconfined)" },
         s.grants.memory_limit >> 20
     ));
     note("not expressible here: appArmorProfile Unconfined (no AppArmor on this kernel: nothing applies either way), the pod network (an empty network namespace: nothing is uploaded), emptyDir sizeLimit (enforced by kubelet eviction, not the runtime)");
@@ -671,6 +686,8 @@ fn kubernetes_case(driver: Driver) {
     fs::write(app.join("checkout.py"), SCRIPT).unwrap();
     let scratch = dir.join("scratch");
     fs::create_dir_all(&scratch).unwrap();
+    // As the kubelet creates an emptyDir volume: mode 0777 (pyperch writes there as nobody).
+    fs::set_permissions(&scratch, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     let rt = Runtime::pick(&dir, &s.rootfs);
 
     // The workload: a Burstable pod's container as containerd's CRI plugin creates it.

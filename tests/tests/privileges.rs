@@ -1,7 +1,10 @@
-//! Least privilege: once its kernel program is attached, pyperch keeps only the
-//! capabilities sampling needs (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH, CAP_CHECKPOINT_RESTORE)
-//! in every set and thread, with no-new-privileges, and still profiles processes that start
-//! afterwards, in a chroot, and one whose executable was deleted (read through
+//! Least privilege (issue #28 item 6): once its kernel program is attached, pyperch runs as
+//! nobody (uid and gid 65534, no supplementary groups; the sudo user under sudo), keeps only
+//! the capabilities sampling needs (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH,
+//! CAP_CHECKPOINT_RESTORE, plus CAP_DAC_OVERRIDE while its output's folder is not writable
+//! by that user) in every set and thread, with no-new-privileges and a seccomp filter
+//! (`Seccomp: 2`), and still profiles processes that start afterwards, root's and another
+//! user's, in a chroot, and one whose executable was deleted (read through
 //! /proc/PID/map_files). A command launched under sudo runs as the sudo user. A missing
 //! capability is named in the error. The DaemonSet's capability list is enough to run.
 
@@ -14,8 +17,12 @@ use std::{
     time::{Duration, Instant},
 };
 
+use std::os::unix::process::CommandExt;
+
 use pyperch_tests::*;
 
+const CAP_DAC_OVERRIDE: u32 = 1;
+const CAP_KILL: u32 = 5;
 const CAP_DAC_READ_SEARCH: u32 = 2;
 const CAP_SYS_PTRACE: u32 = 19;
 const CAP_BPF: u32 = 39;
@@ -49,6 +56,12 @@ struct TaskPrivileges {
     bounding: u64,
     ambient: u64,
     no_new_privs: bool,
+    /// Real, effective, saved and filesystem ids.
+    uids: String,
+    gids: String,
+    groups: String,
+    /// 2: a seccomp filter.
+    seccomp: String,
 }
 
 fn task_privileges(status_path: &Path) -> Option<TaskPrivileges> {
@@ -71,6 +84,10 @@ fn task_privileges(status_path: &Path) -> Option<TaskPrivileges> {
         bounding: hex("CapBnd:")?,
         ambient: hex("CapAmb:")?,
         no_new_privs: field("NoNewPrivs:")? == "1",
+        uids: field("Uid:")?.split_whitespace().collect::<Vec<_>>().join(" "),
+        gids: field("Gid:")?.split_whitespace().collect::<Vec<_>>().join(" "),
+        groups: field("Groups:").unwrap_or_default(),
+        seccomp: field("Seccomp:")?,
     })
 }
 
@@ -99,12 +116,17 @@ fn wait_for_drop(pid: u32) -> Vec<TaskPrivileges> {
     }
 }
 
-/// Asserts that every thread holds exactly `expected` in its effective, permitted and
-/// bounding sets, nothing inheritable or ambient, and no-new-privileges.
+/// Asserts that every thread runs as nobody (no supplementary groups) under a seccomp
+/// filter, and holds exactly `expected` in its effective, permitted and bounding sets,
+/// nothing inheritable or ambient, and no-new-privileges.
 fn assert_reduced(tasks: &[TaskPrivileges], expected: u64, what: &str) {
     assert!(!tasks.is_empty(), "{what}: no thread of pyperch could be read");
     for t in tasks {
         let d = format!("{what}: thread {}: {t:x?}; expected {expected:#x}", t.tid);
+        assert_eq!(t.uids, "65534 65534 65534 65534", "Uid; {d}");
+        assert_eq!(t.gids, "65534 65534 65534 65534", "Gid; {d}");
+        assert_eq!(t.groups, "", "Groups; {d}");
+        assert_eq!(t.seccomp, "2", "Seccomp (2: a filter); {d}");
         assert!(t.no_new_privs, "NoNewPrivs is not set; {d}");
         assert_eq!(t.effective, expected, "CapEff; {d}");
         assert_eq!(t.permitted, expected, "CapPrm; {d}");
@@ -167,7 +189,10 @@ fn privileges_record_drops_capabilities_and_still_profiles() {
     let run = RecordRun::start(&["--duration", "12", "--cmdline", &tag]);
     assert!(run.wait_until_sampling(Duration::from_secs(60)), "pyperch never started sampling");
     let tasks = wait_for_drop(run.pid());
-    assert_reduced(&tasks, documented_kept_set(), "pyperch record while sampling");
+    // The tests' scratch folder is root's (0755): nobody can write the output there only
+    // with CAP_DAC_OVERRIDE, which is kept for it (README, "Privileges").
+    let expected_set = documented_kept_set() | 1 << CAP_DAC_OVERRIDE;
+    assert_reduced(&tasks, expected_set, "pyperch record while sampling");
 
     // Started after the drop: discovery, /proc/PID/root reads (the chroot) and registration
     // (a map update) still work.
@@ -175,9 +200,17 @@ fn privileges_record_drops_capabilities_and_still_profiles() {
     let mut chrooted = sid
         .as_ref()
         .map(|py| Workload::spawn(py, "spin.py", &["leaf_blue", "60", &tag]).unwrap_or_else(|e| panic!("{e:#}")));
+    // Another user's process (neither root nor nobody), started after the drop.
+    let mut other_user = python_for_uid(OTHER_UID).map(|python| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/spin.py");
+        let mut cmd = Command::new(python);
+        cmd.arg(script).args(["leaf_old", "60", &tag]).uid(OTHER_UID).gid(OTHER_UID).current_dir("/");
+        cmd.stdout(std::process::Stdio::null());
+        KillOnDrop(cmd.spawn().expect("cannot start a Python process as another user"))
+    });
     // The drop holds for the whole run, the event loop's threads included.
     thread::sleep(Duration::from_secs(3));
-    assert_reduced(&all_tasks(run.pid()), documented_kept_set(), "pyperch record later on");
+    assert_reduced(&all_tasks(run.pid()), expected_set, "pyperch record later on");
 
     let rec = run.finish();
     rec.assert_ok();
@@ -187,6 +220,9 @@ fn privileges_record_drops_capabilities_and_still_profiles() {
     }
     if let Some(w) = &deleted_run {
         expected.push((w.pid, "leaf_late"));
+    }
+    if let Some(w) = &other_user {
+        expected.push((w.0.id(), "leaf_old"));
     }
     for (pid, leaf) in expected {
         let p = rec.profile.for_pid(pid);
@@ -200,12 +236,63 @@ fn privileges_record_drops_capabilities_and_still_profiles() {
     if let Some(w) = deleted_run.as_mut() {
         w.terminate();
     }
+    other_user.take();
+}
+
+/// A user that is neither root nor nobody, for a process of another user.
+const OTHER_UID: u32 = 54321;
+
+/// Kills and reaps a child at the end of a test.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `--output` in a folder nobody owns: nothing is kept for the output (exactly the
+/// documented set), and the profile lands there, owned by nobody.
+#[test]
+fn privileges_record_output_in_nobodys_folder_keeps_no_dac_override() {
+    if !need_root() {
+        return;
+    }
+    let Some(py) = first_python(&["3.12", "3.11", "3.13", "3.10", "3.9", "3.8"]) else {
+        return;
+    };
+    let mut workload = Workload::spawn(&py, "spin.py", &["leaf_red", "60"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let dir = std::env::temp_dir().join(format!("pyperch-nobody-out-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    let out = dir.join("profile.collapsed");
+    let pid = workload.pid.to_string();
+    let mut cmd = Command::new(pyperch_bin());
+    cmd.args(["record", "--format", "collapsed", "--duration", "4", "--pid", &pid, "--output"]).arg(&out);
+    let running = Running::start(cmd).expect("cannot start pyperch");
+    let tasks = wait_for_drop(running.pid());
+    let run = running.finish(Duration::from_secs(90));
+    let d = run.diag();
+    assert!(run.success(), "pyperch record failed{d}");
+    assert_reduced(&tasks, documented_kept_set(), &format!("pyperch record, output in nobody's folder{d}"));
+    let meta = fs::metadata(&out).unwrap_or_else(|e| panic!("no output at {}: {e}{d}", out.display()));
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(meta.uid(), 65534, "the output should be nobody's{d}");
+    let profile = Profile::parse(&fs::read_to_string(&out).unwrap_or_default());
+    assert!(profile.for_pid(workload.pid).with_leaf("leaf_red") > 0, "no leaf_red samples:\n{}{d}", profile.head(20));
+    workload.terminate();
+    let _ = fs::remove_dir_all(&dir);
 }
 
 /// An interpreter the user `nobody` can run (pyenv's usually sit in root's private home),
 /// or `None` after a SKIP message.
 fn python_for_nobody() -> Option<PathBuf> {
-    use std::os::unix::process::CommandExt;
+    python_for_uid(65534)
+}
+
+/// An interpreter user `uid` can run, or `None` after a SKIP message.
+fn python_for_uid(uid: u32) -> Option<PathBuf> {
     let mut candidates: Vec<PathBuf> = available_pythons()
         .into_iter()
         .filter(|p| p.rootfs.is_none() && p.version() >= (3, 8))
@@ -216,14 +303,14 @@ fn python_for_nobody() -> Option<PathBuf> {
     let found = candidates.into_iter().find(|exe| {
         Command::new(exe)
             .args(["-c", "import sys; sys.exit(0 if sys.version_info >= (3, 8) else 1)"])
-            .uid(65534)
-            .gid(65534)
+            .uid(uid)
+            .gid(uid)
             .current_dir("/")
             .output()
             .is_ok_and(|o| o.status.success())
     });
     if found.is_none() {
-        skip("no Python 3.8+ that the user nobody can run");
+        skip(&format!("no Python 3.8+ that the user {uid} can run"));
     }
     found
 }
@@ -397,6 +484,9 @@ fn privileges_daemonset_capabilities_are_enough() {
     // effective and permitted are reduced all the same.
     for t in &tasks {
         assert!(t.no_new_privs, "NoNewPrivs is not set: {t:x?}{d}");
+        // SETUID and SETGID are in the list for this: pyperch runs as nobody after start.
+        assert_eq!(t.uids, "65534 65534 65534 65534", "Uid: {t:x?}{d}");
+        assert_eq!(t.seccomp, "2", "Seccomp: {t:x?}{d}");
         assert_eq!(t.effective, documented_kept_set(), "CapEff: {t:x?}{d}");
         assert_eq!(t.permitted, documented_kept_set(), "CapPrm: {t:x?}{d}");
     }
@@ -408,4 +498,40 @@ fn privileges_daemonset_capabilities_are_enough() {
         profile.head(20)
     );
     workload.terminate();
+}
+
+/// `record --duration 2 -- COMMAND` as root without sudo: the command runs as root while
+/// pyperch runs as nobody, which keeps CAP_KILL for it, so the command is still ended when
+/// the recording ends (before, it ran on to its own end).
+#[test]
+fn privileges_launched_root_command_is_ended_by_nobody() {
+    if !need_root() {
+        return;
+    }
+    let Some(py) = first_python(&["3.12", "3.11", "3.13", "3.10", "3.9", "3.8"]) else {
+        return;
+    };
+    let out = std::env::temp_dir().join(format!("pyperch-launch-root-{}.collapsed", std::process::id()));
+    let mut cmd = Command::new(pyperch_bin());
+    cmd.args(["record", "--format", "collapsed", "--duration", "2", "--output"])
+        .arg(&out)
+        .arg("--")
+        .arg(&py.exe)
+        .args(["-c", "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end:\n    sum(range(1000))\n"])
+        .env_remove("SUDO_UID");
+    let running = Running::start(cmd).expect("cannot start pyperch");
+    let tasks = wait_for_drop(running.pid());
+    let run = running.finish(Duration::from_secs(50));
+    let d = run.diag();
+    let _ = fs::remove_file(&out);
+    assert!(run.success(), "pyperch record -- COMMAND failed{d}");
+    assert!(
+        run.elapsed < Duration::from_secs(30),
+        "the 60 s command was not ended with the 2 s recording: {:.1} s{d}",
+        run.elapsed.as_secs_f64()
+    );
+    for t in &tasks {
+        assert_eq!(t.uids, "65534 65534 65534 65534", "Uid: {t:x?}{d}");
+        assert!(t.effective & 1 << CAP_KILL != 0, "CAP_KILL should be kept for the root command: {t:x?}{d}");
+    }
 }

@@ -13,8 +13,8 @@
 
 mod elf;
 mod files;
-mod leases;
-mod procfs;
+pub(crate) mod leases;
+pub(crate) mod procfs;
 mod tls;
 mod version;
 

@@ -450,3 +450,74 @@ mod tests {
         let _ = std::fs::remove_file(&dir);
     }
 }
+
+/// Fuzz target (see `crate::fuzzing`): `--native` reads the ELF files a target maps, its
+/// symbols, unwind sections and DWARF line tables, from files the target may have written.
+/// Mutations of a small real ELF with line tables (built with `cc -g` when there is a C
+/// compiler, else the system's libz): reading and every lookup end without a panic.
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::OnceLock;
+
+    /// The seed file's bytes, built once per run.
+    fn seed() -> &'static [u8] {
+        static SEED: OnceLock<Vec<u8>> = OnceLock::new();
+        SEED.get_or_init(|| {
+            let dir = std::env::temp_dir().join(format!("pyperch-fuzz-elf-{}", std::process::id()));
+            let _ = std::fs::create_dir_all(&dir);
+            let source = dir.join("seed.c");
+            let out = dir.join("seed.so");
+            let _ = std::fs::write(&source, "int leaf(int x) { return x * 3; }\nint caller(int y) { return leaf(y) + 1; }\n");
+            let built = std::process::Command::new("cc")
+                .args(["-g", "-O0", "-shared", "-fPIC", "-o"])
+                .arg(&out)
+                .arg(&source)
+                .status()
+                .is_ok_and(|s| s.success());
+            let bytes = if built { std::fs::read(&out).ok() } else { None };
+            let _ = std::fs::remove_dir_all(&dir);
+            bytes.or_else(|| std::fs::read("/usr/lib/x86_64-linux-gnu/libz.so.1").ok()).unwrap_or_default()
+        })
+    }
+
+    fn mutated() -> impl Strategy<Value = Vec<u8>> {
+        let len = seed().len().max(1);
+        (
+            prop::collection::vec((prop_oneof![0..len.min(4096), 0..len, len.saturating_sub(4096)..len], any::<u8>()), 0..24),
+            prop_oneof![3 => Just(None), 1 => (0..len).prop_map(Some)],
+        )
+            .prop_map(|(flips, cut)| {
+                let mut bytes = seed().to_vec();
+                for (at, value) in flips {
+                    if let Some(b) = bytes.get_mut(at) {
+                        *b = value;
+                    }
+                }
+                if let Some(cut) = cut {
+                    bytes.truncate(cut);
+                }
+                bytes
+            })
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzzing::config(24))]
+
+        #[test]
+        fn fuzz_native_module_file(bytes in mutated(), probes in prop::collection::vec(0u64..0x10000, 1..16)) {
+            let path = std::env::temp_dir().join(format!("pyperch-fuzz-module-{}-{:?}", std::process::id(), std::thread::current().id()));
+            std::fs::write(&path, &bytes).expect("write");
+            let file = File::open(&path).expect("open");
+            let read = read(file, "fuzz", "/fuzz");
+            let _ = std::fs::remove_file(&path);
+            if let Some(m) = read {
+                for address in probes {
+                    let _ = (m.symbol(address), m.origin(address), m.line(address));
+                    let _ = (m.file_address(0x1000, 0, address), m.base_address(address, 0));
+                }
+            }
+        }
+    }
+}

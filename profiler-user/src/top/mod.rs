@@ -117,7 +117,7 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
         session.kernel.attach_off_cpu()?;
         watched_since = Some(crate::loader::monotonic_ns());
     }
-    privileges::drop_after_attach(&privileges::Keep { output: None })?;
+    privileges::drop_after_attach(&privileges::Keep::default())?;
     if let Some(since) = watched_since {
         session.read_blocked_threads(since);
     }
