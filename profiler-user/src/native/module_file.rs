@@ -269,8 +269,9 @@ fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
         .collect();
     // What no share of the cache can hold is left out: lines first, then symbols.
     let unwind_bytes = bytes;
-    let mut lines = read_lines(&file, &mut budget, &sections);
+    // Symbols before lines: names matter more, should the read budget run short.
     let mut symbols = read_symbols(&file, &mut budget, &sections);
+    let mut lines = read_lines(&file, &mut budget, &sections);
     let symbol_bytes: usize = symbols.iter().map(|s| s.name.len() + 48).sum();
     let line_bytes = lines.as_ref().map_or(0, |l| l.bytes());
     if unwind_bytes + symbol_bytes + line_bytes > MAX_FILE_BYTES && lines.take().is_some() {

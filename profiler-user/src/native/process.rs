@@ -413,6 +413,12 @@ impl ProcessNative {
         if self.modules.len() >= MAX_MODULES || self.modules.get(at).is_some_and(|x| x.start == m.start) {
             return;
         }
+        // A file evicted between its read and now is not taken in (the cache no longer
+        // counts it): read again later, as if evicted from this process.
+        if !super::module_file::is_cached(&m.key(), &file) {
+            self.reload_at.get_or_insert(Instant::now() + RELOAD_AFTER);
+            return;
+        }
         let Some(base) = file.base_address(m.start, m.offset) else { return };
         let info = ExplicitModuleSectionInfo {
             base_svma: 0,
