@@ -517,11 +517,7 @@ pub fn start_load(pid: u32, mapping: &Mapping, waiter: &mpsc::Sender<Loaded>) ->
         if c.failed.get(&key).is_some_and(|at| at.elapsed() < RETRY_AFTER) {
             return Loading::Unreadable;
         }
-        if c.in_flight.len() >= MAX_IN_FLIGHT {
-            return Loading::Busy;
-        }
-        if c.in_flight.values().filter(|f| f.pid == pid).count() >= MAX_IN_FLIGHT_PER_PROCESS {
-            PROCESS_BUSY.fetch_add(1, Relaxed);
+        if !admit(&c, pid) {
             return Loading::Busy;
         }
         c.in_flight.insert(key, InFlight { pid, waiters: vec![waiter.clone()] });
@@ -550,6 +546,19 @@ pub fn start_load(pid: u32, mapping: &Mapping, waiter: &mpsc::Sender<Loaded>) ->
         return Loading::Unreadable;
     }
     Loading::InFlight
+}
+
+/// Whether a new file may start being read for `pid`: fewer than `MAX_IN_FLIGHT` in flight
+/// in all, and fewer than `MAX_IN_FLIGHT_PER_PROCESS` started for `pid` (counted).
+fn admit(c: &Cache, pid: u32) -> bool {
+    if c.in_flight.len() >= MAX_IN_FLIGHT {
+        return false;
+    }
+    if c.in_flight.values().filter(|f| f.pid == pid).count() >= MAX_IN_FLIGHT_PER_PROCESS {
+        PROCESS_BUSY.fetch_add(1, Relaxed);
+        return false;
+    }
+    true
 }
 
 fn note_failed(c: &mut Cache, key: FileKey) {
@@ -775,6 +784,31 @@ mod tests {
 
     fn key(inode: u64) -> FileKey {
         FileKey { dev: (1, 1), inode }
+    }
+
+    /// Issue #28 item 3, native part: a process whose files never answer holds at most
+    /// `MAX_IN_FLIGHT_PER_PROCESS` readers; every other process still gets the rest.
+    #[test]
+    fn one_process_cannot_hold_every_file_reader() {
+        let mut c = Cache::default();
+        let mut started = 0;
+        for i in 0..MAX_IN_FLIGHT as u64 {
+            if admit(&c, 666) {
+                c.in_flight.insert(key(1000 + i), InFlight { pid: 666, waiters: Vec::new() });
+                started += 1;
+            }
+        }
+        assert_eq!(started, MAX_IN_FLIGHT_PER_PROCESS);
+        // Other processes fill the rest, one slot each or more, up to the global cap.
+        let mut others = 0;
+        for pid in 1..=MAX_IN_FLIGHT as u32 {
+            if admit(&c, pid) {
+                c.in_flight.insert(key(2000 + u64::from(pid)), InFlight { pid, waiters: Vec::new() });
+                others += 1;
+            }
+        }
+        assert_eq!(others, MAX_IN_FLIGHT - MAX_IN_FLIGHT_PER_PROCESS);
+        assert!(!admit(&c, 9999), "the global cap still holds");
     }
 
     /// Files in use are evicted too, least recently used first; a process past its share
