@@ -258,3 +258,53 @@ impl<'a> Builder<'_, 'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// An address inside an outermost inlined call is shown at the call; elsewhere at its
+    /// row; past a sequence's end, nowhere.
+    #[test]
+    fn lookups_prefer_the_inlined_call_site_and_stop_at_sequence_ends() {
+        let table = LineTable {
+            files: vec![Arc::from("/src/a.c"), Arc::from("/src/inl.h")],
+            rows: vec![
+                Row { address: 0x100, file: 0, line: 10 },
+                Row { address: 0x110, file: 1, line: 3 },
+                Row { address: 0x120, file: 0, line: 12 },
+                Row { address: 0x130, file: NO_FILE, line: 0 },
+            ],
+            inlined: vec![Inlined { start: 0x110, end: 0x120, file: 0, line: 11 }],
+        };
+        assert_eq!(table.line(0x104), Some((Arc::from("/src/a.c"), 10)));
+        assert_eq!(table.line(0x114), Some((Arc::from("/src/a.c"), 11)), "the call, not the inlined callee");
+        assert_eq!(table.line(0x12f), Some((Arc::from("/src/a.c"), 12)));
+        assert_eq!(table.line(0x130), None);
+        assert_eq!(table.line(0x50), None);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+        /// Any bytes as DWARF: no panic, and a table (if any) within its budgets.
+        #[test]
+        fn any_dwarf_bytes_build_a_bounded_table_or_none(
+            info in prop::collection::vec(any::<u8>(), 0..512),
+            abbrev in prop::collection::vec(any::<u8>(), 0..128),
+            line in prop::collection::vec(any::<u8>(), 0..512),
+        ) {
+            let section = |id: gimli::SectionId| -> &[u8] {
+                match id {
+                    gimli::SectionId::DebugInfo => &info,
+                    gimli::SectionId::DebugAbbrev => &abbrev,
+                    gimli::SectionId::DebugLine => &line,
+                    _ => &[],
+                }
+            };
+            if let Ok(Some(table)) = LineTable::build(section) {
+                prop_assert!(table.rows.len() <= MAX_ROWS && table.inlined.len() <= MAX_INLINED && table.files.len() <= MAX_FILES);
+            }
+        }
+    }
+}

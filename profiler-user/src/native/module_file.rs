@@ -786,6 +786,93 @@ mod tests {
         FileKey { dev: (1, 1), inode }
     }
 
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A header field of `base` (ELF header, a section or program header) set to a
+        /// value that makes size and offset arithmetic interesting, or random bytes.
+        fn patch(base: &[u8]) -> impl Strategy<Value = (u64, Vec<u8>)> + use<> {
+            let len = base.len() as u64;
+            let u64_at = |at: usize| base.get(at..at + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+            let u16_at = |at: usize| base.get(at..at + 2).map_or(0, |b| u64::from(u16::from_le_bytes(b.try_into().unwrap_or([0; 2]))));
+            let (phoff, phnum, shoff, shnum) = (u64_at(32), u16_at(56).max(1), u64_at(40), u16_at(60).max(1));
+            let interesting = prop_oneof![
+                Just(0u64),
+                Just(1),
+                Just(len),
+                Just(u64::MAX),
+                Just(u64::MAX / 24),
+                Just(2 << 30),
+                Just(MAX_SYMTAB_BYTES),
+                Just(MAX_SECTION_BYTES + 1),
+                0..len.max(1),
+                any::<u64>(),
+            ];
+            let width = |v: u64, w: usize| v.to_le_bytes()[..w].to_vec();
+            prop_oneof![
+                (prop::sample::select(vec![(32u64, 8usize), (40, 8), (54, 2), (56, 2), (60, 2), (62, 2)]), interesting.clone())
+                    .prop_map(move |((at, w), v)| (at, width(v, w))),
+                (0..shnum, prop::sample::select(vec![(0u64, 4usize), (4, 4), (24, 8), (32, 8), (40, 4), (56, 8)]), interesting.clone())
+                    .prop_map(move |(i, (field, w), v)| (shoff + 64 * i + field, width(v, w))),
+                (0..phnum, prop::sample::select(vec![(0u64, 4usize), (8, 8), (16, 8), (32, 8)]), interesting)
+                    .prop_map(move |(i, (field, w), v)| (phoff + 56 * i + field, width(v, w))),
+                (0..len.max(1), prop::collection::vec(any::<u8>(), 1..16)),
+            ]
+        }
+
+        fn bases() -> Vec<Vec<u8>> {
+            let dir = std::env::temp_dir().join(format!("pyperch-fuzz-base-{}", std::process::id()));
+            claiming_elf(&dir, 0x1000, 0x30, 0x1000);
+            let mut bases = vec![std::fs::read(&dir).expect("read the base")];
+            let _ = std::fs::remove_file(&dir);
+            if let Ok(t) = std::fs::read("/bin/true") {
+                bases.push(t);
+            }
+            bases
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+            /// A module file with any of its headers forged (sparse or not) never panics the
+            /// reader and keeps no more than a file's share.
+            #[test]
+            fn forged_headers_are_read_within_budget(
+                (base, patches, sparse) in (0..2usize, any::<bool>()).prop_flat_map(|(i, sparse)| {
+                    let all = bases();
+                    let base = all[i % all.len()].clone();
+                    (Just(base.clone()), prop::collection::vec(patch(&base), 1..6), Just(sparse))
+                })
+            ) {
+                let mut bytes = base;
+                for (at, p) in &patches {
+                    let Ok(at) = usize::try_from(*at) else { continue };
+                    if let Some(slot) = at.checked_add(p.len()).and_then(|end| bytes.get_mut(at..end)) {
+                        slot.copy_from_slice(p);
+                    }
+                }
+                let path = std::env::temp_dir().join(format!("pyperch-fuzz-{}-{}", std::process::id(), random_suffix()));
+                std::fs::write(&path, &bytes).expect("write");
+                if sparse {
+                    File::options().write(true).open(&path).and_then(|f| f.set_len(8 << 30)).expect("sparse");
+                }
+                let read_back = read(File::open(&path).expect("open"), "fuzz", "fuzz");
+                let _ = std::fs::remove_file(&path);
+                if let Some(m) = read_back {
+                    prop_assert!(m.bytes <= MAX_FILE_BYTES + (1 << 20), "{} bytes kept", m.bytes);
+                    prop_assert!(m.segments.len() <= 64);
+                    prop_assert!(m.symbols.len() <= MAX_SYMBOLS);
+                }
+            }
+        }
+
+        fn random_suffix() -> u64 {
+            use std::sync::atomic::AtomicU64;
+            static N: AtomicU64 = AtomicU64::new(0);
+            N.fetch_add(1, Relaxed)
+        }
+    }
+
     /// Issue #28 item 3, native part: a process whose files never answer holds at most
     /// `MAX_IN_FLIGHT_PER_PROCESS` readers; every other process still gets the rest.
     #[test]
