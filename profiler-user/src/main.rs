@@ -353,8 +353,14 @@ struct NativeArgs {
     #[arg(long)]
     native: bool,
     /// Show the kernel stack of each sample on top of its user stack (frames end in `_[k]`).
+    /// Kernel frames are names only: no kernel address is written anywhere.
     #[arg(long)]
     kernel: bool,
+    /// With --kernel: also write kernel frames' runtime addresses (pprof's `[kernel]` mapping
+    /// and locations). Off by default: they reveal the kernel's randomized base (KASLR) to
+    /// whoever reads the profile.
+    #[arg(long, requires = "kernel")]
+    kernel_addresses: bool,
     /// With --native: bytes of each sample's user stack copied by the kernel (512 to 16384;
     /// deeper native stacks end in `<truncated native>`).
     #[arg(long, default_value_t = pyperch::native::DEFAULT_STACK_BYTES, value_name = "BYTES")]
@@ -364,7 +370,7 @@ struct NativeArgs {
 impl NativeArgs {
     fn options(&self) -> Result<pyperch::native::NativeOptions, String> {
         let stack_bytes = if self.native { pyperch::native::NativeOptions::check_stack_bytes(self.native_stack_bytes)? } else { 0 };
-        Ok(pyperch::native::NativeOptions { stack_bytes, kernel: self.kernel })
+        Ok(pyperch::native::NativeOptions { stack_bytes, kernel: self.kernel, kernel_addresses: self.kernel && self.kernel_addresses })
     }
 }
 

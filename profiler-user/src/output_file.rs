@@ -15,7 +15,9 @@
 //!   rename, the rename replaces the link itself, never the file it points to.
 //! - A new file gets mode 0666 minus the umask (0644 with the usual umask 022), as `>` in a
 //!   shell would; a file that is replaced keeps its permission bits (not its owner: the new
-//!   file belongs to the user running pyperch, root under sudo).
+//!   file belongs to the user running pyperch, root under sudo). A private output
+//!   ([`write_private`]: a whole-host recording, which holds every process's code) is 0600
+//!   minus the umask, and a replaced file keeps only its owner's bits of its mode.
 //! - A path that exists and is neither a regular file, a directory nor a link (a device such
 //!   as `/dev/null`, a FIFO) is written in place: it cannot be replaced by renaming.
 
@@ -89,6 +91,22 @@ pub fn write<E: std::error::Error + 'static>(
     path: &Path,
     fill: impl FnOnce(&mut File) -> Result<(), E>,
 ) -> Result<(), OutputFileError<E>> {
+    write_with(path, false, fill)
+}
+
+/// [`write`], readable by its owner only (mode 0600; see the module docs).
+pub fn write_private<E: std::error::Error + 'static>(
+    path: &Path,
+    fill: impl FnOnce(&mut File) -> Result<(), E>,
+) -> Result<(), OutputFileError<E>> {
+    write_with(path, true, fill)
+}
+
+fn write_with<E: std::error::Error + 'static>(
+    path: &Path,
+    private: bool,
+    fill: impl FnOnce(&mut File) -> Result<(), E>,
+) -> Result<(), OutputFileError<E>> {
     let mode = match existing(path)? {
         Existing::Special => {
             let mut file = OpenOptions::new().write(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
@@ -98,6 +116,11 @@ pub fn write<E: std::error::Error + 'static>(
         Existing::File(mode) => Some(mode),
     };
     let mut temp = TempFile::create(path)?;
+    let mode = match (mode, private) {
+        (Some(mode), true) => Some(mode & 0o600),
+        (None, true) => Some(0o600),
+        (mode, false) => mode,
+    };
     if let Some(mode) = mode {
         temp.file.set_permissions(fs::Permissions::from_mode(mode))?;
     }
@@ -203,6 +226,19 @@ mod tests {
         assert_eq!(fs::read_to_string(&out).expect("read"), "new");
         assert_eq!(fs::metadata(&out).expect("meta").permissions().mode() & 0o777, 0o600);
         assert_eq!(names(&dir), ["p.txt"]);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn private_outputs_are_for_their_owner_only() {
+        let dir = scratch("private");
+        let out = dir.join("host.pb.gz");
+        write_private(&out, |f| f.write_all(b"new")).expect("write");
+        assert_eq!(fs::metadata(&out).expect("meta").permissions().mode() & 0o777, 0o600);
+        // A file replaced keeps no bits for group or others.
+        fs::set_permissions(&out, fs::Permissions::from_mode(0o644)).expect("chmod");
+        write_private(&out, |f| f.write_all(b"again")).expect("write");
+        assert_eq!(fs::metadata(&out).expect("meta").permissions().mode() & 0o777, 0o600);
         let _ = fs::remove_dir_all(&dir);
     }
 

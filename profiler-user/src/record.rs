@@ -271,7 +271,11 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     match &options.output {
         Some(_) if empty => {}
         Some(path) => {
-            output_file::write(path, |file| output::write_profile(shown, options.format, &title, file))
+            // A whole-host recording holds every process's code: its file is its owner's only.
+            let host_wide = options.pids.is_empty() && options.command.is_empty();
+            let fill = |file: &mut std::fs::File| output::write_profile(shown, options.format, &title, file);
+            let written = if host_wide { output_file::write_private(path, fill) } else { output_file::write(path, fill) };
+            written
                 .map_err(|e| match e {
                     output_file::OutputFileError::Io(e) => output_error(path, e),
                     output_file::OutputFileError::Content(e) => write_error(e),

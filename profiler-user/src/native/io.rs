@@ -152,7 +152,7 @@ impl NativeIo {
     pub fn report(&self) -> String {
         let s = &self.stats;
         format!(
-            "native files (read off the sampling loop): {} maps reads, {} did not answer within {:.1} s; {} requests refused (queue full); {} file reads put off (too many in flight); {} files being read now; {} bytes of files cached",
+            "native files (read off the sampling loop): {} maps reads, {} did not answer within {:.1} s; {} requests refused (queue full); {} file reads put off (too many in flight); {} files being read now; {} bytes of files cached; {}; {}",
             s.maps_reads.load(Relaxed),
             s.maps_timed_out.load(Relaxed),
             MAPS_BUDGET.as_secs_f64(),
@@ -160,6 +160,8 @@ impl NativeIo {
             s.files_deferred.load(Relaxed),
             module_file::in_flight(),
             module_file::cached_bytes(),
+            module_file::report(),
+            super::budget::report(),
         )
     }
 }

@@ -8,8 +8,10 @@
 //! frames (`merge`). The Python frames themselves are exactly those of a sample without
 //! `--native`: this module only adds frames around them.
 
+pub mod budget;
 pub mod io;
 pub mod kallsyms;
+pub mod lines;
 pub mod merge;
 pub mod module_file;
 pub mod process;
@@ -34,6 +36,9 @@ pub struct NativeOptions {
     pub stack_bytes: u32,
     /// Record the kernel stack.
     pub kernel: bool,
+    /// Write kernel frames' runtime addresses into outputs (`--kernel-addresses`). Off, a
+    /// kernel frame is its name only: no output holds a kernel address (KASLR's base).
+    pub kernel_addresses: bool,
 }
 
 impl NativeOptions {
@@ -55,7 +60,8 @@ impl NativeOptions {
 pub struct NativeContext {
     pub options: NativeOptions,
     pub kallsyms: Option<Kallsyms>,
-    /// pprof's mapping of every kernel frame: `[kernel]`, over the symbols' addresses.
+    /// pprof's mapping of every kernel frame: `[kernel]`, over the symbols' addresses; used
+    /// only with `options.kernel_addresses`.
     pub kernel_mapping: Arc<NativeMapping>,
     /// With native frames: the reading of maps and files off the sampling loop.
     pub io: Option<NativeIo>,
@@ -63,7 +69,8 @@ pub struct NativeContext {
 
 impl NativeContext {
     pub fn new(options: NativeOptions, kallsyms: Option<Kallsyms>) -> Self {
-        let (start, last) = kallsyms.as_ref().and_then(Kallsyms::range).unwrap_or((0, 0));
+        let range = kallsyms.as_ref().and_then(Kallsyms::range).filter(|_| options.kernel_addresses);
+        let (start, last) = range.unwrap_or((0, 0));
         let kernel_mapping = Arc::new(NativeMapping {
             file: Arc::from("[kernel]"),
             build_id: Arc::from(""),

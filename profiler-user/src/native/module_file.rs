@@ -1,48 +1,73 @@
 //! One executable file as `--native` needs it: its unwind sections (`.eh_frame`,
-//! `.eh_frame_hdr`, `.debug_frame`), its loadable segments and its function symbols
-//! (`.symtab` and `.dynsym`). Read through `discovery::open_checked` (inside the target's
-//! root, identity-checked, non-blocking), each on a thread of its own (at most
-//! `MAX_IN_FLIGHT` at once) that nobody waits for: whoever asked is told through a channel
-//! when the read ends. Kept in a process-wide cache keyed by the file's identity (device,
-//! inode), bounded in bytes.
+//! `.eh_frame_hdr`, `.debug_frame`), its loadable segments, its function symbols (`.symtab`
+//! and `.dynsym`) and its DWARF line table (`lines`, built here). Read through
+//! `discovery::open_checked` (inside the target's root, identity-checked, non-blocking), each
+//! on a thread of its own that nobody waits for (at most `MAX_IN_FLIGHT` at once, and at
+//! most `MAX_IN_FLIGHT_PER_PROCESS` started for one process): whoever asked is told through
+//! a channel when the read ends. Kept in a process-wide cache keyed by the file's identity
+//! (device, inode), bounded in bytes.
 //!
-//! Every size comes from a hostile file: sections larger than `MAX_SECTION_BYTES` and symbol
-//! tables with more than `MAX_SYMBOLS` entries are not read.
+//! Every size comes from a hostile file: the file is never parsed whole. Its headers are read
+//! first, and each table after them only when its claimed size passes its cap (`MAX_*`), the
+//! file's real allocated size and the file's read budget (`budget::FileBudget`); a refused
+//! table is absent and counted on `--stats` with its reason.
+//!
+//! The cache ([`FILES_BUDGET`]) evicts the least recently used files even while processes
+//! use them: an evicted file's processes drop it at their next sample (`evicted_since`), its
+//! frames then show as `library+0xOFFSET`, and it is read again after `RETRY_AFTER`. A file
+//! is charged to the process it was first read for; past [`PROCESS_SHARE`] that process's
+//! own files go first, so one process never pushes every other one's files out.
 
 use std::{
     collections::HashMap,
     fs::File,
     ops::{Deref, Range},
-    sync::{Arc, LazyLock, Mutex, mpsc},
+    sync::{
+        Arc, LazyLock, Mutex,
+        atomic::{AtomicU64, Ordering::Relaxed},
+        mpsc,
+    },
     time::{Duration, Instant},
 };
 
-use object::{
-    Object, ObjectSection, ObjectSegment, ObjectSymbol, ReadCache, SymbolKind,
-    read::elf::ElfFile64,
+use super::{
+    budget::{FileBudget, Refusal},
+    lines::LineTable,
 };
-
 use crate::{
     aggregate::{NativeMapping, NativeOrigin},
     discovery::{FileKey, Mapping, open_checked},
 };
 
-/// Reads DWARF sections for `addr2line` (shared bytes, the file's own byte order).
-type DwarfReader = addr2line::gimli::EndianArcSlice<addr2line::gimli::RunTimeEndian>;
-/// Most bytes of DWARF debug sections kept for one file (past that: no line numbers).
-const MAX_DEBUG_BYTES: usize = 96 << 20;
-/// Inline levels looked at per address.
-const MAX_INLINE_DEPTH: usize = 64;
-
-/// Largest unwind section read from one file.
+/// Most bytes of the DWARF sections line tables are built from, per file (past that: no
+/// line numbers). Read, turned into a `LineTable`, then dropped.
+const MAX_DEBUG_BYTES: u64 = 64 << 20;
+/// Largest unwind or DWARF section read from one file.
 const MAX_SECTION_BYTES: u64 = 64 << 20;
+/// Section headers read at most (real libraries have under 100).
+const MAX_SECTIONS: usize = 4096;
+/// Program headers read at most (real: under 20).
+const MAX_SEGMENTS: usize = 256;
+/// Largest section-name table read (real: under 1 KiB).
+const MAX_SECTION_NAMES_BYTES: u64 = 1 << 20;
+/// Largest note section read (the build id's).
+const MAX_NOTES_BYTES: u64 = 64 << 10;
 /// Most function symbols kept from one file.
 const MAX_SYMBOLS: usize = 2_000_000;
+/// Largest symbol table read (`MAX_SYMBOLS` entries of 24 bytes).
+const MAX_SYMTAB_BYTES: u64 = (MAX_SYMBOLS as u64) * 24;
+/// Largest string table of a symbol table read.
+const MAX_STRINGS_BYTES: u64 = 64 << 20;
 /// Longer symbol names are not kept (the frame then shows `library+0xADDRESS`).
 const MAX_NAME_BYTES: usize = 4096;
-/// Bytes the cache of files may hold; past that, files no process uses are dropped.
+/// Bytes the cache of files may hold; past that, the least recently used files are dropped
+/// (in use or not).
 pub const FILES_BUDGET: usize = 256 << 20;
-/// A file that failed is not tried again before this.
+/// Bytes of cached files charged to one process before its own files are evicted first.
+pub const PROCESS_SHARE: usize = FILES_BUDGET / 4;
+/// Bytes one file may keep: past it, its lines and then its symbols are left out.
+pub const MAX_FILE_BYTES: usize = PROCESS_SHARE;
+/// A file that failed, or was evicted, is not read again before this.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
 
 /// Shared, immutable bytes of one section (cheap to clone into every process's unwinder).
@@ -85,9 +110,8 @@ pub struct ModuleFile {
     mappings: Vec<Arc<NativeMapping>>,
     /// Sorted by start, without overlaps at the same start.
     symbols: Vec<Symbol>,
-    /// Line tables from the file's DWARF (`.debug_info`, `.debug_line`...), when it has them.
-    /// Parsed lazily per compilation unit by `addr2line`, behind a lock (not `Sync`).
-    debug: Option<Mutex<addr2line::Context<DwarfReader>>>,
+    /// The line table built from the file's DWARF, when it has one within its budgets.
+    lines: Option<LineTable>,
     /// Accounted size.
     pub bytes: usize,
 }
@@ -112,24 +136,7 @@ impl ModuleFile {
     /// location in the outermost function (the symbol's own code, where an inlined call
     /// happened). `None` without debug information for it.
     pub fn line(&self, address: u64) -> Option<(Arc<str>, u32)> {
-        let debug = self.debug.as_ref()?;
-        // A parser panic on a hostile file costs this frame its line, nothing more.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let context = debug.lock().ok()?;
-            let mut frames = context.find_frames(address).skip_all_loads().ok()?;
-            let mut found = None;
-            for _ in 0..MAX_INLINE_DEPTH {
-                let Ok(Some(frame)) = frames.next() else { break };
-                if let Some(addr2line::Location { file: Some(file), line: Some(line), .. }) = frame.location {
-                    if file.len() <= MAX_NAME_BYTES && line > 0 {
-                        found = Some((Arc::from(file), line));
-                    }
-                }
-            }
-            found
-        }))
-        .ok()
-        .flatten()
+        self.lines.as_ref()?.line(address)
     }
 
     fn symbol_start(&self, address: u64) -> Option<u64> {
@@ -153,44 +160,99 @@ impl ModuleFile {
     }
 }
 
-/// Reads `file` (see the module docs). `None` when it is not a little-endian x86_64 ELF.
-fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
-    let cache = ReadCache::new(file);
-    let elf = ElfFile64::<object::LittleEndian, _>::parse(&cache).ok()?;
-    if elf.architecture() != object::Architecture::X86_64 {
+/// The ELF types read (64-bit little-endian: x86_64 only).
+type Header = object::elf::FileHeader64<object::LittleEndian>;
+type SectionHeader = object::elf::SectionHeader64<object::LittleEndian>;
+type ProgramHeader = object::elf::ProgramHeader64<object::LittleEndian>;
+type Sym = object::elf::Sym64<object::LittleEndian>;
+const LE: object::LittleEndian = object::LittleEndian;
+
+/// A file's headers, read within its budget: the section table and its names.
+struct Sections {
+    headers: Vec<SectionHeader>,
+    names: Vec<u8>,
+}
+
+impl Sections {
+    fn name(&self, header: &SectionHeader) -> &[u8] {
+        let tail = self.names.get(header.sh_name.get(LE) as usize..).unwrap_or_default();
+        &tail[..tail.iter().position(|b| *b == 0).unwrap_or(tail.len())]
+    }
+
+    fn by_name(&self, wanted: &str) -> Option<&SectionHeader> {
+        self.headers.iter().find(|h| self.name(h) == wanted.as_bytes())
+    }
+}
+
+/// `count` records of `T` read at `offset` (each within the budget), copied out.
+fn read_array<T: object::pod::Pod + Copy>(
+    file: &File,
+    budget: &mut FileBudget,
+    offset: u64,
+    count: usize,
+    cap: u64,
+) -> Result<Vec<T>, Refusal> {
+    let size = (count as u64).saturating_mul(std::mem::size_of::<T>() as u64);
+    let Some(bytes) = budget.read(file, offset, size, cap)? else { return Ok(Vec::new()) };
+    Ok(object::pod::slice_from_all_bytes::<T>(&bytes).map(|s| s.to_vec()).unwrap_or_default())
+}
+
+/// The data of section `header` within `cap` and the file's budget; `None` when absent,
+/// refused (counted), compressed (not read) or unreadable.
+fn section_data(file: &File, budget: &mut FileBudget, header: &SectionHeader, cap: u64) -> Option<Vec<u8>> {
+    if header.sh_type.get(LE) == object::elf::SHT_NOBITS || header.sh_flags.get(LE) & u64::from(object::elf::SHF_COMPRESSED) != 0 {
         return None;
     }
+    budget.read(file, header.sh_offset.get(LE), header.sh_size.get(LE), cap).ok().flatten()
+}
+
+/// Reads `file` (see the module docs): the headers first, then only the tables needed, each
+/// asked of the file's [`FileBudget`] before it is read. `None` when it is not a
+/// little-endian x86_64 ELF, its headers are refused, or it has no unwind data left.
+fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
+    let mut budget = FileBudget::of(&file).ok()?;
+    let ehdr: Header = *read_array::<Header>(&file, &mut budget, 0, 1, 64).ok()?.first()?;
+    if ehdr.e_ident.magic != object::elf::ELFMAG
+        || ehdr.e_ident.class != object::elf::ELFCLASS64
+        || ehdr.e_ident.data != object::elf::ELFDATA2LSB
+        || ehdr.e_machine.get(LE) != object::elf::EM_X86_64
+    {
+        return None;
+    }
+    let sections = read_sections(&file, &mut budget, &ehdr)?;
     let mut bytes = 512 + name.len();
-    let mut section = |wanted: &str, keep_data: bool| -> Option<(Range<u64>, Option<SharedBytes>)> {
-        let s = elf.section_by_name(wanted)?;
-        let range = s.address()..s.address().checked_add(s.size())?;
-        if !keep_data {
-            return Some((range, None));
-        }
-        if s.size() > MAX_SECTION_BYTES {
-            return None;
-        }
-        let data = s.data().ok()?;
+    let range = |h: &SectionHeader| {
+        let start = h.sh_addr.get(LE);
+        Some(start..start.checked_add(h.sh_size.get(LE))?)
+    };
+    let text = sections.by_name(".text").and_then(range);
+    let got = sections.by_name(".got").and_then(range);
+    let mut unwind = |wanted: &str| -> Option<(Range<u64>, SharedBytes)> {
+        let h = sections.by_name(wanted)?;
+        let data = section_data(&file, &mut budget, h, MAX_SECTION_BYTES)?;
         bytes += data.len();
-        Some((range, Some(SharedBytes(Arc::from(data)))))
+        Some((range(h)?, SharedBytes(Arc::from(data))))
     };
-    let text = section(".text", false).map(|(r, _)| r);
-    let got = section(".got", false).map(|(r, _)| r);
-    let eh_frame = section(".eh_frame", true).and_then(|(r, d)| Some((r, d?)));
-    let eh_frame_hdr = section(".eh_frame_hdr", true).and_then(|(r, d)| Some((r, d?)));
-    let debug_frame = section(".debug_frame", true).and_then(|(_, d)| d);
-    let segments: Vec<Segment> = elf
-        .segments()
-        .take(64)
-        .map(|s| {
-            let (offset, size) = s.file_range();
-            Segment { offset, address: s.address(), size }
-        })
-        .collect();
-    let build_id: String = match elf.build_id() {
-        Ok(Some(id)) if id.len() <= 64 => id.iter().map(|b| format!("{b:02x}")).collect(),
-        _ => String::new(),
+    let eh_frame = unwind(".eh_frame");
+    let eh_frame_hdr = unwind(".eh_frame_hdr");
+    let debug_frame = unwind(".debug_frame").map(|(_, d)| d);
+    // Program headers: the loadable segments.
+    let phnum = usize::from(ehdr.e_phnum.get(LE));
+    let segments: Vec<Segment> = if phnum == 0 || phnum > MAX_SEGMENTS {
+        if phnum > MAX_SEGMENTS {
+            Refusal::TooMany.count();
+        }
+        Vec::new()
+    } else {
+        read_array::<ProgramHeader>(&file, &mut budget, ehdr.e_phoff.get(LE), phnum, (MAX_SEGMENTS * 56) as u64)
+            .unwrap_or_default()
+            .iter()
+            .filter(|p| p.p_type.get(LE) == object::elf::PT_LOAD)
+            .take(64)
+            .map(|p| Segment { offset: p.p_offset.get(LE), address: p.p_vaddr.get(LE), size: p.p_filesz.get(LE) })
+            .collect()
     };
+    let build_id = build_id(&file, &mut budget, &sections);
     let (file_name, build_id): (Arc<str>, Arc<str>) = (Arc::from(path), Arc::from(build_id));
     bytes += path.len() + build_id.len();
     let mappings = segments
@@ -205,26 +267,25 @@ fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
             })
         })
         .collect();
-    let debug = read_debug(&elf, &mut bytes);
-    let mut symbols = Vec::new();
-    for sym in elf.symbols().chain(elf.dynamic_symbols()) {
-        if symbols.len() >= MAX_SYMBOLS {
-            break;
-        }
-        if sym.kind() != SymbolKind::Text || sym.size() == 0 || sym.address() == 0 {
-            continue;
-        }
-        let Ok(raw) = sym.name() else { continue };
-        if raw.is_empty() || raw.len() > MAX_NAME_BYTES {
-            continue;
-        }
-        let shown = format!("{:#}", rustc_demangle::demangle(raw));
-        let Some(end) = sym.address().checked_add(sym.size()) else { continue };
-        bytes += shown.len() + 48;
-        symbols.push(Symbol { start: sym.address(), end, name: Arc::from(shown) });
+    // What no share of the cache can hold is left out: lines first, then symbols.
+    let unwind_bytes = bytes;
+    // Symbols before lines: names matter more, should the read budget run short.
+    let mut symbols = read_symbols(&file, &mut budget, &sections);
+    let mut lines = read_lines(&file, &mut budget, &sections);
+    let symbol_bytes: usize = symbols.iter().map(|s| s.name.len() + 48).sum();
+    let line_bytes = lines.as_ref().map_or(0, |l| l.bytes());
+    if unwind_bytes + symbol_bytes + line_bytes > MAX_FILE_BYTES && lines.take().is_some() {
+        Refusal::OverShare.count();
     }
-    symbols.sort_unstable_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
-    symbols.dedup_by_key(|s| s.start);
+    if unwind_bytes + symbol_bytes > MAX_FILE_BYTES && !symbols.is_empty() {
+        Refusal::OverShare.count();
+        symbols = Vec::new();
+    }
+    if unwind_bytes > MAX_FILE_BYTES {
+        Refusal::OverShare.count();
+        return None;
+    }
+    bytes += symbols.iter().map(|s| s.name.len() + 48).sum::<usize>() + lines.as_ref().map_or(0, |l| l.bytes());
     Some(ModuleFile {
         name: Arc::from(name),
         text,
@@ -235,45 +296,137 @@ fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
         segments,
         mappings,
         symbols,
-        debug,
+        lines,
         bytes,
     })
 }
 
-/// The DWARF of `elf` as an `addr2line` context, when it has `.debug_info` and its debug
-/// sections fit `MAX_DEBUG_BYTES` (each also within `MAX_SECTION_BYTES`); adds their size to
-/// `bytes`.
-fn read_debug<'d, R: object::ReadRef<'d>>(elf: &ElfFile64<'d, object::LittleEndian, R>, bytes: &mut usize) -> Option<Mutex<addr2line::Context<DwarfReader>>> {
-    use addr2line::gimli;
-    elf.section_by_name(".debug_info")?;
-    let mut total = 0usize;
-    let endian = gimli::RunTimeEndian::Little;
-    let dwarf = gimli::Dwarf::load(|id: gimli::SectionId| -> Result<DwarfReader, ()> {
-        // Variable locations are not needed for names and lines: not read.
-        if matches!(id, gimli::SectionId::DebugLoc | gimli::SectionId::DebugLocLists) {
-            return Ok(gimli::EndianArcSlice::new(Arc::from(&[][..]), endian));
-        }
-        let data: Arc<[u8]> = match elf.section_by_name(id.name()) {
-            Some(s) if s.size() <= MAX_SECTION_BYTES => {
-                let data = s.uncompressed_data().map_err(|_| ())?;
-                if data.len() as u64 > MAX_SECTION_BYTES {
-                    return Err(());
-                }
-                total = total.saturating_add(data.len());
-                if total > MAX_DEBUG_BYTES {
-                    return Err(());
-                }
-                Arc::from(&data[..])
+/// The section headers and their names, within `MAX_SECTIONS` (extended numbering
+/// included) and the budget.
+fn read_sections(file: &File, budget: &mut FileBudget, ehdr: &Header) -> Option<Sections> {
+    let shoff = ehdr.e_shoff.get(LE);
+    if shoff == 0 || usize::from(ehdr.e_shentsize.get(LE)) != std::mem::size_of::<SectionHeader>() {
+        return Some(Sections { headers: Vec::new(), names: Vec::new() });
+    }
+    let first: SectionHeader = *read_array::<SectionHeader>(file, budget, shoff, 1, 64).ok()?.first()?;
+    let shnum = match ehdr.e_shnum.get(LE) {
+        0 => first.sh_size.get(LE),
+        n => u64::from(n),
+    };
+    if shnum > MAX_SECTIONS as u64 {
+        Refusal::TooMany.count();
+        return None;
+    }
+    let headers = read_array::<SectionHeader>(file, budget, shoff, shnum as usize, (MAX_SECTIONS * 64) as u64).ok()?;
+    let shstrndx = match ehdr.e_shstrndx.get(LE) {
+        object::elf::SHN_XINDEX => first.sh_link.get(LE) as usize,
+        n => usize::from(n),
+    };
+    let names = headers.get(shstrndx).and_then(|h| section_data(file, budget, h, MAX_SECTION_NAMES_BYTES)).unwrap_or_default();
+    Some(Sections { headers, names })
+}
+
+/// The GNU build id from the note sections, hex.
+fn build_id(file: &File, budget: &mut FileBudget, sections: &Sections) -> String {
+    for h in sections.headers.iter().filter(|h| h.sh_type.get(LE) == object::elf::SHT_NOTE) {
+        let Some(notes) = section_data(file, budget, h, MAX_NOTES_BYTES) else { continue };
+        let mut at = 0usize;
+        while let Some(head) = notes.get(at..at + 12) {
+            let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]) as usize;
+            let (namesz, descsz, kind) = (word(0), word(4), word(8));
+            let name_at = at + 12;
+            let desc_at = name_at.saturating_add(namesz.saturating_add(3) & !3);
+            let next = desc_at.saturating_add(descsz.saturating_add(3) & !3);
+            let (Some(name), Some(desc)) = (notes.get(name_at..name_at.saturating_add(namesz)), notes.get(desc_at..desc_at.saturating_add(descsz))) else {
+                break;
+            };
+            if kind == object::elf::NT_GNU_BUILD_ID as usize && name == b"GNU\0" && desc.len() <= 64 {
+                return desc.iter().map(|b| format!("{b:02x}")).collect();
             }
-            Some(_) => return Err(()),
-            None => Arc::from(&[][..]),
-        };
-        Ok(gimli::EndianArcSlice::new(data, endian))
-    })
-    .ok()?;
-    let context = addr2line::Context::from_dwarf(dwarf).ok()?;
-    *bytes += total;
-    Some(Mutex::new(context))
+            at = next;
+        }
+    }
+    String::new()
+}
+
+/// Function symbols of `.symtab` and `.dynsym` (each table and its strings within their
+/// caps and the budget; at most `MAX_SYMBOLS`), sorted by start without duplicates.
+fn read_symbols(file: &File, budget: &mut FileBudget, sections: &Sections) -> Vec<Symbol> {
+    let mut symbols = Vec::new();
+    for kind in [object::elf::SHT_SYMTAB, object::elf::SHT_DYNSYM] {
+        let Some(table) = sections.headers.iter().find(|h| h.sh_type.get(LE) == kind) else { continue };
+        let Some(strings_header) = sections.headers.get(table.sh_link.get(LE) as usize) else { continue };
+        // The symbols' size is checked (and refused) before their strings are read.
+        let Some(raw) = section_data(file, budget, table, MAX_SYMTAB_BYTES) else { continue };
+        let Some(strings) = section_data(file, budget, strings_header, MAX_STRINGS_BYTES) else { continue };
+        let syms: &[Sym] = object::pod::slice_from_all_bytes(&raw).unwrap_or_default();
+        for sym in syms {
+            if symbols.len() >= MAX_SYMBOLS {
+                Refusal::TooMany.count();
+                break;
+            }
+            let st_type = sym.st_info & 0xf;
+            let (start, size) = (sym.st_value.get(LE), sym.st_size.get(LE));
+            if !matches!(st_type, object::elf::STT_FUNC | object::elf::STT_GNU_IFUNC)
+                || sym.st_shndx.get(LE) == object::elf::SHN_UNDEF
+                || size == 0
+                || start == 0
+            {
+                continue;
+            }
+            let tail = strings.get(sym.st_name.get(LE) as usize..).unwrap_or_default();
+            let tail = &tail[..tail.len().min(MAX_NAME_BYTES + 1)];
+            let Some(len) = tail.iter().position(|b| *b == 0) else { continue };
+            let Ok(raw) = std::str::from_utf8(&tail[..len]) else { continue };
+            if raw.is_empty() {
+                continue;
+            }
+            let shown = format!("{:#}", rustc_demangle::demangle(raw));
+            let Some(end) = start.checked_add(size) else { continue };
+            symbols.push(Symbol { start, end, name: Arc::from(shown) });
+        }
+    }
+    symbols.sort_unstable_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
+    symbols.dedup_by_key(|s| s.start);
+    symbols.shrink_to_fit();
+    symbols
+}
+
+/// The DWARF sections that line tables need (the rest is never read).
+const LINE_SECTIONS: [&str; 9] = [
+    ".debug_info",
+    ".debug_abbrev",
+    ".debug_line",
+    ".debug_str",
+    ".debug_line_str",
+    ".debug_ranges",
+    ".debug_rnglists",
+    ".debug_addr",
+    ".debug_str_offsets",
+];
+
+/// The line table of the file's DWARF (built here, on the file's reader thread), when it
+/// has `.debug_info` and its line sections fit `MAX_DEBUG_BYTES` together (each within
+/// `MAX_SECTION_BYTES` and the budget). The sections are dropped once the table is built.
+fn read_lines(file: &File, budget: &mut FileBudget, sections: &Sections) -> Option<LineTable> {
+    sections.by_name(".debug_info")?;
+    let claimed: u64 = LINE_SECTIONS.iter().filter_map(|n| sections.by_name(n)).map(|h| h.sh_size.get(LE)).fold(0, u64::saturating_add);
+    if claimed > MAX_DEBUG_BYTES {
+        Refusal::OverCap.count();
+        return None;
+    }
+    let mut data: Vec<(&str, Vec<u8>)> = Vec::new();
+    for name in LINE_SECTIONS {
+        if let Some(h) = sections.by_name(name) {
+            // A section refused leaves the table incomplete: none at all.
+            data.push((name, section_data(file, budget, h, MAX_SECTION_BYTES)?));
+        }
+    }
+    let lookup = |id: addr2line::gimli::SectionId| -> &[u8] {
+        data.iter().find(|(n, _)| *n == id.name()).map_or(&[][..], |(_, d)| &d[..])
+    };
+    // A parser panic on a hostile file costs the file its lines, nothing more.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| LineTable::build(lookup))).ok()?.ok().flatten()
 }
 
 /// The base name of a mapped path.
@@ -283,19 +436,36 @@ pub fn base_name(path: &str) -> &str {
 
 /// A file being read, and who waits for it.
 struct InFlight {
+    /// The process it is read for (charged to its allowance while in flight).
+    pid: u32,
     /// Told when the file is read (or found unreadable); a waiter gone meanwhile is skipped.
     waiters: Vec<mpsc::Sender<Loaded>>,
 }
 
+/// A cached file.
+struct Entry {
+    file: Arc<ModuleFile>,
+    used: Instant,
+    /// The process it was read for (charged for its bytes).
+    owner: u32,
+}
+
 #[derive(Default)]
 struct Cache {
-    files: HashMap<FileKey, (Arc<ModuleFile>, Instant)>,
+    files: HashMap<FileKey, Entry>,
+    /// Files that failed or were evicted, and when (not read again before `RETRY_AFTER`).
     failed: HashMap<FileKey, Instant>,
     in_flight: HashMap<FileKey, InFlight>,
     bytes: usize,
+    /// Bytes of `files` charged to each process.
+    charged: HashMap<u32, usize>,
 }
 
 static CACHE: LazyLock<Mutex<Cache>> = LazyLock::new(Default::default);
+/// Files evicted so far: a process whose count differs drops the files no longer cached.
+static EVICTIONS: AtomicU64 = AtomicU64::new(0);
+/// Loads refused because the asking process had `MAX_IN_FLIGHT_PER_PROCESS` in flight.
+static PROCESS_BUSY: AtomicU64 = AtomicU64::new(0);
 
 fn cache() -> std::sync::MutexGuard<'static, Cache> {
     CACHE.lock().unwrap_or_else(|p| p.into_inner())
@@ -304,6 +474,9 @@ fn cache() -> std::sync::MutexGuard<'static, Cache> {
 /// Files read at once, at most (each on a thread of its own). A file on a file system that
 /// never answers keeps its thread for ever: past this many, no new file is started.
 pub const MAX_IN_FLIGHT: usize = 16;
+/// Files in flight started for one process, at most: a process whose mapped files never
+/// answer holds only these, and every other process keeps the rest of `MAX_IN_FLIGHT`.
+pub const MAX_IN_FLIGHT_PER_PROCESS: usize = 4;
 /// Waiters kept per file in flight (beyond: told nothing; they ask again later).
 const MAX_WAITERS: usize = 256;
 
@@ -316,9 +489,11 @@ pub enum Loading {
     Ready(Arc<ModuleFile>),
     /// Being read: the waiter given to [`start_load`] is told on its end.
     InFlight,
-    /// Not readable, not ELF x86_64, or failed recently (tried again after `RETRY_AFTER`).
+    /// Not readable, not ELF x86_64, or failed or evicted recently (tried again after
+    /// `RETRY_AFTER`).
     Unreadable,
-    /// Too many files are being read already (tried again later, by a later request).
+    /// Too many files are being read already, in all or for this process (tried again
+    /// later, by a later request).
     Busy,
 }
 
@@ -329,9 +504,9 @@ pub fn start_load(pid: u32, mapping: &Mapping, waiter: &mpsc::Sender<Loaded>) ->
     let key = mapping.key();
     {
         let mut c = cache();
-        if let Some((file, used)) = c.files.get_mut(&key) {
-            *used = Instant::now();
-            return Loading::Ready(file.clone());
+        if let Some(entry) = c.files.get_mut(&key) {
+            entry.used = Instant::now();
+            return Loading::Ready(entry.file.clone());
         }
         if let Some(flight) = c.in_flight.get_mut(&key) {
             if flight.waiters.len() < MAX_WAITERS {
@@ -342,10 +517,10 @@ pub fn start_load(pid: u32, mapping: &Mapping, waiter: &mpsc::Sender<Loaded>) ->
         if c.failed.get(&key).is_some_and(|at| at.elapsed() < RETRY_AFTER) {
             return Loading::Unreadable;
         }
-        if c.in_flight.len() >= MAX_IN_FLIGHT {
+        if !admit(&c, pid) {
             return Loading::Busy;
         }
-        c.in_flight.insert(key, InFlight { waiters: vec![waiter.clone()] });
+        c.in_flight.insert(key, InFlight { pid, waiters: vec![waiter.clone()] });
     }
     let owned = mapping.clone();
     let spawned = std::thread::Builder::new().name("pyperch-native".into()).spawn(move || {
@@ -358,13 +533,8 @@ pub fn start_load(pid: u32, mapping: &Mapping, waiter: &mpsc::Sender<Loaded>) ->
         let mut c = cache();
         let waiters = c.in_flight.remove(&key).map(|f| f.waiters).unwrap_or_default();
         match &result {
-            Some(file) => insert(&mut c, key, file.clone()),
-            None => {
-                if c.failed.len() > 4096 {
-                    c.failed.clear();
-                }
-                c.failed.insert(key, Instant::now());
-            }
+            Some(file) => insert(&mut c, key, file.clone(), pid),
+            None => note_failed(&mut c, key),
         }
         drop(c);
         for w in waiters {
@@ -378,39 +548,105 @@ pub fn start_load(pid: u32, mapping: &Mapping, waiter: &mpsc::Sender<Loaded>) ->
     Loading::InFlight
 }
 
+/// Whether a new file may start being read for `pid`: fewer than `MAX_IN_FLIGHT` in flight
+/// in all, and fewer than `MAX_IN_FLIGHT_PER_PROCESS` started for `pid` (counted).
+fn admit(c: &Cache, pid: u32) -> bool {
+    if c.in_flight.len() >= MAX_IN_FLIGHT {
+        return false;
+    }
+    if c.in_flight.values().filter(|f| f.pid == pid).count() >= MAX_IN_FLIGHT_PER_PROCESS {
+        PROCESS_BUSY.fetch_add(1, Relaxed);
+        return false;
+    }
+    true
+}
+
+fn note_failed(c: &mut Cache, key: FileKey) {
+    if c.failed.len() > 4096 {
+        c.failed.retain(|_, at| at.elapsed() < RETRY_AFTER);
+        if c.failed.len() > 4096 {
+            c.failed.clear();
+        }
+    }
+    c.failed.insert(key, Instant::now());
+}
+
 /// Files being read now (a file that hangs stays counted until its read ends).
 pub fn in_flight() -> usize {
     cache().in_flight.len()
 }
 
-/// Caches a file; over `FILES_BUDGET`, drops the least recently used files that no process
-/// holds any more (a file in use stays: its processes' unwinders hold it anyway).
-fn insert(c: &mut Cache, key: FileKey, file: Arc<ModuleFile>) {
-    c.bytes = c.bytes.saturating_add(file.bytes);
-    c.files.insert(key, (file, Instant::now()));
-    if c.bytes <= FILES_BUDGET {
-        return;
+/// Caches a file read for `owner`. Past `PROCESS_SHARE` charged to `owner`, its own least
+/// recently used files are evicted first; past `FILES_BUDGET`, anyone's, in use or not.
+/// The file just read is kept either way (it fits: at most `MAX_FILE_BYTES`).
+fn insert(c: &mut Cache, key: FileKey, file: Arc<ModuleFile>, owner: u32) {
+    let size = file.bytes;
+    c.bytes = c.bytes.saturating_add(size);
+    *c.charged.entry(owner).or_default() += size;
+    if let Some(old) = c.files.insert(key, Entry { file, used: Instant::now(), owner }) {
+        uncharge(c, old.owner, old.file.bytes);
     }
-    let mut unused: Vec<(Instant, FileKey)> =
-        c.files.iter().filter(|(_, (f, _))| Arc::strong_count(f) == 1).map(|(k, (_, used))| (*used, *k)).collect();
-    unused.sort_unstable();
-    for (_, k) in unused {
-        if c.bytes <= FILES_BUDGET {
+    if c.charged.get(&owner).copied().unwrap_or(0) > PROCESS_SHARE {
+        evict(c, key, Some(owner), PROCESS_SHARE);
+    }
+    if c.bytes > FILES_BUDGET {
+        evict(c, key, None, FILES_BUDGET);
+    }
+}
+
+fn uncharge(c: &mut Cache, owner: u32, size: usize) {
+    c.bytes = c.bytes.saturating_sub(size);
+    if let Some(charged) = c.charged.get_mut(&owner) {
+        *charged = charged.saturating_sub(size);
+        if *charged == 0 {
+            c.charged.remove(&owner);
+        }
+    }
+}
+
+/// Evicts least recently used files (of `owner` only, when given), never `keep`, until the
+/// bytes counted (the owner's, or all) are within `limit`.
+fn evict(c: &mut Cache, keep: FileKey, owner: Option<u32>, limit: usize) {
+    let mut order: Vec<(Instant, FileKey)> = c
+        .files
+        .iter()
+        .filter(|(k, e)| **k != keep && owner.is_none_or(|o| e.owner == o))
+        .map(|(k, e)| (e.used, *k))
+        .collect();
+    order.sort_unstable();
+    for (_, k) in order {
+        let over = match owner {
+            Some(o) => c.charged.get(&o).copied().unwrap_or(0) > limit,
+            None => c.bytes > limit,
+        };
+        if !over {
             break;
         }
-        if let Some((f, _)) = c.files.remove(&k) {
-            c.bytes = c.bytes.saturating_sub(f.bytes);
+        if let Some(e) = c.files.remove(&k) {
+            uncharge(c, e.owner, e.file.bytes);
+            note_failed(c, k);
+            EVICTIONS.fetch_add(1, Relaxed);
         }
     }
+}
+
+/// Files evicted so far (compare with a previous value to know whether to look).
+pub fn evictions() -> u64 {
+    EVICTIONS.load(Relaxed)
+}
+
+/// Whether `file` (read for `key`) is still the cached one.
+pub fn is_cached(key: &FileKey, file: &Arc<ModuleFile>) -> bool {
+    cache().files.get(key).is_some_and(|e| Arc::ptr_eq(&e.file, file))
 }
 
 /// Drops every cached file no process holds (called when processes go).
 pub fn release_unused() {
     let mut c = cache();
-    let before: Vec<FileKey> = c.files.iter().filter(|(_, (f, _))| Arc::strong_count(f) == 1).map(|(k, _)| *k).collect();
-    for k in before {
-        if let Some((f, _)) = c.files.remove(&k) {
-            c.bytes = c.bytes.saturating_sub(f.bytes);
+    let unused: Vec<FileKey> = c.files.iter().filter(|(_, e)| Arc::strong_count(&e.file) == 1).map(|(k, _)| *k).collect();
+    for k in unused {
+        if let Some(e) = c.files.remove(&k) {
+            uncharge(&mut c, e.owner, e.file.bytes);
         }
     }
 }
@@ -418,6 +654,18 @@ pub fn release_unused() {
 /// Bytes held by the cache of files.
 pub fn cached_bytes() -> usize {
     cache().bytes
+}
+
+/// The `--stats` words of the cache: evictions and loads put off per process.
+pub fn report() -> String {
+    format!(
+        "{} files evicted (budget {} MiB, {} MiB per process); {} file reads put off (a process's {} in flight)",
+        evictions(),
+        FILES_BUDGET >> 20,
+        PROCESS_SHARE >> 20,
+        PROCESS_BUSY.load(Relaxed),
+        MAX_IN_FLIGHT_PER_PROCESS,
+    )
 }
 
 #[cfg(test)]
@@ -440,6 +688,240 @@ mod tests {
         let at = m.file_address(mapping.start, mapping.offset, f).expect("address");
         let name = m.symbol(at).expect("symbol");
         assert!(name.contains("base_name"), "{name}");
+    }
+
+    /// The test binary's DWARF gives this very function's source file, from the table
+    /// built when the file was read (no parsing at lookup).
+    #[test]
+    fn own_executable_lines_come_from_the_table_built_at_load() {
+        let exe = std::env::current_exe().expect("exe");
+        let m = read(File::open(&exe).expect("open"), "self", "/proc/self/exe").expect("ELF");
+        let f = own_executable_lines_come_from_the_table_built_at_load as fn() as usize as u64;
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        let mapping = crate::discovery::parse_maps(&maps).into_iter().find(|m| m.contains(f)).expect("mapping");
+        let at = m.file_address(mapping.start, mapping.offset, f).expect("address");
+        let (file, line) = m.line(at).expect("a line from DWARF");
+        assert!(file.ends_with("module_file.rs"), "{file}:{line}");
+        assert!(line > 0);
+    }
+
+    /// A minimal x86_64 ELF file: one loadable page of code, a `.text` section, and a
+    /// `.symtab` at `symtab_offset` claiming `symtab_size` bytes, padded (sparse) to
+    /// `len` bytes. The case of issue #28 item 2 (2 GiB `.symtab`, one page on disk).
+    pub(crate) fn claiming_elf(path: &std::path::Path, symtab_offset: u64, symtab_size: u64, len: u64) {
+        let mut b = vec![0u8; 0x1000];
+        let put = |b: &mut Vec<u8>, at: usize, bytes: &[u8]| b[at..at + bytes.len()].copy_from_slice(bytes);
+        put(&mut b, 0, &[0x7f, b'E', b'L', b'F', 2, 1, 1]);
+        put(&mut b, 16, &3u16.to_le_bytes()); // ET_DYN
+        put(&mut b, 18, &62u16.to_le_bytes()); // EM_X86_64
+        put(&mut b, 20, &1u32.to_le_bytes());
+        put(&mut b, 32, &64u64.to_le_bytes()); // e_phoff
+        put(&mut b, 40, &0x200u64.to_le_bytes()); // e_shoff
+        put(&mut b, 52, &64u16.to_le_bytes());
+        put(&mut b, 54, &56u16.to_le_bytes());
+        put(&mut b, 56, &1u16.to_le_bytes()); // e_phnum
+        put(&mut b, 58, &64u16.to_le_bytes());
+        put(&mut b, 60, &5u16.to_le_bytes()); // e_shnum
+        put(&mut b, 62, &4u16.to_le_bytes()); // e_shstrndx
+        // PT_LOAD R+X: the first page.
+        put(&mut b, 64, &1u32.to_le_bytes());
+        put(&mut b, 68, &5u32.to_le_bytes());
+        put(&mut b, 64 + 32, &0x1000u64.to_le_bytes());
+        put(&mut b, 64 + 40, &0x1000u64.to_le_bytes());
+        put(&mut b, 0x100, b"\0.text\0.symtab\0.strtab\0.shstrtab\0");
+        put(&mut b, 0x180, b"\0f\0");
+        let section = |b: &mut Vec<u8>, i: usize, name: u32, kind: u32, addr: u64, offset: u64, size: u64, link: u32, entsize: u64| {
+            let at = 0x200 + 64 * i;
+            put(b, at, &name.to_le_bytes());
+            put(b, at + 4, &kind.to_le_bytes());
+            put(b, at + 16, &addr.to_le_bytes());
+            put(b, at + 24, &offset.to_le_bytes());
+            put(b, at + 32, &size.to_le_bytes());
+            put(b, at + 40, &link.to_le_bytes());
+            put(b, at + 56, &entsize.to_le_bytes());
+        };
+        section(&mut b, 1, 1, 1, 0x400, 0x400, 0x100, 0, 0); // .text
+        section(&mut b, 2, 7, 2, 0, symtab_offset, symtab_size, 3, 24); // .symtab
+        section(&mut b, 3, 15, 3, 0, 0x180, 3, 0, 0); // .strtab
+        section(&mut b, 4, 23, 3, 0, 0x100, 0x21, 0, 0); // .shstrtab
+        let mut file = File::create(path).expect("create");
+        std::io::Write::write_all(&mut file, &b).expect("write");
+        file.set_len(len).expect("sparse length");
+    }
+
+    #[test]
+    fn a_sparse_file_claiming_a_2_gib_symtab_is_read_without_it() {
+        let path = std::env::temp_dir().join(format!("pyperch-claiming-{}", std::process::id()));
+        claiming_elf(&path, 0x1000, 2 << 30, (2 << 30) + 0x1000);
+        let before = super::super::budget::refused_total();
+        let m = read(File::open(&path).expect("open"), "claiming", "claiming").expect("its headers are fine");
+        assert!(m.symbols.is_empty());
+        assert_eq!(m.text, Some(0x400..0x500));
+        assert!(m.bytes < 1 << 20, "{} bytes kept", m.bytes);
+        assert!(super::super::budget::refused_total() > before, "the refusal is counted");
+        // Within its cap but not on disk: refused too.
+        claiming_elf(&path, 0x1000, 24 << 20, 64 << 20);
+        let m = read(File::open(&path).expect("open"), "claiming", "claiming").expect("ELF");
+        assert!(m.symbols.is_empty());
+        let _ = std::fs::remove_file(&path);
+    }
+
+    fn dummy(bytes: usize) -> Arc<ModuleFile> {
+        Arc::new(ModuleFile {
+            name: Arc::from("x"),
+            text: None,
+            got: None,
+            eh_frame: None,
+            eh_frame_hdr: None,
+            debug_frame: None,
+            segments: Vec::new(),
+            mappings: Vec::new(),
+            symbols: Vec::new(),
+            lines: None,
+            bytes,
+        })
+    }
+
+    fn key(inode: u64) -> FileKey {
+        FileKey { dev: (1, 1), inode }
+    }
+
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A header field of `base` (ELF header, a section or program header) set to a
+        /// value that makes size and offset arithmetic interesting, or random bytes.
+        fn patch(base: &[u8]) -> impl Strategy<Value = (u64, Vec<u8>)> + use<> {
+            let len = base.len() as u64;
+            let u64_at = |at: usize| base.get(at..at + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+            let u16_at = |at: usize| base.get(at..at + 2).map_or(0, |b| u64::from(u16::from_le_bytes(b.try_into().unwrap_or([0; 2]))));
+            let (phoff, phnum, shoff, shnum) = (u64_at(32), u16_at(56).max(1), u64_at(40), u16_at(60).max(1));
+            let interesting = prop_oneof![
+                Just(0u64),
+                Just(1),
+                Just(len),
+                Just(u64::MAX),
+                Just(u64::MAX / 24),
+                Just(2 << 30),
+                Just(MAX_SYMTAB_BYTES),
+                Just(MAX_SECTION_BYTES + 1),
+                0..len.max(1),
+                any::<u64>(),
+            ];
+            let width = |v: u64, w: usize| v.to_le_bytes()[..w].to_vec();
+            prop_oneof![
+                (prop::sample::select(vec![(32u64, 8usize), (40, 8), (54, 2), (56, 2), (60, 2), (62, 2)]), interesting.clone())
+                    .prop_map(move |((at, w), v)| (at, width(v, w))),
+                (0..shnum, prop::sample::select(vec![(0u64, 4usize), (4, 4), (24, 8), (32, 8), (40, 4), (56, 8)]), interesting.clone())
+                    .prop_map(move |(i, (field, w), v)| (shoff + 64 * i + field, width(v, w))),
+                (0..phnum, prop::sample::select(vec![(0u64, 4usize), (8, 8), (16, 8), (32, 8)]), interesting)
+                    .prop_map(move |(i, (field, w), v)| (phoff + 56 * i + field, width(v, w))),
+                (0..len.max(1), prop::collection::vec(any::<u8>(), 1..16)),
+            ]
+        }
+
+        fn bases() -> Vec<Vec<u8>> {
+            let dir = std::env::temp_dir().join(format!("pyperch-fuzz-base-{}", std::process::id()));
+            claiming_elf(&dir, 0x1000, 0x30, 0x1000);
+            let mut bases = vec![std::fs::read(&dir).expect("read the base")];
+            let _ = std::fs::remove_file(&dir);
+            if let Ok(t) = std::fs::read("/bin/true") {
+                bases.push(t);
+            }
+            bases
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+            /// A module file with any of its headers forged (sparse or not) never panics the
+            /// reader and keeps no more than a file's share.
+            #[test]
+            fn forged_headers_are_read_within_budget(
+                (base, patches, sparse) in (0..2usize, any::<bool>()).prop_flat_map(|(i, sparse)| {
+                    let all = bases();
+                    let base = all[i % all.len()].clone();
+                    (Just(base.clone()), prop::collection::vec(patch(&base), 1..6), Just(sparse))
+                })
+            ) {
+                let mut bytes = base;
+                for (at, p) in &patches {
+                    let Ok(at) = usize::try_from(*at) else { continue };
+                    if let Some(slot) = at.checked_add(p.len()).and_then(|end| bytes.get_mut(at..end)) {
+                        slot.copy_from_slice(p);
+                    }
+                }
+                let path = std::env::temp_dir().join(format!("pyperch-fuzz-{}-{}", std::process::id(), random_suffix()));
+                std::fs::write(&path, &bytes).expect("write");
+                if sparse {
+                    File::options().write(true).open(&path).and_then(|f| f.set_len(8 << 30)).expect("sparse");
+                }
+                let read_back = read(File::open(&path).expect("open"), "fuzz", "fuzz");
+                let _ = std::fs::remove_file(&path);
+                if let Some(m) = read_back {
+                    prop_assert!(m.bytes <= MAX_FILE_BYTES + (1 << 20), "{} bytes kept", m.bytes);
+                    prop_assert!(m.segments.len() <= 64);
+                    prop_assert!(m.symbols.len() <= MAX_SYMBOLS);
+                }
+            }
+        }
+
+        fn random_suffix() -> u64 {
+            use std::sync::atomic::AtomicU64;
+            static N: AtomicU64 = AtomicU64::new(0);
+            N.fetch_add(1, Relaxed)
+        }
+    }
+
+    /// Issue #28 item 3, native part: a process whose files never answer holds at most
+    /// `MAX_IN_FLIGHT_PER_PROCESS` readers; every other process still gets the rest.
+    #[test]
+    fn one_process_cannot_hold_every_file_reader() {
+        let mut c = Cache::default();
+        let mut started = 0;
+        for i in 0..MAX_IN_FLIGHT as u64 {
+            if admit(&c, 666) {
+                c.in_flight.insert(key(1000 + i), InFlight { pid: 666, waiters: Vec::new() });
+                started += 1;
+            }
+        }
+        assert_eq!(started, MAX_IN_FLIGHT_PER_PROCESS);
+        // Other processes fill the rest, one slot each or more, up to the global cap.
+        let mut others = 0;
+        for pid in 1..=MAX_IN_FLIGHT as u32 {
+            if admit(&c, pid) {
+                c.in_flight.insert(key(2000 + u64::from(pid)), InFlight { pid, waiters: Vec::new() });
+                others += 1;
+            }
+        }
+        assert_eq!(others, MAX_IN_FLIGHT - MAX_IN_FLIGHT_PER_PROCESS);
+        assert!(!admit(&c, 9999), "the global cap still holds");
+    }
+
+    /// Files in use are evicted too, least recently used first; a process past its share
+    /// loses its own files, never another process's.
+    #[test]
+    fn the_cache_evicts_files_in_use_and_keeps_each_process_within_its_share() {
+        let mut c = Cache::default();
+        let held: Vec<Arc<ModuleFile>> = (0..3).map(|_| dummy(FILES_BUDGET / 4 - 1)).collect();
+        // Three processes' files, all held by their processes.
+        for (i, f) in held.iter().enumerate() {
+            insert(&mut c, key(i as u64), f.clone(), 100 + i as u32);
+        }
+        assert_eq!(c.files.len(), 3);
+        // Process 200 reads many files: past its share, its own older ones go.
+        for i in 10..20 {
+            insert(&mut c, key(i), dummy(PROCESS_SHARE / 3), 200);
+            assert!(c.charged.get(&200).copied().unwrap_or(0) <= PROCESS_SHARE);
+        }
+        assert!((0..3).all(|i| c.files.contains_key(&key(i))), "other processes' files stay");
+        // Past the global budget, the least recently used file goes although in use.
+        insert(&mut c, key(50), dummy(FILES_BUDGET / 4), 300);
+        assert!(c.bytes <= FILES_BUDGET, "{} bytes cached", c.bytes);
+        assert!(!c.files.contains_key(&key(0)), "the oldest file, in use, was evicted");
+        assert!(c.failed.contains_key(&key(0)), "and is not read again at once");
+        assert_eq!(c.bytes, c.files.values().map(|e| e.file.bytes).sum::<usize>());
+        assert_eq!(c.bytes, c.charged.values().sum::<usize>());
     }
 
     #[test]

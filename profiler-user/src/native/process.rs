@@ -38,6 +38,8 @@ pub struct LoadedModule {
     pub start: u64,
     pub end: u64,
     offset: u64,
+    /// The file's identity, to tell whether the cache still holds it.
+    key: FileKey,
     pub file: Arc<ModuleFile>,
 }
 
@@ -85,9 +87,8 @@ pub struct ProcessNative {
     cache: CacheX86_64,
     /// Sorted by start.
     modules: Vec<LoadedModule>,
-    /// Every executable mapping of the last maps read, sorted by start: `[start, end)` and
-    /// whether its file is still being read (or put off).
-    mapped: Vec<(u64, u64, bool)>,
+    /// Every executable mapping of the last maps read, sorted by start.
+    mapped: Vec<Mapped>,
     /// Mappings whose file is being read, by file: added when it arrives.
     loading: HashMap<FileKey, Vec<Mapping>>,
     /// Files that arrived before the maps answer that lists them (the answer is sent after
@@ -104,7 +105,27 @@ pub struct ProcessNative {
     /// Bumped whenever a module goes away: names cached by address must be forgotten (a
     /// different file may be mapped there next).
     pub removals: u64,
+    /// `module_file::evictions()` when the modules were last checked against the cache.
+    evictions: u64,
+    /// Files were evicted from under this process: read the maps again (and so the files,
+    /// once `module_file` allows) at this time.
+    reload_at: Option<Instant>,
 }
+
+/// An executable mapping of the last maps read.
+struct Mapped {
+    start: u64,
+    end: u64,
+    /// Its file is still being read (or was put off).
+    loading: bool,
+    /// File offset of `start`, and the file's base name (empty for anonymous mappings):
+    /// frames in a file without its module show as `name+0xOFFSET`.
+    offset: u64,
+    name: Arc<str>,
+}
+
+/// How long after an eviction the maps (and so the evicted files) are asked for again.
+const RELOAD_AFTER: Duration = Duration::from_secs(10);
 
 impl ProcessNative {
     /// A process's unwinder; asks for its maps at once, so that they are likely there by its
@@ -126,6 +147,8 @@ impl ProcessNative {
             asker,
             inbox,
             removals: 0,
+            evictions: super::module_file::evictions(),
+            reload_at: None,
         };
         p.request(io);
         p
@@ -136,7 +159,7 @@ impl ProcessNative {
     /// or files were put off.
     pub fn waiting(&mut self, io: &NativeIo) -> bool {
         self.poll();
-        if !self.maps_known || self.deferred {
+        if !self.maps_known || self.deferred || self.reload_due() {
             self.refresh(io);
         }
         !self.maps_known || !self.loading.is_empty() || self.deferred
@@ -149,11 +172,27 @@ impl ProcessNative {
         (address < m.end).then_some(m)
     }
 
+    fn mapping_at(&self, address: u64) -> Option<&Mapped> {
+        let i = self.mapped.partition_point(|m| m.start <= address);
+        let m = self.mapped.get(i.checked_sub(1)?)?;
+        (address < m.end).then_some(m)
+    }
+
     /// The executable mapping of the last maps read holding `address`: `Some(still loading)`.
     fn mapped(&self, address: u64) -> Option<bool> {
-        let i = self.mapped.partition_point(|m| m.0 <= address);
-        let m = self.mapped.get(i.checked_sub(1)?)?;
-        (address < m.1).then_some(m.2)
+        self.mapping_at(address).map(|m| m.loading)
+    }
+
+    /// `name+0xOFFSET` of an address in a mapped file whose module is not loaded (evicted,
+    /// or refused): the file's base name and the file offset.
+    pub fn unloaded_name(&self, address: u64) -> Option<String> {
+        let m = self.mapping_at(address).filter(|m| !m.name.is_empty())?;
+        Some(format!("{}+{:#x}", m.name, (address - m.start).wrapping_add(m.offset)))
+    }
+
+    /// Whether an eviction asked for the maps to be read again and that time has come.
+    fn reload_due(&self) -> bool {
+        self.reload_at.is_some_and(|at| Instant::now() >= at)
     }
 
     /// Whether frames at `address` cannot be told yet: the maps are not known, its file is
@@ -185,7 +224,7 @@ impl ProcessNative {
     pub fn unwind(&mut self, ip: u64, sp: u64, bp: u64, stack: &[u8], io: &NativeIo, out: &mut Vec<UnwoundFrame>) -> UnwindEnd {
         out.clear();
         self.poll();
-        if self.deferred {
+        if self.deferred || self.reload_due() {
             self.refresh(io);
         }
         if self.waits_for(ip, io) {
@@ -263,11 +302,34 @@ impl ProcessNative {
         self.last_request = Some(Instant::now());
         if io.request(self.pid, &self.asker) {
             self.state = MapsState::Requested;
+            self.reload_at = None;
         }
+    }
+
+    /// Drops the modules whose file the cache evicted (their memory goes with the last
+    /// process holding them); the maps are read again after `RELOAD_AFTER`.
+    fn drop_evicted(&mut self) {
+        let now = super::module_file::evictions();
+        if now == self.evictions {
+            return;
+        }
+        self.evictions = now;
+        let gone: Vec<u64> =
+            self.modules.iter().filter(|m| !super::module_file::is_cached(&m.key, &m.file)).map(|m| m.start).collect();
+        if gone.is_empty() {
+            return;
+        }
+        self.removals += 1;
+        for start in gone {
+            self.unwinder.remove_module(start);
+            self.modules.retain(|m| m.start != start);
+        }
+        self.reload_at.get_or_insert(Instant::now() + RELOAD_AFTER);
     }
 
     /// Takes in whatever answers have arrived; never waits.
     fn poll(&mut self) {
+        self.drop_evicted();
         while let Ok(reply) = self.inbox.maps.try_recv() {
             self.state = MapsState::Idle;
             if let MapsReply::Read(code) = reply {
@@ -312,7 +374,8 @@ impl ProcessNative {
         self.deferred = false;
         self.mapped.clear();
         for c in code {
-            let (start, end) = (c.mapping.start, c.mapping.end);
+            let (start, end, offset) = (c.mapping.start, c.mapping.end, c.mapping.offset);
+            let name: Arc<str> = if c.mapping.is_file() { Arc::from(super::module_file::base_name(&c.mapping.path)) } else { Arc::from("") };
             let known = loaded.contains(&(start, end));
             let mut loading = false;
             match c.file {
@@ -332,15 +395,15 @@ impl ProcessNative {
                 }
                 MappedFile::None => {}
             }
-            self.mapped.push((start, end, loading));
+            self.mapped.push(Mapped { start, end, loading, offset, name });
         }
     }
 
     /// A mapping whose file is no longer being read.
     fn set_loaded(&mut self, start: u64, end: u64) {
-        let i = self.mapped.partition_point(|m| m.0 < start);
-        if let Some(m) = self.mapped.get_mut(i).filter(|m| m.0 == start && m.1 == end) {
-            m.2 = false;
+        let i = self.mapped.partition_point(|m| m.start < start);
+        if let Some(m) = self.mapped.get_mut(i).filter(|m| m.start == start && m.end == end) {
+            m.loading = false;
         }
     }
 
@@ -348,6 +411,12 @@ impl ProcessNative {
     fn add_module(&mut self, m: &Mapping, file: Arc<ModuleFile>) {
         let at = self.modules.partition_point(|x| x.start < m.start);
         if self.modules.len() >= MAX_MODULES || self.modules.get(at).is_some_and(|x| x.start == m.start) {
+            return;
+        }
+        // A file evicted between its read and now is not taken in (the cache no longer
+        // counts it): read again later, as if evicted from this process.
+        if !super::module_file::is_cached(&m.key(), &file) {
+            self.reload_at.get_or_insert(Instant::now() + RELOAD_AFTER);
             return;
         }
         let Some(base) = file.base_address(m.start, m.offset) else { return };
@@ -363,7 +432,7 @@ impl ProcessNative {
             ..Default::default()
         };
         self.unwinder.add_module(Module::new(file.name.to_string(), m.start..m.end, base, info));
-        self.modules.insert(at, LoadedModule { start: m.start, end: m.end, offset: m.offset, file });
+        self.modules.insert(at, LoadedModule { start: m.start, end: m.end, offset: m.offset, key: m.key(), file });
     }
 }
 

@@ -199,7 +199,13 @@ impl NativeSampler {
                     false,
                 ),
             },
-            None => (FrameName { function: Arc::from("<unknown native>"), file: Arc::from(""), line: 0, native: None }, false),
+            // In a mapped file without its module (evicted from the cache, or refused):
+            // `library+0xOFFSET` (a file offset), else outside any file.
+            None => {
+                let shown = self.unwinder.as_ref().and_then(|u| u.unloaded_name(address));
+                let function: Arc<str> = shown.map_or_else(|| Arc::from("<unknown native>"), Arc::from);
+                (FrameName { function, file: Arc::from(""), line: 0, native: None }, false)
+            }
         };
         let id = profile.try_intern(name).ok_or(ProfileFull)?;
         // Only named frames are cached by address: a module not loaded yet may load later.
@@ -228,7 +234,9 @@ impl NativeSampler {
         Ok(())
     }
 
-    /// The frame of a kernel address: `function_[k]` (inferno colours the suffix).
+    /// The frame of a kernel address: `function_[k]` (inferno colours the suffix). Its
+    /// runtime address (the origin pprof writes) only with `--kernel-addresses`: otherwise no
+    /// output holds a kernel address.
     fn kernel_frame(&mut self, address: u64, profile: &mut Profile) -> Result<FrameId, ProfileFull> {
         if let Some(&(id, _)) = self.names.get(&address) {
             return Ok(id);
@@ -237,7 +245,12 @@ impl NativeSampler {
         // `<kernel>_[k]` frame, not one per address).
         let (function, native) = match self.context.kallsyms.as_ref().and_then(|k| k.symbol_at(address)) {
             Some((start, name)) => {
-                (format!("{name}_[k]"), Some(Arc::new(NativeOrigin { address: start, mapping: self.context.kernel_mapping.clone() })))
+                let origin = self
+                    .context
+                    .options
+                    .kernel_addresses
+                    .then(|| Arc::new(NativeOrigin { address: start, mapping: self.context.kernel_mapping.clone() }));
+                (format!("{name}_[k]"), origin)
             }
             None => ("<kernel>_[k]".to_string(), None),
         };
