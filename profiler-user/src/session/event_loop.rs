@@ -106,10 +106,14 @@ pub(crate) fn run_loop(
         if let Some(at) = next_periodic {
             wake_at = wake_at.min(at);
         }
-        let ended = shared.take(wake_at, TAKE_AT_ONCE, &mut records);
+        // Records left from the last turn are taken up at once, after the periodic work.
+        let wait_until = if records.is_empty() { wake_at } else { Instant::now() };
+        let ended = shared.take(wait_until, TAKE_AT_ONCE, &mut records);
         session.apply_discovery();
-        // The end is looked at between records: what is left goes to the end's budget.
-        while !shared.has_ended() {
+        // The end and the periodic work are looked at between records (a record may wait on
+        // a target up to a read's deadline): what is left waits for the next turn, or the
+        // end's budget.
+        while !shared.has_ended() && next_periodic.is_none_or(|at| Instant::now() < at) {
             let Some((_, record)) = records.pop_front() else { break };
             session.on_ring_item(&record);
         }
