@@ -161,7 +161,8 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         return Err(RecordError::Upload("--interval must be at least 1s".into()));
     }
     crate::loader::preflight()?;
-    let initial = inspect_pids(&options.pids, &options.filter)?;
+    // Inspected after the privilege drop, which needs one thread (see `record::check_pids_exist`).
+    crate::record::check_pids_exist(&options.pids)?;
     let mut kernel = KernelProgram::load_with(&options.time, options.native)?;
     let ring = kernel.take_ring_buffer()?;
     // Kernel symbols need privileges that are dropped once sampling starts: read them now.
@@ -179,9 +180,6 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     if options.native.any() {
         session.set_native(crate::native::NativeContext::new(options.native, kallsyms));
     }
-    for p in initial {
-        session.add_process(p)?;
-    }
     session.kernel.attach(options.rate)?;
     // Every registered process is watched from here on: the time of threads already
     // switched out is charged from here, in each interval (`blocked_at_start`).
@@ -192,6 +190,9 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     }
     // Attached: keep only what sampling needs, before the uploader's thread starts.
     crate::privileges::drop_after_attach(&crate::privileges::Keep::default())?;
+    for p in inspect_pids(&options.pids, &options.filter)? {
+        session.add_process(p)?;
+    }
     if let Some(since) = watched_since {
         session.read_blocked_threads(since);
     }

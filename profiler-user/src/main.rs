@@ -91,8 +91,8 @@ struct TopArgs {
     /// Samples per second per CPU (1 to 100000; 1k, 1khz, 500hz accepted).
     #[arg(long, default_value = "99", value_parser = parse_rate, value_name = "HZ")]
     rate: u64,
-    /// Seconds in the sliding window the OWN% and TOTAL% columns cover.
-    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    /// Seconds in the sliding window the OWN% and TOTAL% columns cover (1 to 3600).
+    #[arg(long, default_value_t = 10, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..=3600))]
     window: u32,
     /// No full screen: print a plain table every second (for logs and pipes).
     #[arg(long, conflicts_with = "once")]
@@ -323,8 +323,8 @@ struct AgentArgs {
     /// Label samples with their thread id.
     #[arg(short, long)]
     threads: bool,
-    /// Profiles kept while the endpoint is unreachable; the oldest are dropped first.
-    #[arg(long, default_value_t = 64, value_name = "N")]
+    /// Profiles kept while the endpoint is unreachable; the oldest are dropped first (1 to 65536).
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = parse_queue_size)]
     queue_size: usize,
     /// Stop after this long (default: until SIGTERM or Ctrl-C, flushing the last interval).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
@@ -386,6 +386,14 @@ fn parse_rate(text: &str) -> Result<u64, String> {
     Ok(hz as u64)
 }
 
+/// `--queue-size`: 1 to 65536 profiles (the queue's byte budget bounds it too).
+fn parse_queue_size(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n @ 1..=65536) => Ok(n),
+        _ => Err(format!("{text:?} is not a number of profiles from 1 to 65536")),
+    }
+}
+
 /// "15s", "1m", "250ms", "2h" or a plain number of seconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -404,8 +412,15 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     if !(seconds > 0.0 && seconds.is_finite()) {
         return Err(format!("{text:?} must be positive"));
     }
+    if seconds > MAX_DURATION_SECS {
+        return Err(format!("{text:?} is longer than the longest duration accepted, a year (8760h)"));
+    }
     Ok(Duration::from_secs_f64(seconds))
 }
+
+/// The longest `--duration` or `--interval` accepted: a year. Longer ones would overflow
+/// `Duration` and the clock's deadline arithmetic (1e20 s panicked inside the standard library).
+const MAX_DURATION_SECS: f64 = 365.0 * 86400.0;
 
 #[derive(clap::Args, Debug)]
 struct RecordArgs {
@@ -587,6 +602,9 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             let duration = match args.duration {
                 Some(d) if !(d > 0.0 && d.is_finite()) => {
                     return Err(format!("--duration must be a positive number of seconds (got {d})").into());
+                }
+                Some(d) if d > MAX_DURATION_SECS => {
+                    return Err(format!("--duration {d} is longer than the longest accepted, a year ({MAX_DURATION_SECS} s)").into());
                 }
                 Some(d) => Some(Duration::from_secs_f64(d)),
                 None => None,
