@@ -428,7 +428,7 @@ pub(crate) fn inspect_pids(pids: &[u32], filter: &ProcessFilter) -> Result<Vec<d
         let budgeted = Budgeted::default();
         let checked_filter = filter.clone();
         let inspected = budgeted
-            .run(INSPECT_BUDGET, move || {
+            .run_for(pid, INSPECT_BUDGET, move || {
                 (checked_filter.is_empty() || checked_filter.matches(pid)).then(|| discovery::inspect(pid))
             })
             .map_err(|_| RecordError::Inspect {
@@ -542,10 +542,12 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
         files.problems.iter().filter(|(_, n)| *n > 0).map(|(p, n)| format!("{n} {}", p.label())).collect();
     let _ = writeln!(
         s,
-        "  mapped files: {} parsed; problem files: {}; {} skips without opening; {} hung now",
+        "  mapped files: {} parsed; problem files: {}; {} skips without opening ({} over a process's opener allowance, {} over all openers); {} hung now",
         discovery::cached_files(),
         if problems.is_empty() { "none".to_string() } else { problems.join(", ") },
         files.skips,
+        files.over_allowance,
+        files.over_total,
         files.hung_now
     );
     if let Some(line) = session.native_io_report() {
