@@ -299,9 +299,38 @@ struct AgentArgs {
     /// Tenant of a multi-tenant backend, sent as the X-Scope-OrgID header.
     #[arg(long, value_name = "ID")]
     tenant_id: Option<String>,
-    /// An extra header on every upload, 'Name: value' (repeatable).
+    /// An extra header on every upload to --upload-url, 'Name: value' (repeatable). The value
+    /// shows in the process list: for a secret use --upload-header-file.
     #[arg(long = "upload-header", value_name = "HEADER")]
     upload_headers: Vec<String>,
+    /// An extra header on every upload to --upload-url whose value is the content of FILE
+    /// (final newline trimmed; re-read at each upload), given as NAME=FILE (repeatable).
+    #[arg(long = "upload-header-file", value_name = "NAME=FILE")]
+    upload_header_files: Vec<String>,
+    /// Basic-auth user name for --otlp-endpoint; the password comes from --otlp-password-file
+    /// or the PYPERCH_OTLP_PASSWORD environment variable. (--upload-url's credentials are
+    /// never sent to the OTLP endpoint, nor these to --upload-url.)
+    #[arg(long, value_name = "NAME")]
+    otlp_user: Option<String>,
+    /// File holding --otlp-user's password (final newline trimmed; re-read at each upload).
+    #[arg(long, value_name = "FILE")]
+    otlp_password_file: Option<PathBuf>,
+    /// File holding a bearer token for --otlp-endpoint (re-read at each upload).
+    #[arg(long, value_name = "FILE")]
+    otlp_token_file: Option<PathBuf>,
+    /// Tenant sent to --otlp-endpoint as the X-Scope-OrgID header.
+    #[arg(long, value_name = "ID")]
+    otlp_tenant_id: Option<String>,
+    /// An extra header on every upload to --otlp-endpoint, 'Name: value' (repeatable).
+    #[arg(long = "otlp-header", value_name = "HEADER")]
+    otlp_headers: Vec<String>,
+    /// An extra header on every upload to --otlp-endpoint from a file, NAME=FILE (repeatable).
+    #[arg(long = "otlp-header-file", value_name = "NAME=FILE")]
+    otlp_header_files: Vec<String>,
+    /// Allow credentials (user, token, extra headers) to an http:// URL, unencrypted: only
+    /// for a trusted path, such as a sidecar on localhost.
+    #[arg(long)]
+    allow_insecure_http: bool,
     /// Length of one profile, e.g. 15s, 1m, 500ms.
     #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
     interval: Duration,
@@ -589,6 +618,16 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                     token_file: args.upload_token_file,
                     tenant_id: args.tenant_id,
                     headers: args.upload_headers,
+                    header_files: args.upload_header_files,
+                    otlp: agent::EndpointCredentials {
+                        user: args.otlp_user,
+                        password_file: args.otlp_password_file,
+                        token_file: args.otlp_token_file,
+                        tenant_id: args.otlp_tenant_id,
+                        headers: args.otlp_headers,
+                        header_files: args.otlp_header_files,
+                    },
+                    allow_insecure_http: args.allow_insecure_http,
                 },
                 app_name_given: args.app_name.is_some(),
                 time,
