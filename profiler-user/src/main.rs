@@ -575,11 +575,15 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         Commands::Dump(args) => {
             let dump = pyperch::dump::dump(args.pid, pyperch::dump::DumpOptions { locals: args.locals, async_tasks: args.async_tasks })?;
-            let text =
-                if args.json { pyperch::dump::render::json(&dump) } else { pyperch::dump::render::text(&dump) };
             use std::io::Write as _;
-            let mut stdout = std::io::stdout().lock();
-            writeln!(stdout, "{}", text.trim_end()).and_then(|()| stdout.flush()).map_err(|e| format!("cannot write the dump: {e}"))?;
+            // Streamed: the output is never held whole in memory.
+            let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+            let written = if args.json {
+                pyperch::dump::render::write_json(&dump, &mut stdout)
+            } else {
+                pyperch::dump::render::write_text(&dump, &mut stdout)
+            };
+            written.and_then(|()| stdout.flush()).map_err(|e| format!("cannot write the dump: {e}"))?;
             Ok(ExitCode::SUCCESS)
         }
         Commands::Completions { shell } => {
