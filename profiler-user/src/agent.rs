@@ -21,8 +21,8 @@ use crate::{
     record::{RecordError, check_rate, inspect_pids, stats_report},
     session::{DISCOVERY_INTERVAL, LoopControl, Scope, Session, run_loop},
     upload::{
-        Api, Auth, ClientSettings, Endpoint, ExtraHeader, PASSWORD_ENV, PROFILE_TYPE_CPU, Upload, UploadCounters, Uploader,
-        check_tenant, push_body, pyroscope_labels, pyroscope_name,
+        Api, Auth, ClientSettings, Endpoint, ExtraHeader, Flags, PROFILE_TYPE_CPU, Upload, UploadCounters, Uploader,
+        check_tenant_of, proxy_for, push_body, pyroscope_labels, pyroscope_name,
     },
 };
 
@@ -70,37 +70,93 @@ pub struct AgentOptions {
     pub async_stacks: bool,
 }
 
-/// How the agent reaches its backend besides the URL. Holds paths, never secret values.
+/// How the agent reaches its backends besides the URLs. Holds paths, never secret values.
 #[derive(Debug, Clone, Default)]
 pub struct UploadOptions {
     pub api: Api,
-    /// A PEM bundle added to the system's CAs.
+    /// A PEM bundle added to the system's CAs (for both destinations: not a secret).
     pub ca_file: Option<std::path::PathBuf>,
+    /// `--upload-url`'s credentials (`--upload-user`... `--tenant-id`).
     pub user: Option<String>,
     pub password_file: Option<std::path::PathBuf>,
     pub token_file: Option<std::path::PathBuf>,
     pub tenant_id: Option<String>,
     /// `Name: value` texts.
     pub headers: Vec<String>,
+    /// `NAME=FILE` texts (`--upload-header-file`).
+    pub header_files: Vec<String>,
+    /// `--otlp-endpoint`'s own credentials (`--otlp-user`...): never `--upload-url`'s.
+    pub otlp: EndpointCredentials,
+    /// `--allow-insecure-http`: credentials may go to an `http://` URL.
+    pub allow_insecure_http: bool,
 }
 
-/// The client settings of `options`, checked (credentials read once, CA files parsed), and a
-/// phrase for the start-up line (no secret in it). The password may come from
-/// [`PASSWORD_ENV`]; proxies come from the environment.
-fn client_settings(options: &UploadOptions, https: bool) -> Result<(ClientSettings, String), RecordError> {
-    let upload_error = |e: &dyn std::fmt::Display| RecordError::Upload(e.to_string());
-    let env_password = std::env::var(PASSWORD_ENV).ok().filter(|v| !v.is_empty());
-    let auth = Auth::from_flags(options.user.clone(), options.password_file.clone(), env_password, options.token_file.clone())
-        .map_err(|e| upload_error(&e))?;
-    if let Some(t) = &options.tenant_id {
-        check_tenant(t).map_err(|e| upload_error(&e))?;
+/// One destination's credentials, as given on the command line (paths, never secrets).
+#[derive(Debug, Clone, Default)]
+pub struct EndpointCredentials {
+    pub user: Option<String>,
+    pub password_file: Option<std::path::PathBuf>,
+    pub token_file: Option<std::path::PathBuf>,
+    pub tenant_id: Option<String>,
+    /// `Name: value` texts.
+    pub headers: Vec<String>,
+    /// `NAME=FILE` texts.
+    pub header_files: Vec<String>,
+}
+
+impl UploadOptions {
+    /// `--upload-url`'s credentials.
+    fn upload_credentials(&self) -> EndpointCredentials {
+        EndpointCredentials {
+            user: self.user.clone(),
+            password_file: self.password_file.clone(),
+            token_file: self.token_file.clone(),
+            tenant_id: self.tenant_id.clone(),
+            headers: self.headers.clone(),
+            header_files: self.header_files.clone(),
+        }
     }
-    let headers =
-        options.headers.iter().map(|h| ExtraHeader::parse(h)).collect::<Result<Vec<_>, _>>().map_err(|e| upload_error(&e))?;
+}
+
+/// The client settings of one destination (`endpoint`, named by `flag` in errors, with the
+/// credentials `creds` whose flags are `flags`), checked (credentials read once, CA files
+/// parsed), and a phrase for the start-up line (no secret in it). The password may come
+/// from `flags.password_env`; the proxy comes from the environment, by the URL's scheme.
+/// Credentials (an `Authorization` or any extra header) for an `http://` URL are refused
+/// unless `options.allow_insecure_http`.
+fn client_settings(
+    options: &UploadOptions,
+    creds: &EndpointCredentials,
+    flags: Flags,
+    flag: &str,
+    endpoint: &Endpoint,
+) -> Result<(ClientSettings, String), RecordError> {
+    let upload_error = |e: &dyn std::fmt::Display| RecordError::Upload(e.to_string());
+    let env_password = std::env::var(flags.password_env).ok().filter(|v| !v.is_empty());
+    let auth = Auth::from_flags_of(flags, creds.user.clone(), creds.password_file.clone(), env_password, creds.token_file.clone())
+        .map_err(|e| upload_error(&e))?;
+    if let Some(t) = &creds.tenant_id {
+        check_tenant_of(flags, t).map_err(|e| upload_error(&e))?;
+    }
+    let mut headers = creds
+        .headers
+        .iter()
+        .map(|h| ExtraHeader::parse_of(flags, h))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| upload_error(&e))?;
+    for h in &creds.header_files {
+        headers.push(ExtraHeader::from_file(flags, h).map_err(|e| upload_error(&e))?);
+    }
+    if !endpoint.is_https() && (auth.is_some() || !headers.is_empty()) && !options.allow_insecure_http {
+        let p = flags.prefix;
+        return Err(RecordError::Upload(format!(
+            "{flag} is http://, so its credentials (--{p}-user, --{p}-token-file or --{p}-header) would cross the network unencrypted: use https://, or give --allow-insecure-http if that path is trusted (e.g. a sidecar on localhost)"
+        )));
+    }
     let roots = crate::upload::roots(options.ca_file.as_deref()).map_err(|e| upload_error(&e))?;
-    let proxy = ureq::Proxy::try_from_env();
+    let proxy = proxy_for(endpoint);
     let mut about = Vec::new();
-    if https || options.ca_file.is_some() {
+    if endpoint.is_https() {
         about.push(format!("certificates checked against {}", roots.description));
     }
     match &auth {
@@ -108,19 +164,22 @@ fn client_settings(options: &UploadOptions, https: bool) -> Result<(ClientSettin
         Auth::Basic { user, .. } => about.push(format!("basic auth as {}", crate::text::field(user))),
         Auth::Bearer(_) => about.push("a bearer token".to_string()),
     }
-    if let Some(t) = &options.tenant_id {
+    if let Some(t) = &creds.tenant_id {
         about.push(format!("tenant {}", crate::text::field(t)));
     }
     if !headers.is_empty() {
         let names: Vec<&str> = headers.iter().map(|h| h.name.as_str()).collect();
         about.push(format!("headers {}", names.join(", ")));
     }
+    if !endpoint.is_https() && (auth.is_some() || !headers.is_empty()) {
+        about.push("credentials over unencrypted http (--allow-insecure-http)".to_string());
+    }
     if let Some(p) = &proxy {
         about.push(format!("through the proxy {}:{}", crate::text::field(p.host()), p.port()));
     }
     let settings = ClientSettings {
         auth,
-        tenant: options.tenant_id.clone(),
+        tenant: creds.tenant_id.clone(),
         headers,
         roots: roots.roots,
         proxy,
@@ -148,12 +207,15 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     if endpoint.is_none() && otlp_endpoint.is_none() {
         return Err(RecordError::Upload("give --upload-url URL, --otlp-endpoint URL, or both".into()));
     }
-    let https = [options.upload_url.as_deref(), options.otlp_endpoint.as_deref()]
-        .into_iter()
-        .flatten()
-        .any(|url| url.trim_start().to_ascii_lowercase().starts_with("https:"));
-    // TLS, credentials and headers apply to every destination.
-    let (settings, about) = client_settings(&options.upload, https)?;
+    // Each destination has its own credentials, headers and proxy.
+    let upload_settings = endpoint
+        .as_ref()
+        .map(|e| client_settings(&options.upload, &options.upload.upload_credentials(), Flags::UPLOAD, "--upload-url", e))
+        .transpose()?;
+    let otlp_settings = otlp_endpoint
+        .as_ref()
+        .map(|e| client_settings(&options.upload, &options.upload.otlp, Flags::OTLP, "--otlp-endpoint", e))
+        .transpose()?;
     let otlp_info = otlp::ResourceInfo { host_name: otlp::host_name(), service_name: Some(options.app_name.clone()),
         service_name_from_pod: !options.app_name_given,
     };
@@ -161,7 +223,8 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         return Err(RecordError::Upload("--interval must be at least 1s".into()));
     }
     crate::loader::preflight()?;
-    let initial = inspect_pids(&options.pids, &options.filter)?;
+    // Inspected after the privilege drop, which needs one thread (see `record::check_pids_exist`).
+    crate::record::check_pids_exist(&options.pids)?;
     let mut kernel = KernelProgram::load_with(&options.time, options.native)?;
     let ring = kernel.take_ring_buffer()?;
     // Kernel symbols need privileges that are dropped once sampling starts: read them now.
@@ -179,9 +242,6 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     if options.native.any() {
         session.set_native(crate::native::NativeContext::new(options.native, kallsyms));
     }
-    for p in initial {
-        session.add_process(p)?;
-    }
     session.kernel.attach(options.rate)?;
     // Every registered process is watched from here on: the time of threads already
     // switched out is charged from here, in each interval (`blocked_at_start`).
@@ -192,24 +252,31 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     }
     // Attached: keep only what sampling needs, before the uploader's thread starts.
     crate::privileges::drop_after_attach(&crate::privileges::Keep::default())?;
+    for p in inspect_pids(&options.pids, &options.filter)? {
+        session.add_process(p)?;
+    }
     if let Some(since) = watched_since {
         session.read_blocked_threads(since);
     }
-    let endpoint_text = [endpoint.as_ref(), otlp_endpoint.as_ref()]
+    let endpoint_text = [(endpoint.as_ref(), upload_settings.as_ref()), (otlp_endpoint.as_ref(), otlp_settings.as_ref())]
         .into_iter()
-        .flatten()
-        .map(|e| crate::text::field(e.as_str()).to_string())
+        .filter_map(|(e, s)| {
+            let (e, (_, about)) = (e?, s?);
+            let url = crate::text::field(e.as_str()).to_string();
+            Some(if about.is_empty() { url } else { format!("{url} with {about}") })
+        })
         .collect::<Vec<_>>()
         .join(" and ");
-    let uploader = endpoint.map(|e| Uploader::start_with(e, settings.clone(), options.queue_profiles, options.queue_bytes));
-    let otlp_uploader = otlp_endpoint.map(|e| Uploader::start_with(e, settings.clone(), options.queue_profiles, options.queue_bytes));
+    let uploader = endpoint.zip(upload_settings).map(|(e, (settings, _))| Uploader::start_with(e, settings, options.queue_profiles, options.queue_bytes));
+    let otlp_uploader =
+        otlp_endpoint.zip(otlp_settings).map(|(e, (settings, _))| Uploader::start_with(e, settings, options.queue_profiles, options.queue_bytes));
     let uploaders = || {
         [("", uploader.as_ref()), ("otlp ", otlp_uploader.as_ref())]
             .into_iter()
             .filter_map(|(name, u)| Some((name, u?)))
     };
     eprintln!(
-        "pyperch agent: sampling at {} Hz, one profile per {} every {:?} to {}{}{}",
+        "pyperch agent: sampling at {} Hz, one profile per {} every {:?} to {}",
         options.rate,
         match options.group_by {
             Grouping::Process => "process",
@@ -217,8 +284,6 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         },
         options.interval,
         endpoint_text,
-        if about.is_empty() { "" } else { " with " },
-        about
     );
 
     let mut interval_start = SystemTime::now();

@@ -196,9 +196,12 @@ pub fn parse_cgroup_file(contents: &str) -> String {
 /// Derives the container and pod from a cgroup path. Pure; `nspid` is left empty and
 /// `cgroup_path` is set to `cgroup_path`.
 ///
-/// The container is the innermost (rightmost) segment of one of these shapes; segments
-/// after it (cgroups the container made inside its own, like crun's `/container`) do not
-/// change the attribution:
+/// The container is the outermost (leftmost) segment of one of these shapes; segments
+/// after it (cgroups the container made inside its own, like crun's `/container`, or a
+/// nested runtime's) do not change the attribution. Outermost, because a container that can
+/// write its own cgroup tree (cgroup v2 delegation) can create a sub-cgroup named after
+/// another container's id and move into it: it must not borrow that container's id (and
+/// with it the pod names and `service_name`). Docker in Docker is the outer container.
 ///
 /// | segment(s) | runtime |
 /// |---|---|
@@ -232,7 +235,6 @@ pub fn attribute(cgroup_path: &str) -> ContainerInfo {
     let segments = &path.segments;
 
     let container = (0..segments.len())
-        .rev()
         .find_map(|i| container_at(&path, i).map(|(runtime, id)| (i, runtime, id)));
     let pod_index = match container {
         Some((i, runtime, id)) => {
@@ -478,10 +480,10 @@ mod tests {
             None,
             None,
         );
-        // Docker in Docker: the innermost container.
+        // Docker in Docker: the outermost container (the host's runtime knows that one).
         check(
             &format!("/docker/{ID}/docker/{ID2}"),
-            Some(ID2),
+            Some(ID),
             Some(Docker),
             None,
             None,
@@ -558,17 +560,18 @@ mod tests {
             Some(STATIC_UID),
             Some(Guaranteed),
         );
-        // kind: a node in a Docker container, kubelet slices prefixed with `kubelet-`.
-        let kind = format!(
-            "/system.slice/docker-{ID2}.scope/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{UID_US}.slice/cri-containerd-{ID}.scope"
+        // kind: a node in a Docker container, kubelet slices prefixed with `kubelet-`. Seen
+        // from the host, the outermost container is the node's (the host's runtime knows it);
+        // seen from inside the node (its cgroup namespace), the pod's container.
+        let in_node = format!(
+            "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{UID_US}.slice/cri-containerd-{ID}.scope"
         );
-        check(
-            &kind,
-            Some(ID),
-            Some(Containerd),
-            Some(UID),
-            Some(BestEffort),
-        );
+        check(&format!("/system.slice/docker-{ID2}.scope{in_node}"), Some(ID2), Some(Docker), None, None);
+        check(&in_node, Some(ID), Some(Containerd), Some(UID), Some(BestEffort));
+        // Issue #28 item 9: a container that writes its own cgroup tree names a sub-cgroup
+        // after another container (and its pod): it keeps its own id and pod.
+        check(&format!("{guaranteed}/kubepods-besteffort-pod{STATIC_UID}.slice/cri-containerd-{ID2}.scope"), Some(ID), Some(Containerd), Some(UID), Some(Guaranteed));
+        check(&format!("{guaranteed}/docker-{ID2}.scope"), Some(ID), Some(Containerd), Some(UID), Some(Guaranteed));
         // The pod slice alone: a pod, no container.
         let pod_only = format!(
             "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_US}.slice"
@@ -638,6 +641,14 @@ mod tests {
         nothing(&format!("/pod{UID}/{ID}"));
         // The dashed UID is the cgroupfs form; underscores there are not a known shape.
         nothing(&format!("/kubepods/burstable/pod{UID_US}/{ID}"));
+        // Issue #28 item 9: a victim's pod and id written below a container's own cgroup.
+        check(
+            &format!("/kubepods/burstable/pod{UID}/{ID}/kubepods/pod{STATIC_UID}/{ID2}"),
+            Some(ID),
+            None,
+            Some(UID),
+            Some(Burstable),
+        );
     }
 
     #[test]

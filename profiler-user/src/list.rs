@@ -53,7 +53,7 @@ pub fn python_processes() -> Vec<Row> {
         if pid == own {
             continue;
         }
-        match budgeted.run(INSPECT_BUDGET, move || row(pid)) {
+        match budgeted.run_for(pid, INSPECT_BUDGET, move || row(pid)) {
             Ok(Some(row)) => rows.push(row),
             Ok(None) => {}
             Err(_) => rows.push(Row {

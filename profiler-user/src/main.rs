@@ -91,8 +91,8 @@ struct TopArgs {
     /// Samples per second per CPU (1 to 100000; 1k, 1khz, 500hz accepted).
     #[arg(long, default_value = "99", value_parser = parse_rate, value_name = "HZ")]
     rate: u64,
-    /// Seconds in the sliding window the OWN% and TOTAL% columns cover.
-    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    /// Seconds in the sliding window the OWN% and TOTAL% columns cover (1 to 3600).
+    #[arg(long, default_value_t = 10, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..=3600))]
     window: u32,
     /// No full screen: print a plain table every second (for logs and pipes).
     #[arg(long, conflicts_with = "once")]
@@ -299,9 +299,38 @@ struct AgentArgs {
     /// Tenant of a multi-tenant backend, sent as the X-Scope-OrgID header.
     #[arg(long, value_name = "ID")]
     tenant_id: Option<String>,
-    /// An extra header on every upload, 'Name: value' (repeatable).
+    /// An extra header on every upload to --upload-url, 'Name: value' (repeatable). The value
+    /// shows in the process list: for a secret use --upload-header-file.
     #[arg(long = "upload-header", value_name = "HEADER")]
     upload_headers: Vec<String>,
+    /// An extra header on every upload to --upload-url whose value is the content of FILE
+    /// (final newline trimmed; re-read at each upload), given as NAME=FILE (repeatable).
+    #[arg(long = "upload-header-file", value_name = "NAME=FILE")]
+    upload_header_files: Vec<String>,
+    /// Basic-auth user name for --otlp-endpoint; the password comes from --otlp-password-file
+    /// or the PYPERCH_OTLP_PASSWORD environment variable. (--upload-url's credentials are
+    /// never sent to the OTLP endpoint, nor these to --upload-url.)
+    #[arg(long, value_name = "NAME")]
+    otlp_user: Option<String>,
+    /// File holding --otlp-user's password (final newline trimmed; re-read at each upload).
+    #[arg(long, value_name = "FILE")]
+    otlp_password_file: Option<PathBuf>,
+    /// File holding a bearer token for --otlp-endpoint (re-read at each upload).
+    #[arg(long, value_name = "FILE")]
+    otlp_token_file: Option<PathBuf>,
+    /// Tenant sent to --otlp-endpoint as the X-Scope-OrgID header.
+    #[arg(long, value_name = "ID")]
+    otlp_tenant_id: Option<String>,
+    /// An extra header on every upload to --otlp-endpoint, 'Name: value' (repeatable).
+    #[arg(long = "otlp-header", value_name = "HEADER")]
+    otlp_headers: Vec<String>,
+    /// An extra header on every upload to --otlp-endpoint from a file, NAME=FILE (repeatable).
+    #[arg(long = "otlp-header-file", value_name = "NAME=FILE")]
+    otlp_header_files: Vec<String>,
+    /// Allow credentials (user, token, extra headers) to an http:// URL, unencrypted: only
+    /// for a trusted path, such as a sidecar on localhost.
+    #[arg(long)]
+    allow_insecure_http: bool,
     /// Length of one profile, e.g. 15s, 1m, 500ms.
     #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
     interval: Duration,
@@ -323,8 +352,8 @@ struct AgentArgs {
     /// Label samples with their thread id.
     #[arg(short, long)]
     threads: bool,
-    /// Profiles kept while the endpoint is unreachable; the oldest are dropped first.
-    #[arg(long, default_value_t = 64, value_name = "N")]
+    /// Profiles kept while the endpoint is unreachable; the oldest are dropped first (1 to 65536).
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = parse_queue_size)]
     queue_size: usize,
     /// Stop after this long (default: until SIGTERM or Ctrl-C, flushing the last interval).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
@@ -392,6 +421,14 @@ fn parse_rate(text: &str) -> Result<u64, String> {
     Ok(hz as u64)
 }
 
+/// `--queue-size`: 1 to 65536 profiles (the queue's byte budget bounds it too).
+fn parse_queue_size(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n @ 1..=65536) => Ok(n),
+        _ => Err(format!("{text:?} is not a number of profiles from 1 to 65536")),
+    }
+}
+
 /// "15s", "1m", "250ms", "2h" or a plain number of seconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -410,8 +447,15 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     if !(seconds > 0.0 && seconds.is_finite()) {
         return Err(format!("{text:?} must be positive"));
     }
+    if seconds > MAX_DURATION_SECS {
+        return Err(format!("{text:?} is longer than the longest duration accepted, a year (8760h)"));
+    }
     Ok(Duration::from_secs_f64(seconds))
 }
+
+/// The longest `--duration` or `--interval` accepted: a year. Longer ones would overflow
+/// `Duration` and the clock's deadline arithmetic (1e20 s panicked inside the standard library).
+const MAX_DURATION_SECS: f64 = 365.0 * 86400.0;
 
 #[derive(clap::Args, Debug)]
 struct RecordArgs {
@@ -543,11 +587,15 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             // Nothing to attach: the same drop (uid, capabilities, seccomp) before any read.
             pyperch::privileges::drop_after_attach(&pyperch::privileges::Keep::default())?;
             let dump = pyperch::dump::dump(args.pid, pyperch::dump::DumpOptions { locals: args.locals, async_tasks: args.async_tasks })?;
-            let text =
-                if args.json { pyperch::dump::render::json(&dump) } else { pyperch::dump::render::text(&dump) };
             use std::io::Write as _;
-            let mut stdout = std::io::stdout().lock();
-            writeln!(stdout, "{}", text.trim_end()).and_then(|()| stdout.flush()).map_err(|e| format!("cannot write the dump: {e}"))?;
+            // Streamed: the output is never held whole in memory.
+            let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+            let written = if args.json {
+                pyperch::dump::render::write_json(&dump, &mut stdout)
+            } else {
+                pyperch::dump::render::write_text(&dump, &mut stdout)
+            };
+            written.and_then(|()| stdout.flush()).map_err(|e| format!("cannot write the dump: {e}"))?;
             Ok(ExitCode::SUCCESS)
         }
         Commands::Completions { shell } => {
@@ -586,6 +634,16 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                     token_file: args.upload_token_file,
                     tenant_id: args.tenant_id,
                     headers: args.upload_headers,
+                    header_files: args.upload_header_files,
+                    otlp: agent::EndpointCredentials {
+                        user: args.otlp_user,
+                        password_file: args.otlp_password_file,
+                        token_file: args.otlp_token_file,
+                        tenant_id: args.otlp_tenant_id,
+                        headers: args.otlp_headers,
+                        header_files: args.otlp_header_files,
+                    },
+                    allow_insecure_http: args.allow_insecure_http,
                 },
                 app_name_given: args.app_name.is_some(),
                 time,
@@ -599,6 +657,9 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             let duration = match args.duration {
                 Some(d) if !(d > 0.0 && d.is_finite()) => {
                     return Err(format!("--duration must be a positive number of seconds (got {d})").into());
+                }
+                Some(d) if d > MAX_DURATION_SECS => {
+                    return Err(format!("--duration {d} is longer than the longest accepted, a year ({MAX_DURATION_SECS} s)").into());
                 }
                 Some(d) => Some(Duration::from_secs_f64(d)),
                 None => None,

@@ -18,8 +18,10 @@
 //!   file belongs to the user running pyperch, root under sudo). A private output
 //!   ([`write_private`]: a whole-host recording, which holds every process's code) is 0600
 //!   minus the umask, and a replaced file keeps only its owner's bits of its mode.
-//! - A path that exists and is neither a regular file, a directory nor a link (a device such
-//!   as `/dev/null`, a FIFO) is written in place: it cannot be replaced by renaming.
+//! - A character device at the path (such as `/dev/null`; only root can create one) is written
+//!   in place: it cannot be replaced by renaming. A FIFO, socket or block device is refused
+//!   by [`check`] before sampling: anyone can create a FIFO in a shared folder, and opening
+//!   or writing one whose reader never reads would block the final write forever.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -48,7 +50,7 @@ enum Existing {
     Nothing,
     /// A regular file with these permission bits.
     File(u32),
-    /// A device, FIFO or socket: written in place.
+    /// A character device: written in place.
     Special,
 }
 
@@ -70,10 +72,21 @@ fn existing(path: &Path) -> io::Result<Existing> {
     if kind.is_file() {
         return Ok(Existing::File(meta.permissions().mode() & 0o777));
     }
-    if kind.is_char_device() || kind.is_block_device() || kind.is_fifo() || kind.is_socket() {
+    if kind.is_char_device() {
         return Ok(Existing::Special);
     }
-    Err(io::Error::other("it is not a regular file"))
+    let what = if kind.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else {
+        "not a regular file"
+    };
+    Err(io::Error::other(format!(
+        "it is {what}, whose final write could block forever; name a regular file (or - for standard output)"
+    )))
 }
 
 /// Checks, before sampling, that a profile can later be written to `path`, without touching
@@ -263,5 +276,19 @@ mod tests {
         check(Path::new("/dev/null")).expect("check");
         write(Path::new("/dev/null"), |f| f.write_all(b"x")).expect("write");
         assert!(fs::symlink_metadata("/dev/null").expect("meta").file_type().is_char_device());
+    }
+
+    /// Issue #28 item 9: a FIFO at the output (anyone can make one in /tmp) is refused before
+    /// sampling instead of blocking the final write.
+    #[test]
+    fn refuses_fifo() {
+        let dir = scratch("fifo");
+        let fifo = dir.join("p.svg");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).expect("path");
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let err = check(&fifo).expect_err("a FIFO is refused");
+        assert!(err.to_string().contains("FIFO"), "{err}");
+        assert!(write(&fifo, |f| f.write_all(b"x")).is_err());
     }
 }

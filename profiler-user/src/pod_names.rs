@@ -19,8 +19,9 @@
 //!   opened for reading), then reopened `O_RDONLY | O_NONBLOCK` and checked to be the same
 //!   file; at most [`MAX_CONFIG_BYTES`] are read, a longer file is refused;
 //! - names are accepted only when they are Kubernetes names (DNS labels, pod names DNS
-//!   subdomains) and, when both the cgroup path and the annotations give a pod UID, only when
-//!   they agree: a wrong name is never shown, a missing one only leaves the ids;
+//!   subdomains) and only when the cgroup path and the annotations both give a pod UID and
+//!   they agree (a missing UID on either side is refused and counted, like a mismatch): a
+//!   wrong name is never shown, a missing one only leaves the ids;
 //! - results are cached per container id; a found entry is forgotten once its bundle file is
 //!   gone (the container was deleted), a miss is retried after [`MISS_RETRY`], and at most
 //!   [`MAX_ENTRIES`] entries are kept.
@@ -300,14 +301,18 @@ impl PodNameCache {
                 hit
             }
         };
-        // Correct or nothing: names whose pod is not the cgroup's pod are not shown.
-        if let (Some(annotated), Some(cgroup)) = (uid.as_deref(), info.pod_uid.as_deref()) {
-            if annotated != cgroup {
+        // Correct or nothing: names are shown only when the bundle's pod UID is the cgroup's.
+        // A container that can write its own cgroup tree can name a sub-cgroup after another
+        // container's id; the pod segment above it stays its own, so the UIDs differ. When
+        // either side has no UID the check cannot be made, and the names are not shown.
+        names.as_ref()?;
+        match (uid.as_deref(), info.pod_uid.as_deref()) {
+            (Some(annotated), Some(cgroup)) if annotated == cgroup => names,
+            _ => {
                 self.state().refused += 1;
-                return None;
+                None
             }
         }
-        names
     }
 
     /// Forgets containers whose bundle file is gone, and misses due for a retry; at most
@@ -569,6 +574,10 @@ mod tests {
         let other_pod = format!("/kubepods/burstable/pod1234abcd-0000-1111-2222-999999999999/{ID}");
         assert_eq!(cache.lookup(&info(&other_pod)), None);
         assert_eq!(cache.refused(), 1);
+        // Issue #28 item 9: no pod UID in the cgroup path (the check cannot be made): nothing,
+        // and counted.
+        assert_eq!(cache.lookup(&info(&format!("/system.slice/docker-{ID}.scope"))), None);
+        assert_eq!(cache.refused(), 2);
         // No container: nothing.
         assert_eq!(cache.lookup(&info("/user.slice")), None);
         // The container goes: forgotten at the next sweep.
@@ -585,12 +594,14 @@ mod tests {
             "io.kubernetes.pod.namespace": "shop",
             "io.kubernetes.pod.name": "web-0",
             "io.kubernetes.container.name": "web",
+            "io.kubernetes.pod.uid": UID,
         }})
         .to_string();
         root.write(&format!("run/containers/storage/overlay-containers/{ID}/userdata/config.json"), crio.as_bytes());
         let cache = PodNameCache::new(&root.0);
         let cgroup = format!("/kubepods.slice/kubepods-pod{}.slice/crio-{ID}.scope", UID.replace('-', "_"));
         assert_eq!(cache.lookup(&info(&cgroup)).expect("names").pod, "web-0");
+        assert_eq!(cache.refused(), 0);
 
         // A symlink as the bundle file, pointing out of the root: refused, never followed.
         let outside = Root::new("outside");

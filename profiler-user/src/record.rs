@@ -119,27 +119,10 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     if let Some(path) = &options.output {
         output_file::check(path).map_err(|e| output_error(path, e))?;
     }
-    let initial = if options.subprocesses {
-        // The given processes need not be Python, nor match the filters: their descendants may.
-        let mut ready = Vec::new();
-        for &pid in &options.pids {
-            match inspect_pids(&[pid], &options.filter) {
-                Ok(mut p) => ready.append(&mut p),
-                Err(RecordError::NotPython { .. } | RecordError::PidFiltered { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        ready
-    } else {
-        inspect_pids(&options.pids, &options.filter)?
-    };
-    if options.async_stacks && !options.subprocesses {
-        // An explicit process that cannot have task stacks is refused, with the reason.
-        if let Some(p) = initial.iter().find(|p| !crate::asyncio::supported(p.version)) {
-            let reason = crate::asyncio::AsyncioError::TooOld { pid: p.pid, version: p.version }.to_string();
-            return Err(RecordError::Unsupported { pid: p.pid, comm: p.comm.clone(), reason });
-        }
-    }
+    // Only whether they exist is checked before attaching: inspecting them may leave a
+    // thread behind (an opener waiting on a file that never answers), and the privilege drop
+    // must run while pyperch has one thread; they are inspected once it has run.
+    check_pids_exist(&options.pids)?;
 
     // A timeline needs each thread's records in time order: off-CPU records then go one by one.
     let time = crate::time_mode::TimeOptions { batch_off_cpu: !options.format.needs_timeline(), ..options.time };
@@ -165,9 +148,6 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     }
     if options.format.needs_timeline() {
         session.profile.keep_timeline(1_000_000_000 / options.rate.max(1));
-    }
-    for p in initial {
-        session.add_process(p)?;
     }
     // With chosen processes (and no --subprocesses) or a launched command, only their tasks
     // are interrupted (per-task events that follow new threads and children); otherwise
@@ -216,7 +196,31 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
         child = Some(spawned);
     }
     // Attached and launched: keep only what sampling needs (before any other thread starts).
-    privileges::drop_after_attach(&privileges::Keep { output: options.output.clone(), command: child.is_some() })?;
+        privileges::drop_after_attach(&privileges::Keep { output: options.output.clone(), command: child.is_some() })?;
+    let initial = if options.subprocesses {
+        // The given processes need not be Python, nor match the filters: their descendants may.
+        let mut ready = Vec::new();
+        for &pid in &options.pids {
+            match inspect_pids(&[pid], &options.filter) {
+                Ok(mut p) => ready.append(&mut p),
+                Err(RecordError::NotPython { .. } | RecordError::PidFiltered { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        ready
+    } else {
+        inspect_pids(&options.pids, &options.filter)?
+    };
+    if options.async_stacks && !options.subprocesses {
+        // An explicit process that cannot have task stacks is refused, with the reason.
+        if let Some(p) = initial.iter().find(|p| !crate::asyncio::supported(p.version)) {
+            let reason = crate::asyncio::AsyncioError::TooOld { pid: p.pid, version: p.version }.to_string();
+            return Err(RecordError::Unsupported { pid: p.pid, comm: p.comm.clone(), reason });
+        }
+    }
+    for p in initial {
+        session.add_process(p)?;
+    }
     if let Some(since) = watched_since {
         session.read_blocked_threads(since);
     }
@@ -400,8 +404,19 @@ pub(crate) fn check_rate(rate: u64) -> Result<(), RecordError> {
     if rate == 0 || rate > MAX_RATE { Err(RecordError::Rate(rate)) } else { Ok(()) }
 }
 
+/// `NoSuchProcess` for the first of `pids` that does not exist; reads only `/proc/PID/stat`
+/// on this thread (no helper thread, so it may run before the privilege drop).
+pub(crate) fn check_pids_exist(pids: &[u32]) -> Result<(), RecordError> {
+    match pids.iter().find(|&&pid| discovery::start_time(pid).is_none()) {
+        Some(&pid) => Err(RecordError::NoSuchProcess(pid)),
+        None => Ok(()),
+    }
+}
+
 /// Explicit PIDs must exist, be Python and pass the filters; those whose interpreter is
 /// not initialised yet are registered later by the session's scans.
+/// Inspects each of `pids` with a time budget. Runs helper threads that may outlive it (a
+/// file that never answers): call it only after [`privileges::drop_after_attach`].
 pub(crate) fn inspect_pids(pids: &[u32], filter: &ProcessFilter) -> Result<Vec<discovery::PythonProcess>, RecordError> {
     let mut ready = Vec::new();
     for &pid in pids {
@@ -412,7 +427,7 @@ pub(crate) fn inspect_pids(pids: &[u32], filter: &ProcessFilter) -> Result<Vec<d
         let budgeted = Budgeted::default();
         let checked_filter = filter.clone();
         let inspected = budgeted
-            .run(INSPECT_BUDGET, move || {
+            .run_for(pid, INSPECT_BUDGET, move || {
                 (checked_filter.is_empty() || checked_filter.matches(pid)).then(|| discovery::inspect(pid))
             })
             .map_err(|_| RecordError::Inspect {
@@ -559,10 +574,12 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
         files.problems.iter().filter(|(_, n)| *n > 0).map(|(p, n)| format!("{n} {}", p.label())).collect();
     let _ = writeln!(
         s,
-        "  mapped files: {} parsed; problem files: {}; {} skips without opening; {} hung now",
+        "  mapped files: {} parsed; problem files: {}; {} skips without opening ({} over a process's opener allowance, {} over all openers); {} hung now",
         discovery::cached_files(),
         if problems.is_empty() { "none".to_string() } else { problems.join(", ") },
         files.skips,
+        files.over_allowance,
+        files.over_total,
         files.hung_now
     );
     if let Some(line) = session.native_io_report() {

@@ -13,8 +13,11 @@
 //! - **Escaping** ([`escape`], [`field`], [`lines`]): every character that steers a terminal
 //!   or a reader is replaced by a visible escape: `\t`, `\n`, `\r`; other C0 controls and
 //!   DEL as `\xNN` (e.g. ESC is `\x1b`); C1 controls (U+0080-U+009F), the line and paragraph
-//!   separators (U+2028, U+2029), the bidirectional formatting characters (U+061C,
-//!   U+200E-U+200F, U+202A-U+202E, U+2066-U+2069) and U+FEFF as `\u{NNNN}` (e.g. `\u{202e}`).
+//!   separators (U+2028, U+2029) and every format character (Unicode category Cf, listed in
+//!   [`FORMAT_CHARS`]: the soft hyphen U+00AD, zero-width U+200B-U+200D and U+2060, the
+//!   bidirectional controls U+061C, U+200E-U+200F, U+202A-U+202E, U+2066-U+2069, U+FEFF, the
+//!   tag characters U+E0000-U+E007F, ...) as `\u{NNNN}` (e.g. `\u{202e}`): none of them
+//!   shows as a glyph, so a name holding one could pass for another.
 //!   Everything else, including a backslash, is shown as is: the escaped form is for reading,
 //!   not a reversible encoding. Since `\xNN` with NN >= 80 only ever stands for a byte that
 //!   was not UTF-8 (a C1 *character* is `\u{NN}`), the two cannot be confused.
@@ -32,20 +35,36 @@ use std::path::Path;
 /// Characters of one field's text shown before it is cut short with `...`.
 pub const MAX_FIELD_CHARS: usize = 512;
 
+/// The format characters (Unicode 16 general category Cf, inclusive ranges), plus the
+/// unassigned rest of the tag block (U+E0000-U+E007F) and U+2065 between the invisible
+/// operators and the bidi isolates: none shows as a glyph.
+pub const FORMAT_CHARS: &[(char, char)] = &[
+    ('\u{00ad}', '\u{00ad}'),
+    ('\u{0600}', '\u{0605}'),
+    ('\u{061c}', '\u{061c}'),
+    ('\u{06dd}', '\u{06dd}'),
+    ('\u{070f}', '\u{070f}'),
+    ('\u{0890}', '\u{0891}'),
+    ('\u{08e2}', '\u{08e2}'),
+    ('\u{180e}', '\u{180e}'),
+    ('\u{200b}', '\u{200f}'),
+    ('\u{202a}', '\u{202e}'),
+    ('\u{2060}', '\u{206f}'),
+    ('\u{feff}', '\u{feff}'),
+    ('\u{fff9}', '\u{fffb}'),
+    ('\u{110bd}', '\u{110bd}'),
+    ('\u{110cd}', '\u{110cd}'),
+    ('\u{13430}', '\u{1343f}'),
+    ('\u{1bca0}', '\u{1bca3}'),
+    ('\u{1d173}', '\u{1d17a}'),
+    ('\u{e0000}', '\u{e007f}'),
+];
+
 /// Whether `c` is replaced by a visible escape when shown (see the module docs).
 pub fn needs_escape(c: char) -> bool {
     c.is_control()
-        || matches!(
-            c,
-            '\u{2028}'
-                | '\u{2029}'
-                | '\u{061c}'
-                | '\u{200e}'
-                | '\u{200f}'
-                | '\u{202a}'..='\u{202e}'
-                | '\u{2066}'..='\u{2069}'
-                | '\u{feff}'
-        )
+        || matches!(c, '\u{2028}' | '\u{2029}')
+        || (c >= '\u{00ad}' && FORMAT_CHARS.iter().any(|&(lo, hi)| c >= lo && c <= hi))
 }
 
 /// Text from a target as a `String`: invalid UTF-8 bytes become `\xNN`, the rest is kept.
@@ -130,6 +149,20 @@ mod tests {
         assert_eq!(escape("evil\u{202e}txt.py\u{2028}x\u{2066}").to_string(), "evil\\u{202e}txt.py\\u{2028}x\\u{2066}");
         assert_eq!(escape("plain ünïcode \\ é 名前").to_string(), "plain ünïcode \\ é 名前");
         assert_eq!(escape("").to_string(), "");
+    }
+
+    /// Issue #28 item 9: invisible format characters (zero-width space, soft hyphen, tag
+    /// characters, bidi controls, every other Cf) are shown as escapes.
+    #[test]
+    fn format_characters_are_escaped() {
+        assert_eq!(escape("a\u{200b}b\u{ad}c").to_string(), "a\\u{200b}b\\u{ad}c");
+        assert_eq!(escape("flag\u{e0001}\u{e0041}\u{e007f}").to_string(), "flag\\u{e0001}\\u{e0041}\\u{e007f}");
+        for c in ['\u{202a}', '\u{202d}', '\u{2067}', '\u{2069}', '\u{2060}', '\u{2064}', '\u{600}', '\u{feff}', '\u{fffb}', '\u{1d173}', '\u{180e}'] {
+            assert!(needs_escape(c), "{:x}", c as u32);
+        }
+        for c in ['a', '\u{ac}', '\u{ae}', '\u{2010}', '\u{fffc}', '\u{e0080}', '名'] {
+            assert!(!needs_escape(c), "{:x}", c as u32);
+        }
     }
 
     #[test]

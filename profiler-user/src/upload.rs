@@ -28,8 +28,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-pub use credentials::{Auth, CredentialError, ExtraHeader, PASSWORD_ENV, TENANT_HEADER, check_tenant};
-pub use http::{Api, Client, ClientSettings, Endpoint, INGEST_CONTENT_TYPE, MAX_KEPT_BODY, UPLOAD_DEADLINE, UploadError, printable};
+pub use credentials::{Auth, CredentialError, ExtraHeader, Flags, OTLP_PASSWORD_ENV, PASSWORD_ENV, TENANT_HEADER, check_tenant, check_tenant_of};
+pub use http::{Api, Client, ClientSettings, Endpoint, INGEST_CONTENT_TYPE, MAX_KEPT_BODY, UPLOAD_DEADLINE, UploadError, printable, proxy_for};
 pub use push::{label_name, push_body};
 pub use tls::{Roots, TlsError, roots};
 

@@ -12,6 +12,10 @@
 //!   line, nothing sent;
 //! - `--upload-api push`: Pyroscope's push API (Connect, protobuf `PushRequest`, read by
 //!   the fixture's own protobuf reader) delivers every profile with Pyroscope's labels.
+//! - issue #28 item 8: `--upload-url` and `--otlp-endpoint` (two servers) each get their own
+//!   credentials, tenant and headers, a header value from a file stays out of
+//!   `/proc/PID/cmdline`; credentials for `http://` are refused without
+//!   `--allow-insecure-http`; an `HTTPS_PROXY` is not used for an `http://` URL.
 //!
 //! Needs the test virtualenv (protobuf, grpcio-tools) and openssl; without them the tests SKIP.
 //! Proxy variables are removed from the agent's environment (the server is local).
@@ -521,4 +525,126 @@ fn agent_auth_push_api_delivers_with_pyroscope_labels() {
         assert!(!profile["samples"].as_array().unwrap().is_empty(), "{d}");
     }
     assert_clean(&run, &[&password], &d);
+}
+
+/// A plain-HTTP ingest receiver (no TLS, no credentials required), logging into `dir`.
+fn plain_server(python: &Path, dir: &Path) -> Server {
+    let log = dir.join(format!("plain-{}.jsonl", random_hex(6)));
+    let mut s = Server {
+        python: python.to_path_buf(),
+        args: vec![
+            fixture_path("ingest_receiver.py").display().to_string(),
+            "serve".into(),
+            "--log".into(),
+            log.display().to_string(),
+        ],
+        child: None,
+        port: 0,
+        log,
+    };
+    s.spawn();
+    s
+}
+
+/// Issue #28 item 8: `--upload-url` and `--otlp-endpoint` each get their own credentials,
+/// tenant and headers, never the other's; a header value from a file is sent without being
+/// in the agent's command line.
+#[test]
+fn agent_auth_credentials_are_per_endpoint() {
+    let Some((python, certs, mut spinner, tag)) = setup() else {
+        return;
+    };
+    let (pw_a, pw_b) = (format!("pa-{}", random_hex(16)), format!("pb-{}", random_hex(16)));
+    let (tenant_a, tenant_b) = (format!("ta-{}", random_hex(6)), format!("tb-{}", random_hex(6)));
+    let key = format!("key-{}", random_hex(16));
+    let (pw_a_file, pw_b_file, key_file) = (certs.dir.join("pw-a"), certs.dir.join("pw-b"), certs.dir.join("api-key"));
+    std::fs::write(&pw_a_file, &pw_a).unwrap();
+    std::fs::write(&pw_b_file, format!("{pw_b}\n")).unwrap();
+    std::fs::write(&key_file, format!("{key}\n")).unwrap();
+    let pyroscope = Server::start(&python, &certs, &pw_a, Some(&tenant_a));
+    let otlp = Server::start(&python, &certs, &pw_b, Some(&tenant_b));
+    let app = format!("e2e-{}", random_hex(6));
+    let (ca, pa, pb) = (certs.ca.display().to_string(), pw_a_file.display().to_string(), pw_b_file.display().to_string());
+    let key_arg = format!("X-Api-Key={}", key_file.display());
+    let args = agent_args(
+        &pyroscope,
+        &tag,
+        &app,
+        "5s",
+        &[
+            "--upload-ca-file", &ca, "--upload-user", USER, "--upload-password-file", &pa, "--tenant-id", &tenant_a,
+            "--upload-header-file", &key_arg, "--otlp-endpoint", &otlp.url(), "--otlp-user", USER,
+            "--otlp-password-file", &pb, "--otlp-tenant-id", &tenant_b, "--otlp-header", "X-Otlp-Only: yes",
+        ],
+    );
+    let agent = start_agent(&args, &[]);
+    thread::sleep(Duration::from_secs(2));
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", agent.pid())).unwrap_or_default();
+    let run = agent.finish(Duration::from_secs(90));
+    spinner.terminate();
+    let d = format!("{}{}", diag(&run, &pyroscope), diag(&run, &otlp));
+    assert!(run.success(), "the agent failed{d}");
+    assert!(!cmdline.is_empty(), "could not read the agent's command line{d}");
+    assert!(!String::from_utf8_lossy(&cmdline).contains(&key), "the header file's value is in /proc/PID/cmdline{d}");
+    let a = pyroscope.entries();
+    let b = otlp.entries();
+    assert!(!a.is_empty() && !b.is_empty(), "nothing reached one of the endpoints{d}");
+    for e in &a {
+        assert_eq!(e["auth_ok"], true, "--upload-url did not get its own password and tenant: {e}{d}");
+        assert_eq!(e["headers"]["x-api-key"], key.as_str(), "{e}{d}");
+        assert!(e["headers"].get("x-otlp-only").is_none(), "an --otlp-header went to --upload-url: {e}{d}");
+    }
+    for e in &b {
+        // The receiver has no OTLP path (404 once authenticated): what matters is what came.
+        assert_eq!(e["path"], "/v1development/profiles", "{e}{d}");
+        assert_eq!(e["auth_ok"], true, "--otlp-endpoint did not get its own password and tenant: {e}{d}");
+        assert_eq!(e["headers"]["x-otlp-only"], "yes", "{e}{d}");
+        assert!(e["headers"].get("x-api-key").is_none(), "an --upload-header-file went to the OTLP endpoint: {e}{d}");
+    }
+    note(format!("{} uploads to --upload-url and {} to --otlp-endpoint, each with its own credentials", a.len(), b.len()));
+    assert_clean(&run, &[&pw_a, &pw_b, &key], &d);
+}
+
+/// Issue #28 item 8: credentials for an `http://` URL are refused with one sentence unless
+/// `--allow-insecure-http`; the proxy is chosen by the URL's scheme (an `HTTPS_PROXY` that
+/// goes nowhere does not stop uploads to an `http://` URL).
+#[test]
+fn agent_auth_plain_http_credentials_and_proxy_by_scheme() {
+    let Some((python, certs, mut spinner, tag)) = setup() else {
+        return;
+    };
+    let server = plain_server(&python, &certs.dir);
+    let url = format!("http://127.0.0.1:{}", server.port);
+    let token = certs.dir.join("token");
+    std::fs::write(&token, format!("tok-{}\n", random_hex(12))).unwrap();
+    let token = token.display().to_string();
+    let app = format!("e2e-{}", random_hex(6));
+    let base = |extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = ["--upload-url", &url, "--app-name", &app, "--interval", "1s", "--duration", "3s", "--cmdline", &tag, "--stats"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let refused = start_agent(&base(&["--upload-token-file", &token]), &[]).finish(Duration::from_secs(30));
+    let d = diag(&refused, &server);
+    assert!(!refused.success(), "credentials were accepted for http:// without --allow-insecure-http{d}");
+    refused.assert_clear_error();
+    assert!(refused.stderr.contains("--allow-insecure-http") && refused.stderr.contains("https://"), "{d}");
+    assert!(server.entries().is_empty(), "something was sent{d}");
+    let run = start_agent(
+        &base(&["--upload-token-file", &token, "--allow-insecure-http"]),
+        // A proxy for https:// only, that goes nowhere.
+        &[("HTTPS_PROXY", "http://127.0.0.1:9"), ("https_proxy", "http://127.0.0.1:9")],
+    )
+    .finish(Duration::from_secs(60));
+    spinner.terminate();
+    let d = diag(&run, &server);
+    assert!(run.success(), "the agent failed{d}");
+    let accepted = server.with_status(200);
+    assert!(!accepted.is_empty(), "nothing arrived: the https proxy was used for an http:// URL?{d}");
+    assert!(accepted.iter().all(|e| e["has_authorization"] == true), "{d}");
+    assert!(run.stderr.contains("credentials over unencrypted http"), "the start-up line does not say it{d}");
+    note(format!("{} profiles delivered over http:// with --allow-insecure-http, past an HTTPS_PROXY", accepted.len()));
 }

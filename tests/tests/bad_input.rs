@@ -226,3 +226,37 @@ fn unwritable_output_fails_before_sampling() {
         "the error should name the output path{d}"
     );
 }
+
+/// Issue #28 item 9: durations past any clock (`--duration 1e20`, `--interval` of 10^23
+/// hours), `top --window` and `--queue-size` out of range are one sentence (they panicked
+/// inside the standard library before); a FIFO at `--output` is refused before sampling (its
+/// final write would block until a reader came).
+#[test]
+fn huge_durations_and_a_fifo_output_are_clear_errors() {
+    for args in [
+        &["record", "--duration", "1e20", "-o", "/tmp/never.svg"][..],
+        &["record", "--duration", "inf"],
+        &["agent", "--otlp-endpoint", "http://127.0.0.1:1", "--interval", "100000000000000000000000h"],
+        &["agent", "--otlp-endpoint", "http://127.0.0.1:1", "--duration", "99999999999999h"],
+        &["agent", "--otlp-endpoint", "http://127.0.0.1:1", "--queue-size", "0"],
+        &["top", "--once", "--window", "4294967295"],
+    ] {
+        let run = pyperch(args, Duration::from_secs(30));
+        run.assert_clear_error();
+        note(format!("{}: {}", args.join(" "), run.error_line()));
+    }
+    if !is_root() {
+        skip("the FIFO case records (needs root)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("pyperch-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let fifo = dir.join("profile.svg");
+    let status = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(status.success());
+    let run = pyperch(&["record", "--duration", "1", "-o", &fifo.to_string_lossy()], Duration::from_secs(30));
+    run.assert_clear_error();
+    assert!(run.error_line().contains("FIFO"), "{}", run.diag());
+    note(format!("FIFO at --output: {} after {:.2?}", run.error_line(), run.elapsed));
+    let _ = std::fs::remove_dir_all(&dir);
+}

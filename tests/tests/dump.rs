@@ -321,3 +321,92 @@ fn dump_target_exiting_gives_a_clear_message() {
     note(format!("{}: outcomes {outcomes:#?}", py.describe()));
     assert!(mid_dump >= 1, "no kill landed during a dump: {outcomes:#?}");
 }
+
+/// `pyperch dump` (args after `dump --pid PID`) with its output in `out`: exit status, peak
+/// RSS in bytes (`ru_maxrss` from wait4), wall time.
+fn dump_measured(pid: u32, args: &[&str], out: &std::path::Path) -> (std::process::ExitStatus, u64, Duration) {
+    use std::os::unix::process::ExitStatusExt;
+    let file = std::fs::File::create(out).expect("output file");
+    let started = Instant::now();
+    let child = std::process::Command::new(pyperch_bin())
+        .args(["dump", "--pid", &pid.to_string()])
+        .args(args)
+        .stdout(file)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start pyperch dump");
+    let mut status = 0;
+    // SAFETY: zeroed rusage is a valid out-parameter; wait4 on our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(waited, child.id() as libc::pid_t, "wait4 failed");
+    (std::process::ExitStatus::from_raw(status), usage.ru_maxrss as u64 * 1024, started.elapsed())
+}
+
+/// The documented bound on `dump`'s peak RSS (README, *pyperch dump*): its 64 MiB of held
+/// frames, names and locals, the binary and the output buffers.
+const DUMP_PEAK_RSS: u64 = 200 << 20;
+
+/// Issue #28 item 5: 100 threads 1,000 frames deep whose names are 8,000 characters (one code
+/// object, a ~30 MB target): frames share their code object's names, so the dump holds every
+/// stack in a few MB (before: each frame owned copies, 1.15 GB, `--json` 2.03 GB).
+#[test]
+fn dump_deep_stacks_of_long_names_in_bounded_memory() {
+    let Some(py) = first_python(&["3.12", "3.13", "sid-3.14", "3.11"]).filter(|p| p.version() >= (3, 11)) else {
+        skip("no CPython 3.11+ for co_qualname");
+        return;
+    };
+    if py.is_chroot() {
+        skip("the JSON is checked by a host interpreter");
+        return;
+    }
+    let w = Workload::spawn(&py, "dump_heavy.py", &["shared", "100", "1000", "300"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let target_kb = status_kb(w.pid, "VmRSS").unwrap_or(0);
+    let out = w.dir.host_path("dump.out");
+    for args in [&["--json"][..], &[], &["--json", "--locals"]] {
+        let (status, peak, took) = dump_measured(w.pid, args, &out);
+        let size = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+        note(format!(
+            "dump {args:?} of 100 threads x 1,000 frames of 8,000-character names (target {} MB): {took:.1?}, peak RSS {} MB, {} MB written",
+            target_kb / 1024,
+            peak >> 20,
+            size >> 20
+        ));
+        assert!(status.success(), "dump {args:?} failed: {status}");
+        assert!(peak <= DUMP_PEAK_RSS, "dump {args:?} peaked at {} MB (bound {} MB)", peak >> 20, DUMP_PEAK_RSS >> 20);
+        if args.contains(&"--json") {
+            // Checked by the target's interpreter: parsing 800 MB here would grow this
+            // process, whose size a child forked next starts with (and ru_maxrss counts).
+            let check = "import json, sys\nd = json.load(open(sys.argv[1]))\nprint(sum(1 for t in d['threads'] if len(t.get('stack') or []) > 1000 and len(t['stack'][-1]['function']) == 4000))";
+            let counted = py.command().arg("-c").arg(check).arg(&out).output().expect("run python");
+            let deep: usize = String::from_utf8_lossy(&counted.stdout).trim().parse().unwrap_or(0);
+            assert_eq!(deep, 100, "dump {args:?}: every thread with its 1,001 frames");
+        }
+    }
+}
+
+/// Issue #28 item 5: 100 threads 1,000 frames deep, every frame a code object of its own
+/// with 8,000 characters of names: more than the dump's 64 MiB. The stacks past it are not
+/// shown, each says why and the header counts them; memory stays bounded.
+#[test]
+fn dump_stops_at_its_memory_bound() {
+    let Some(py) = first_python(&["3.12", "3.13", "sid-3.14", "3.11"]).filter(|p| p.version() >= (3, 11)) else {
+        skip("no CPython 3.11+ for co_qualname");
+        return;
+    };
+    let w = Workload::spawn(&py, "dump_heavy.py", &["distinct", "100", "1000", "300"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let target_kb = status_kb(w.pid, "VmRSS").unwrap_or(0);
+    let out = w.dir.host_path("dump.out");
+    let (status, peak, took) = dump_measured(w.pid, &[], &out);
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let header = text.lines().find(|l| l.contains("stacks not shown")).unwrap_or("").to_string();
+    let cut = text.lines().filter(|l| l.contains("(stack not shown: the dump holds at most 64 MiB")).count();
+    note(format!(
+        "dump of 100,000 distinct code objects (target {} MB): {took:.1?}, peak RSS {} MB; {header} ({cut} threads say so)",
+        target_kb / 1024,
+        peak >> 20
+    ));
+    assert!(status.success(), "dump failed: {status}");
+    assert!(peak <= DUMP_PEAK_RSS, "dump peaked at {} MB (bound {} MB)", peak >> 20, DUMP_PEAK_RSS >> 20);
+    assert!(!header.is_empty() && cut >= 1, "no stack is said to be over the bound:\n{}", &text[..text.len().min(2000)]);
+}

@@ -132,6 +132,8 @@ fn manifest_upload_credentials_come_from_the_secret_as_files() {
         if arg.starts_with("--upload-") && arg.ends_with("-file") {
             assert!(help.stdout.contains(arg.as_str()), "the manifest names {arg}, which `pyperch agent --help` does not list");
             let path = args.get(i + 1).expect("a path after the flag");
+            // --upload-header-file takes NAME=FILE.
+            let path = if arg == "--upload-header-file" { path.split_once('=').map_or(path.as_str(), |(_, p)| p) } else { path.as_str() };
             assert!(path.starts_with(&format!("{dir}/")), "{arg} {path} is not a file of the Secret mounted at {dir}");
             checked += 1;
         }

@@ -1,15 +1,16 @@
 """A minimal FUSE file system server, to be stopped (SIGSTOP) so that it never answers.
 
-Usage: fuse_stall.py MOUNTPOINT SIZE|@FILE [COMMAND...]   (as root; needs /dev/fuse)
+Usage: fuse_stall.py MOUNTPOINT SIZE[:COUNT]|@FILE [COMMAND...]   (as root; needs /dev/fuse)
 
 In a mount namespace of its own (so that nothing else on the host sees the mount), mounts
 a file system holding one regular file, MOUNTPOINT/lib.so, of SIZE bytes (all
-b"x"), or a copy of FILE (a real shared library, for a process to load), speaking the kernel's FUSE protocol directly on /dev/fuse (no library). Lookups and
+b"x"), or a copy of FILE (a real shared library, for a process to load); with :COUNT,
+COUNT such files of SIZE bytes, lib.so, lib1.so ... lib<COUNT-1>.so (distinct inodes), speaking the kernel's FUSE protocol directly on /dev/fuse (no library). Lookups and
 attributes are never cached by the kernel (validity 0), so every path walk and every
 attribute refresh asks the server. COMMAND, if given, is started in that namespace once
 the file system answers (e.g. a program that maps MOUNTPOINT/lib.so). Prints
 "ready server=PID mapper=PID" once COMMAND maps a file of the mount (mapper=0 without
-COMMAND). Once the server is stopped, whoever touches the file system waits for an answer
+COMMAND; with COUNT files, once it maps all of them). Once the server is stopped, whoever touches the file system waits for an answer
 that never comes (until the server dies, which aborts the connection, or continues).
 """
 import ctypes
@@ -24,6 +25,11 @@ LOOKUP, FORGET, GETATTR, OPEN, READ, STATFS, RELEASE, FLUSH, INIT = 1, 2, 3, 14,
 OPENDIR, READDIR, RELEASEDIR, ACCESS, INTERRUPT, DESTROY, BATCH_FORGET = 27, 28, 29, 34, 36, 38, 42
 ROOT, FILE = 1, 2
 NAME = b"lib.so"
+COUNT = [1]
+
+
+def name_of(i):
+    return NAME if i == 0 else b"lib%d.so" % i
 IN_HEADER = struct.Struct("<IIQQIIIHH")  # len opcode unique nodeid uid gid pid extlen pad
 OUT_HEADER = struct.Struct("<IiQ")  # len error unique
 ATTR = struct.Struct("<QQQQQQIIIIIIIIII")  # fuse_attr, 88 bytes
@@ -31,7 +37,7 @@ ATTR = struct.Struct("<QQQQQQIIIIIIIIII")  # fuse_attr, 88 bytes
 def attr(node, size):
     if node == ROOT:
         return ATTR.pack(ROOT, 0, 0, 0, 0, 0, 0, 0, 0, 0o40755, 2, 0, 0, 0, 4096, 0)
-    return ATTR.pack(FILE, size, (size + 511) // 512, 0, 0, 0, 0, 0, 0, 0o100644, 1, 0, 0, 0, 4096, 0)
+    return ATTR.pack(node, size, (size + 511) // 512, 0, 0, 0, 0, 0, 0, 0o100644, 1, 0, 0, 0, 4096, 0)
 
 
 def reply(fd, unique, payload=b"", error=0):
@@ -56,8 +62,10 @@ def serve(fd, size, content=None):
             pass  # no answer expected
         elif opcode == LOOKUP:
             name = body.split(b"\0", 1)[0]
-            if node == ROOT and name == NAME:
-                reply(fd, unique, struct.pack("<QQQQII", FILE, 1, 0, 0, 0, 0) + attr(FILE, size))
+            index = [i for i in range(COUNT[0]) if name_of(i) == name]
+            if node == ROOT and index:
+                file = FILE + index[0]
+                reply(fd, unique, struct.pack("<QQQQII", file, 1, 0, 0, 0, 0) + attr(file, size))
             else:
                 reply(fd, unique, error=errno.ENOENT)
         elif opcode == GETATTR:
@@ -87,7 +95,9 @@ def main():
             content = f.read()
         size = len(content)
     else:
+        size, _, count = size.partition(":")
         size = int(size)
+        COUNT[0] = int(count or "1")
     fd = os.open("/dev/fuse", os.O_RDWR)
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
@@ -113,7 +123,8 @@ def main():
             os.execvp(command[0], command)
         for _ in range(1000):
             with open("/proc/%d/maps" % mapper) as maps:
-                if mountpoint in maps.read():
+                mapped = set(line.split()[-1] for line in maps if mountpoint in line)
+                if len(mapped) >= COUNT[0]:
                     break
             time.sleep(0.01)
         else:

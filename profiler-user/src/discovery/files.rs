@@ -24,8 +24,12 @@
 //!   [`WAIT_BUDGET`] (the file then counts as not answering in time). The opener goes on:
 //!   later inspections skip the file without touching it until it returns (its result is
 //!   then cached), and one running longer than [`OPEN_BUDGET`] (a FUSE or network server
-//!   that does not answer) is hung. At most [`MAX_HUNG`] openers may hang at once; past
-//!   that, files not yet parsed are skipped.
+//!   that does not answer) is hung. Each process has an allowance of
+//!   [`MAX_OPENERS_PER_PROCESS`] openers running at once for its files: past that, its other
+//!   files not yet parsed are skipped (and counted), so one process mapping many files of a
+//!   server that never answers uses up its own allowance, never the others'. [`MAX_OPENERS`]
+//!   bounds the threads of all processes together (a resource bound, not a budget any single
+//!   process can reach).
 //! - A file that could not be read is not opened again before a backoff (1 s, doubling to
 //!   60 s). Each kind of problem is counted once per distinct file ([`counts`]).
 //!
@@ -49,12 +53,14 @@ use super::procfs::{self, FileKey, Mapping};
 /// How long an inspection waits for one file to be opened and parsed; the opener goes on
 /// in the background, and its result is cached for a later inspection.
 pub const WAIT_BUDGET: Duration = Duration::from_millis(200);
-/// An opener running longer than this is hung: it counts in [`hung_files`], and against
-/// [`MAX_HUNG`].
+/// An opener running longer than this is hung: it counts in [`hung_files`] (and, like any
+/// running opener, against its process's [`MAX_OPENERS_PER_PROCESS`]).
 pub const OPEN_BUDGET: Duration = Duration::from_secs(1);
-/// How many openers may run at once (each holds a thread until its file answers); past that,
-/// files not yet parsed are skipped.
-pub const MAX_HUNG: usize = 16;
+/// How many openers may run at once for the files of one process (each holds a thread until
+/// its file answers); past that, that process's files not yet parsed are skipped.
+pub const MAX_OPENERS_PER_PROCESS: usize = 4;
+/// How many openers may run at once in all (threads, whatever processes they are for).
+pub const MAX_OPENERS: usize = 256;
 /// Backoff before a failed file is tried again: doubles from the first to the last.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -191,17 +197,28 @@ fn parsed_bytes(facts: &FileFacts) -> usize {
         }
 }
 
+/// An opener running now.
+struct InFlight {
+    since: Instant,
+    /// The process whose inspection started it (its allowance is charged).
+    pid: u32,
+}
+
 #[derive(Default)]
 struct State {
     parsed: HashMap<FileKey, Parsed>,
-    /// Files whose opener runs now, and since when.
-    in_flight: HashMap<FileKey, Instant>,
+    /// Files whose opener runs now: since when, and for which process.
+    in_flight: HashMap<FileKey, InFlight>,
     failed: HashMap<FileKey, Failure>,
     /// Each problem seen, once per distinct file (and problem).
     seen: HashSet<(FileKey, Problem)>,
     counts: HashMap<Problem, u64>,
     /// Inspections that skipped a file because it was hung, leased or backing off.
     skips: u64,
+    /// Files skipped because their process had [`MAX_OPENERS_PER_PROCESS`] openers running.
+    over_allowance: u64,
+    /// Files skipped because [`MAX_OPENERS`] openers were running.
+    over_total: u64,
 }
 
 impl State {
@@ -259,8 +276,13 @@ pub struct FileCounts {
     pub problems: Vec<(Problem, u64)>,
     /// Files whose opener has been running longer than [`OPEN_BUDGET`] now.
     pub hung_now: usize,
-    /// Times an inspection skipped a file without touching it (hung, leased, backing off).
+    /// Times an inspection skipped a file without touching it (hung, leased, backing off,
+    /// or an opener allowance used up).
     pub skips: u64,
+    /// Of those, skips because the process had [`MAX_OPENERS_PER_PROCESS`] openers running.
+    pub over_allowance: u64,
+    /// Of those, skips because [`MAX_OPENERS`] openers were running in all.
+    pub over_total: u64,
 }
 
 pub fn counts() -> FileCounts {
@@ -269,11 +291,13 @@ pub fn counts() -> FileCounts {
         problems: Problem::ALL.iter().map(|p| (*p, state.counts.get(p).copied().unwrap_or(0))).collect(),
         hung_now: hung_in(&state),
         skips: state.skips,
+        over_allowance: state.over_allowance,
+        over_total: state.over_total,
     }
 }
 
 fn hung_in(state: &State) -> usize {
-    state.in_flight.values().filter(|since| since.elapsed() >= OPEN_BUDGET).count()
+    state.in_flight.values().filter(|f| f.since.elapsed() >= OPEN_BUDGET).count()
 }
 
 /// Files whose open (or read) has been in flight longer than [`OPEN_BUDGET`].
@@ -446,7 +470,12 @@ pub fn facts(pid: u32, mapping: &Mapping) -> Result<Arc<FileFacts>, FileError> {
                 return skipped(&mut state, problem);
             }
         }
-        if state.in_flight.len() >= MAX_HUNG {
+        if state.in_flight.len() >= MAX_OPENERS {
+            state.over_total += 1;
+            return skipped(&mut state, Problem::Hung);
+        }
+        if state.in_flight.values().filter(|f| f.pid == pid).count() >= MAX_OPENERS_PER_PROCESS {
+            state.over_allowance += 1;
             return skipped(&mut state, Problem::Hung);
         }
     }
@@ -455,7 +484,7 @@ pub fn facts(pid: u32, mapping: &Mapping) -> Result<Arc<FileFacts>, FileError> {
         state.fail(key, Problem::Leased);
         return skipped(&mut state, Problem::Leased);
     }
-    state().in_flight.insert(key, Instant::now());
+    state().in_flight.insert(key, InFlight { since: Instant::now(), pid });
 
     let (done, outcome) = mpsc::sync_channel(1);
     let owned = mapping.clone();

@@ -91,6 +91,18 @@ pub struct ProcessDump {
     /// `--async`: every asyncio task, with where it is suspended and who awaits it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tasks: Option<Vec<TaskInfo>>,
+    /// Stacks not shown because the dump held `stack::MAX_DUMP_BYTES` already.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub stacks_not_shown: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The problem of a thread whose stack is not shown for the dump's memory bound.
+pub fn over_budget_problem() -> String {
+    format!("the dump holds at most {} MiB of frames, names and locals", stack::MAX_DUMP_BYTES >> 20)
 }
 
 /// Why there is no dump. Each is one sentence for the user.
@@ -182,6 +194,7 @@ pub fn dump_inspected(process: &PythonProcess, options: DumpOptions) -> Result<P
     let mut threads = Vec::with_capacity(tids.len());
     // Python threads whose kernel thread is already gone.
     let mut ended = by_tid.keys().filter(|tid| tids.binary_search(tid).is_err()).count() as u32;
+    let mut not_shown = 0u32;
     for tid in tids {
         // A thread that ended since the listing is left out (and counted).
         let Some(kernel) = tasks::task_state(pid, tid) else {
@@ -193,6 +206,10 @@ pub fn dump_inspected(process: &PythonProcess, options: DumpOptions) -> Result<P
             None => (None, None, false, None),
             Some(tstate) => match reader.read(tstate, options.locals) {
                 Ok(StackRead::Consistent { frames, attempts, truncated }) => (Some(frames), Some(attempts), truncated, None),
+                Ok(StackRead::OverBudget) => {
+                    not_shown += 1;
+                    (None, None, false, Some(over_budget_problem()))
+                }
                 Ok(StackRead::Inconsistent { attempts, last_problem }) => (
                     None,
                     Some(attempts),
@@ -244,6 +261,7 @@ pub fn dump_inspected(process: &PythonProcess, options: DumpOptions) -> Result<P
         threads,
         threads_ended: ended,
         tasks,
+        stacks_not_shown: not_shown,
     })
 }
 

@@ -1,7 +1,11 @@
 //! The outputs of `pyperch dump`: text for people (target text escaped, see `text`) and JSON
-//! for scripts (the `ProcessDump` structure as is).
+//! for scripts (the `ProcessDump` structure as is). [`write_text`] and [`write_json`] stream
+//! to a writer, thread by thread: the output is never held whole in memory (a dump of
+//! hundreds of thousands of frames writes as much text as that, but holds one thread's).
 
+use std::collections::HashMap;
 use std::fmt::Write;
+use std::io;
 
 use super::{Activity, ProcessDump, ThreadDump};
 use crate::asyncio::TaskInfo;
@@ -10,6 +14,13 @@ use crate::text::field;
 /// The dump as text: a header line, then each thread (main thread first) with its Python
 /// stack from the root to the innermost frame, locals indented under their frame.
 pub fn text(dump: &ProcessDump) -> String {
+    let mut out = Vec::new();
+    let _ = write_text(dump, &mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// [`text`], written to `sink` a thread at a time.
+pub fn write_text(dump: &ProcessDump, sink: &mut impl io::Write) -> io::Result<()> {
     let mut out = String::new();
     let python = dump.threads.iter().filter(|t| t.python).count();
     let gil = match dump.gil_holder {
@@ -27,21 +38,29 @@ pub fn text(dump: &ProcessDump) -> String {
     if dump.threads_ended > 0 {
         let _ = writeln!(out, "({} threads ended while the dump was taken and are not shown)", dump.threads_ended);
     }
+    if dump.stacks_not_shown > 0 {
+        let _ = writeln!(out, "({} stacks not shown: {})", dump.stacks_not_shown, super::over_budget_problem());
+    }
     for thread in &dump.threads {
         out.push('\n');
         thread_text(&mut out, thread);
+        sink.write_all(out.as_bytes())?;
+        out.clear();
     }
     if let Some(tasks) = &dump.tasks {
         tasks_text(&mut out, tasks);
     }
-    out
+    sink.write_all(out.as_bytes())
 }
 
 /// `--async`: every task, root tasks first, each with who awaits it and where it waits.
 fn tasks_text(out: &mut String, tasks: &[TaskInfo]) {
     let _ = writeln!(out, "\nasyncio tasks: {}", tasks.len());
+    // By address, so that each "awaited by" is one look-up (a task list of n tasks renders
+    // in O(n log n), not O(n^2)).
+    let by_address: HashMap<u64, &TaskInfo> = tasks.iter().map(|t| (t.address, t)).collect();
     let name_of = |address: u64| -> String {
-        match tasks.iter().find(|t| t.address == address) {
+        match by_address.get(&address) {
             Some(t) => format!("task {}", field(&t.name)),
             None => format!("task at {address:#x}"),
         }
@@ -131,4 +150,10 @@ fn thread_text(out: &mut String, thread: &ThreadDump) {
 /// The dump as one JSON document.
 pub fn json(dump: &ProcessDump) -> String {
     serde_json::to_string_pretty(dump).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// [`json`], streamed to `sink` (followed by a newline).
+pub fn write_json(dump: &ProcessDump, sink: &mut impl io::Write) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *sink, dump).map_err(io::Error::other)?;
+    sink.write_all(b"\n")
 }

@@ -8,6 +8,11 @@
 //! were identical before and after). Otherwise the whole read starts again, at most
 //! [`MAX_ATTEMPTS`] times, and the thread is reported as not read consistently: a stack is
 //! never put together from two moments.
+//!
+//! Memory: a frame shares its function and file names with every other frame of the same
+//! code object (`Arc<str>`, one per code object read), and one dump holds at most
+//! [`MAX_DUMP_BYTES`] of frames, names, line tables and locals in all (counted as they are
+//! kept); a stack that would go past it is not shown, and says why.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -31,6 +36,11 @@ pub const MAX_FRAMES: usize = 4096;
 pub const MAX_FRAME_READS: u64 = 4 << 20;
 /// Local variables shown per frame.
 pub const MAX_LOCALS: usize = 64;
+/// Bytes one dump holds at most: shown frames, the names and line tables of the code objects
+/// read, and rendered locals (see the module docs).
+pub const MAX_DUMP_BYTES: usize = 64 << 20;
+/// Accounted per code object read beside its strings and line table.
+const CODE_OVERHEAD: usize = 128;
 /// Longest `co_localspluskinds` read (a code object has at most this many fast locals here).
 const MAX_KINDS: usize = 1 << 16;
 /// `CO_FAST_LOCAL`, `CO_FAST_CELL`, `CO_FAST_FREE`, `CO_FAST_HIDDEN` in `co_localspluskinds`.
@@ -48,8 +58,11 @@ pub struct Local {
 /// One shown frame.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Frame {
-    pub function: String,
-    pub file: String,
+    /// Shared with every frame of the same code object.
+    #[serde(serialize_with = "shared_str")]
+    pub function: Arc<str>,
+    #[serde(serialize_with = "shared_str")]
+    pub file: Arc<str>,
     /// The line being executed, when the line table has one.
     pub line: Option<u32>,
     /// The first line of the function (`co_firstlineno`), for profiles that show it.
@@ -59,6 +72,18 @@ pub struct Frame {
     pub locals: Option<Vec<Local>>,
 }
 
+fn shared_str<S: serde::Serializer>(text: &Arc<str>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(text)
+}
+
+impl Frame {
+    /// Bytes accounted for this frame beside its shared names: the frame and its locals.
+    fn held_bytes(&self) -> usize {
+        std::mem::size_of::<Frame>()
+            + self.locals.iter().flatten().map(|l| std::mem::size_of::<Local>() + l.name.len() + l.value.value.len()).sum::<usize>()
+    }
+}
+
 /// The outcome of reading one thread's stack.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StackRead {
@@ -66,6 +91,8 @@ pub enum StackRead {
     Consistent { frames: Vec<Frame>, attempts: u32, truncated: bool },
     /// Every attempt saw the stack change (or a frame that does not read).
     Inconsistent { attempts: u32, last_problem: String },
+    /// Not shown: the dump holds [`MAX_DUMP_BYTES`] already.
+    OverBudget,
 }
 
 /// Per-dump state: the process and its layouts, and the code objects already read (by
@@ -79,6 +106,8 @@ pub struct StackReader<'a> {
     codes: HashMap<(u64, u32), Arc<CodeInfo>>,
     /// Frames read so far in this dump (bounded by `MAX_FRAME_READS`).
     frame_reads: u64,
+    /// Bytes held so far (bounded by `MAX_DUMP_BYTES`): accepted stacks and cached code.
+    held: usize,
 }
 
 /// Why one attempt failed.
@@ -89,6 +118,8 @@ enum Problem {
     Memory(MemoryError),
     /// The dump read `MAX_FRAME_READS` frames already.
     Budget,
+    /// The dump holds `MAX_DUMP_BYTES` already.
+    Full,
 }
 
 impl<'a> StackReader<'a> {
@@ -105,7 +136,18 @@ impl<'a> StackReader<'a> {
             },
             codes: HashMap::new(),
             frame_reads: 0,
+            held: 0,
         }
+    }
+
+    /// Whether the dump holds [`MAX_DUMP_BYTES`]: no more stacks are read.
+    pub fn full(&self) -> bool {
+        self.held >= MAX_DUMP_BYTES
+    }
+
+    /// Bytes held so far (see [`MAX_DUMP_BYTES`]).
+    pub fn held_bytes(&self) -> usize {
+        self.held
     }
 
     /// The innermost frame of a thread state (0 when it runs no Python).
@@ -153,12 +195,16 @@ impl<'a> StackReader<'a> {
         if let Some(code) = self.codes.get(&(entry.code, entry.check)) {
             return Ok(code.clone());
         }
+        if self.full() {
+            return Err(Problem::Full);
+        }
         let info = symbolize::read_code(&self.mem, &self.process.layout, &self.types, entry.code)
             .map_err(|e| Problem::Changed(format!("a code object does not read: {e}")))?;
         let after = read_code_check(&self.mem, &self.frame_layout, entry);
         if after != entry.check {
             return Err(Problem::Changed("a code object changed while it was read".into()));
         }
+        self.held += CODE_OVERHEAD + info.qualname.len() + info.filename.len() + info.linetable.len();
         let info = Arc::new(info);
         self.codes.insert((entry.code, entry.check), info.clone());
         Ok(info)
@@ -167,9 +213,21 @@ impl<'a> StackReader<'a> {
     /// Reads the stack of one thread state (see the module docs).
     pub fn read(&mut self, tstate: u64, with_locals: bool) -> Result<StackRead, MemoryError> {
         let mut last_problem = String::new();
+        if self.full() {
+            return Ok(StackRead::OverBudget);
+        }
         for attempt in 1..=MAX_ATTEMPTS {
             match self.attempt(tstate, with_locals) {
-                Ok((frames, truncated)) => return Ok(StackRead::Consistent { frames, attempts: attempt, truncated }),
+                Ok((frames, truncated)) => {
+                    let bytes: usize = frames.iter().map(Frame::held_bytes).sum();
+                    if self.held + bytes > MAX_DUMP_BYTES {
+                        self.held = MAX_DUMP_BYTES;
+                        return Ok(StackRead::OverBudget);
+                    }
+                    self.held += bytes;
+                    return Ok(StackRead::Consistent { frames, attempts: attempt, truncated });
+                }
+                Err(Problem::Full) => return Ok(StackRead::OverBudget),
                 Err(Problem::Changed(why)) => last_problem = why,
                 Err(Problem::Budget) => {
                     return Ok(StackRead::Inconsistent {
@@ -194,9 +252,14 @@ impl<'a> StackReader<'a> {
         let (first, truncated) = self.read_chain(tstate)?;
         let mut frames = Vec::with_capacity(first.len());
         let mut innermost_shown = false;
+        let mut bytes = 0;
         for (i, entry) in first.iter().enumerate() {
             if let Some(frame) = self.frame(entry, with_locals)? {
                 innermost_shown |= i == 0;
+                bytes += frame.held_bytes();
+                if self.held + bytes > MAX_DUMP_BYTES {
+                    return Err(Problem::Full);
+                }
                 frames.push(frame);
             }
         }
@@ -236,8 +299,8 @@ impl<'a> StackReader<'a> {
         }
         let locals = with_locals.then(|| self.locals(entry));
         Ok(Some(Frame {
-            function: code.qualname.to_string(),
-            file: code.filename.to_string(),
+            function: code.qualname.clone(),
+            file: code.filename.clone(),
             line: code.line(entry.instr_offset),
             first_line: code.firstlineno,
             locals,

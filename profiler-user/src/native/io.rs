@@ -9,7 +9,7 @@
 //!   request goes into a bounded queue (full: refused, counted, asked again later).
 //! - One worker thread takes the requests in turn. It reads the maps with a time budget
 //!   (`session::budget`, the pattern of discovery's looks at processes: a read that overruns
-//!   is left to finish on its own thread, at most `MAX_OVERRUNNING` of them), then starts
+//!   is left to finish on its own thread, at most `MAX_OVERRUNNING_PER_PROCESS` of them for one process), then starts
 //!   the reading of every file not cached yet (`module_file::start_load`, at most
 //!   `module_file::MAX_IN_FLIGHT` files at once, each on a thread of its own) and sends the
 //!   process its mappings at once, without waiting for the files.
@@ -170,7 +170,7 @@ impl NativeIo {
 fn serve(budgeted: &Budgeted, stats: &IoStats, request: Request) {
     let pid = request.pid;
     stats.maps_reads.fetch_add(1, Relaxed);
-    let maps = match budgeted.run(MAPS_BUDGET, move || read_maps(pid)) {
+    let maps = match budgeted.run_for(pid, MAPS_BUDGET, move || read_maps(pid)) {
         Ok(Ok(maps)) => maps,
         Ok(Err(_)) => {
             let _ = request.maps.send(MapsReply::Failed);

@@ -7,12 +7,16 @@
 //! still runnable at the end of its budget is slow, not blocked (a loaded machine): it gets
 //! up to `SLOW_BUDGET_FACTOR` budgets before it counts as overrun. A thread that
 //! overran stays blocked in the kernel until whatever it waits for answers (threads cannot
-//! be cancelled), so at most `MAX_OVERRUNNING` of them may exist at once: beyond that,
-//! budgeted work is refused (and counted) rather than piling up threads.
+//! be cancelled), so at most `MAX_OVERRUNNING_PER_PROCESS` of them may exist at once for
+//! work on one process (`run_for`, `start_for`): beyond that, more work on that process is
+//! refused (and counted) rather than piling up threads, while work on other processes goes
+//! on: one process can use up its own allowance, never the others'. `MAX_OVERRUNNING` bounds
+//! the blocked threads of all processes together (a resource bound).
 
 use std::{
+    collections::HashMap,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicI32, AtomicU8, AtomicUsize, Ordering},
         mpsc,
     },
@@ -20,8 +24,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// Threads that outlived their budget and are still blocked, at most.
-pub(crate) const MAX_OVERRUNNING: usize = 16;
+/// Threads that outlived their budget and are still blocked, at most, in all.
+pub(crate) const MAX_OVERRUNNING: usize = 128;
+/// Threads that outlived their budget and are still blocked, at most, working on one process.
+pub(crate) const MAX_OVERRUNNING_PER_PROCESS: usize = 2;
 /// A thread still running (not waiting) after its budget is waited for, up to this many
 /// budgets in all.
 const SLOW_BUDGET_FACTOR: u32 = 8;
@@ -33,7 +39,8 @@ const SLOW_CHECK: Duration = Duration::from_millis(50);
 pub(crate) enum Overrun {
     /// It did not finish within its budget (its thread is left to finish on its own).
     TimedOut,
-    /// Too many earlier threads are still blocked; the work was not started.
+    /// Too many earlier threads are still blocked (for this process, or in all); the work
+    /// was not started.
     TooManyBlocked,
     /// No thread could be started.
     NoThread,
@@ -44,6 +51,43 @@ pub(crate) enum Overrun {
 pub(crate) struct Budgeted {
     /// Threads that overran their budget and have not finished yet.
     overrunning: Arc<AtomicUsize>,
+    /// The same, by the process they work on (entries at 0 are removed).
+    by_process: Arc<Mutex<HashMap<u32, usize>>>,
+}
+
+/// Whose allowance a piece of work is charged to.
+#[derive(Clone)]
+struct Charge {
+    overrunning: Arc<AtomicUsize>,
+    by_process: Arc<Mutex<HashMap<u32, usize>>>,
+    pid: Option<u32>,
+}
+
+impl Charge {
+    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<u32, usize>> {
+        // Plain counters: a panic while holding the lock leaves them usable.
+        self.by_process.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn add(&self) {
+        self.overrunning.fetch_add(1, Ordering::Relaxed);
+        if let Some(pid) = self.pid {
+            *self.counts().entry(pid).or_default() += 1;
+        }
+    }
+
+    fn remove(&self) {
+        self.overrunning.fetch_sub(1, Ordering::Relaxed);
+        if let Some(pid) = self.pid {
+            let mut counts = self.counts();
+            if let Some(n) = counts.get_mut(&pid) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    counts.remove(&pid);
+                }
+            }
+        }
+    }
 }
 
 /// The life of one piece of budgeted work, decided once: whoever moves it out of `RUNNING`
@@ -58,7 +102,7 @@ pub(crate) struct Started<T> {
     handle: thread::JoinHandle<()>,
     tid: Arc<AtomicI32>,
     state: Arc<AtomicU8>,
-    overrunning: Arc<AtomicUsize>,
+    charge: Charge,
     started: Instant,
 }
 
@@ -69,18 +113,51 @@ impl Budgeted {
         budget: Duration,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, Overrun> {
-        self.start(work)?.wait(budget)
+        self.start_charged(None, work)?.wait(budget)
+    }
+
+    /// [`Budgeted::run`] for work on process `pid`: refused while `pid` has
+    /// [`MAX_OVERRUNNING_PER_PROCESS`] blocked threads.
+    pub(crate) fn run_for<T: Send + 'static>(
+        &self,
+        pid: u32,
+        budget: Duration,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, Overrun> {
+        self.start_charged(Some(pid), work)?.wait(budget)
+    }
+
+    /// [`Budgeted::start`] for work on process `pid` (see [`Budgeted::run_for`]).
+    pub(crate) fn start_for<T: Send + 'static>(
+        &self,
+        pid: u32,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<Started<T>, Overrun> {
+        self.start_charged(Some(pid), work)
     }
 
     /// Starts `work` on its own thread; several may run at once (their budgets then overlap).
+    #[allow(dead_code)]
     pub(crate) fn start<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> Result<Started<T>, Overrun> {
+        self.start_charged(None, work)
+    }
+
+    fn start_charged<T: Send + 'static>(
+        &self,
+        pid: Option<u32>,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<Started<T>, Overrun> {
+        let charge = Charge { overrunning: self.overrunning.clone(), by_process: self.by_process.clone(), pid };
         if self.overrunning.load(Ordering::Relaxed) >= MAX_OVERRUNNING {
+            return Err(Overrun::TooManyBlocked);
+        }
+        if pid.is_some_and(|pid| charge.counts().get(&pid).copied().unwrap_or(0) >= MAX_OVERRUNNING_PER_PROCESS) {
             return Err(Overrun::TooManyBlocked);
         }
         let (send, receive) = mpsc::sync_channel(1);
         let tid = Arc::new(AtomicI32::new(0));
         let state = Arc::new(AtomicU8::new(RUNNING));
-        let (thread_tid, thread_state, overrunning) = (tid.clone(), state.clone(), self.overrunning.clone());
+        let (thread_tid, thread_state, thread_charge) = (tid.clone(), state.clone(), charge.clone());
         let spawned = thread::Builder::new().name("pyperch-inspect".into()).stack_size(256 << 10).spawn(move || {
             // SAFETY: gettid has no preconditions.
             thread_tid.store(unsafe { libc::gettid() }, Ordering::Relaxed);
@@ -88,11 +165,11 @@ impl Budgeted {
             // The caller may have stopped waiting; then the result is dropped here.
             let _ = send.send(result);
             if thread_state.swap(FINISHED, Ordering::AcqRel) == ABANDONED {
-                overrunning.fetch_sub(1, Ordering::Relaxed);
+                thread_charge.remove();
             }
         });
         let handle = spawned.map_err(|_| Overrun::NoThread)?;
-        Ok(Started { receive, handle, tid, state, overrunning: self.overrunning.clone(), started: Instant::now() })
+        Ok(Started { receive, handle, tid, state, charge, started: Instant::now() })
     }
 
     /// Threads that overran their budget and are still blocked.
@@ -131,10 +208,12 @@ impl<T> Started<T> {
     }
 
     fn give_up(self) -> Result<T, Overrun> {
+        // Charged before the thread can see ABANDONED (and discharge it when it ends).
+        self.charge.add();
         if self.state.compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            self.overrunning.fetch_add(1, Ordering::Relaxed);
             return Err(Overrun::TimedOut);
         }
+        self.charge.remove();
         // It finished just now.
         match self.receive.try_recv() {
             Ok(result) => self.finish(result),
@@ -153,14 +232,27 @@ mod tests {
         assert_eq!(budgeted.run(Duration::from_secs(5), || 7), Ok(7));
         let (release, wait) = mpsc::channel::<()>();
         let wait = Arc::new(std::sync::Mutex::new(wait));
-        for _ in 0..MAX_OVERRUNNING {
+        // Issue #28 item 3: one process (pid 1) uses up its own allowance, not the others'.
+        for _ in 0..MAX_OVERRUNNING_PER_PROCESS {
             let wait = wait.clone();
-            let r = budgeted.run(Duration::from_millis(10), move || {
+            let r = budgeted.run_for(1, Duration::from_millis(10), move || {
+                let _ = wait.lock().map(|w| w.recv());
+            });
+            assert_eq!(r, Err(Overrun::TimedOut));
+        }
+        assert_eq!(budgeted.blocked(), MAX_OVERRUNNING_PER_PROCESS);
+        assert_eq!(budgeted.run_for(1, Duration::from_secs(1), || 1), Err(Overrun::TooManyBlocked));
+        assert_eq!(budgeted.run_for(2, Duration::from_secs(5), || 3), Ok(3));
+        // In all, at most MAX_OVERRUNNING, whichever processes they are for.
+        for pid in 0..(MAX_OVERRUNNING - MAX_OVERRUNNING_PER_PROCESS) as u32 {
+            let wait = wait.clone();
+            let r = budgeted.run_for(100 + pid, Duration::from_millis(1), move || {
                 let _ = wait.lock().map(|w| w.recv());
             });
             assert_eq!(r, Err(Overrun::TimedOut));
         }
         assert_eq!(budgeted.blocked(), MAX_OVERRUNNING);
+        assert_eq!(budgeted.run_for(3, Duration::from_secs(1), || 1), Err(Overrun::TooManyBlocked));
         assert_eq!(budgeted.run(Duration::from_secs(1), || 1), Err(Overrun::TooManyBlocked));
         drop(release);
         for _ in 0..500 {
@@ -170,7 +262,9 @@ mod tests {
             thread::sleep(Duration::from_millis(10));
         }
         assert_eq!(budgeted.blocked(), 0);
+        assert!(budgeted.by_process.lock().expect("counts").is_empty());
         assert_eq!(budgeted.run(Duration::from_secs(5), || 2), Ok(2));
+        assert_eq!(budgeted.run_for(1, Duration::from_secs(5), || 4), Ok(4));
         // Slow but running: waited for beyond the budget.
         let spin = budgeted.run(Duration::from_millis(20), || {
             let until = Instant::now() + Duration::from_millis(60);

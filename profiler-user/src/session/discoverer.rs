@@ -482,7 +482,7 @@ impl Discoverer {
         }
         self.stats.inspected.fetch_add(1, Relaxed);
         let filter = self.filter.clone();
-        let started = self.budgeted.start(move || match inspected {
+        let started = self.budgeted.start_for(pid, move || match inspected {
             // Only its memory can have changed since the last look.
             Some(process) => ready(process),
             None => examine(pid, &filter),

@@ -206,8 +206,8 @@ impl Session {
         let names = frames
             .iter()
             .map(|f| crate::aggregate::FrameName {
-                function: Arc::from(f.function.as_str()),
-                file: Arc::from(f.file.as_str()),
+                function: f.function.clone(),
+                file: f.file.clone(),
                 line: lines.pick(|| f.line.unwrap_or(0), f.first_line),
                 native: None,
             })

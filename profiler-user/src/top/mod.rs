@@ -88,14 +88,8 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
         }
     }
     crate::loader::preflight()?;
-    let initial = inspect_pids(&options.pids, &options.filter)?;
-    if options.async_stacks {
-        // An explicit process that cannot have task stacks is refused, with the reason.
-        if let Some(p) = initial.iter().find(|p| !crate::asyncio::supported(p.version)) {
-            let reason = crate::asyncio::AsyncioError::TooOld { pid: p.pid, version: p.version }.to_string();
-            return Err(RecordError::Unsupported { pid: p.pid, comm: p.comm.clone(), reason }.into());
-        }
-    }
+    // Inspected after the privilege drop, which needs one thread (see `record::check_pids_exist`).
+    crate::record::check_pids_exist(&options.pids)?;
     let mut kernel = KernelProgram::load_with(&options.time, crate::native::NativeOptions::default())?;
     let ring = kernel.take_ring_buffer()?;
     let scope =
@@ -105,9 +99,6 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
     session.set_async_stacks(options.async_stacks);
     session.set_time_mode(options.time.mode, options.rate);
     session.set_min_off_cpu(options.time.min_off_cpu);
-    for p in initial {
-        session.add_process(p)?;
-    }
     // The shares are of the session's values: samples, or nanoseconds in the wall and
     // off-CPU modes.
     session.kernel.attach(options.rate)?;
@@ -118,6 +109,17 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
         watched_since = Some(crate::loader::monotonic_ns());
     }
     privileges::drop_after_attach(&privileges::Keep::default())?;
+    let initial = inspect_pids(&options.pids, &options.filter)?;
+    if options.async_stacks {
+        // An explicit process that cannot have task stacks is refused, with the reason.
+        if let Some(p) = initial.iter().find(|p| !crate::asyncio::supported(p.version)) {
+            let reason = crate::asyncio::AsyncioError::TooOld { pid: p.pid, version: p.version }.to_string();
+            return Err(RecordError::Unsupported { pid: p.pid, comm: p.comm.clone(), reason }.into());
+        }
+    }
+    for p in initial {
+        session.add_process(p)?;
+    }
     if let Some(since) = watched_since {
         session.read_blocked_threads(since);
     }

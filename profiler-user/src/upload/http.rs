@@ -6,8 +6,7 @@
 //! - it keeps at most [`MAX_HEADER_BYTES`] of response headers and [`MAX_KEPT_BODY`] of a
 //!   response body, and reads nothing more (an endless body is cut, not drained);
 //! - it follows no redirect: it talks to the URL it was given (through the proxy of
-//!   [`ClientSettings::proxy`], from `HTTPS_PROXY`/`HTTP_PROXY`/`ALL_PROXY`/`NO_PROXY` in the
-//!   agent), only;
+//!   [`ClientSettings::proxy`], chosen by the URL's scheme in the agent: [`proxy_for`]), only;
 //! - no secret (the `Authorization` value, extra header values) is ever in an error;
 //! - every text it returns (in [`UploadError`]) that came from the server is escaped and
 //!   bounded by [`printable`]: no control or escape character, at most [`MAX_TEXT_CHARS`].
@@ -164,6 +163,69 @@ impl Endpoint {
     pub fn as_str(&self) -> &str {
         self.ingest.as_str()
     }
+
+    /// Whether requests go over TLS (`https://`).
+    pub fn is_https(&self) -> bool {
+        self.ingest.scheme() == "https"
+    }
+
+    /// The host, as the `url` crate normalized it (IPv6 literals without brackets).
+    pub fn host(&self) -> String {
+        match self.ingest.host() {
+            Some(url::Host::Ipv6(a)) => a.to_string(),
+            Some(h) => h.to_string(),
+            None => String::new(),
+        }
+    }
+}
+
+/// The proxy for requests to `endpoint`, from the environment as curl reads it: for an
+/// `https://` URL `https_proxy`/`HTTPS_PROXY`, for an `http://` URL `http_proxy`/`HTTP_PROXY`,
+/// then `all_proxy`/`ALL_PROXY` for either (lower case first; the first one set and valid
+/// wins); none when `no_proxy`/`NO_PROXY` names the host. A proxy meant for one scheme is
+/// never used for the other.
+pub fn proxy_for(endpoint: &Endpoint) -> Option<ureq::Proxy> {
+    proxy_from(endpoint, |name| std::env::var(name).ok())
+}
+
+/// [`proxy_for`] with the environment given by `var`.
+pub fn proxy_from(endpoint: &Endpoint, var: impl Fn(&str) -> Option<String>) -> Option<ureq::Proxy> {
+    let var = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+    let no_proxy = var("no_proxy").or_else(|| var("NO_PROXY")).unwrap_or_default();
+    if no_proxy_matches(&no_proxy, &endpoint.host()) {
+        return None;
+    }
+    let names: [&str; 4] = if endpoint.is_https() {
+        ["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"]
+    } else {
+        ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]
+    };
+    names.iter().find_map(|name| ureq::Proxy::new(var(name)?.trim()).ok())
+}
+
+/// Whether a `NO_PROXY` list (comma or space separated) names `host`: `*` names every host;
+/// `example.com`, `.example.com` and `*.example.com` name example.com's subdomains, and the
+/// first form example.com itself too; an IP address names itself. Ports in entries are
+/// ignored; case does not matter.
+pub fn no_proxy_matches(list: &str, host: &str) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    list.split([',', ' ']).map(str::trim).filter(|e| !e.is_empty()).any(|entry| {
+        if entry == "*" {
+            return true;
+        }
+        let entry = entry.trim_start_matches('[');
+        // A port (host:port, [v6]:port) is ignored; a bare IPv6 literal is kept whole.
+        let entry = match entry.split_once(']') {
+            Some((v6, _)) => v6,
+            None if entry.matches(':').count() == 1 => entry.split(':').next().unwrap_or(entry),
+            None => entry,
+        };
+        let entry = entry.trim_end_matches('.').to_ascii_lowercase();
+        if let Some(suffix) = entry.strip_prefix("*.").or_else(|| entry.strip_prefix('.')) {
+            return host.ends_with(&format!(".{suffix}"));
+        }
+        host == entry || host.ends_with(&format!(".{entry}"))
+    })
 }
 
 /// What every upload request carries besides the profile, and how it connects.
@@ -238,7 +300,7 @@ impl Client {
             request = request.header("Connect-Protocol-Version", "1");
         }
         for h in &self.settings.headers {
-            request = request.header(h.name.as_str(), h.value.expose());
+            request = request.header(h.name.as_str(), h.value()?.expose());
         }
         if let Some(tenant) = &self.settings.tenant {
             request = request.header(TENANT_HEADER, tenant.as_str());
@@ -412,6 +474,39 @@ mod tests {
         assert!(matches!(e, UploadError::Network(_)) && !e.to_string().contains('\x1b'), "{e}");
         let e = post(Answer::Bytes(b"garbage\r\n\r\n")).unwrap_err();
         assert!(matches!(e, UploadError::Network(_)), "{e}");
+    }
+
+    /// Issue #28 item 8: the proxy is chosen by the URL's scheme; NO_PROXY is honoured.
+    #[test]
+    fn upload_proxy_by_scheme() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| move |name: &str| {
+            pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+        };
+        let https = Endpoint::parse("https://pyroscope.example.com").unwrap();
+        let http = Endpoint::parse("http://collector.internal:4318").unwrap();
+        let only_https = env(&[("HTTPS_PROXY", "http://tls-proxy:3128")]);
+        assert_eq!(proxy_from(&https, &only_https).map(|p| p.host().to_string()).as_deref(), Some("tls-proxy"));
+        assert!(proxy_from(&http, &only_https).is_none(), "an https proxy is not used for http://");
+        let only_http = env(&[("http_proxy", "http://plain-proxy:8080")]);
+        assert!(proxy_from(&https, &only_http).is_none(), "an http proxy is not used for https://");
+        assert_eq!(proxy_from(&http, &only_http).map(|p| p.port()), Some(8080));
+        let all = env(&[("ALL_PROXY", "http://all:1"), ("https_proxy", "http://tls:2"), ("NO_PROXY", ".internal, localhost")]);
+        assert_eq!(proxy_from(&https, &all).map(|p| p.port()), Some(2), "the scheme's own variable first");
+        assert!(proxy_from(&http, &all).is_none(), "no_proxy names collector.internal");
+        for (list, host, matches) in [
+            ("*", "a.b", true),
+            ("example.com", "example.com", true),
+            ("example.com", "api.example.com", true),
+            ("example.com", "badexample.com", false),
+            (".example.com", "example.com", false),
+            ("*.example.com:443", "x.example.com", true),
+            ("127.0.0.1", "127.0.0.1", true),
+            ("[::1]:8080", "::1", true),
+            ("::1", "::1", true),
+            ("10.0.0.1", "10.0.0.12", false),
+        ] {
+            assert_eq!(no_proxy_matches(list, host), matches, "{list:?} {host:?}");
+        }
     }
 
     #[test]
