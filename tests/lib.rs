@@ -968,24 +968,7 @@ impl RecordRun {
     /// perf-event program through a bpf_link and closes the perf event's own fd), i.e. until
     /// sampling has begun. Returns whether that was seen.
     pub fn wait_until_sampling(&self, timeout: Duration) -> bool {
-        let fd_dir = PathBuf::from(format!("/proc/{}/fd", self.pid()));
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            let Ok(entries) = fs::read_dir(&fd_dir) else {
-                return false;
-            };
-            let open = entries.filter_map(|e| e.ok()).any(|e| {
-                fs::read_link(e.path()).is_ok_and(|t| {
-                    let t = t.to_string_lossy();
-                    t.contains("[perf_event]") || t.contains("bpf_link")
-                })
-            });
-            if open {
-                return true;
-            }
-            thread::sleep(Duration::from_millis(50));
-        }
-        false
+        sampling_began(self.pid(), timeout)
     }
 
     /// Waits (up to `timeout`) until pyperch holds the BPF link of its scheduler-switch
@@ -1523,6 +1506,40 @@ pub fn nspid_of(pid: u32) -> Vec<u32> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Waits until `pid` (a pyperch) holds a perf event or a BPF link: sampling has begun.
+pub fn sampling_began(pid: u32, timeout: Duration) -> bool {
+    let fd_dir = PathBuf::from(format!("/proc/{pid}/fd"));
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        let Ok(entries) = fs::read_dir(&fd_dir) else {
+            return false;
+        };
+        let open = entries.filter_map(|e| e.ok()).any(|e| {
+            fs::read_link(e.path()).is_ok_and(|t| {
+                let t = t.to_string_lossy();
+                t.contains("[perf_event]") || t.contains("bpf_link")
+            })
+        });
+        if open {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// Polls `VmHWM` of `pid` every 20 ms until `done`; the highest value seen, in kB.
+pub fn watch_peak_rss(pid: u32, done: std::sync::Arc<std::sync::atomic::AtomicBool>) -> thread::JoinHandle<u64> {
+    thread::spawn(move || {
+        let mut peak = 0;
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            peak = peak.max(status_kb(pid, "VmHWM").unwrap_or(0));
+            thread::sleep(Duration::from_millis(20));
+        }
+        peak.max(status_kb(pid, "VmHWM").unwrap_or(0))
+    })
 }
 
 /// A `VmHWM:`/`VmRSS:`-style line of /proc/PID/status, in kB.

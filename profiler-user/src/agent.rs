@@ -76,15 +76,8 @@ pub struct UploadOptions {
     pub api: Api,
     /// A PEM bundle added to the system's CAs (for both destinations: not a secret).
     pub ca_file: Option<std::path::PathBuf>,
-    /// `--upload-url`'s credentials (`--upload-user`... `--tenant-id`).
-    pub user: Option<String>,
-    pub password_file: Option<std::path::PathBuf>,
-    pub token_file: Option<std::path::PathBuf>,
-    pub tenant_id: Option<String>,
-    /// `Name: value` texts.
-    pub headers: Vec<String>,
-    /// `NAME=FILE` texts (`--upload-header-file`).
-    pub header_files: Vec<String>,
+    /// `--upload-url`'s credentials (`--upload-user`... `--tenant-id`, `--upload-header*`).
+    pub credentials: EndpointCredentials,
     /// `--otlp-endpoint`'s own credentials (`--otlp-user`...): never `--upload-url`'s.
     pub otlp: EndpointCredentials,
     /// `--allow-insecure-http`: credentials may go to an `http://` URL.
@@ -102,20 +95,6 @@ pub struct EndpointCredentials {
     pub headers: Vec<String>,
     /// `NAME=FILE` texts.
     pub header_files: Vec<String>,
-}
-
-impl UploadOptions {
-    /// `--upload-url`'s credentials.
-    fn upload_credentials(&self) -> EndpointCredentials {
-        EndpointCredentials {
-            user: self.user.clone(),
-            password_file: self.password_file.clone(),
-            token_file: self.token_file.clone(),
-            tenant_id: self.tenant_id.clone(),
-            headers: self.headers.clone(),
-            header_files: self.header_files.clone(),
-        }
-    }
 }
 
 /// The client settings of one destination (`endpoint`, named by `flag` in errors, with the
@@ -210,7 +189,7 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     // Each destination has its own credentials, headers and proxy.
     let upload_settings = endpoint
         .as_ref()
-        .map(|e| client_settings(&options.upload, &options.upload.upload_credentials(), Flags::UPLOAD, "--upload-url", e))
+        .map(|e| client_settings(&options.upload, &options.upload.credentials, Flags::UPLOAD, "--upload-url", e))
         .transpose()?;
     let otlp_settings = otlp_endpoint
         .as_ref()

@@ -629,12 +629,14 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 upload: UploadOptions {
                     api: args.upload_api,
                     ca_file: args.upload_ca_file,
-                    user: args.upload_user,
-                    password_file: args.upload_password_file,
-                    token_file: args.upload_token_file,
-                    tenant_id: args.tenant_id,
-                    headers: args.upload_headers,
-                    header_files: args.upload_header_files,
+                    credentials: agent::EndpointCredentials {
+                        user: args.upload_user,
+                        password_file: args.upload_password_file,
+                        token_file: args.upload_token_file,
+                        tenant_id: args.tenant_id,
+                        headers: args.upload_headers,
+                        header_files: args.upload_header_files,
+                    },
                     otlp: agent::EndpointCredentials {
                         user: args.otlp_user,
                         password_file: args.otlp_password_file,

@@ -8,9 +8,8 @@ use std::fs::{self, File};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use pyperch_tests::*;
@@ -135,27 +134,6 @@ fn start_mappers(dir: &Path, files: &[PathBuf]) -> Option<Mappers> {
     Some(mappers)
 }
 
-/// `VmHWM` of `pid`, in KiB.
-fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
-    line.trim().trim_end_matches("kB").trim().parse().ok()
-}
-
-/// Polls `VmHWM` of `pid` until `done`; the last value seen.
-fn watch_rss(pid: u32, done: Arc<AtomicBool>) -> thread::JoinHandle<u64> {
-    let peak = Arc::new(AtomicU64::new(0));
-    thread::spawn(move || {
-        while !done.load(Ordering::Relaxed) {
-            if let Some(kib) = peak_rss_kib(pid) {
-                peak.fetch_max(kib, Ordering::Relaxed);
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        peak.load(Ordering::Relaxed)
-    })
-}
-
 /// User + system CPU time of `pid`, in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("workload stat");
@@ -190,7 +168,7 @@ fn hostile_sparse_elf_files_cost_neither_memory_nor_time() {
     cmd.arg("list");
     let running = Running::start(cmd).expect("start pyperch list");
     let done = Arc::new(AtomicBool::new(false));
-    let watcher = watch_rss(running.pid(), done.clone());
+    let watcher = watch_peak_rss(running.pid(), done.clone());
     let list = running.finish(Duration::from_secs(60));
     done.store(true, Ordering::Relaxed);
     let list_peak = watcher.join().expect("watcher");
@@ -205,7 +183,7 @@ fn hostile_sparse_elf_files_cost_neither_memory_nor_time() {
     // sampling noise and perf's frequency ramp-up stay well inside the 10 % margin.
     let run = RecordRun::start(&["--duration", "4", "--rate", "199"]);
     let done = Arc::new(AtomicBool::new(false));
-    let watcher = watch_rss(run.pid(), done.clone());
+    let watcher = watch_peak_rss(run.pid(), done.clone());
     let sampling = run.wait_until_sampling(Duration::from_secs(30));
     let (started, ticks_before) = (Instant::now(), cpu_ticks(benign.pid));
     let rec = run.finish();

@@ -331,6 +331,13 @@ impl Drop for RemoveOnDrop {
 /// files hangs in the kernel. Returns the server workload, the mapper's pid and what kills
 /// both; `None` (skipped) without root, /dev/fuse, a host python or gcc.
 fn stalled_fuse(scratch: &Scratch, count: usize) -> Option<(Workload, u32, KillPids)> {
+    let py = fuse_server_python()?;
+    let mapper = compile("map_hold", &scratch.0, &[])?;
+    Some(stalled_fuse_running(&py, scratch, count, &[mapper.to_string_lossy().into_owned()]))
+}
+
+/// Root, /dev/fuse and a host python for the FUSE server; `None` (skipped) otherwise.
+fn fuse_server_python() -> Option<Python> {
     if !is_root() {
         skip("needs root");
         return None;
@@ -339,27 +346,35 @@ fn stalled_fuse(scratch: &Scratch, count: usize) -> Option<(Workload, u32, KillP
         skip("/dev/fuse does not exist on this machine: the FUSE case cannot be tested");
         return None;
     }
-    let Some(py) = first_python(&HOST_PYTHONS) else {
+    let py = first_python(&HOST_PYTHONS);
+    if py.is_none() {
         skip("no host python to run the FUSE server");
-        return None;
-    };
-    let mapper = compile("map_hold", &scratch.0, &[])?;
+    }
+    py
+}
+
+/// [`stalled_fuse`] with `command` (the files' paths appended) as the process that maps them.
+fn stalled_fuse_running(py: &Python, scratch: &Scratch, count: usize, command: &[String]) -> (Workload, u32, KillPids) {
     let mnt = scratch.path("mnt");
     fs::create_dir_all(&mnt).expect("mkdir");
-    let mut args = vec![mnt.to_string_lossy().into_owned(), format!("65536:{count}"), mapper.to_string_lossy().into_owned()];
+    let mut args = vec![mnt.to_string_lossy().into_owned(), format!("65536:{count}")];
+    args.extend_from_slice(command);
     for i in 0..count {
         let name = if i == 0 { "lib.so".to_string() } else { format!("lib{i}.so") };
         args.push(mnt.join(name).to_string_lossy().into_owned());
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let server = Workload::spawn(&py, "fuse_stall.py", &args).unwrap_or_else(|e| panic!("{e:#}"));
+    let server = Workload::spawn(py, "fuse_stall.py", &args).unwrap_or_else(|e| panic!("{e:#}"));
     let fields = server.ready_fields();
     let pid_of = |k: &str| fields.get(k).and_then(|v| v.parse::<u32>().ok()).unwrap_or_else(|| panic!("{k}= in {fields:?}"));
     let (server_pid, mapper_pid) = (pid_of("server"), pid_of("mapper"));
+    // From now on, nobody answers. Requests stay queued, so a waiter can still be killed;
+    // a server that reads a request and never answers would leave the waiting thread
+    // unkillable (and pyperch unable to exit): that case is not covered here.
     // SAFETY: kill(2) of the server our workload forked.
     unsafe { libc::kill(server_pid as libc::pid_t, libc::SIGSTOP) };
     note(format!("{count} files of a FUSE server mapped by pid {mapper_pid}; the server is stopped (SIGSTOP)"));
-    Some((server, mapper_pid, KillPids(vec![server_pid, mapper_pid])))
+    (server, mapper_pid, KillPids(vec![server_pid, mapper_pid]))
 }
 
 /// Starts an endless recording, sends SIGTERM once it samples (plus a second), and checks
@@ -738,51 +753,8 @@ mod hostile_hosts {
     /// per-file budget, count it, and go on sampling and exit on time.
     #[test]
     fn fuse_server_that_never_answers() {
-        if !is_root() {
-            skip("needs root");
-            return;
-        }
-        if !Path::new("/dev/fuse").exists() {
-            skip("/dev/fuse does not exist on this machine: the FUSE case cannot be tested");
-            return;
-        }
-        let Some(py) = first_python(&HOST_PYTHONS) else {
-            skip("no host python to run the FUSE server");
-            return;
-        };
         let scratch = Scratch::new("fuse");
-        let Some(mapper) = compile("map_hold", &scratch.0, &[]) else {
-            return;
-        };
-        let mnt = scratch.path("mnt");
-        fs::create_dir_all(&mnt).expect("mkdir");
-        let lib = mnt.join("lib.so");
-        let server = Workload::spawn(
-            &py,
-            "fuse_stall.py",
-            &[
-                &mnt.to_string_lossy(),
-                "65536",
-                &mapper.to_string_lossy(),
-                &lib.to_string_lossy(),
-            ],
-        )
-        .unwrap_or_else(|e| panic!("{e:#}"));
-        let fields = server.ready_fields();
-        let pid_of = |k: &str| {
-            fields
-                .get(k)
-                .and_then(|v| v.parse::<u32>().ok())
-                .unwrap_or_else(|| panic!("{k}= in {fields:?}"))
-        };
-        let (server_pid, mapper_pid) = (pid_of("server"), pid_of("mapper"));
-        // From now on, nobody answers. Requests stay queued, so a waiter can still be killed;
-        // a server that reads a request and never answers would leave the waiting thread
-        // unkillable (and pyperch unable to exit): that case is not covered here.
-        note("the FUSE server is stopped (SIGSTOP): requests stay queued and unanswered");
-        // SAFETY: kill(2) of the server our workload forked.
-        unsafe { libc::kill(server_pid as libc::pid_t, libc::SIGSTOP) };
-        let cleanup = KillPids(vec![server_pid, mapper_pid]);
+        let Some((server, _mapper, cleanup)) = stalled_fuse(&scratch, 1) else { return };
         let Some(mut benign) = benign() else { return };
 
         let checked = record_beside(&benign, LEAF, "FUSE");
@@ -811,18 +783,7 @@ mod hostile_hosts {
     /// bystander keeps its samples, the recording ends on time and SIGTERM is answered.
     #[test]
     fn qualname_in_a_page_whose_server_never_answers() {
-        if !is_root() {
-            skip("needs root");
-            return;
-        }
-        if !Path::new("/dev/fuse").exists() {
-            skip("/dev/fuse does not exist on this machine: the FUSE case cannot be tested");
-            return;
-        }
-        let Some(py) = first_python(&HOST_PYTHONS) else {
-            skip("no host python to run the FUSE server and the forger");
-            return;
-        };
+        let Some(py) = fuse_server_python() else { return };
         let scratch = Scratch::new("fuse-qualname");
         let Some(gcc) = find_program("gcc") else {
             skip("gcc is not installed (cargo xtask test installs it)");
@@ -836,38 +797,15 @@ mod hostile_hosts {
                 .arg(workload_source("forged_spin.c")),
             "gcc forged_spin.c",
         );
-        let mnt = scratch.path("mnt");
-        fs::create_dir_all(&mnt).expect("mkdir");
-        let file = mnt.join("lib.so");
-        let exe = py.exe.to_string_lossy().into_owned();
-        let forger = workload_source("forged_memory.py");
-        let server = Workload::spawn(
-            &py,
-            "fuse_stall.py",
-            &[
-                &mnt.to_string_lossy(),
-                "65536",
-                &exe,
-                &forger.to_string_lossy(),
-                &lib.to_string_lossy(),
-                "qualname_stalled_page",
-                "60",
-                &file.to_string_lossy(),
-            ],
-        )
-        .unwrap_or_else(|e| panic!("{e:#}"));
-        let fields = server.ready_fields();
-        let pid_of = |k: &str| {
-            fields
-                .get(k)
-                .and_then(|v| v.parse::<u32>().ok())
-                .unwrap_or_else(|| panic!("{k}= in {fields:?}"))
-        };
-        let (server_pid, forger_pid) = (pid_of("server"), pid_of("mapper"));
-        // The forger waits 3 s after mapping before it forges: the server is stopped first.
-        // SAFETY: kill(2) of the server our workload forked.
-        unsafe { libc::kill(server_pid as libc::pid_t, libc::SIGSTOP) };
-        let cleanup = KillPids(vec![server_pid, forger_pid]);
+        // The forger maps the file and waits 3 s before it forges: the server is stopped first.
+        let forger = [
+            py.exe.to_string_lossy().into_owned(),
+            workload_source("forged_memory.py").to_string_lossy().into_owned(),
+            lib.to_string_lossy().into_owned(),
+            "qualname_stalled_page".to_string(),
+            "60".to_string(),
+        ];
+        let (server, forger_pid, cleanup) = stalled_fuse_running(&py, &scratch, 1, &forger);
         let Some(mut benign) = benign() else { return };
         thread::sleep(Duration::from_secs(3));
 

@@ -23,7 +23,7 @@ use std::{
     process::{Command, Stdio},
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, Ordering},
     },
     thread,
     time::{Duration, Instant},
@@ -178,46 +178,6 @@ impl Drop for MemoryCgroup {
     }
 }
 
-/// `VmHWM` of `pid`, in KiB.
-fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
-    line.trim().trim_end_matches("kB").trim().parse().ok()
-}
-
-/// Polls `VmHWM` of `pid` until `done`; the highest value seen.
-fn watch_rss(pid: u32, done: Arc<AtomicBool>) -> thread::JoinHandle<u64> {
-    let peak = Arc::new(AtomicU64::new(0));
-    thread::spawn(move || {
-        while !done.load(Ordering::Relaxed) {
-            if let Some(kib) = peak_rss_kib(pid) {
-                peak.fetch_max(kib, Ordering::Relaxed);
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        peak.load(Ordering::Relaxed)
-    })
-}
-
-/// Waits until `pid` holds a perf event or a BPF link (sampling has begun).
-fn wait_until_sampling(pid: u32, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        let Ok(entries) = fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
-        let open = entries.filter_map(|e| e.ok()).any(|e| {
-            fs::read_link(e.path()).is_ok_and(|t| {
-                let t = t.to_string_lossy();
-                t.contains("[perf_event]") || t.contains("bpf_link")
-            })
-        });
-        if open {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
-    false
-}
-
 /// User + system CPU time of `pid`, in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("workload stat");
@@ -274,8 +234,8 @@ fn native_sparse_symtab_in_a_512_mib_memory_cgroup() {
     let running = Running::start(cmd).expect("start pyperch in the cgroup");
     let pid = running.pid();
     let done = Arc::new(AtomicBool::new(false));
-    let watcher = watch_rss(pid, done.clone());
-    let sampling = wait_until_sampling(pid, Duration::from_secs(60));
+    let watcher = watch_peak_rss(pid, done.clone());
+    let sampling = sampling_began(pid, Duration::from_secs(60));
     // The bystander's CPU share while sampled (as hostile_hosts.rs measures it: over the
     // sampling period but for its last half second, in which the recording may be ending).
     let (started, ticks_before) = (Instant::now(), cpu_ticks(bystander.pid));
