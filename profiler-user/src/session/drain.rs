@@ -88,7 +88,12 @@ impl Shared {
     /// The worker wants the ring buffer drained often until `until`.
     pub(crate) fn busy_until(&self, until: Instant) {
         let ms = until.saturating_duration_since(self.started).as_millis() as u64;
-        self.busy_until_ms.fetch_max(ms, Ordering::Relaxed);
+        let before = self.busy_until_ms.fetch_max(ms, Ordering::Relaxed);
+        // The drain thread may be in a beat-long wait: it drains now and every busy interval
+        // from here (a launched program's first imports, code objects churning).
+        if before < self.started.elapsed().as_millis() as u64 {
+            self.wake.notify_one();
+        }
     }
 
     fn busy(&self) -> bool {
@@ -294,7 +299,7 @@ async fn drain_loop(
                 on_signal(shared, signalled, LoopEnd::Terminated);
                 (ended, signalled) = (true, true);
             }
-            _ = shared.wake.notified() => {}
+            _ = shared.wake.notified() => move_records(shared, ring.get_mut()),
         }
         if shared.final_drain.load(Ordering::Acquire) {
             move_records(shared, ring.get_mut());

@@ -703,6 +703,27 @@ impl Target {
         }
     }
 
+    /// Whether the object at `address` still looks alive as a code object after its fields
+    /// and strings were read. A code object freed meanwhile keeps its validation word (freed
+    /// memory is not cleared) while its name may already be another object's memory; but the
+    /// allocator writes its free-list links over the object's head: glibc's over the type
+    /// word, pymalloc's over the reference count (where a live object holds a count, never
+    /// an address).
+    fn still_a_code_object(&self, address: u64) -> bool {
+        let objects = &self.process.layout.objects;
+        let Ok(ob_type) = self.mem.read_u64(address.wrapping_add(u64::from(objects.ob_type))) else { return false };
+        if ob_type != self.process.code_type_address {
+            return false;
+        }
+        // With the default object head (the count at 0, the type at 8); free-threaded builds
+        // keep other words there.
+        if objects.ob_type == 8 {
+            let Ok(count) = self.mem.read_u64(address) else { return false };
+            return count != 0 && count < 1 << 40;
+        }
+        true
+    }
+
     /// The frame's code object, from the cache when its validation word matches `expected`
     /// (the kernel's), else read again; an error when what is in memory now is not what the
     /// kernel saw.
@@ -728,7 +749,7 @@ impl Target {
         let info = symbolize::read_code(&self.mem, &self.process.layout, &types, address)
             .map_err(|_: SymbolError| FrameError::BadCode)?;
         let after = read_code_check(&self.mem, &self.kernel_frame, entry);
-        if after != before {
+        if after != before || !self.still_a_code_object(address) {
             return Err(FrameError::Changed);
         }
         let code = Arc::new(CodeEntry { info, check: after });
