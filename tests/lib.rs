@@ -1508,6 +1508,18 @@ pub fn nspid_of(pid: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// User + system CPU time of a live workload `pid`, in clock ticks (panics once it is gone).
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("workload stat");
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("comm") + 2..].split(' ').collect();
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+}
+
+pub fn clock_ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }) as f64
+}
+
 /// Waits until `pid` (a pyperch) holds a perf event or a BPF link: sampling has begun.
 pub fn sampling_began(pid: u32, timeout: Duration) -> bool {
     let fd_dir = PathBuf::from(format!("/proc/{pid}/fd"));

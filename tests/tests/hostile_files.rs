@@ -134,18 +134,6 @@ fn start_mappers(dir: &Path, files: &[PathBuf]) -> Option<Mappers> {
     Some(mappers)
 }
 
-/// User + system CPU time of `pid`, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("workload stat");
-    let fields: Vec<&str> = stat[stat.rfind(')').expect("comm") + 2..].split(' ').collect();
-    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
-}
-
-fn clock_ticks_per_second() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }) as f64
-}
-
 #[test]
 fn hostile_sparse_elf_files_cost_neither_memory_nor_time() {
     if !is_root() {
