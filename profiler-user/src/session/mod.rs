@@ -600,22 +600,12 @@ impl Session {
 
     /// Off-CPU records one after the other (a CPU's batch); a batch that ends inside a
     /// record is counted malformed from there.
-    pub(crate) fn on_off_cpu_records(&mut self, mut bytes: &[u8]) {
-        while !bytes.is_empty() {
-            if bytes.len() < SAMPLE_HEADER_SIZE {
-                self.malformed_records += 1;
-                return;
+    pub(crate) fn on_off_cpu_records(&mut self, bytes: &[u8]) {
+        for record in off_cpu::OffCpuRecords::new(bytes) {
+            match record {
+                Ok((_, record)) => self.on_record(record),
+                Err(off_cpu::MalformedBatch) => self.malformed_records += 1,
             }
-            // SAFETY: as in `on_ring_item`.
-            let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
-            let len = profiler_common::off_cpu_record_len(header.n_full);
-            if header.kind != record_kind::OFF_CPU || bytes.len() < len {
-                self.malformed_records += 1;
-                return;
-            }
-            let (record, rest) = bytes.split_at(len);
-            self.on_record(record);
-            bytes = rest;
         }
     }
 

@@ -21,12 +21,13 @@ use crate::time_mode::{OFF_CPU_SHORT, off_cpu_leaf};
 /// How far pending off-CPU intervals were charged before their records arrived.
 ///
 /// Keyed by (tid, `switched_out_ns`): a thread's next interval starts at another time, so a
-/// part never applies to another interval. An entry is removed when its record arrives; one
-/// whose record never comes (the kernel lost the kept stack and summed the interval as short
-/// time) is dropped once its interval is no longer pending and two more periods have passed
-/// (time for a record still in its CPU's batch, or in the ring buffer, to be read: a batch
-/// waits `OFF_CPU_BATCH_AGE_NS` or a sampling period at most, but the interval may end just
-/// before a period's end), so the map holds at most the pending intervals of three periods.
+/// part never applies to another interval. An entry is removed when its record arrives. It
+/// is kept while its interval is *live*: pending, or ended with its record still in a CPU's
+/// batch (with per-task events a batch waits for the next switch on its CPU, which may be
+/// the end of the run). One whose record never comes (the kernel lost the kept stack and
+/// summed the interval as short time) is dropped two periods after it was last live (time
+/// for a record in the ring buffer to be read), so the map holds at most the live intervals
+/// of three periods.
 #[derive(Debug, Default)]
 pub(crate) struct ChargedParts {
     /// (tid, switched out at) → (charged up to, `periods` when last charged).
@@ -58,10 +59,17 @@ impl ChargedParts {
         self.parts.remove(&(tid, switched_out_ns));
     }
 
-    /// Ends a period in which `pending` are the intervals still pending.
-    fn end_period(&mut self, pending: &HashSet<(u32, u64)>) {
+    /// Ends a period in which `live` are the intervals still pending or whose records are
+    /// still in a CPU's batch.
+    fn end_period(&mut self, live: &HashSet<(u32, u64)>) {
         let periods = self.periods;
-        self.parts.retain(|key, &mut (_, at)| pending.contains(key) || at + 1 >= periods);
+        self.parts.retain(|key, (_, at)| {
+            if live.contains(key) {
+                // As if charged in the next period: two more periods' ends keep it.
+                *at = periods + 1;
+            }
+            *at + 1 >= periods
+        });
         self.periods += 1;
     }
 
@@ -107,6 +115,17 @@ impl Session {
             if let (Some(bytes), true) = (record, still) {
                 if self.charge_kept_record(tid, &state, bytes, now_ns, now_ns - from, 0) {
                     self.charged.note(tid, out, now_ns);
+                }
+            }
+        }
+        // An interval that ended since is live while its record waits in its CPU's batch:
+        // read after the pending ones, so an interval that ended in between is seen here or
+        // is in the ring buffer already.
+        for batch in self.kernel.unsent_off_cpu_batches() {
+            for record in OffCpuRecords::new(&batch) {
+                let Ok(record) = record else { break };
+                if let Some(interval) = super::off_cpu_trailer(&record.0, &record.1[SAMPLE_HEADER_SIZE..]) {
+                    live.insert((record.0.tid, interval.switched_out_ns));
                 }
             }
         }
@@ -287,6 +306,46 @@ impl Session {
     }
 }
 
+/// The whole off-CPU records one after another in a batch (`OffCpuBatch::bytes`), each as
+/// its header and its bytes (header included); ends at the first record that is malformed
+/// (`Err`, once).
+pub(crate) struct OffCpuRecords<'a> {
+    bytes: &'a [u8],
+}
+
+/// A batch held bytes that are not a whole off-CPU record.
+#[derive(Debug)]
+pub(crate) struct MalformedBatch;
+
+impl<'a> OffCpuRecords<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        OffCpuRecords { bytes }
+    }
+}
+
+impl<'a> Iterator for OffCpuRecords<'a> {
+    type Item = Result<(SampleHeader, &'a [u8]), MalformedBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.bytes.is_empty() {
+            return None;
+        }
+        let bytes = std::mem::take(&mut self.bytes);
+        if bytes.len() < SAMPLE_HEADER_SIZE {
+            return Some(Err(MalformedBatch));
+        }
+        // SAFETY: at least SAMPLE_HEADER_SIZE bytes; SampleHeader is plain data.
+        let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
+        let len = profiler_common::off_cpu_record_len(header.n_full);
+        if header.kind != record_kind::OFF_CPU || bytes.len() < len {
+            return Some(Err(MalformedBatch));
+        }
+        let (record, rest) = bytes.split_at(len);
+        self.bytes = rest;
+        Some(Ok((header, record)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,5 +379,25 @@ mod tests {
         c.end_period(&pending);
         assert_eq!(c.len(), 1, "thread 2's part is dropped, thread 1's still pending");
         assert_eq!(c.charged_until(1, 10), 20);
+    }
+
+    /// A record that waits in its CPU's batch for many periods (per-task events, nothing
+    /// else switching on that CPU) keeps its part: charged whole again at the end otherwise.
+    #[test]
+    fn parts_whose_record_waits_in_a_batch_are_kept() {
+        let mut c = ChargedParts::default();
+        c.note(1, 10, 20);
+        let in_batch: HashSet<(u32, u64)> = [(1, 10)].into_iter().collect();
+        for _ in 0..10 {
+            c.end_period(&in_batch);
+        }
+        c.end_period(&HashSet::new());
+        c.end_period(&HashSet::new());
+        assert_eq!(c.remaining(1, 10, 100), 90, "the part charged before is not charged again");
+        c.note(2, 10, 20);
+        c.end_period(&in_batch);
+        c.end_period(&HashSet::new());
+        c.end_period(&HashSet::new());
+        assert_eq!(c.len(), 0, "two periods after it was last live, a part is dropped");
     }
 }
