@@ -972,9 +972,11 @@ impl RecordRun {
     }
 
     /// Waits (up to `timeout`) until pyperch holds the BPF link of its scheduler-switch
-    /// program (`tp_name: sched_switch` in the link's fdinfo), which `--mode wall/off-cpu`
-    /// attach last, after the processes named with `--pid` are registered: from then on every
-    /// switch of theirs is seen. Returns whether that was seen.
+    /// program (`tp_name: sched_switch` in the link's fdinfo) and runs its drain thread
+    /// (`pyperch-drain`). `--mode wall/off-cpu` attach that program before the privilege drop,
+    /// and the processes named with `--pid` are registered after it (the kernel watches a
+    /// process from its registration); the drain thread starts once they are: from then on
+    /// every switch of theirs is seen. Returns whether both were seen.
     pub fn wait_until_switch_hooked(&self, timeout: Duration) -> bool {
         let pid = self.pid();
         let deadline = Instant::now() + timeout;
@@ -987,7 +989,7 @@ impl RecordRun {
                     && fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", e.file_name().to_string_lossy()))
                         .is_ok_and(|info| info.lines().any(|l| l.split_whitespace().eq(["tp_name:", "sched_switch"])))
             });
-            if hooked {
+            if hooked && has_thread_named(pid, "pyperch-drain") {
                 return true;
             }
             thread::sleep(Duration::from_millis(20));
@@ -1518,6 +1520,12 @@ pub fn cpu_ticks(pid: u32) -> u64 {
 pub fn clock_ticks_per_second() -> f64 {
     // SAFETY: sysconf has no preconditions.
     (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }) as f64
+}
+
+/// Whether process `pid` has a thread whose name (`comm`) is `name`.
+pub fn has_thread_named(pid: u32, name: &str) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.filter_map(|t| t.ok()).any(|t| fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name))
 }
 
 /// Waits until `pid` (a pyperch) holds a perf event or a BPF link: sampling has begun.

@@ -222,21 +222,17 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         session.set_native(crate::native::NativeContext::new(options.native, kallsyms));
     }
     session.kernel.attach(options.rate)?;
-    // Every registered process is watched from here on: the time of threads already
-    // switched out is charged from here, in each interval (`blocked_at_start`).
-    let mut watched_since = None;
+    // Every registered process is watched from then on; the waits of threads already
+    // switched out at their registration are charged from then (`read_blocked_threads`).
     if options.time.mode.off_cpu() {
         session.kernel.attach_off_cpu()?;
-        watched_since = Some(crate::loader::monotonic_ns());
     }
     // Attached: keep only what sampling needs, before the uploader's thread starts.
     crate::privileges::drop_after_attach(&crate::privileges::Keep::default())?;
     for p in inspect_pids(&options.pids, &options.filter)? {
         session.add_process(p)?;
     }
-    if let Some(since) = watched_since {
-        session.read_blocked_threads(since);
-    }
+    session.read_blocked_threads();
     let endpoint_text = [(endpoint.as_ref(), upload_settings.as_ref()), (otlp_endpoint.as_ref(), otlp_settings.as_ref())]
         .into_iter()
         .filter_map(|(e, s)| {

@@ -159,12 +159,10 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     } else if !launch_only {
         session.kernel.attach(options.rate)?;
     }
-    // Every registered process is watched from here on: the time of threads already
-    // switched out is charged from here (`blocked_at_start`).
-    let mut watched_since = None;
+    // Every registered process is watched from then on; the waits of threads already
+    // switched out at their registration are charged from then (`read_blocked_threads`).
     if options.time.mode.off_cpu() {
         session.kernel.attach_off_cpu()?;
-        watched_since = Some(crate::loader::monotonic_ns());
     }
 
     let mut child = None;
@@ -221,9 +219,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     for p in initial {
         session.add_process(p)?;
     }
-    if let Some(since) = watched_since {
-        session.read_blocked_threads(since);
-    }
+    session.read_blocked_threads();
 
     let started = Instant::now();
     let start_time = SystemTime::now();

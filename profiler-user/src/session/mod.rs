@@ -90,21 +90,23 @@ impl Scope {
 /// samples keep their plain stacks, counted). Not registered again if it exited meanwhile
 /// (`target::register`).
 fn register_running_task(kernel: &KernelProgram, target: &mut Target, to_index: &mut Vec<(u32, u64, AsyncReader)>) {
-    let Some((offset, tasks, reader)) = target.async_registration_due() else { return };
-    // The registration's own info, with the task fields: nothing is read from the target here
-    // (this runs on the thread that drains the ring buffer).
-    let info = target.registered;
-    {
-        let tasks = match kernel.walk() {
-            crate::loader::Walk::BpfLoop => tasks.unwrap_or_default(),
-            crate::loader::Walk::Bounded => Default::default(),
-        };
-        if tasks.task_read != 0 {
-            to_index.push((target.process.pid, target.process.start_time, reader));
-        }
-        let info = profiler_common::ProcessInfo { running_task: offset, tasks, ..info };
+    if let Some(info) = with_running_task(kernel, target, to_index) {
         let _ = target::register(&kernel.registry(), &target.process, &info);
     }
+}
+
+/// The target's registration with the task fields, once its asyncio reader exists and it
+/// was not registered so yet (`None` otherwise). Nothing is read from the target here.
+fn with_running_task(kernel: &KernelProgram, target: &mut Target, to_index: &mut Vec<(u32, u64, AsyncReader)>) -> Option<profiler_common::ProcessInfo> {
+    let (offset, tasks, reader) = target.async_registration_due()?;
+    let tasks = match kernel.walk() {
+        crate::loader::Walk::BpfLoop => tasks.unwrap_or_default(),
+        crate::loader::Walk::Bounded => Default::default(),
+    };
+    if tasks.task_read != 0 {
+        to_index.push((target.process.pid, target.process.start_time, reader));
+    }
+    Some(profiler_common::ProcessInfo { running_task: offset, tasks, ..target.registered })
 }
 
 /// Whether `pid` or one of its first 64 ancestors is a root (init is never one).
@@ -271,13 +273,18 @@ impl Session {
     }
 
     /// In the off-CPU modes, starts reading the stacks of the threads of every registered
-    /// process, which the kernel watches since `registered_ns`, for the waits that began
-    /// before (see `blocked_at_start`). Python frames only: not with native user frames
+    /// process, for the waits that began before the kernel watched it (see
+    /// `blocked_at_start`). Called once the processes given at the start are registered and
+    /// the scheduler-switch program is attached: the kernel has watched them since at least
+    /// now. (Not since the attach: a process is watched from its registration, which follows
+    /// the attach and the privilege drop; a wait charged from the attach would include time
+    /// the thread ran before it blocked.) Python frames only: not with native user frames
     /// (`--native`) or asyncio task stacks; with `--kernel` alone such a wait is shown without
     /// kernel frames (where it blocked was not seen).
     /// Processes that discovery registers from now on are read likewise, from their
     /// registration (`DiscoveryEvent::Registered`).
-    pub(crate) fn read_blocked_threads(&mut self, registered_ns: u64) {
+    pub(crate) fn read_blocked_threads(&mut self) {
+        let registered_ns = crate::loader::monotonic_ns();
         let user_native = self.native.as_ref().is_some_and(|n| n.options.stack_bytes != 0);
         if !self.time_mode.off_cpu() || user_native || self.async_stacks {
             return;
@@ -333,28 +340,38 @@ impl Session {
         };
         let label = discoverer::process_label(&process);
         let exe_link = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-        if !target::register(&self.kernel.registry(), &process, &info)? {
+        let mut target = self.new_target(process, exe_link, generation, info);
+        // With --async, the asyncio reader is made before the first registration, so that no
+        // sample is taken without the running task (which would keep its plain stack).
+        let mut to_index = Vec::new();
+        let mut registration = info;
+        if self.async_stacks {
+            target.resolve_async_now(INSPECT_BUDGET);
+            registration = with_running_task(&self.kernel, &mut target, &mut to_index).unwrap_or(info);
+        }
+        if !target::register(&self.kernel.registry(), &target.process, &registration)? {
             return Ok(false);
         }
-        self.add_target(process, exe_link, label, generation, info);
-        if self.async_stacks {
-            if let Some(target) = self.targets.get_mut(&pid) {
-                target.resolve_async_now(INSPECT_BUDGET);
-                register_running_task(&self.kernel, target, &mut self.to_index);
-            }
-        }
+        self.to_index.extend(to_index);
+        self.insert_target(target, label);
         Ok(true)
     }
 
-    fn add_target(&mut self, process: PythonProcess, exe_link: PathBuf, label: ProcessLabel, generation: u32, info: profiler_common::ProcessInfo) {
-        let pid = process.pid;
-        self.profile.set_process(pid, label);
+    /// A target for `process`, not registered with the kernel yet.
+    fn new_target(&self, process: PythonProcess, exe_link: PathBuf, generation: u32, info: profiler_common::ProcessInfo) -> Target {
         let mut target = Target::new(process, exe_link, generation, info, self.native.clone());
         if self.async_stacks {
             // Registered for task chains once its reader is made: right away for processes
             // given with --pid (`resolve_async_now`), else after a sample (`process_record`).
             target.enable_async();
         }
+        target
+    }
+
+    /// Adds a target registered with the kernel.
+    fn insert_target(&mut self, target: Target, label: ProcessLabel) {
+        let pid = target.process.pid;
+        self.profile.set_process(pid, label);
         if let Some(old) = self.targets.insert(pid, target) {
             self.retire(old);
         }
@@ -419,7 +436,8 @@ impl Session {
             match event {
                 DiscoveryEvent::Added(new) => {
                     let discoverer::NewTarget { process, exe_link, label, generation, info } = *new;
-                    self.add_target(process, exe_link, label, generation, info);
+                    let target = self.new_target(process, exe_link, generation, info);
+                    self.insert_target(target, label);
                 }
                 DiscoveryEvent::Registered { pid, generation, at_ns } => {
                     if let Some(target) = self.targets.get(&pid).filter(|t| t.generation == generation && t.alive) {

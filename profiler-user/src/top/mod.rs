@@ -102,11 +102,10 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
     // The shares are of the session's values: samples, or nanoseconds in the wall and
     // off-CPU modes.
     session.kernel.attach(options.rate)?;
-    // Threads already switched out are charged from here, tick by tick (`blocked_at_start`).
-    let mut watched_since = None;
+    // Every registered process is watched from then on; the waits of threads already
+    // switched out at their registration are charged from then (`read_blocked_threads`).
     if options.time.mode.off_cpu() {
         session.kernel.attach_off_cpu()?;
-        watched_since = Some(crate::loader::monotonic_ns());
     }
     privileges::drop_after_attach(&privileges::Keep::default())?;
     let initial = inspect_pids(&options.pids, &options.filter)?;
@@ -120,9 +119,7 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
     for p in initial {
         session.add_process(p)?;
     }
-    if let Some(since) = watched_since {
-        session.read_blocked_threads(since);
-    }
+    session.read_blocked_threads();
 
     let mut model = Model::new(options.window.max(1) as usize);
     let header = Header {
