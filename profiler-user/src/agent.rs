@@ -16,11 +16,11 @@ use std::{
 use crate::{
     aggregate::{AGENT_INTERVAL_BUDGET, Profile, Timing},
     filter::ProcessFilter,
-    loader::KernelProgram,
+    kernel::loader::KernelProgram,
     output::{self, Format, otlp},
     record::{RecordError, check_rate, inspect_pids, stats_report},
     session::{DISCOVERY_INTERVAL, LoopControl, Scope, Session, run_loop},
-    upload::{
+    export::upload::{
         Api, Auth, ClientSettings, Endpoint, ExtraHeader, Flags, PROFILE_TYPE_CPU, Upload, UploadCounters, Uploader,
         check_tenant_of, proxy_for, push_body, pyroscope_labels, pyroscope_name,
     },
@@ -58,7 +58,7 @@ pub struct AgentOptions {
     /// Which line frames show (`--function`, `--nolineno`).
     pub line_numbers: crate::aggregate::LineNumbers,
     /// Native and kernel frames (`--native`, `--kernel`).
-    pub native: crate::native::NativeOptions,
+    pub native: crate::target::native::NativeOptions,
     /// TLS, credentials, headers and API of the uploads.
     pub upload: UploadOptions,
     /// Whether `--app-name` was given: if not, a process in a pod named by its runtime's
@@ -132,7 +132,7 @@ fn client_settings(
             "{flag} is http://, so its credentials (--{p}-user, --{p}-token-file or --{p}-header) would cross the network unencrypted: use https://, or give --allow-insecure-http if that path is trusted (e.g. a sidecar on localhost)"
         )));
     }
-    let roots = crate::upload::roots(options.ca_file.as_deref()).map_err(|e| upload_error(&e))?;
+    let roots = crate::export::upload::roots(options.ca_file.as_deref()).map_err(|e| upload_error(&e))?;
     let proxy = proxy_for(endpoint);
     let mut about = Vec::new();
     if endpoint.is_https() {
@@ -174,7 +174,7 @@ pub const FINAL_DRAIN: Duration = Duration::from_secs(10);
 
 pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     check_rate(options.rate)?;
-    let upload_error = |e: crate::upload::UploadError| RecordError::Upload(e.to_string());
+    let upload_error = |e: crate::export::upload::UploadError| RecordError::Upload(e.to_string());
     let endpoint =
         options.upload_url.as_deref().map(|url| Endpoint::parse_for(url, options.upload.api)).transpose().map_err(upload_error)?;
     let otlp_endpoint = options
@@ -201,13 +201,13 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     if options.interval < Duration::from_secs(1) {
         return Err(RecordError::Upload("--interval must be at least 1s".into()));
     }
-    crate::loader::preflight()?;
+    crate::kernel::loader::preflight()?;
     // Inspected after the privilege drop, which needs one thread (see `record::check_pids_exist`).
     crate::record::check_pids_exist(&options.pids)?;
     let mut kernel = KernelProgram::load_with(&options.time, options.native)?;
     let ring = kernel.take_ring_buffer()?;
     // Kernel symbols need privileges that are dropped once sampling starts: read them now.
-    let kallsyms = options.native.kernel.then(crate::native::Kallsyms::load).flatten();
+    let kallsyms = options.native.kernel.then(crate::target::native::Kallsyms::load).flatten();
     if options.native.kernel && kallsyms.is_none() {
         eprintln!("pyperch agent: warning: /proc/kallsyms shows no addresses; kernel frames will read <kernel>_[k]");
     }
@@ -219,7 +219,7 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     session.profile.set_budget(AGENT_INTERVAL_BUDGET);
     session.profile.set_line_numbers(options.line_numbers);
     if options.native.any() {
-        session.set_native(crate::native::NativeContext::new(options.native, kallsyms));
+        session.set_native(crate::target::native::NativeContext::new(options.native, kallsyms));
     }
     session.kernel.attach(options.rate)?;
     // Every registered process is watched from then on; the waits of threads already
@@ -270,7 +270,7 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         // The whole interval (frames, stacks) leaves the session here and is freed once
         // encoded; the next interval interns afresh.
         // Waits still going on are charged up to now: each profile holds the time of its period.
-        session.charge_pending_off_cpu(crate::loader::monotonic_ns());
+        session.charge_pending_off_cpu(crate::kernel::loader::monotonic_ns());
         let mut part = session.take_interval();
         // The interval's own drops and losses: the counters run for the agent's whole life.
         let dropped = crate::explain::dropped_samples(&session.totals());

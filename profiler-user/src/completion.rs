@@ -29,7 +29,7 @@ use profiler_common::{
     code_check_needs_strings, code_check_size, code_check_strings, decode_frame, frame_hash,
 };
 
-use crate::{aggregate::FrameId, memory::ProcessMemory};
+use crate::{aggregate::FrameId, target::memory::ProcessMemory};
 
 /// Bytes of cached tails kept per process (see `TailCache::bytes`) before the cache is
 /// emptied.

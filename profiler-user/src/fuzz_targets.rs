@@ -9,9 +9,9 @@ use proptest::prelude::*;
 
 use profiler_common::{MAX_TASK_FRAMES, MAX_TASK_LEVELS, TASK_CHAIN_SIZE, TaskChain, task_chain_status};
 
-use crate::asyncio::{MAX_TASK_NAME_CHARS, chain::Chain};
+use crate::target::asyncio::{MAX_TASK_NAME_CHARS, chain::Chain};
 use crate::fuzzing::config;
-use crate::layout::ObjectLayout;
+use crate::target::layout::ObjectLayout;
 
 /// A task-chain record from arbitrary bytes, with status and counts drawn mostly from the
 /// plausible ranges (so that the consistency checks are passed often, and the walk runs).
@@ -68,13 +68,13 @@ proptest! {
     /// The asyncio debug-offsets section read from a target (`_AsyncioDebug`).
     #[test]
     fn fuzz_asyncio_offsets(bytes in prop::collection::vec(prop_oneof![0u8..64, any::<u8>()], 0..256)) {
-        let _ = crate::asyncio::offsets::decode(&bytes);
+        let _ = crate::target::asyncio::offsets::decode(&bytes);
     }
 
     /// The native part of a sample record (`--native`): the slices returned lie within it.
     #[test]
     fn fuzz_native_trailer(bytes in prop::collection::vec(prop_oneof![0u8..8, any::<u8>()], 0..2048)) {
-        if let Some((_, kernel, user)) = crate::native::parse_native(&bytes) {
+        if let Some((_, kernel, user)) = crate::target::native::parse_native(&bytes) {
             prop_assert!(kernel.len() + user.len() <= bytes.len());
         }
     }
@@ -83,7 +83,7 @@ proptest! {
     #[test]
     fn fuzz_proc_status(lines in prop::collection::vec(status_line(), 0..12)) {
         let text = lines.join("\n");
-        let _ = crate::discovery::procfs::parse_status_threads(&text);
+        let _ = crate::target::discovery::procfs::parse_status_threads(&text);
         let pids = crate::containers::parse_nspid(&text);
         prop_assert!(pids.len() <= text.len());
     }
@@ -92,7 +92,7 @@ proptest! {
     #[test]
     fn fuzz_proc_locks(lines in prop::collection::vec(locks_line(), 0..12)) {
         let text = lines.join("\n");
-        let leased = crate::discovery::leases::parse_write_leases(&text);
+        let leased = crate::target::discovery::leases::parse_write_leases(&text);
         prop_assert!(leased.len() <= lines.len());
     }
 
@@ -119,7 +119,7 @@ proptest! {
     /// /proc/kallsyms (`--kernel`): lookups within what was parsed.
     #[test]
     fn fuzz_kallsyms(lines in prop::collection::vec(kallsyms_line(), 0..16), probes in prop::collection::vec(any::<u64>(), 1..8)) {
-        let symbols = crate::native::kallsyms::Kallsyms::parse(&lines.join("\n"));
+        let symbols = crate::target::native::kallsyms::Kallsyms::parse(&lines.join("\n"));
         prop_assert!(symbols.len() <= lines.len());
         for address in probes {
             let _ = symbols.symbol(address);

@@ -170,7 +170,7 @@ mod tests {
             eprintln!("SKIP: no /sys/kernel/btf/vmlinux");
             return;
         };
-        let wanted = crate::loader::KERNEL_MEMBERS;
+        let wanted = crate::kernel::loader::KERNEL_MEMBERS;
         let ours = KernelBtf::new(&bytes).unwrap().member_offsets(&wanted).unwrap();
         let btf = Btf::from_bytes(&bytes).unwrap();
         for ((s, m), ours) in wanted.iter().zip(ours) {

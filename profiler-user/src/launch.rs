@@ -23,7 +23,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::discovery;
+use crate::target::discovery;
 
 /// How long a launched command gets to exit after a signal before the next, harder one.
 pub const GRACE: Duration = Duration::from_secs(2);

@@ -9,13 +9,11 @@
 
 pub mod agent;
 pub mod aggregate;
-pub mod asyncio;
 pub mod completion;
 pub mod containers;
-pub mod discovery;
 pub mod dump;
 pub mod explain;
-pub mod filenames;
+pub mod export;
 pub mod filter;
 mod kernel_btf;
 #[cfg(test)]
@@ -23,24 +21,18 @@ mod fuzzing;
 #[cfg(test)]
 mod fuzz_targets;
 pub mod launch;
-pub mod layout;
+pub mod kernel;
 pub mod list;
-pub mod loader;
-pub mod memory;
-pub mod native;
 pub mod output;
-pub mod output_file;
 pub mod pod_names;
 pub mod privileges;
 pub mod record;
 pub mod seccomp;
 mod session;
 pub mod stats;
-pub mod symbolize;
+pub mod target;
 pub mod task_events;
 pub mod text;
-pub mod thread_registry;
 pub mod time_mode;
 pub mod timeline;
 pub mod top;
-pub mod upload;

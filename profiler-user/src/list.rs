@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use crate::{
     containers,
     session::{Budgeted, INSPECT_BUDGET},
-    discovery::{self, DiscoveryError, Linkage},
+    target::discovery::{self, DiscoveryError, Linkage},
 };
 
 /// One row of the listing: raw text (invalid UTF-8 as `\xNN`); [`render`] escapes it.
@@ -107,9 +107,9 @@ fn row(pid: u32) -> Option<Row> {
 /// Why the process's threads in subinterpreters cannot be sampled, when it has any now and
 /// its version cannot (`layout::published::interpreter_support_gap`).
 fn subinterpreter_gap(p: &discovery::PythonProcess) -> Option<&'static str> {
-    let gap = crate::layout::published::interpreter_support_gap(p.version)?;
+    let gap = crate::target::layout::published::interpreter_support_gap(p.version)?;
     let next = p.interpreters?.next;
-    let mem = crate::memory::ProcessMemory::new(p.pid);
+    let mem = crate::target::memory::ProcessMemory::new(p.pid);
     let head = mem.read_u64(p.runtime_address.wrapping_add(p.layout.interpreters_head.into())).ok()?;
     let second = mem.read_u64(head.wrapping_add(next.into())).ok()?;
     (head != 0 && second != 0).then_some(gap)

@@ -282,7 +282,7 @@ struct AgentArgs {
     otlp_endpoint: Option<String>,
     /// The backend's API: Pyroscope's HTTP ingest, or its push API (Connect, protobuf).
     #[arg(long, value_enum, default_value = "ingest", value_name = "API")]
-    upload_api: pyperch::upload::Api,
+    upload_api: pyperch::export::upload::Api,
     /// A PEM bundle of CAs trusted for https://, added to the system's CA bundle.
     #[arg(long, value_name = "FILE")]
     upload_ca_file: Option<PathBuf>,
@@ -392,14 +392,14 @@ struct NativeArgs {
     kernel_addresses: bool,
     /// With --native: bytes of each sample's user stack copied by the kernel (512 to 16384;
     /// deeper native stacks end in `<truncated native>`).
-    #[arg(long, default_value_t = pyperch::native::DEFAULT_STACK_BYTES, value_name = "BYTES")]
+    #[arg(long, default_value_t = pyperch::target::native::DEFAULT_STACK_BYTES, value_name = "BYTES")]
     native_stack_bytes: u32,
 }
 
 impl NativeArgs {
-    fn options(&self) -> Result<pyperch::native::NativeOptions, String> {
-        let stack_bytes = if self.native { pyperch::native::NativeOptions::check_stack_bytes(self.native_stack_bytes)? } else { 0 };
-        Ok(pyperch::native::NativeOptions { stack_bytes, kernel: self.kernel, kernel_addresses: self.kernel && self.kernel_addresses })
+    fn options(&self) -> Result<pyperch::target::native::NativeOptions, String> {
+        let stack_bytes = if self.native { pyperch::target::native::NativeOptions::check_stack_bytes(self.native_stack_bytes)? } else { 0 };
+        Ok(pyperch::target::native::NativeOptions { stack_bytes, kernel: self.kernel, kernel_addresses: self.kernel && self.kernel_addresses })
     }
 }
 
@@ -552,7 +552,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     match cli.command {
         Commands::List => {
-            if !pyperch::loader::has_capabilities() {
+            if !pyperch::kernel::loader::has_capabilities() {
                 eprintln!("pyperch: warning: without root, processes of other users cannot be inspected");
             }
             let rows = pyperch::list::python_processes();

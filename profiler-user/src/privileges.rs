@@ -159,7 +159,7 @@ fn bpf_needed_for_map_access() -> bool {
         .ok()
         .and_then(|s| s.trim().parse::<u32>().ok())
         .unwrap_or(1);
-    disabled != 0 && crate::loader::kernel_version() < (5, 19)
+    disabled != 0 && crate::kernel::loader::kernel_version() < (5, 19)
 }
 
 /// Whether writing `output` at the end (created, or renamed over, in its directory) needs

@@ -11,14 +11,14 @@ use std::{
 
 use crate::{
     aggregate::{LineNumbers, Timing},
-    discovery::{self, DiscoveryError},
+    target::discovery::{self, DiscoveryError},
     explain::{self, RecordingFacts},
     launch::{self, Ending, RecordingEnd},
     filter::ProcessFilter,
-    loader::{KernelCounters, KernelProgram, LoadError, error_chain},
-    memory,
+    kernel::loader::{KernelCounters, KernelProgram, LoadError, error_chain},
+    target::memory,
     output::{self, Format},
-    output_file,
+    output::file as output_file,
     privileges::{self, PrivilegeError},
     session::{
         Budgeted, DISCOVERY_INTERVAL, INSPECT_BUDGET, LAUNCH_DISCOVERY_INTERVAL, LoopControl, LoopEnd, Scope, Session,
@@ -60,10 +60,10 @@ pub struct RecordOptions {
     pub full_filenames: bool,
     /// Which time to profile (`--mode`, `--min-off-cpu`).
     pub time: crate::time_mode::TimeOptions,
-    /// asyncio task stacks (`--async`, see `crate::asyncio`).
+    /// asyncio task stacks (`--async`, see `crate::target::asyncio`).
     pub async_stacks: bool,
     /// Native and kernel frames (`--native`, `--kernel`).
-    pub native: crate::native::NativeOptions,
+    pub native: crate::target::native::NativeOptions,
 }
 
 /// How the session ended.
@@ -113,7 +113,7 @@ pub enum RecordError {
 /// Runs a recording to the end and writes the profile.
 pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     check_rate(options.rate)?;
-    crate::loader::preflight()?;
+    crate::kernel::loader::preflight()?;
     // Fail on an unwritable output before sampling starts, leaving an existing file alone.
     let output_error = |path: &std::path::Path, source| RecordError::Output { path: text::decode(path.as_os_str().as_bytes()), source };
     if let Some(path) = &options.output {
@@ -129,7 +129,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     let mut kernel = KernelProgram::load_with(&time, options.native)?;
     let ring = kernel.take_ring_buffer()?;
     // Kernel symbols need privileges that are dropped once sampling starts: read them now.
-    let kallsyms = options.native.kernel.then(crate::native::Kallsyms::load).flatten();
+    let kallsyms = options.native.kernel.then(crate::target::native::Kallsyms::load).flatten();
     if options.native.kernel && kallsyms.is_none() {
         eprintln!("pyperch: warning: /proc/kallsyms shows no addresses; kernel frames will read <kernel>_[k]");
     }
@@ -144,7 +144,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     session.profile.set_container_root(options.by_container);
     session.profile.set_line_numbers(options.line_numbers);
     if options.native.any() {
-        session.set_native(crate::native::NativeContext::new(options.native, kallsyms));
+        session.set_native(crate::target::native::NativeContext::new(options.native, kallsyms));
     }
     if options.format.needs_timeline() {
         session.profile.keep_timeline(1_000_000_000 / options.rate.max(1));
@@ -211,8 +211,8 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     };
     if options.async_stacks && !options.subprocesses {
         // An explicit process that cannot have task stacks is refused, with the reason.
-        if let Some(p) = initial.iter().find(|p| !crate::asyncio::supported(p.version)) {
-            let reason = crate::asyncio::AsyncioError::TooOld { pid: p.pid, version: p.version }.to_string();
+        if let Some(p) = initial.iter().find(|p| !crate::target::asyncio::supported(p.version)) {
+            let reason = crate::target::asyncio::AsyncioError::TooOld { pid: p.pid, version: p.version }.to_string();
             return Err(RecordError::Unsupported { pid: p.pid, comm: p.comm.clone(), reason });
         }
     }
@@ -239,7 +239,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     // Sampling stopped as the loop ended.
     let kernel_counters = session.kernel.counters();
     let min_off_cpu_ns = u64::try_from(options.time.min_off_cpu.as_nanos()).unwrap_or(u64::MAX);
-    session.add_unsent_off_cpu(crate::loader::monotonic_ns(), min_off_cpu_ns);
+    session.add_unsent_off_cpu(crate::kernel::loader::monotonic_ns(), min_off_cpu_ns);
     let totals = session.totals();
     session.profile.set_timing(Timing {
         start: start_time,
@@ -261,7 +261,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     let shown = if options.full_filenames || matches!(options.format, Format::Pprof | Format::Otlp) {
         &session.profile
     } else {
-        short = crate::filenames::with_short_names(&session.profile);
+        short = crate::output::filenames::with_short_names(&session.profile);
         &short
     };
     // An empty recording never replaces an existing file (nor creates one). Content is any
@@ -483,15 +483,15 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
             session.samples_over_read_budget
         );
     }
-    let quarantined = crate::memory::deadline::QUARANTINED_TOTAL.load(std::sync::atomic::Ordering::Relaxed);
+    let quarantined = crate::target::memory::deadline::QUARANTINED_TOTAL.load(std::sync::atomic::Ordering::Relaxed);
     if quarantined > 0 || session.quarantined_records > 0 {
         let _ = writeln!(
             s,
             "  quarantined: {} processes (a read of their memory did not answer within {:.1} s; nothing more read from them), {} of their records dropped; {} readers still blocked",
             quarantined,
-            crate::memory::deadline::READ_DEADLINE.as_secs_f64(),
+            crate::target::memory::deadline::READ_DEADLINE.as_secs_f64(),
             session.quarantined_records,
-            crate::memory::deadline::stuck_readers()
+            crate::target::memory::deadline::stuck_readers()
         );
     }
     if kernel.code_checks_cached + kernel.code_checks_read > 0 {

@@ -117,7 +117,7 @@ pub struct Counters {
     /// Of those, stacks of an eagerly started task shown under the task that created it.
     pub async_eager_creators: u64,
     /// `--async`: samples of a thread running a task that kept their plain stack, and why.
-    pub async_misses: BTreeMap<crate::asyncio::ChainMiss, u64>,
+    pub async_misses: BTreeMap<crate::target::asyncio::ChainMiss, u64>,
     /// `--native`: samples whose native frames were merged with the Python frames; whose
     /// native unwind ended before the bottom (merged from the leaf, the rest after a
     /// `<truncated native>` marker); shown unmerged (counts disagreed); without user registers
@@ -299,7 +299,7 @@ impl Counters {
                 "{indent}asyncio: {} task stacks ({} of eager tasks under their creator); kept plain:",
                 self.async_task_stacks, self.async_eager_creators
             );
-            for miss in crate::asyncio::ChainMiss::ALL {
+            for miss in crate::target::asyncio::ChainMiss::ALL {
                 let n = self.async_misses.get(&miss).copied().unwrap_or(0);
                 let _ = write!(s, " {} {n};", miss.label());
             }

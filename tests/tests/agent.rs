@@ -1066,7 +1066,7 @@ fn agent_sigterm_during_an_outage_reports_what_was_not_delivered() {
 // credentials in the URL.
 // ---------------------------------------------------------------------------------------
 
-/// The agent's overall deadline for one upload attempt (see profiler-user/src/upload/http.rs).
+/// The agent's overall deadline for one upload attempt (see profiler-user/src/export/upload/http.rs).
 const UPLOAD_DEADLINE: Duration = Duration::from_secs(10);
 /// The agent's grace for draining its queue at exit (see README, `pyperch agent`).
 const FINAL_DRAIN: Duration = Duration::from_secs(10);

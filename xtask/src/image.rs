@@ -26,7 +26,7 @@ pub(crate) fn default_image_name() -> String {
 
 /// Where the binary sits in the image (on the image's PATH).
 const BINARY_IN_IMAGE: &str = "usr/local/bin/pyperch";
-/// The CA bundle the agent reads for HTTPS uploads (profiler-user/src/upload/tls.rs).
+/// The CA bundle the agent reads for HTTPS uploads (profiler-user/src/export/upload/tls.rs).
 const CA_BUNDLE: &str = "etc/ssl/certs/ca-certificates.crt";
 
 /// `cargo xtask image [-- --name NAME] [--stage-only]`.

@@ -17,11 +17,11 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
-use crate::asyncio::{AsyncReader, AsyncioError, TaskInfo};
-use crate::discovery::{self, DiscoveryError, PythonProcess};
-use crate::layout::debug_offsets;
-use crate::layout::inspection::{GLIBC_PTHREAD_TID, GilLocation, InspectionLayout, inspection_layout};
-use crate::memory::{MemoryError, ProcessMemory};
+use crate::target::asyncio::{AsyncReader, AsyncioError, TaskInfo};
+use crate::target::discovery::{self, DiscoveryError, PythonProcess};
+use crate::target::layout::debug_offsets;
+use crate::target::layout::inspection::{GLIBC_PTHREAD_TID, GilLocation, InspectionLayout, inspection_layout};
+use crate::target::memory::{MemoryError, ProcessMemory};
 use profiler_common::{MAX_EXCEPTION_ITEMS, NO_FIELD};
 
 pub use stack::{Frame, Local, StackRead};
@@ -189,7 +189,7 @@ pub fn dump_inspected(process: &PythonProcess, options: DumpOptions) -> Result<P
     }
 
     let tids = tasks::task_ids(pid).ok_or(DumpError::Exited(pid))?;
-    let python_names = crate::thread_registry::read_once(process, &tids);
+    let python_names = crate::target::thread_registry::read_once(process, &tids);
     let mut reader = stack::StackReader::new(process, inspection);
     let mut threads = Vec::with_capacity(tids.len());
     // Python threads whose kernel thread is already gone.

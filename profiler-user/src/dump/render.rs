@@ -8,7 +8,7 @@ use std::fmt::Write;
 use std::io;
 
 use super::{Activity, ProcessDump, ThreadDump};
-use crate::asyncio::TaskInfo;
+use crate::target::asyncio::TaskInfo;
 use crate::text::field;
 
 /// The dump as text: a header line, then each thread (main thread first) with its Python

@@ -22,10 +22,10 @@ use serde::Serialize;
 
 use super::values::{self, Rendered};
 use crate::completion::read_code_check;
-use crate::discovery::PythonProcess;
-use crate::layout::inspection::{InspectionLayout, LocalsLayout};
-use crate::memory::{MemoryError, ProcessMemory, field_u64};
-use crate::symbolize::{self, CodeInfo, TypeAddresses};
+use crate::target::discovery::PythonProcess;
+use crate::target::layout::inspection::{InspectionLayout, LocalsLayout};
+use crate::target::memory::{MemoryError, ProcessMemory, field_u64};
+use crate::target::symbolize::{self, CodeInfo, TypeAddresses};
 
 /// Reads of a whole stack before giving up on a consistent one.
 pub const MAX_ATTEMPTS: u32 = 8;

@@ -23,7 +23,7 @@ fn read_bounded(path: &Path) -> Option<String> {
 
 /// The thread ids of `pid`, sorted, or `None` if the process is gone.
 pub fn task_ids(pid: u32) -> Option<Vec<u32>> {
-    crate::discovery::task_ids(pid, MAX_TASKS)
+    crate::target::discovery::task_ids(pid, MAX_TASKS)
 }
 
 /// `(state letter, start time)` of a process or thread from its `stat` text: fields 3 and 22,
@@ -152,7 +152,7 @@ pub fn task_state(pid: u32, tid: u32) -> Option<TaskState> {
     let dir = format!("/proc/{pid}/task/{tid}");
     let stat = read_bounded(Path::new(&format!("{dir}/stat")))?;
     let (state, _) = parse_state_and_start(&stat)?;
-    let name = crate::discovery::read_task_comm(pid, tid);
+    let name = crate::target::discovery::read_task_comm(pid, tid);
     let syscall_text = read_bounded(Path::new(&format!("{dir}/syscall")));
     let syscall = syscall_text.as_deref().and_then(parse_syscall);
     let wchan = read_bounded(Path::new(&format!("{dir}/wchan")))

@@ -10,10 +10,10 @@
 
 use serde::Serialize;
 
-use crate::layout::ObjectLayout;
-use crate::layout::inspection::ValueLayout;
-use crate::memory::{ProcessMemory, field_u64};
-use crate::symbolize::read_str;
+use crate::target::layout::ObjectLayout;
+use crate::target::layout::inspection::ValueLayout;
+use crate::target::memory::{ProcessMemory, field_u64};
+use crate::target::symbolize::read_str;
 
 /// Characters of a `str` (or bytes of a `bytes`) shown before it is cut.
 pub const MAX_SHOWN_CHARS: usize = 64;
@@ -153,7 +153,7 @@ fn render_str(mem: &ProcessMemory, objects: &ObjectLayout, address: u64) -> Opti
     // presenting a bounded length to the reader (`read_str` refuses longer ones).
     let text = match read_str(mem, objects, address, MAX_STR_READ, None) {
         Ok(text) => text,
-        Err(crate::symbolize::SymbolError::TooLong { .. }) => return Some(format!("<str of {full_length} characters>")),
+        Err(crate::target::symbolize::SymbolError::TooLong { .. }) => return Some(format!("<str of {full_length} characters>")),
         Err(_) => return None,
     };
     let mut out = String::from("'");
@@ -212,7 +212,7 @@ pub fn read_name_tuple(
             .chunks_exact(8)
             .map(|c| {
                 let ptr = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
-                read_str(mem, objects, ptr, crate::symbolize::MAX_NAME_CHARS, None).unwrap_or_else(|_| "?".into())
+                read_str(mem, objects, ptr, crate::target::symbolize::MAX_NAME_CHARS, None).unwrap_or_else(|_| "?".into())
             })
             .collect(),
     )

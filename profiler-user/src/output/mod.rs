@@ -11,6 +11,8 @@
 
 pub mod chrometrace;
 pub mod collapsed;
+pub mod file;
+pub mod filenames;
 pub mod flamegraph;
 pub mod gecko;
 pub mod otlp;

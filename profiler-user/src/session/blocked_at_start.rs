@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use profiler_common::off_cpu_reason;
 
-use crate::discovery::PythonProcess;
+use crate::target::discovery::PythonProcess;
 use crate::dump::{self, DumpOptions, Frame};
 
 /// How long the end of a recording waits for snapshots still being read.
@@ -272,7 +272,7 @@ impl Worker {
                     let threads = if room { read_threads(&process) } else { None };
                     let bytes = threads.as_deref().map_or(0, held_bytes);
                     held_by_worker.fetch_add(bytes, Ordering::Relaxed);
-                    let taken_ns = crate::loader::monotonic_ns();
+                    let taken_ns = crate::kernel::loader::monotonic_ns();
                     let snapshot = Snapshot { pid: process.pid, generation, registered_ns, taken_ns, threads };
                     if send.send((snapshot, bytes)).is_err() {
                         return;

@@ -190,7 +190,7 @@ impl<T> Started<T> {
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         // Still at work: wait on while it is runnable (slow), give up once it waits.
-        while self.started.elapsed() < budget * SLOW_BUDGET_FACTOR && crate::memory::deadline::thread_is_runnable(self.tid.load(Ordering::Relaxed)) {
+        while self.started.elapsed() < budget * SLOW_BUDGET_FACTOR && crate::target::memory::deadline::thread_is_runnable(self.tid.load(Ordering::Relaxed)) {
             match self.receive.recv_timeout(SLOW_CHECK) {
                 Ok(result) => return self.finish(result),
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,

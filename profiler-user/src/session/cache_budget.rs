@@ -24,7 +24,7 @@ use std::{
 };
 
 use super::Session;
-use crate::{aggregate::Profile, symbolize::CodeInfo};
+use crate::{aggregate::Profile, target::symbolize::CodeInfo};
 
 /// Bytes the caches of one process may hold.
 pub(crate) const PROCESS_BUDGET: usize = 16 << 20;
@@ -189,7 +189,7 @@ mod tests {
             filename: "/srv/app.py".into(),
             firstlineno: 1,
             firsttraceable: 0,
-            line_format: crate::layout::LineTableFormat::Lnotab,
+            line_format: crate::target::layout::LineTableFormat::Lnotab,
             linetable: vec![0; 10].into_boxed_slice(),
         };
         assert_eq!(code_bytes(&info), 4096 + 11 + 10 + CODE_OVERHEAD);

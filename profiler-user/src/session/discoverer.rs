@@ -33,10 +33,10 @@ use super::{
 use crate::{
     aggregate::ProcessLabel,
     containers,
-    discovery::{self, DiscoveryError, PythonProcess},
+    target::discovery::{self, DiscoveryError, PythonProcess},
     filter::ProcessFilter,
-    loader::Registry,
-    memory::ProcessMemory,
+    kernel::loader::Registry,
+    target::memory::ProcessMemory,
 };
 
 /// Processes already looked at are checked again (PID reuse, exec) this often; young ones
@@ -521,7 +521,7 @@ impl Discoverer {
                     self.back_off(pid, start_time, OVERRUN_DELAYS, None);
                     return None;
                 }
-                self.send(DiscoveryEvent::Registered { pid, generation, at_ns: crate::loader::monotonic_ns() });
+                self.send(DiscoveryEvent::Registered { pid, generation, at_ns: crate::kernel::loader::monotonic_ns() });
                 self.registered.insert(pid, Registered { start_time, exe_link });
                 return Some(start_time);
             }
@@ -621,7 +621,7 @@ pub(super) fn process_label(process: &PythonProcess) -> ProcessLabel {
         version: process.version.to_string(),
         container_id: container.container_id,
         pod_uid: container.pod_uid,
-        cwd: crate::filenames::process_cwd(process.pid),
+        cwd: crate::output::filenames::process_cwd(process.pid),
         pod_names,
     }
 }

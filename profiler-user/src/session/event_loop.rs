@@ -76,7 +76,7 @@ pub(crate) fn run_loop(
     ring: aya::maps::RingBuf<aya::maps::MapData>,
     mut control: LoopControl<'_>,
 ) -> Result<LoopEnd, RecordError> {
-    crate::memory::deadline::guard_this_thread();
+    crate::target::memory::deadline::guard_this_thread();
     session.start_discovery(control.discovery_interval)?;
     let started = Instant::now();
     // Drains on the discovery beat at least (discovery runs on its own thread).
@@ -164,7 +164,7 @@ pub(crate) fn run_loop(
     // Sampling stops before the last drain, so that every record sent is read, and what
     // the CPUs still hold in their batches of off-CPU records is read after it.
     session.kernel.detach();
-    session.sampling_stopped_ns = Some(crate::loader::monotonic_ns());
+    session.sampling_stopped_ns = Some(crate::kernel::loader::monotonic_ns());
     drain.finish();
     let end_by = Instant::now() + END_BUDGET;
     session.apply_discovery();

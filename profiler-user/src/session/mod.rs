@@ -31,11 +31,11 @@ use profiler_common::{
 
 use crate::{
     aggregate::{ProcessLabel, Profile},
-    asyncio::AsyncReader,
-    discovery::{self, DiscoveryError, PythonProcess},
+    target::asyncio::AsyncReader,
+    target::discovery::{self, DiscoveryError, PythonProcess},
     filter::ProcessFilter,
-    loader::KernelProgram,
-    memory::{self, ProcessMemory},
+    kernel::loader::KernelProgram,
+    target::memory::{self, ProcessMemory},
     record::RecordError,
     stats::{Counters, SampleOutcome},
     time_mode::{GC_FRAME, TimeMode, off_cpu_leaf},
@@ -100,8 +100,8 @@ fn register_running_task(kernel: &KernelProgram, target: &mut Target, to_index: 
 fn with_running_task(kernel: &KernelProgram, target: &mut Target, to_index: &mut Vec<(u32, u64, AsyncReader)>) -> Option<profiler_common::ProcessInfo> {
     let (offset, tasks, reader) = target.async_registration_due()?;
     let tasks = match kernel.walk() {
-        crate::loader::Walk::BpfLoop => tasks.unwrap_or_default(),
-        crate::loader::Walk::Bounded => Default::default(),
+        crate::kernel::loader::Walk::BpfLoop => tasks.unwrap_or_default(),
+        crate::kernel::loader::Walk::Bounded => Default::default(),
     };
     if tasks.task_read != 0 {
         to_index.push((target.process.pid, target.process.start_time, reader));
@@ -176,7 +176,7 @@ pub(crate) struct Session {
     task_index: Option<task_index::TaskIndex>,
     to_index: Vec<(u32, u64, AsyncReader)>,
     /// `--native` / `--kernel`: what the kernel records beside the Python frames.
-    native: Option<Arc<crate::native::NativeContext>>,
+    native: Option<Arc<crate::target::native::NativeContext>>,
     /// Bytes of records held by all processes while their native files are read
     /// (`native_hold`).
     held_bytes: usize,
@@ -284,7 +284,7 @@ impl Session {
     /// Processes that discovery registers from now on are read likewise, from their
     /// registration (`DiscoveryEvent::Registered`).
     pub(crate) fn read_blocked_threads(&mut self) {
-        let registered_ns = crate::loader::monotonic_ns();
+        let registered_ns = crate::kernel::loader::monotonic_ns();
         let user_native = self.native.as_ref().is_some_and(|n| n.options.stack_bytes != 0);
         if !self.time_mode.off_cpu() || user_native || self.async_stacks {
             return;
@@ -318,7 +318,7 @@ impl Session {
     }
 
     /// Native and kernel frames for the targets added from now on (`--native`, `--kernel`).
-    pub(crate) fn set_native(&mut self, native: crate::native::NativeContext) {
+    pub(crate) fn set_native(&mut self, native: crate::target::native::NativeContext) {
         self.native = Some(Arc::new(native));
     }
 
@@ -469,7 +469,7 @@ impl Session {
             return;
         }
         namer.set_targets(
-            self.targets.values().filter(|t| t.alive).map(|t| crate::thread_registry::RegistryTarget::of(&t.process)).collect(),
+            self.targets.values().filter(|t| t.alive).map(|t| crate::target::thread_registry::RegistryTarget::of(&t.process)).collect(),
         );
         for (tid, name) in namer.take() {
             self.profile.set_thread_name(tid, &name);
@@ -516,7 +516,7 @@ impl Session {
         self.retired.push(entry);
         // The process's native unwinder held its files: free those no process uses now.
         if self.native.is_some() {
-            crate::native::module_file::release_unused();
+            crate::target::native::module_file::release_unused();
         }
         if self.retired.len() > MAX_RETIRED {
             let oldest = self.retired.remove(0);
@@ -530,7 +530,7 @@ impl Session {
         let dead: Vec<u32> = self.targets.iter().filter(|(_, t)| !t.alive).map(|(pid, _)| *pid).collect();
         for pid in dead {
             // It exited: its PID may be a new process's, readable again.
-            crate::memory::deadline::release(pid);
+            crate::target::memory::deadline::release(pid);
             self.release_held(pid);
             if let Some(t) = self.targets.remove(&pid) {
                 self.retire(t);
@@ -636,7 +636,7 @@ impl Session {
         }
         // SAFETY: the record starts with a SampleHeader (plain data), checked for length.
         let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
-        if crate::memory::deadline::is_quarantined(header.tgid) {
+        if crate::target::memory::deadline::is_quarantined(header.tgid) {
             // Its memory did not answer once: nothing more is read from it.
             self.quarantined_records += 1;
             return;
@@ -786,11 +786,11 @@ fn add_wait_stack(
     profile: &mut Profile,
     pid: u32,
     thread: Option<u64>,
-    frames: &[crate::asyncio::waits::WaitFrame],
+    frames: &[crate::target::asyncio::waits::WaitFrame],
     ns: u64,
     tasks: u64,
 ) -> bool {
-    use crate::{aggregate::FrameName, asyncio::waits::WaitFrame};
+    use crate::{aggregate::FrameName, target::asyncio::waits::WaitFrame};
     let mut stack = Vec::with_capacity(frames.len() + 1);
     for frame in frames {
         let name = match frame {

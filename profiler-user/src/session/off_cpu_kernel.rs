@@ -8,7 +8,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use crate::loader::KernelProgram;
+use crate::kernel::loader::KernelProgram;
 
 /// Most bytes of return addresses cached (the map holds at most 16 MiB).
 const MAX_CACHED_BYTES: usize = 4 << 20;

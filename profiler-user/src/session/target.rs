@@ -14,18 +14,18 @@ use profiler_common::{
 
 use crate::{
     aggregate::{FrameId, FrameName, Profile},
-    asyncio::{AsyncReader, AsyncioError, ChainMiss, chain::Chain},
+    target::asyncio::{AsyncReader, AsyncioError, ChainMiss, chain::Chain},
     completion::{TailCache, TailSource, read_code_check},
-    discovery::{self, PythonProcess},
-    loader::{LoadError, Registry},
-    memory::ProcessMemory,
-    native::{
+    target::discovery::{self, PythonProcess},
+    kernel::loader::{LoadError, Registry},
+    target::memory::ProcessMemory,
+    target::native::{
         NativeContext,
         merge::{EvalGrouping, WalkedFrame},
         sample::NativeSampler,
     },
     stats::{Counters, SampleOutcome},
-    symbolize::{self, CodeInfo, SymbolError, TypeAddresses},
+    target::symbolize::{self, CodeInfo, SymbolError, TypeAddresses},
 };
 
 use super::cache_budget::{self, CACHE_BYTES, LedgerShare, PROCESS_BUDGET, SizedMap};
@@ -65,7 +65,7 @@ pub(crate) struct Target {
     pub(super) exe_link: PathBuf,
     /// Scratch stack (root first), reused between samples.
     stack: Vec<FrameId>,
-    /// asyncio task stacks (`--async`), see `crate::asyncio`.
+    /// asyncio task stacks (`--async`), see `crate::target::asyncio`.
     asyncio: AsyncState,
     /// Whether the kernel was asked to record the running task (once the reader exists).
     async_registered: bool,
@@ -230,7 +230,7 @@ impl Target {
 
     /// Asks for asyncio task stacks (`--async`); versions before 3.14 keep plain stacks.
     pub(super) fn enable_async(&mut self) {
-        self.asyncio = if crate::asyncio::supported(self.process.version) {
+        self.asyncio = if crate::target::asyncio::supported(self.process.version) {
             AsyncState::Pending { retry_at: Instant::now(), job: None }
         } else {
             AsyncState::Refused
@@ -396,7 +396,7 @@ impl Target {
             // (`Task-<n>` once its name was asked for, as `asyncio::waits` shows it too.)
             let qualname = self.code_entry(&coroutine, coroutine.check).map(|c| c.info.qualname.to_string()).ok();
             let name = match (level.given_name(&objects, str_type), qualname) {
-                (Some(name), qualname) => crate::asyncio::waits::shown_task_name(&name, qualname.as_deref()),
+                (Some(name), qualname) => crate::target::asyncio::waits::shown_task_name(&name, qualname.as_deref()),
                 (None, Some(qualname)) => qualname,
                 (None, None) => "?".into(),
             };

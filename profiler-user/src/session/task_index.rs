@@ -16,7 +16,7 @@ use std::{
     time::Duration,
 };
 
-use crate::{asyncio::AsyncReader, loader::Registry, memory::ProcessMemory};
+use crate::{target::asyncio::AsyncReader, kernel::loader::Registry, target::memory::ProcessMemory};
 
 /// How often each process's tasks are listed.
 const ROUND: Duration = Duration::from_millis(250);
@@ -74,7 +74,7 @@ fn run(registry: &Registry, added: &mpsc::Receiver<(u32, u64, AsyncReader)>) {
 /// (its entries are then forgotten).
 fn refresh(registry: &Registry, pid: u32, indexed: &mut Indexed) -> bool {
     let mem = ProcessMemory::new(pid);
-    let alive = |i: &Indexed| crate::discovery::is_alive(pid, i.start_time);
+    let alive = |i: &Indexed| crate::target::discovery::is_alive(pid, i.start_time);
     let listed = if alive(indexed) { indexed.reader.task_coroutines(&mem, MAX_INDEXED).ok() } else { None };
     let Some(pairs) = listed else {
         if alive(indexed) {

@@ -2,7 +2,7 @@
 //! read on a helper thread of its own, never on the sampling loop.
 //!
 //! Every sampling period (`--rate`) the helper reads the task graph of each process whose
-//! asyncio reader exists ([`crate::asyncio::waits`], one *round*), within [`ROUND_BUDGET`]
+//! asyncio reader exists ([`crate::target::asyncio::waits`], one *round*), within [`ROUND_BUDGET`]
 //! per process and round. Each suspended task read is charged the time since it was last
 //! charged (or since it was first listed, or last seen running or not started), on its wait
 //! stack ending in [`WAIT_LEAF`]; a running task is not charged here (its thread's samples
@@ -25,15 +25,15 @@ use std::{
 };
 
 use crate::{
-    asyncio::{
+    target::asyncio::{
         AsyncReader,
         waits::{WaitFrame, WaitReader},
     },
-    memory::{ProcessMemory, ReadBudget, with_read_budget},
+    target::memory::{ProcessMemory, ReadBudget, with_read_budget},
     stats::TaskWaitCounts,
 };
 
-pub(crate) use crate::asyncio::waits::WAIT_LEAF;
+pub(crate) use crate::target::asyncio::waits::WAIT_LEAF;
 
 /// Reads and bytes one process's round may read.
 pub(crate) const ROUND_BUDGET: ReadBudget = ReadBudget { reads: 20_000, bytes: 4 << 20, exhausted: false };

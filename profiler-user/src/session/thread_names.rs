@@ -3,7 +3,7 @@
 //! blocking it. A thread's name is
 //! - its Python name, when the process's `threading` module knows the thread (the `name` of
 //!   its `threading.Thread`, read from the interpreter's registry in the target's memory by
-//!   `crate::thread_registry`; on every version 3.8-3.15, whole up to the shown 64
+//!   `crate::target::thread_registry`; on every version 3.8-3.15, whole up to the shown 64
 //!   characters, and read again every round, so a rename shows);
 //! - else the name the OS knows, `/proc/PID/task/TID/comm` (`prctl(PR_SET_NAME)`,
 //!   `pthread_setname_np`, and on CPython 3.14+ the Thread's name cut to 15 bytes): threads
@@ -27,7 +27,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::thread_registry::{RegistryReader, RegistryTarget};
+use crate::target::thread_registry::{RegistryReader, RegistryTarget};
 
 /// How often the helper reads the names.
 pub(crate) const PERIOD: Duration = Duration::from_millis(300);
@@ -55,7 +55,7 @@ impl ThreadNamer {
             .spawn(move || {
                 // One process whose memory does not answer must not stop the names of all
                 // the others: its read is given up and the process quarantined.
-                crate::memory::deadline::guard_this_thread();
+                crate::target::memory::deadline::guard_this_thread();
                 let mut readers: HashMap<u32, ProcessNames> = HashMap::new();
                 while !stop.load(Ordering::Relaxed) {
                     let wanted: Vec<RegistryTarget> = pids.lock().map(|p| p.clone()).unwrap_or_default();
@@ -134,7 +134,7 @@ impl ProcessNames {
     /// the OS names.
     fn read(&mut self, found: &mut HashMap<u32, String>) {
         let pid = self.reader.target().pid;
-        let tids = crate::discovery::task_ids(pid, MAX_TASKS).unwrap_or_default();
+        let tids = crate::target::discovery::task_ids(pid, MAX_TASKS).unwrap_or_default();
         // A registry that cannot be read this round (budget, a torn read) keeps the names
         // read before; threads that ended are forgotten.
         if let Ok(python) = self.reader.read(&tids) {
@@ -145,7 +145,7 @@ impl ProcessNames {
         for tid in tids {
             if let Some(name) = self.python.get(&tid) {
                 found.insert(tid, name.clone());
-            } else if let Some(name) = crate::discovery::read_task_comm(pid, tid) {
+            } else if let Some(name) = crate::target::discovery::read_task_comm(pid, tid) {
                 found.insert(tid, name);
             }
         }
@@ -155,8 +155,8 @@ impl ProcessNames {
 /// Adds the OS names of `pid`'s threads to `found`.
 #[cfg(test)]
 fn read_process(pid: u32, found: &mut HashMap<u32, String>) {
-    for tid in crate::discovery::task_ids(pid, MAX_TASKS).unwrap_or_default() {
-        if let Some(name) = crate::discovery::read_task_comm(pid, tid) {
+    for tid in crate::target::discovery::task_ids(pid, MAX_TASKS).unwrap_or_default() {
+        if let Some(name) = crate::target::discovery::read_task_comm(pid, tid) {
             found.insert(tid, name);
         }
     }

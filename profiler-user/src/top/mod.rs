@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::{
     filter::ProcessFilter,
-    loader::KernelProgram,
+    kernel::loader::KernelProgram,
     privileges,
     record::{RecordError, check_rate, inspect_pids},
     session::{DISCOVERY_INTERVAL, LoopControl, LoopEnd, Scope, Session, run_loop},
@@ -62,7 +62,7 @@ pub enum TopError {
     #[error(transparent)]
     Record(#[from] RecordError),
     #[error(transparent)]
-    Load(#[from] crate::loader::LoadError),
+    Load(#[from] crate::kernel::loader::LoadError),
     #[error(transparent)]
     Privileges(#[from] crate::privileges::PrivilegeError),
     #[error(
@@ -87,10 +87,10 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
             return Err(TopError::TooSmall { columns, rows });
         }
     }
-    crate::loader::preflight()?;
+    crate::kernel::loader::preflight()?;
     // Inspected after the privilege drop, which needs one thread (see `record::check_pids_exist`).
     crate::record::check_pids_exist(&options.pids)?;
-    let mut kernel = KernelProgram::load_with(&options.time, crate::native::NativeOptions::default())?;
+    let mut kernel = KernelProgram::load_with(&options.time, crate::target::native::NativeOptions::default())?;
     let ring = kernel.take_ring_buffer()?;
     let scope =
         if options.pids.is_empty() { Scope::Host } else { Scope::Pids(options.pids.iter().copied().collect()) };
@@ -111,8 +111,8 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
     let initial = inspect_pids(&options.pids, &options.filter)?;
     if options.async_stacks {
         // An explicit process that cannot have task stacks is refused, with the reason.
-        if let Some(p) = initial.iter().find(|p| !crate::asyncio::supported(p.version)) {
-            let reason = crate::asyncio::AsyncioError::TooOld { pid: p.pid, version: p.version }.to_string();
+        if let Some(p) = initial.iter().find(|p| !crate::target::asyncio::supported(p.version)) {
+            let reason = crate::target::asyncio::AsyncioError::TooOld { pid: p.pid, version: p.version }.to_string();
             return Err(RecordError::Unsupported { pid: p.pid, comm: p.comm.clone(), reason }.into());
         }
     }
@@ -214,7 +214,7 @@ fn quit() {
 /// Moves the samples counted since the last tick out of the session into the model.
 fn collect(session: &mut Session, model: &mut Model) {
     // Waits still going on count in the tick they fall in, not all in the tick they end.
-    session.charge_pending_off_cpu(crate::loader::monotonic_ns());
+    session.charge_pending_off_cpu(crate::kernel::loader::monotonic_ns());
     let part = session.take_interval();
     let mut tick = Tick::default();
     let mut frames = Vec::new();

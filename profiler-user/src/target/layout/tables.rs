@@ -426,7 +426,7 @@ mod tests {
     /// below `FRAME_READ_MAX`, holding only fields set at creation.
     #[test]
     fn check_windows_cover_the_fields_in_one_read() {
-        use crate::layout::check_window;
+        use crate::target::layout::check_window;
         let expected = [(8, (0x28, 0x58)), (9, (0x28, 0x58)), (10, (0x28, 0x58)), (11, (0x48, 0x48)), (12, (0x40, 0x40))];
         for (minor, window) in expected {
             let l = layout_for(Version::new(3, minor, 0)).expect("row");
@@ -438,7 +438,7 @@ mod tests {
             assert_eq!(k.check_start + k.check_filename, l.code.filename);
             assert_eq!(k.check_version == NO_FIELD, minor < 12);
             // The (length, hash) pair is read at once: the hash follows the length.
-            assert_eq!(k.check_str + 8, crate::layout::STR_HASH_OFFSET);
+            assert_eq!(k.check_str + 8, crate::target::layout::STR_HASH_OFFSET);
             assert_eq!(k.shim_owner, if minor >= 12 { 3 } else { NO_FIELD });
         }
         for minor in 13..=15 {

@@ -26,8 +26,8 @@ use std::path::PathBuf;
 
 use profiler_common::{NO_FIELD, ProcessInfo, tstate_lookup};
 
-use crate::layout::{PythonLayout, Version};
-use crate::memory::{MemoryError, ProcessMemory};
+use crate::target::layout::{PythonLayout, Version};
+use crate::target::memory::{MemoryError, ProcessMemory};
 
 pub use elf::oversized_tables;
 pub use files::{FileCounts, FileError, Problem as FileProblem, cached_files, counts as file_counts, hung_files, open_checked};
@@ -87,22 +87,22 @@ pub struct PythonProcess {
     pub layout: PythonLayout,
     pub tstate_lookup: ThreadStateLookup,
     /// How to tell the GIL's holder (`--mode gil`).
-    pub gil: crate::layout::gil::GilLayout,
+    pub gil: crate::target::layout::gil::GilLayout,
     /// How to follow subinterpreters (3.12+; `None` before, see `layout::published`).
-    pub interpreters: Option<crate::layout::published::InterpreterOffsets>,
+    pub interpreters: Option<crate::target::layout::published::InterpreterOffsets>,
     /// Object offsets for asyncio task stacks (3.14+, from `_Py_DebugOffsets`).
-    pub objects: Option<crate::layout::published::ObjectOffsets>,
+    pub objects: Option<crate::target::layout::published::ObjectOffsets>,
     /// The `.AsyncioDebug` section of the interpreter's file, when `_asyncio` is built into it
-    /// (else it is in the `_asyncio` shared object, found once loaded: `crate::asyncio`).
+    /// (else it is in the `_asyncio` shared object, found once loaded: `crate::target::asyncio`).
     pub asyncio_debug: Option<Vec<u8>>,
     /// Where the thread state says which exception is handled (`--mode exception`).
-    pub exception: crate::layout::exception::ExceptionLayout,
+    pub exception: crate::target::layout::exception::ExceptionLayout,
     /// `_Py_NoneStruct` (0 if not exported: then `--mode exception` cannot tell None).
     pub none_address: u64,
     /// Where the GIL's struct is (`<off-cpu: GIL wait>` in `--mode wall/off-cpu`).
-    pub gil_wait: crate::layout::gil::GilWaitLayout,
+    pub gil_wait: crate::target::layout::gil::GilWaitLayout,
     /// Where the garbage collector's `collecting` flag is (`<GC>` frames).
-    pub gc: crate::layout::gc::GcLayout,
+    pub gc: crate::target::layout::gc::GcLayout,
     /// The counter that proves code objects unreplaced (`profiler_common::code_generation`):
     /// its kind and its address (3.12) or offset in the interpreter (3.14+).
     pub code_generation: (u32, u64),
@@ -299,10 +299,10 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
     if !is_alive(pid, stat.start_time) {
         return Err(DiscoveryError::Gone(pid));
     }
-    let published = file.debug_offsets.as_deref().and_then(|bytes| crate::layout::debug_offsets::decode(bytes).ok());
-    let interpreters = crate::layout::published::interpreter_offsets(version, published.as_ref());
-    let objects = published.as_ref().and_then(crate::layout::published::object_offsets);
-    let gil = crate::layout::gil::gil_layout(version, file.debug_offsets.as_deref());
+    let published = file.debug_offsets.as_deref().and_then(|bytes| crate::target::layout::debug_offsets::decode(bytes).ok());
+    let interpreters = crate::target::layout::published::interpreter_offsets(version, published.as_ref());
+    let objects = published.as_ref().and_then(crate::target::layout::published::object_offsets);
+    let gil = crate::target::layout::gil::gil_layout(version, file.debug_offsets.as_deref());
     let code_generation = code_generation(version, file, bias, published.as_ref());
     Ok(PythonProcess {
         code_generation,
@@ -322,10 +322,10 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
         layout,
         tstate_lookup,
         gil,
-        gc: crate::layout::gc::gc_layout(version, file.debug_offsets.as_deref(), gil.check),
-        exception: crate::layout::exception::exception_layout(version),
+        gc: crate::target::layout::gc::gc_layout(version, file.debug_offsets.as_deref(), gil.check),
+        exception: crate::target::layout::exception::exception_layout(version),
         none_address: file.none.map(|v| v.wrapping_add(bias)).unwrap_or(0),
-        gil_wait: crate::layout::gil::gil_wait_layout(version, file.debug_offsets.as_deref()),
+        gil_wait: crate::target::layout::gil::gil_wait_layout(version, file.debug_offsets.as_deref()),
     })
 }
 
@@ -337,7 +337,7 @@ fn code_generation(
     version: Version,
     file: &elf::PythonFile,
     bias: u64,
-    published: Option<&crate::layout::debug_offsets::DebugOffsets>,
+    published: Option<&crate::target::layout::debug_offsets::DebugOffsets>,
 ) -> (u32, u64) {
     use profiler_common::code_generation::{CREATED_AT, FREED_IN_INTERP, NONE};
     match (version.minor, file.next_func_version, published) {
@@ -390,8 +390,8 @@ impl PythonProcess {
                 let tss = mem
                     .read_vec(key_address.wrapping_sub(4), 8)
                     .map_err(|e| memory_error(pid, "the thread-state key", e))?;
-                let initialized = crate::memory::field_i32(&tss, 0).unwrap_or(0);
-                let key = crate::memory::field_u32(&tss, 4).unwrap_or(u32::MAX);
+                let initialized = crate::target::memory::field_i32(&tss, 0).unwrap_or(0);
+                let key = crate::target::memory::field_u32(&tss, 4).unwrap_or(u32::MAX);
                 if initialized != 1 {
                     return Err(not_ready(format!(
                         "the interpreter has not created its thread-state key yet (_is_initialized = {initialized})"

@@ -36,7 +36,7 @@ use super::{
 };
 use crate::{
     aggregate::{NativeMapping, NativeOrigin},
-    discovery::{FileKey, Mapping, open_checked},
+    target::discovery::{FileKey, Mapping, open_checked},
 };
 
 /// Most bytes of the DWARF sections line tables are built from, per file (past that: no
@@ -684,7 +684,7 @@ mod tests {
         let f = base_name as fn(&str) -> &str as usize as u64;
         // Find the mapping of our text to translate the address.
         let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
-        let mapping = crate::discovery::parse_maps(&maps).into_iter().find(|m| m.contains(f)).expect("mapping");
+        let mapping = crate::target::discovery::parse_maps(&maps).into_iter().find(|m| m.contains(f)).expect("mapping");
         let at = m.file_address(mapping.start, mapping.offset, f).expect("address");
         let name = m.symbol(at).expect("symbol");
         assert!(name.contains("base_name"), "{name}");
@@ -698,7 +698,7 @@ mod tests {
         let m = read(File::open(&exe).expect("open"), "self", "/proc/self/exe").expect("ELF");
         let f = own_executable_lines_come_from_the_table_built_at_load as fn() as usize as u64;
         let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
-        let mapping = crate::discovery::parse_maps(&maps).into_iter().find(|m| m.contains(f)).expect("mapping");
+        let mapping = crate::target::discovery::parse_maps(&maps).into_iter().find(|m| m.contains(f)).expect("mapping");
         let at = m.file_address(mapping.start, mapping.offset, f).expect("address");
         let (file, line) = m.line(at).expect("a line from DWARF");
         assert!(file.ends_with("module_file.rs"), "{file}:{line}");

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use super::elf::PythonFile;
-use crate::layout::{PythonLayout, Version, debug_offsets, tables};
+use crate::target::layout::{PythonLayout, Version, debug_offsets, tables};
 
 /// `(major, minor)` from names like `libpython3.9.so.1.0`, `libpython3.7m.so`, `python3.13t`
 /// or `python3.12`; `None` for any other name.

@@ -37,7 +37,7 @@ use object::read::ReadCache;
 use object::read::elf::{FileHeader, ProgramHeader, Rela, SectionHeader, Sym};
 use object::{Endianness, ReadRef};
 
-use crate::layout::debug_offsets;
+use crate::target::layout::debug_offsets;
 
 type Elf = object::elf::FileHeader64<Endianness>;
 type Sections<'a> = &'a [object::elf::SectionHeader64<Endianness>];
@@ -245,7 +245,7 @@ pub enum FileFacts {
     OldPython,
     Python(Box<PythonFile>),
     /// No CPython runtime, but a `.AsyncioDebug` section: the `_asyncio` extension module
-    /// of 3.14+ built as a shared object. Holds the section's bytes (see `crate::asyncio`).
+    /// of 3.14+ built as a shared object. Holds the section's bytes (see `crate::target::asyncio`).
     AsyncioModule(Vec<u8>),
 }
 

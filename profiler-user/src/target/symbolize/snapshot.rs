@@ -9,8 +9,8 @@ use profiler_common::{
 };
 
 use super::{CodeInfo, SymbolError, TypeAddresses, read_code};
-use crate::layout::PythonLayout;
-use crate::memory::{MemoryError, ProcessMemory, ReadMemory};
+use crate::target::layout::PythonLayout;
+use crate::target::memory::{MemoryError, ProcessMemory, ReadMemory};
 
 /// The regions of one snapshot: (target address, bytes copied from there). Reads must lie
 /// inside one region; type objects' words (long-lived) are read from the live process.

@@ -37,7 +37,7 @@ pub struct AsyncioOffsets {
 
 /// Decodes and checks the section's bytes.
 pub fn decode(bytes: &[u8]) -> Result<AsyncioOffsets, AsyncioError> {
-    let word = |i: usize| crate::memory::field_u64(bytes, 8 * i).ok_or(AsyncioError::BadOffsets("section too short"));
+    let word = |i: usize| crate::target::memory::field_u64(bytes, 8 * i).ok_or(AsyncioError::BadOffsets("section too short"));
     let bounded = |size: u64, max: u64, what: &'static str| {
         if size == 0 || size > max { Err(AsyncioError::BadOffsets(what)) } else { Ok(size) }
     };

@@ -22,7 +22,7 @@ use super::{
     io::{Asker, Inbox, MapsReply, MappedCode, MappedFile, NativeIo},
     module_file::{ModuleFile, SharedBytes},
 };
-use crate::discovery::{FileKey, Mapping};
+use crate::target::discovery::{FileKey, Mapping};
 
 /// Native frames unwound at most per sample.
 pub const MAX_NATIVE_FRAMES: usize = 256;

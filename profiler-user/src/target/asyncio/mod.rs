@@ -34,13 +34,13 @@ use profiler_common::{FrameBytes, FrameEntry, TASK_READ_MAX, TaskLayout, decode_
 use serde::Serialize;
 
 use crate::{
-    discovery::{self, PythonProcess},
-    layout::{
+    target::discovery::{self, PythonProcess},
+    target::layout::{
         PythonLayout, Version,
         published::{InterpreterOffsets, ObjectOffsets},
     },
-    memory::{MemoryError, ProcessMemory, field_u64},
-    symbolize::{self, TypeAddresses},
+    target::memory::{MemoryError, ProcessMemory, field_u64},
+    target::symbolize::{self, TypeAddresses},
 };
 
 pub use offsets::AsyncioOffsets;
@@ -402,7 +402,7 @@ impl AsyncReader {
             return None;
         }
         let raw = mem.read_vec(object.wrapping_add(self.objects.long_digits.into()), 8).ok()?;
-        let digit = |i: usize| u64::from(crate::memory::field_u32(&raw, 4 * i).unwrap_or(0) & 0x3fff_ffff);
+        let digit = |i: usize| u64::from(crate::target::memory::field_u32(&raw, 4 * i).unwrap_or(0) & 0x3fff_ffff);
         Some(match digits {
             0 => 0,
             1 => digit(0),

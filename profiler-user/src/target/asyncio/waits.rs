@@ -26,8 +26,8 @@ use profiler_common::{FrameBytes, FrameEntry, decode_frame};
 use super::{AsyncReader, MAX_AWAIT_CHAIN, MAX_CORO_DEPTH, TaskFrame};
 use crate::{
     completion::read_code_check,
-    memory::{ProcessMemory, field_u64},
-    symbolize::{self, CodeInfo},
+    target::memory::{ProcessMemory, field_u64},
+    target::symbolize::{self, CodeInfo},
 };
 
 /// The leaf under a suspended task's await stack.
@@ -195,7 +195,7 @@ impl WaitReader {
                 Chain::Suspended { .. } => self.stack_of(mem, task, &tasks, &running, &mut memo),
                 other => Err(other),
             };
-            if crate::memory::budget_exhausted() {
+            if crate::target::memory::budget_exhausted() {
                 // Stopped here: this task and the rest are read by the next rounds, from this
                 // one; or from the next one if this one alone took the whole budget.
                 round.over_budget += (k..n).filter(|j| !running.contains(&order[(start + j) % n])).count() as u64;
@@ -517,8 +517,8 @@ impl WaitReader {
 
 /// What a coroutine walk needs of the reader (copied, so the code cache can be updated).
 struct Facts {
-    layout: crate::layout::PythonLayout,
-    objects: crate::layout::published::ObjectOffsets,
+    layout: crate::target::layout::PythonLayout,
+    objects: crate::target::layout::published::ObjectOffsets,
     yield_from_states: &'static [i8],
     awaited_slot: u64,
 }
@@ -589,7 +589,7 @@ mod live_tests {
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::memory::ReadBudget;
+    use crate::target::memory::ReadBudget;
 
     const SCRIPT: &str = r#"
 import asyncio
@@ -661,7 +661,7 @@ asyncio.run(main())
         let mut seen = std::collections::HashSet::new();
         let mut over = 0;
         for _ in 0..10 {
-            let (round, used) = crate::memory::with_read_budget(budget, || small.round(&mem));
+            let (round, used) = crate::target::memory::with_read_budget(budget, || small.round(&mem));
             assert!(used.reads <= budget.reads);
             over += round.over_budget;
             seen.extend(round.stacks.iter().map(|s| s.task));
@@ -673,7 +673,7 @@ asyncio.run(main())
     /// What one whole round reads.
     fn round_cost(reader: &mut WaitReader, mem: &ProcessMemory) -> ReadBudget {
         let limit = ReadBudget { reads: u64::MAX, bytes: u64::MAX, exhausted: false };
-        crate::memory::with_read_budget(limit, || reader.round(mem)).1
+        crate::target::memory::with_read_budget(limit, || reader.round(mem)).1
     }
 
     #[test]

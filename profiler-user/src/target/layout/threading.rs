@@ -1,5 +1,5 @@
 //! Where the `threading` module's registry of `Thread` objects is, per version: what
-//! `crate::thread_registry` needs to read Python thread names (`threading._active`, ident →
+//! `crate::target::thread_registry` needs to read Python thread names (`threading._active`, ident →
 //! `Thread`, whose `_name` and `_native_id` attributes name and place the thread).
 //!
 //! The path: `sys.modules` (a `dict` the interpreter state points to) → the `threading`

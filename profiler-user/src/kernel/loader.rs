@@ -359,7 +359,7 @@ pub struct KernelCounters {
 impl KernelProgram {
     /// Loads and verifies the kernel program (not attached yet), without native context.
     pub fn load() -> Result<Self, LoadError> {
-        Self::load_with(&crate::time_mode::TimeOptions::default(), crate::native::NativeOptions::default())
+        Self::load_with(&crate::time_mode::TimeOptions::default(), crate::target::native::NativeOptions::default())
     }
 
     /// As [`KernelProgram::load`], for the time mode `time` (off-CPU intervals shorter than
@@ -367,7 +367,7 @@ impl KernelProgram {
     /// holding the GIL are taken; in `--mode exception` only samples of threads handling an
     /// exception) and with `native` saying what the program records beside the Python frames
     /// (both frozen into the program).
-    pub fn load_with(time: &crate::time_mode::TimeOptions, native: crate::native::NativeOptions) -> Result<Self, LoadError> {
+    pub fn load_with(time: &crate::time_mode::TimeOptions, native: crate::target::native::NativeOptions) -> Result<Self, LoadError> {
         let min_off_cpu_ns = u64::try_from(time.min_off_cpu.as_nanos()).unwrap_or(u64::MAX);
         // Batches only where there are off-CPU records: the CPU sampler's check is then free.
         let batch_age_ns = if time.batch_off_cpu && time.mode.off_cpu() { OFF_CPU_BATCH_AGE_NS } else { 0 };

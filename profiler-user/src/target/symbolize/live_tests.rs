@@ -10,8 +10,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
 use super::*;
-use crate::layout::{LineTableFormat, PythonLayout, Version, debug_offsets, tables};
-use crate::memory::ProcessMemory;
+use crate::target::layout::{LineTableFormat, PythonLayout, Version, debug_offsets, tables};
+use crate::target::memory::ProcessMemory;
 
 const PYENV: &str = "/root/.pyenv/versions";
 const SID: &str = "/root/.cache/pyperch/sid-rootfs";

@@ -17,14 +17,14 @@
 
 use std::collections::HashMap;
 
-use crate::discovery::PythonProcess;
-use crate::layout::debug_offsets;
-use crate::layout::threading::{
+use crate::target::discovery::PythonProcess;
+use crate::target::layout::debug_offsets;
+use crate::target::layout::threading::{
     AttributeStorage, KeysLayout, TPFLAGS_HEAPTYPE, TPFLAGS_INLINE_VALUES, TPFLAGS_MANAGED_DICT, ThreadingLayout,
     threading_layout,
 };
-use crate::layout::{ObjectLayout, PythonLayout, Version};
-use crate::memory::{MAX_READ, MemoryError, ProcessMemory, field_u64};
+use crate::target::layout::{ObjectLayout, PythonLayout, Version};
+use crate::target::memory::{MAX_READ, MemoryError, ProcessMemory, field_u64};
 
 /// Bytes read from one process per [`RegistryReader::read`].
 pub const READ_BUDGET: usize = 1 << 20;
@@ -352,7 +352,7 @@ impl RegistryReader {
             return None;
         }
         r.charge(KEY_PEEK + 4 * MAX_NAME_CHARS).ok()?;
-        let (text, _) = crate::symbolize::read_str_prefix(&r.mem, &objects, value, MAX_NAME_CHARS, Some(ob_type)).ok()?;
+        let (text, _) = crate::target::symbolize::read_str_prefix(&r.mem, &objects, value, MAX_NAME_CHARS, Some(ob_type)).ok()?;
         Some(text)
     }
 
@@ -377,7 +377,7 @@ impl RegistryReader {
                 u64::try_from(size).ok()?
             }
         };
-        let digit = |i: usize| crate::memory::field_u32(&buf, layout.int_digits as usize + 4 * i).map(u64::from);
+        let digit = |i: usize| crate::target::memory::field_u32(&buf, layout.int_digits as usize + 4 * i).map(u64::from);
         let value = match digits {
             1 => digit(0)?,
             2 => digit(0)? | digit(1)? << 30,
@@ -696,7 +696,7 @@ fn keys_geometry(header: &[u8], layout: &KeysLayout) -> Option<KeysGeometry> {
 /// ASCII string `wanted`.
 fn short_ascii_equals(buf: &[u8], objects: &ObjectLayout, wanted: &str) -> bool {
     let length = field_u64(buf, objects.str_length as usize);
-    let state = crate::memory::field_u32(buf, objects.str_state as usize).unwrap_or(0);
+    let state = crate::target::memory::field_u32(buf, objects.str_state as usize).unwrap_or(0);
     // compact (bit 5) and ascii (bit 6), kind 1 (bits 2-4), in default builds of 3.8-3.15.
     let compact_ascii = state & (1 << 5) != 0 && state & (1 << 6) != 0 && (state >> 2) & 0b111 == 1;
     let start = objects.str_ascii_data as usize;

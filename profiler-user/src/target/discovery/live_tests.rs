@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use profiler_common::{NO_FIELD, ProcessInfo, tstate_lookup};
 
 use super::*;
-use crate::memory::{field_u8, field_u64};
+use crate::target::memory::{field_u8, field_u64};
 
 const PYENV: &str = "/root/.pyenv/versions";
 const SID: &str = "/root/.cache/pyperch/sid-rootfs";

@@ -14,7 +14,7 @@
 //! sample) may fall back to `firstlineno`; this module does not, so that the difference stays
 //! visible.
 
-use crate::layout::LineTableFormat;
+use crate::target::layout::LineTableFormat;
 
 /// A 3.11+ varint holds at most 32 bits: 6 bits per byte, so 6 bytes.
 const MAX_VARINT_BYTES: usize = 6;

@@ -21,14 +21,14 @@ pub use code::{CodeInfo, TypeAddresses, read_code};
 pub use snapshot::{Snapshot, SnapshotMemory, decode_snapshot};
 pub use strings::{read_bytes, read_str, read_str_prefix};
 
-use crate::memory::MemoryError;
+use crate::target::memory::MemoryError;
 
 /// Longest `co_name` / `co_qualname` accepted, in characters.
 pub const MAX_NAME_CHARS: usize = 4096;
 /// Longest `co_filename` accepted, in characters.
 pub const MAX_PATH_CHARS: usize = 4096;
 /// Largest line table accepted, in bytes.
-pub const MAX_LINETABLE_BYTES: usize = crate::memory::MAX_READ;
+pub const MAX_LINETABLE_BYTES: usize = crate::target::memory::MAX_READ;
 
 /// Why a code object (or a string in it) could not be read.
 #[derive(thiserror::Error, Debug)]

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use super::strings::{read_bytes, read_str};
 use super::{MAX_LINETABLE_BYTES, MAX_NAME_CHARS, MAX_PATH_CHARS, SymbolError, linetable};
-use crate::layout::{LineTableFormat, PythonLayout};
-use crate::memory::{ReadMemory, field_i32, field_u64};
+use crate::target::layout::{LineTableFormat, PythonLayout};
+use crate::target::memory::{ReadMemory, field_i32, field_u64};
 
 /// What symbolization needs from one code object, copied out of the target.
 ///

@@ -308,7 +308,7 @@ pub fn peek_version(bytes: &[u8]) -> Option<Version> {
     if !has_cookie(bytes) {
         return None;
     }
-    crate::memory::field_u64(bytes, 8).map(Version::from_hex)
+    crate::target::memory::field_u64(bytes, 8).map(Version::from_hex)
 }
 
 /// The field list for a minor version.
@@ -386,7 +386,7 @@ pub fn decode(bytes: &[u8]) -> Result<DebugOffsets, DebugOffsetsError> {
         let found = bytes.get(..COOKIE.len()).unwrap_or(bytes).to_vec();
         return Err(DebugOffsetsError::BadCookie { found });
     }
-    let header = |offset| crate::memory::field_u64(bytes, offset);
+    let header = |offset| crate::target::memory::field_u64(bytes, offset);
     let (Some(version_hex), Some(free_threaded)) = (header(8), header(16)) else {
         return Err(DebugOffsetsError::Truncated {
             version_hex: header(8).unwrap_or(0),
@@ -410,7 +410,7 @@ pub fn decode(bytes: &[u8]) -> Result<DebugOffsets, DebugOffsetsError> {
     let mut offset = HEADER_SIZE;
     for (group, fields) in list.groups {
         for field in *fields {
-            let value = crate::memory::field_u64(bytes, offset).ok_or(DebugOffsetsError::Truncated {
+            let value = crate::target::memory::field_u64(bytes, offset).ok_or(DebugOffsetsError::Truncated {
                 version_hex,
                 need,
                 got: bytes.len(),
@@ -564,7 +564,7 @@ impl DebugOffsets {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::LineTableFormat;
+    use crate::target::layout::LineTableFormat;
     use profiler_common::NO_FIELD;
 
     /// Reads `_Py_DebugOffsets` out of an ELF file: the bytes at the start of `.PyRuntime`.

@@ -30,7 +30,7 @@ use std::{
 
 use super::module_file::{self, Loaded, Loading, ModuleFile};
 use crate::{
-    discovery::{Mapping, read_maps},
+    target::discovery::{Mapping, read_maps},
     session::budget::{Budgeted, Overrun},
 };
 

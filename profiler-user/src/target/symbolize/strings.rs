@@ -7,8 +7,8 @@
 //! bound, `kind`, the compact/ASCII bits, and ASCII-ness of ASCII data.
 
 use super::SymbolError;
-use crate::layout::ObjectLayout;
-use crate::memory::{MAX_READ, ReadMemory, field_u32, field_u64};
+use crate::target::layout::ObjectLayout;
+use crate::target::memory::{MAX_READ, ReadMemory, field_u32, field_u64};
 
 /// Bits of `PyASCIIObject.state` in default (GIL) builds of 3.8-3.15: `interned` in bits
 /// 0-1, `kind` in bits 2-4 (bytes per character: 1, 2 or 4; 0 is the pre-3.12 "not ready"

@@ -8,9 +8,9 @@ use profiler_common::{
 };
 
 use super::{ChainMiss, MAX_TASK_NAME_CHARS};
-use crate::layout::ObjectLayout;
-use crate::memory::{MemoryError, ReadMemory};
-use crate::symbolize;
+use crate::target::layout::ObjectLayout;
+use crate::target::memory::{MemoryError, ReadMemory};
+use crate::target::symbolize;
 
 /// A chain record whose counts are consistent (`levels` and `frames` hold what the kernel
 /// filled, no more). Level 0 is the running task.
