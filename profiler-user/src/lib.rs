@@ -9,6 +9,7 @@
 
 pub mod agent;
 pub mod aggregate;
+pub mod cmd;
 pub mod completion;
 pub mod containers;
 pub mod dump;
