@@ -26,11 +26,9 @@ use std::{
 
 use profiler_common::ProcessInfo;
 
-use super::{
-    Scope,
-    budget::{Budgeted, Overrun, Started},
-};
+use super::Scope;
 use crate::{
+    target::budget::{Budgeted, Overrun, Started},
     aggregate::ProcessLabel,
     containers,
     target::discovery::{self, DiscoveryError, PythonProcess},

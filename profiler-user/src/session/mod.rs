@@ -3,7 +3,6 @@
 //! (completion → symbolization → aggregation).
 
 pub(crate) mod blocked_at_start;
-pub(crate) mod budget;
 mod cache_budget;
 mod discoverer;
 pub(crate) mod drain;
@@ -42,7 +41,7 @@ use crate::{
 };
 
 pub(crate) use event_loop::{LoopControl, LoopEnd, exit_code, run_loop};
-pub(crate) use budget::Budgeted;
+pub(crate) use crate::target::budget::Budgeted;
 pub(crate) use discoverer::{DiscoveryStats, INSPECT_BUDGET};
 use discoverer::{DiscoveryEvent, DiscoveryHandle};
 use target::{Charge, Target};

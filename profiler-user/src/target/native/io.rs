@@ -31,7 +31,7 @@ use std::{
 use super::module_file::{self, Loaded, Loading, ModuleFile};
 use crate::{
     target::discovery::{Mapping, read_maps},
-    session::budget::{Budgeted, Overrun},
+    target::budget::{Budgeted, Overrun},
 };
 
 /// Requests waiting for the worker, at most (one per process at a time).
