@@ -29,7 +29,19 @@ use tokio::{
     sync::Notify,
 };
 
-use super::event_loop::LoopEnd;
+/// Why the loop ended (the drain thread decides it, or the worker tells it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LoopEnd {
+    DurationElapsed,
+    /// The launched command exited with this status (128 + signal when killed).
+    CommandExited(i32),
+    /// Ctrl-C (SIGINT).
+    Interrupted,
+    /// SIGTERM.
+    Terminated,
+    /// Every process `record --pid` was given has exited.
+    TargetsExited,
+}
 
 /// Bytes of records one process may have queued.
 pub(crate) const PROCESS_BYTES: usize = 8 << 20;

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Session, drain};
+use super::{Session, drain::{self, LoopEnd}};
 use crate::record::RecordError;
 
 /// The ring buffer is drained when the kernel wakes the drain thread (only once a batch has
@@ -43,20 +43,6 @@ pub(crate) struct LoopControl<'a> {
     pub(crate) periodic: Option<(Duration, &'a mut PeriodicHook<'a>)>,
     /// Stop once all these processes have exited (`record --pid`).
     pub(crate) until_exited: Option<&'a super::exit_watch::ExitWatch>,
-}
-
-/// Why the loop ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LoopEnd {
-    DurationElapsed,
-    /// The launched command exited with this status (128 + signal when killed).
-    CommandExited(i32),
-    /// Ctrl-C (SIGINT).
-    Interrupted,
-    /// SIGTERM.
-    Terminated,
-    /// Every process `record --pid` was given has exited.
-    TargetsExited,
 }
 
 /// Records the worker takes from the inbox at a time, between its looks at the clock.

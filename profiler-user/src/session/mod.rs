@@ -40,7 +40,8 @@ use crate::{
     time_mode::{GC_FRAME, TimeMode, off_cpu_leaf},
 };
 
-pub(crate) use event_loop::{LoopControl, LoopEnd, exit_code, run_loop};
+pub(crate) use drain::LoopEnd;
+pub(crate) use event_loop::{LoopControl, exit_code, run_loop};
 pub(crate) use crate::target::budget::Budgeted;
 pub(crate) use discoverer::{DiscoveryStats, INSPECT_BUDGET};
 use discoverer::{DiscoveryEvent, DiscoveryHandle};
