@@ -39,6 +39,7 @@ pub mod stats;
 pub mod symbolize;
 pub mod task_events;
 pub mod text;
+pub mod thread_stacks;
 pub mod thread_registry;
 pub mod time_mode;
 pub mod timeline;
