@@ -86,10 +86,9 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
     let mut builder = SessionBuilder::new("pyperch", options.rate, options.time);
     builder.pids = options.pids.clone();
     builder.filter = options.filter.clone();
-    // Per thread, for the thread column.
+    // Per thread, for the thread column. The shares are of the session's values: samples, or
+    // nanoseconds in the wall and off-CPU modes.
     builder.threads = true;
-    // The shares are of the session's values: samples, or nanoseconds in the wall and
-    // off-CPU modes.
     builder.async_stacks = options.async_stacks;
     builder.refuse_unsupported_async = true;
     builder.preflight()?;
