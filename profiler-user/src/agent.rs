@@ -16,15 +16,28 @@ use std::{
 use crate::{
     aggregate::{AGENT_INTERVAL_BUDGET, Profile, Timing},
     filter::ProcessFilter,
-    kernel::loader::KernelProgram,
     output::{self, Format, otlp},
-    record::{RecordError, check_rate, inspect_pids, stats_report},
-    session::{DISCOVERY_INTERVAL, LoopControl, Scope, Session, run_loop},
+    session::{
+        Session, SessionError,
+        builder::{SessionBuilder, check_rate},
+        report::stats_report,
+    },
     export::upload::{
         Api, Auth, ClientSettings, Endpoint, ExtraHeader, Flags, PROFILE_TYPE_CPU, Upload, UploadCounters, Uploader,
         check_tenant_of, proxy_for, push_body, pyroscope_labels, pyroscope_name,
     },
 };
+
+/// Why the agent cannot run. Each is one sentence for the user.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The session could not start or run.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// The upload settings are wrong (URLs, credentials, `--interval`).
+    #[error("{0}")]
+    Upload(String),
+}
 
 /// How profiles are split before upload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -109,8 +122,8 @@ fn client_settings(
     flags: Flags,
     flag: &str,
     endpoint: &Endpoint,
-) -> Result<(ClientSettings, String), RecordError> {
-    let upload_error = |e: &dyn std::fmt::Display| RecordError::Upload(e.to_string());
+) -> Result<(ClientSettings, String), AgentError> {
+    let upload_error = |e: &dyn std::fmt::Display| AgentError::Upload(e.to_string());
     let env_password = std::env::var(flags.password_env).ok().filter(|v| !v.is_empty());
     let auth = Auth::from_flags_of(flags, creds.user.clone(), creds.password_file.clone(), env_password, creds.token_file.clone())
         .map_err(|e| upload_error(&e))?;
@@ -128,7 +141,7 @@ fn client_settings(
     }
     if !endpoint.is_https() && (auth.is_some() || !headers.is_empty()) && !options.allow_insecure_http {
         let p = flags.prefix;
-        return Err(RecordError::Upload(format!(
+        return Err(AgentError::Upload(format!(
             "{flag} is http://, so its credentials (--{p}-user, --{p}-token-file or --{p}-header) would cross the network unencrypted: use https://, or give --allow-insecure-http if that path is trusted (e.g. a sidecar on localhost)"
         )));
     }
@@ -172,9 +185,9 @@ fn client_settings(
 /// still waiting for a silent server: that request is abandoned.
 pub const FINAL_DRAIN: Duration = Duration::from_secs(10);
 
-pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
+pub fn agent(options: AgentOptions) -> Result<(), AgentError> {
     check_rate(options.rate)?;
-    let upload_error = |e: crate::export::upload::UploadError| RecordError::Upload(e.to_string());
+    let upload_error = |e: crate::export::upload::UploadError| AgentError::Upload(e.to_string());
     let endpoint =
         options.upload_url.as_deref().map(|url| Endpoint::parse_for(url, options.upload.api)).transpose().map_err(upload_error)?;
     let otlp_endpoint = options
@@ -182,9 +195,9 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         .as_deref()
         .map(|url| Endpoint::parse_with_path(url, otlp::PROFILES_PATH, otlp::CONTENT_TYPE))
         .transpose()
-        .map_err(|e| RecordError::Upload(format!("--otlp-endpoint: {e}")))?;
+        .map_err(|e| AgentError::Upload(format!("--otlp-endpoint: {e}")))?;
     if endpoint.is_none() && otlp_endpoint.is_none() {
-        return Err(RecordError::Upload("give --upload-url URL, --otlp-endpoint URL, or both".into()));
+        return Err(AgentError::Upload("give --upload-url URL, --otlp-endpoint URL, or both".into()));
     }
     // Each destination has its own credentials, headers and proxy.
     let upload_settings = endpoint
@@ -199,40 +212,18 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         service_name_from_pod: !options.app_name_given,
     };
     if options.interval < Duration::from_secs(1) {
-        return Err(RecordError::Upload("--interval must be at least 1s".into()));
+        return Err(AgentError::Upload("--interval must be at least 1s".into()));
     }
-    crate::kernel::loader::preflight()?;
-    // Inspected after the privilege drop, which needs one thread (see `record::check_pids_exist`).
-    crate::record::check_pids_exist(&options.pids)?;
-    let mut kernel = KernelProgram::load_with(&options.time, options.native)?;
-    let ring = kernel.take_ring_buffer()?;
-    // Kernel symbols need privileges that are dropped once sampling starts: read them now.
-    let kallsyms = options.native.kernel.then(crate::target::native::Kallsyms::load).flatten();
-    if options.native.kernel && kallsyms.is_none() {
-        eprintln!("pyperch agent: warning: /proc/kallsyms shows no addresses; kernel frames will read <kernel>_[k]");
-    }
-    let scope = if options.pids.is_empty() { Scope::Host } else { Scope::Pids(options.pids.iter().copied().collect()) };
-    let mut session = Session::new(kernel, scope, options.filter.clone(), options.threads);
-    session.set_time_mode(options.time.mode, options.rate);
-    session.set_min_off_cpu(options.time.min_off_cpu);
-    session.set_async_stacks(options.async_stacks);
-    session.profile.set_budget(AGENT_INTERVAL_BUDGET);
-    session.profile.set_line_numbers(options.line_numbers);
-    if options.native.any() {
-        session.set_native(crate::target::native::NativeContext::new(options.native, kallsyms));
-    }
-    session.kernel.attach(options.rate)?;
-    // Every registered process is watched from then on; the waits of threads already
-    // switched out at their registration are charged from then (`read_blocked_threads`).
-    if options.time.mode.off_cpu() {
-        session.kernel.attach_off_cpu()?;
-    }
-    // Attached: keep only what sampling needs, before the uploader's thread starts.
-    crate::privileges::drop_after_attach(&crate::privileges::Keep::default())?;
-    for p in inspect_pids(&options.pids, &options.filter)? {
-        session.add_process(p)?;
-    }
-    session.read_blocked_threads();
+    let mut builder = SessionBuilder::new("pyperch agent", options.rate, options.time);
+    builder.pids = options.pids.clone();
+    builder.filter = options.filter.clone();
+    builder.threads = options.threads;
+    builder.native = options.native;
+    builder.async_stacks = options.async_stacks;
+    builder.line_numbers = options.line_numbers;
+    builder.profile_budget = Some(AGENT_INTERVAL_BUDGET);
+    builder.preflight()?;
+    let mut started = builder.start()?;
     let endpoint_text = [(endpoint.as_ref(), upload_settings.as_ref()), (otlp_endpoint.as_ref(), otlp_settings.as_ref())]
         .into_iter()
         .filter_map(|(e, s)| {
@@ -327,17 +318,10 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         }
         eprintln!("{line}");
     };
-    let control = LoopControl {
-        duration: options.duration,
-        child: None,
-        progress: false,
-        discovery_interval: DISCOVERY_INTERVAL,
-        periodic: Some((options.interval, &mut flush)),
-                until_exited: None,
-    };
-    run_loop(&mut session, ring, control)?;
+    started.run(options.duration, false, Some((options.interval, &mut flush)))?;
+    let session = &mut started.session;
     // Flush the partial interval before leaving (sampling stopped as the loop ended).
-    flush(&mut session);
+    flush(session);
     let kernel_counters = session.kernel.counters();
     // Both queues drain at once, so the exit waits FINAL_DRAIN at most.
     let drains: Vec<_> = [("", uploader), ("OTLP ", otlp_uploader)]
@@ -361,7 +345,7 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
     }
     if options.stats {
         let totals = session.totals();
-        eprint!("{}", stats_report(&session, &totals, kernel_counters));
+        eprint!("{}", stats_report(session, &totals, kernel_counters));
         for (name, last) in finals {
             eprintln!(
                 "  {}uploads: sent {}, failed attempts {}, rejected {}, dropped {} ({} of them not delivered at exit), authentication failures {}",

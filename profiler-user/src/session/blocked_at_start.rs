@@ -7,7 +7,7 @@
 //! instead the time of its first switch-in (`ThreadSwitch::first_in_ns`), or nothing if it
 //! never runs before the end. Its wait from the registration `R` up to that switch-in `T` (or
 //! the end `E`) was spent with one unchanging stack, which userspace reads from the target's
-//! memory the way `pyperch dump` does ([`crate::dump::dump_inspected`]), on a thread of its
+//! memory the way `pyperch dump` does ([`crate::target::thread_stacks::dump_inspected`]), on a thread of its
 //! own (never on the sampling loop), once the kernel watches the process: for `record`'s
 //! explicit processes from the attach of the scheduler-switch program, for those discovery
 //! finds later from their registration (`DiscoveryEvent::Registered`). The snapshot ends at
@@ -51,7 +51,7 @@ use std::time::Duration;
 use profiler_common::off_cpu_reason;
 
 use crate::target::discovery::PythonProcess;
-use crate::dump::{self, DumpOptions, Frame};
+use crate::target::thread_stacks::{self, DumpOptions, Frame};
 
 /// How long the end of a recording waits for snapshots still being read.
 const FINISH_WAIT: Duration = Duration::from_secs(2);
@@ -213,13 +213,13 @@ pub(crate) fn verdict(registered_ns: u64, taken_ns: u64, end_ns: u64, thread: &T
 
 /// Reads every thread of `process` (its stack and state), for a snapshot.
 fn read_threads(process: &PythonProcess) -> Option<Vec<ThreadRead>> {
-    let dumped = dump::dump_inspected(process, DumpOptions::default()).ok()?;
+    let dumped = thread_stacks::dump_inspected(process, DumpOptions::default()).ok()?;
     let threads = dumped
         .threads
         .into_iter()
         .filter(|t| t.python)
         .filter_map(|t| {
-            let start_time = dump::tasks::task_start(process.pid, t.tid)?;
+            let start_time = thread_stacks::tasks::task_start(process.pid, t.tid)?;
             Some(ThreadRead { tid: t.tid, start_time, runnable: t.kernel.state == "R", frames: t.stack })
         })
         .collect();

@@ -9,7 +9,7 @@ use std::{
 };
 
 use super::{Session, drain::{self, LoopEnd}};
-use crate::record::RecordError;
+use super::error::SessionError;
 
 /// The ring buffer is drained when the kernel wakes the drain thread (only once a batch has
 /// accumulated) and on the discovery beat, which keeps a session's fixed cost low; but after
@@ -61,13 +61,13 @@ pub(crate) fn run_loop(
     session: &mut Session,
     ring: aya::maps::RingBuf<aya::maps::MapData>,
     mut control: LoopControl<'_>,
-) -> Result<LoopEnd, RecordError> {
+) -> Result<LoopEnd, SessionError> {
     crate::target::memory::deadline::guard_this_thread();
     session.start_discovery(control.discovery_interval)?;
     let started = Instant::now();
     // Drains on the discovery beat at least (discovery runs on its own thread).
     let beat = control.discovery_interval;
-    let drain = drain::start(ring, control.duration, beat, started).map_err(|e| RecordError::Runtime(e.to_string()))?;
+    let drain = drain::start(ring, control.duration, beat, started).map_err(|e| SessionError::Runtime(e.to_string()))?;
     let shared = drain.shared.clone();
     let mut next_scan = Instant::now();
     // Progress lines are due at whole seconds of the recording.

@@ -3,8 +3,10 @@
 //! (completion → symbolization → aggregation).
 
 pub(crate) mod blocked_at_start;
+pub(crate) mod builder;
 mod cache_budget;
 mod discoverer;
+pub mod error;
 pub(crate) mod drain;
 mod event_loop;
 pub(crate) mod exit_watch;
@@ -12,6 +14,7 @@ mod full_frames_memo;
 mod native_hold;
 mod off_cpu;
 mod off_cpu_kernel;
+pub(crate) mod report;
 mod target;
 mod task_index;
 mod task_waits;
@@ -35,7 +38,6 @@ use crate::{
     filter::ProcessFilter,
     kernel::loader::KernelProgram,
     target::memory::{self, ProcessMemory},
-    record::RecordError,
     stats::{Counters, SampleOutcome},
     time_mode::{GC_FRAME, TimeMode, off_cpu_leaf},
 };
@@ -46,6 +48,7 @@ pub(crate) use crate::target::budget::Budgeted;
 pub(crate) use discoverer::{DiscoveryStats, INSPECT_BUDGET};
 use discoverer::{DiscoveryEvent, DiscoveryHandle};
 use target::{Charge, Target};
+pub use error::SessionError;
 
 /// How often discovery looks for new Python processes (a launched command's children are
 /// looked for more often: short scripts matter there). A look costs almost nothing while the
@@ -329,14 +332,14 @@ impl Session {
 
     /// Registers a Python process with the kernel if its interpreter is ready. Only before
     /// discovery starts (explicit pids, inspected by the caller).
-    pub(crate) fn add_process(&mut self, process: PythonProcess) -> Result<bool, RecordError> {
+    pub(crate) fn add_process(&mut self, process: PythonProcess) -> Result<bool, SessionError> {
         let pid = process.pid;
         let mem = ProcessMemory::new(pid);
         let generation = self.kernel.registry().next_generation();
         let info = match process.kernel_info(&mem) {
             Ok(info) => profiler_common::ProcessInfo { frame: process.layout.kernel_frame_layout(), generation, ..info },
             Err(DiscoveryError::NotReady { .. }) => return Ok(false),
-            Err(e) => return Err(RecordError::Inspect { pid, message: e.to_string() }),
+            Err(e) => return Err(SessionError::Inspect { pid, message: e.to_string() }),
         };
         let label = discoverer::process_label(&process);
         let exe_link = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
@@ -379,7 +382,7 @@ impl Session {
     }
 
     /// Starts discovery on its own thread, scanning every `interval`.
-    pub(crate) fn start_discovery(&mut self, interval: Duration) -> Result<(), RecordError> {
+    pub(crate) fn start_discovery(&mut self, interval: Duration) -> Result<(), SessionError> {
         // The native side's worker too: threads start only once capabilities are dropped.
         if let Some(io) = self.native.as_ref().and_then(|n| n.io.as_ref()) {
             io.start_worker();
@@ -398,7 +401,7 @@ impl Session {
             interval,
             self.discovery_stats.clone(),
         )
-        .map_err(|e| RecordError::Runtime(format!("could not start the discovery thread: {e}")))?;
+        .map_err(|e| SessionError::Runtime(format!("could not start the discovery thread: {e}")))?;
         self.discovery = Some(handle);
         // Started with discovery: after pyperch dropped its capabilities (a single thread then).
         // Formats with a timeline show one track per thread, so they name threads too.

@@ -181,7 +181,7 @@ impl Session {
                 let first = FirstSwitch::of(kernel.get(&thread.read.tid), snapshot.pid, snapshot.generation);
                 // Only a thread with no switch seen can have ended unseen (its entry freed).
                 let alive = first != FirstSwitch::None
-                    || crate::dump::tasks::task_start(snapshot.pid, thread.read.tid) == Some(thread.read.start_time);
+                    || crate::target::thread_stacks::tasks::task_start(snapshot.pid, thread.read.tid) == Some(thread.read.start_time);
                 match step(snapshot.registered_ns, snapshot.taken_ns, now_ns, thread, first, alive, last || process_gone) {
                     Step::Keep => true,
                     Step::Close(None) => false,
@@ -216,7 +216,7 @@ impl Session {
     /// Adds `ns` of off-CPU time for `reason` to the stack `frames` (root first, as read by
     /// a snapshot) of thread `tid` of registration `generation` of `pid`. False when the
     /// registration is gone or the profile is full.
-    fn add_snapshot_stack(&mut self, pid: u32, generation: u32, tid: u32, frames: &[crate::dump::Frame], ns: u64, reason: u32) -> bool {
+    fn add_snapshot_stack(&mut self, pid: u32, generation: u32, tid: u32, frames: &[crate::target::thread_stacks::Frame], ns: u64, reason: u32) -> bool {
         if ns == 0 || !self.targets.get(&pid).is_some_and(|t| t.generation == generation) {
             return false;
         }

@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use crate::{
     filter::ProcessFilter,
-    kernel::loader::KernelProgram,
-    privileges,
-    record::{RecordError, check_rate, inspect_pids},
-    session::{DISCOVERY_INTERVAL, LoopControl, LoopEnd, Scope, Session, run_loop},
+    session::{
+        LoopEnd, Session, SessionError,
+        builder::{SessionBuilder, check_rate},
+    },
 };
 use model::{FrameRef, Model, Tick};
 
@@ -60,11 +60,7 @@ pub struct TopOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum TopError {
     #[error(transparent)]
-    Record(#[from] RecordError),
-    #[error(transparent)]
-    Load(#[from] crate::kernel::loader::LoadError),
-    #[error(transparent)]
-    Privileges(#[from] crate::privileges::PrivilegeError),
+    Session(#[from] SessionError),
     #[error(
         "pyperch top draws a full-screen view, but stdout is not a terminal: use --plain for a table every second, or --once for one table"
     )]
@@ -87,39 +83,16 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
             return Err(TopError::TooSmall { columns, rows });
         }
     }
-    crate::kernel::loader::preflight()?;
-    // Inspected after the privilege drop, which needs one thread (see `record::check_pids_exist`).
-    crate::record::check_pids_exist(&options.pids)?;
-    let mut kernel = KernelProgram::load_with(&options.time, crate::target::native::NativeOptions::default())?;
-    let ring = kernel.take_ring_buffer()?;
-    let scope =
-        if options.pids.is_empty() { Scope::Host } else { Scope::Pids(options.pids.iter().copied().collect()) };
-    // Per thread, for the thread column.
-    let mut session = Session::new(kernel, scope, options.filter.clone(), true);
-    session.set_async_stacks(options.async_stacks);
-    session.set_time_mode(options.time.mode, options.rate);
-    session.set_min_off_cpu(options.time.min_off_cpu);
-    // The shares are of the session's values: samples, or nanoseconds in the wall and
-    // off-CPU modes.
-    session.kernel.attach(options.rate)?;
-    // Every registered process is watched from then on; the waits of threads already
-    // switched out at their registration are charged from then (`read_blocked_threads`).
-    if options.time.mode.off_cpu() {
-        session.kernel.attach_off_cpu()?;
-    }
-    privileges::drop_after_attach(&privileges::Keep::default())?;
-    let initial = inspect_pids(&options.pids, &options.filter)?;
-    if options.async_stacks {
-        // An explicit process that cannot have task stacks is refused, with the reason.
-        if let Some(p) = initial.iter().find(|p| !crate::target::asyncio::supported(p.version)) {
-            let reason = crate::target::asyncio::AsyncioError::TooOld { pid: p.pid, version: p.version }.to_string();
-            return Err(RecordError::Unsupported { pid: p.pid, comm: p.comm.clone(), reason }.into());
-        }
-    }
-    for p in initial {
-        session.add_process(p)?;
-    }
-    session.read_blocked_threads();
+    let mut builder = SessionBuilder::new("pyperch", options.rate, options.time);
+    builder.pids = options.pids.clone();
+    builder.filter = options.filter.clone();
+    // Per thread, for the thread column. The shares are of the session's values: samples, or
+    // nanoseconds in the wall and off-CPU modes.
+    builder.threads = true;
+    builder.async_stacks = options.async_stacks;
+    builder.refuse_unsupported_async = true;
+    builder.preflight()?;
+    let mut started = builder.start()?;
 
     let mut model = Model::new(options.window.max(1) as usize);
     let header = Header {
@@ -149,15 +122,7 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
                     }
                 }
             };
-            let control = LoopControl {
-                duration: None,
-                child: None,
-                progress: false,
-                discovery_interval: DISCOVERY_INTERVAL,
-                periodic: Some((screen::POLL, &mut hook)),
-                until_exited: None,
-            };
-            let end = run_loop(&mut session, ring, control);
+            let end = started.run(None, false, Some((screen::POLL, &mut hook)));
             // Restores the terminal on every way out (also SIGTERM).
             drop(view);
             end?
@@ -176,15 +141,7 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
                     quit();
                 }
             };
-            let control = LoopControl {
-                duration: None,
-                child: None,
-                progress: false,
-                discovery_interval: DISCOVERY_INTERVAL,
-                periodic: Some((TICK, &mut hook)),
-                until_exited: None,
-            };
-            run_loop(&mut session, ring, control)?
+            started.run(None, false, Some((TICK, &mut hook)))?
         }
     };
     if let Some(e) = failure {
