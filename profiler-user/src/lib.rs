@@ -7,13 +7,10 @@
 //! the kernel how to walk them; `memory` reads targets; `stats` counts every outcome;
 //! `privileges` drops what is not needed once the kernel program is attached.
 
-pub mod agent;
 pub mod aggregate;
 pub mod cmd;
 pub mod completion;
 pub mod containers;
-pub mod dump;
-pub mod explain;
 pub mod export;
 pub mod filter;
 mod kernel_btf;
@@ -21,13 +18,10 @@ mod kernel_btf;
 mod fuzzing;
 #[cfg(test)]
 mod fuzz_targets;
-pub mod launch;
 pub mod kernel;
-pub mod list;
 pub mod output;
 pub mod pod_names;
 pub mod privileges;
-pub mod record;
 pub mod seccomp;
 mod session;
 pub mod stats;
@@ -36,4 +30,3 @@ pub mod task_events;
 pub mod text;
 pub mod time_mode;
 pub mod timeline;
-pub mod top;

@@ -16,7 +16,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             // Target text inside errors is escaped by their Display; this catches the rest.
-            eprintln!("error: {}", pyperch::text::lines(&pyperch::record::describe(e.as_ref())));
+            eprintln!("error: {}", pyperch::text::lines(&pyperch::cmd::record::describe(e.as_ref())));
             ExitCode::from(1)
         }
     };

@@ -5,7 +5,7 @@
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use crate::{
-    agent::Grouping,
+    cmd::agent::Grouping,
     aggregate::LineNumbers,
     filter::ProcessFilter,
     output::Format,

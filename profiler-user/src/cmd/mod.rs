@@ -2,17 +2,22 @@
 //! its arguments into options for the layers below (the session, `dump`'s stack reading,
 //! discovery). Nothing below `cmd/` imports from it.
 
+pub mod agent;
 mod args;
+pub mod dump;
+pub mod explain;
+pub mod launch;
+pub mod list;
+pub mod record;
+pub mod top;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{CommandFactory, Parser, Subcommand};
 
-use crate::{
-    agent::{self, AgentOptions, UploadOptions},
-    output::Format,
-    record::{self, RecordOptions},
-};
+use crate::output::Format;
+use agent::{AgentOptions, UploadOptions};
+use record::RecordOptions;
 use args::{AgentArgs, DumpArgs, MAX_DURATION_SECS, RecordArgs, TopArgs};
 
 /// A whole-host sampling profiler for CPython 3.8-3.15, built on eBPF.
@@ -94,15 +99,15 @@ pub fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             if !crate::kernel::loader::has_capabilities() {
                 eprintln!("pyperch: warning: without root, processes of other users cannot be inspected");
             }
-            let rows = crate::list::python_processes();
-            print!("{}", crate::list::render(&rows));
+            let rows = crate::cmd::list::python_processes();
+            print!("{}", crate::cmd::list::render(&rows));
             if rows.is_empty() {
                 eprintln!("pyperch: no Python process found");
             }
             Ok(ExitCode::SUCCESS)
         }
         Commands::Top(args) => {
-            use crate::top::{Display, TopOptions, top};
+            use crate::cmd::top::{Display, TopOptions, top};
             let display = if args.once {
                 Display::Once
             } else if args.plain {
@@ -125,14 +130,14 @@ pub fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         Commands::Dump(args) => {
             // Nothing to attach: the same drop (uid, capabilities, seccomp) before any read.
             crate::privileges::drop_after_attach(&crate::privileges::Keep::default())?;
-            let dump = crate::dump::dump(args.pid, crate::dump::DumpOptions { locals: args.locals, async_tasks: args.async_tasks })?;
+            let dump = crate::cmd::dump::dump(args.pid, crate::cmd::dump::DumpOptions { locals: args.locals, async_tasks: args.async_tasks })?;
             use std::io::Write as _;
             // Streamed: the output is never held whole in memory.
             let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
             let written = if args.json {
-                crate::dump::render::write_json(&dump, &mut stdout)
+                crate::cmd::dump::render::write_json(&dump, &mut stdout)
             } else {
-                crate::dump::render::write_text(&dump, &mut stdout)
+                crate::cmd::dump::render::write_text(&dump, &mut stdout)
             };
             written.and_then(|()| stdout.flush()).map_err(|e| format!("cannot write the dump: {e}"))?;
             Ok(ExitCode::SUCCESS)

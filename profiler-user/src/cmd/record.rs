@@ -11,8 +11,8 @@ use std::{
 
 use crate::{
     aggregate::{LineNumbers, Timing},
-    explain::{self, RecordingFacts},
-    launch::{self, Ending, RecordingEnd},
+    cmd::explain::{self, RecordingFacts},
+    cmd::launch::{self, Ending, RecordingEnd},
     filter::ProcessFilter,
     kernel::loader::error_chain,
     output::{self, Format},

@@ -264,7 +264,7 @@ pub fn agent(options: AgentOptions) -> Result<(), AgentError> {
         session.charge_pending_off_cpu(crate::kernel::loader::monotonic_ns());
         let mut part = session.take_interval();
         // The interval's own drops and losses: the counters run for the agent's whole life.
-        let dropped = crate::explain::dropped_samples(&session.totals());
+        let dropped = crate::cmd::explain::dropped_samples(&session.totals());
         let lost = session.kernel.counters().ringbuf_full;
         part.set_timing(Timing {
             start: interval_start,
