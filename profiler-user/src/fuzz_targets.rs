@@ -99,10 +99,10 @@ proptest! {
     /// /proc/PID/task/TID/stat and .../syscall for `dump`.
     #[test]
     fn fuzz_dump_task_text(stat in stat_text(), syscall in syscall_text()) {
-        let state = crate::target::thread_stacks::tasks::parse_state_and_start(&stat);
-        let call = crate::target::thread_stacks::tasks::parse_syscall(&syscall);
+        let state = crate::target::thread_stacks::proc_threads::parse_state_and_start(&stat);
+        let call = crate::target::thread_stacks::proc_threads::parse_syscall(&syscall);
         if let Some((state, _)) = state {
-            let _ = crate::target::thread_stacks::tasks::classify(state, call);
+            let _ = crate::target::thread_stacks::proc_threads::classify(state, call);
         }
     }
 

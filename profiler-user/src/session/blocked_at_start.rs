@@ -219,7 +219,7 @@ fn read_threads(process: &PythonProcess) -> Option<Vec<ThreadRead>> {
         .into_iter()
         .filter(|t| t.python)
         .filter_map(|t| {
-            let start_time = thread_stacks::tasks::task_start(process.pid, t.tid)?;
+            let start_time = thread_stacks::proc_threads::task_start(process.pid, t.tid)?;
             Some(ThreadRead { tid: t.tid, start_time, runnable: t.kernel.state == "R", frames: t.stack })
         })
         .collect();

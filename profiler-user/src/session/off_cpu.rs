@@ -181,7 +181,7 @@ impl Session {
                 let first = FirstSwitch::of(kernel.get(&thread.read.tid), snapshot.pid, snapshot.generation);
                 // Only a thread with no switch seen can have ended unseen (its entry freed).
                 let alive = first != FirstSwitch::None
-                    || crate::target::thread_stacks::tasks::task_start(snapshot.pid, thread.read.tid) == Some(thread.read.start_time);
+                    || crate::target::thread_stacks::proc_threads::task_start(snapshot.pid, thread.read.tid) == Some(thread.read.start_time);
                 match step(snapshot.registered_ns, snapshot.taken_ns, now_ns, thread, first, alive, last || process_gone) {
                     Step::Keep => true,
                     Step::Close(None) => false,

@@ -7,7 +7,7 @@
 pub mod render;
 
 use crate::target::discovery::{self, DiscoveryError};
-use crate::target::thread_stacks::{EXIT_GRACE, tasks};
+use crate::target::thread_stacks::{EXIT_GRACE, proc_threads};
 
 pub use crate::target::thread_stacks::{
     Activity, DumpError, DumpOptions, Frame, Local, ProcessDump, StackRead, TaskState, ThreadDump, dump_inspected,
@@ -21,9 +21,9 @@ pub fn dump(pid: u32, options: DumpOptions) -> Result<ProcessDump, DumpError> {
         Err(DiscoveryError::Gone(_)) => return Err(DumpError::NoProcess(pid)),
         // A process that exited while it was inspected (a zombie maps nothing) is not
         // "not Python": say it is gone.
-        Err(_) if !tasks::running(pid) || {
+        Err(_) if !proc_threads::running(pid) || {
             std::thread::sleep(EXIT_GRACE);
-            !tasks::running(pid)
+            !proc_threads::running(pid)
         } =>
         {
             return Err(DumpError::NoProcess(pid));

@@ -1,7 +1,7 @@
 //! Every thread of one Python process at one moment, read from its memory without stopping
 //! it: the layer `pyperch dump` shows, and the session reads blocked threads with.
 //!
-//! - `tasks`: what the kernel says about each thread (running, sleeping, waiting on what);
+//! - `proc_threads`: what the kernel says about each thread (running, sleeping, waiting on what);
 //! - `stack`: each thread's Python stack, read twice and accepted only when both reads agree;
 //! - `values`: the bounded rendering of local variables (`--locals`).
 //!
@@ -9,7 +9,7 @@
 //! and `/proc`, and every byte read is bounded and checked.
 
 pub mod stack;
-pub mod tasks;
+pub mod proc_threads;
 pub mod values;
 
 use std::collections::{HashMap, HashSet};
@@ -24,7 +24,7 @@ use crate::target::memory::{MemoryError, ProcessMemory};
 use profiler_common::{MAX_EXCEPTION_ITEMS, NO_FIELD};
 
 pub use stack::{Frame, Local, StackRead};
-pub use tasks::{Activity, TaskState};
+pub use proc_threads::{Activity, TaskState};
 
 /// Interpreters followed in `_PyRuntime.interpreters`.
 const MAX_INTERPRETERS: usize = 256;
@@ -141,7 +141,7 @@ pub fn dump_inspected(process: &PythonProcess, options: DumpOptions) -> Result<P
     // Threads vanish one by one when a process is killed, and its memory reads fail, before
     // its main thread shows the exit: a process that looks alive after a failure gets
     // `EXIT_GRACE` to show it, so a dump is never cut short (or failed) by an exit.
-    let exited = || !tasks::process_alive(pid, process.start_time);
+    let exited = || !proc_threads::process_alive(pid, process.start_time);
     let exited_after_grace = || {
         exited() || {
             std::thread::sleep(EXIT_GRACE);
@@ -168,7 +168,7 @@ pub fn dump_inspected(process: &PythonProcess, options: DumpOptions) -> Result<P
         }
     }
 
-    let tids = tasks::task_ids(pid).ok_or(DumpError::Exited(pid))?;
+    let tids = proc_threads::task_ids(pid).ok_or(DumpError::Exited(pid))?;
     let python_names = crate::target::thread_registry::read_once(process, &tids);
     let mut reader = stack::StackReader::new(process, inspection);
     let mut threads = Vec::with_capacity(tids.len());
@@ -177,7 +177,7 @@ pub fn dump_inspected(process: &PythonProcess, options: DumpOptions) -> Result<P
     let mut not_shown = 0u32;
     for tid in tids {
         // A thread that ended since the listing is left out (and counted).
-        let Some(kernel) = tasks::task_state(pid, tid) else {
+        let Some(kernel) = proc_threads::task_state(pid, tid) else {
             ended += 1;
             continue;
         };
