@@ -228,7 +228,7 @@ pub fn agent(options: AgentOptions) -> Result<(), RecordError> {
         session.kernel.attach_off_cpu()?;
     }
     // Attached: keep only what sampling needs, before the uploader's thread starts.
-    crate::privileges::drop_after_attach(&crate::privileges::Keep::default())?;
+    crate::host::privileges::drop_after_attach(&crate::host::privileges::Keep::default())?;
     for p in inspect_pids(&options.pids, &options.filter)? {
         session.add_process(p)?;
     }
@@ -469,7 +469,7 @@ mod tests {
 
     use super::*;
     use crate::aggregate::{FrameName, ProcessLabel};
-    use crate::pod_names::PodNames;
+    use crate::host::pod_names::PodNames;
 
     fn options(app_name: Option<&str>, group_by: Grouping) -> AgentOptions {
         AgentOptions {

@@ -5,19 +5,19 @@
 //! kernel went, through a validated frame cache) → `symbolize` (code objects → names and
 //! lines) → `aggregate` → `output`. `discovery` and `layout` find Python processes and tell
 //! the kernel how to walk them; `memory` reads targets; `stats` counts every outcome;
-//! `privileges` drops what is not needed once the kernel program is attached.
+//! `host` knows the machine: containers and pod names, `privileges` (dropped once the kernel
+//! program is attached), seccomp, per-task perf events, the kernel's BTF.
 
 pub mod agent;
 pub mod aggregate;
 pub mod asyncio;
 pub mod completion;
-pub mod containers;
 pub mod discovery;
 pub mod dump;
 pub mod explain;
 pub mod filenames;
 pub mod filter;
-mod kernel_btf;
+pub mod host;
 #[cfg(test)]
 mod fuzzing;
 #[cfg(test)]
@@ -30,14 +30,10 @@ pub mod memory;
 pub mod native;
 pub mod output;
 pub mod output_file;
-pub mod pod_names;
-pub mod privileges;
 pub mod record;
-pub mod seccomp;
 mod session;
 pub mod stats;
 pub mod symbolize;
-pub mod task_events;
 pub mod text;
 pub mod thread_registry;
 pub mod time_mode;

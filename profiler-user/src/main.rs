@@ -543,7 +543,7 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     };
-    if let Some((count, last)) = pyperch::seccomp::refused() {
+    if let Some((count, last)) = pyperch::host::seccomp::refused() {
         eprintln!("pyperch: warning: the seccomp filter refused {count} system call(s) with EPERM (the last: {last}); please report it");
     }
     code
@@ -585,7 +585,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         Commands::Dump(args) => {
             // Nothing to attach: the same drop (uid, capabilities, seccomp) before any read.
-            pyperch::privileges::drop_after_attach(&pyperch::privileges::Keep::default())?;
+            pyperch::host::privileges::drop_after_attach(&pyperch::host::privileges::Keep::default())?;
             let dump = pyperch::dump::dump(args.pid, pyperch::dump::DumpOptions { locals: args.locals, async_tasks: args.async_tasks })?;
             use std::io::Write as _;
             // Streamed: the output is never held whole in memory.

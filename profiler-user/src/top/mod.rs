@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::{
     filter::ProcessFilter,
     loader::KernelProgram,
-    privileges,
+    host::privileges,
     record::{RecordError, check_rate, inspect_pids},
     session::{DISCOVERY_INTERVAL, LoopControl, LoopEnd, Scope, Session, run_loop},
 };
@@ -64,7 +64,7 @@ pub enum TopError {
     #[error(transparent)]
     Load(#[from] crate::loader::LoadError),
     #[error(transparent)]
-    Privileges(#[from] crate::privileges::PrivilegeError),
+    Privileges(#[from] crate::host::privileges::PrivilegeError),
     #[error(
         "pyperch top draws a full-screen view, but stdout is not a terminal: use --plain for a table every second, or --once for one table"
     )]
