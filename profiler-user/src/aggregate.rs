@@ -95,8 +95,8 @@ pub struct ProcessLabel {
     /// The working directory as the process sees it, for short file names.
     pub cwd: Option<String>,
     /// Kubernetes namespace, pod name and container name, from the runtime's annotations
-    /// (see [`crate::pod_names`]); `None` outside a pod or when the runtime keeps none.
-    pub pod_names: Option<std::sync::Arc<crate::pod_names::PodNames>>,
+    /// (see [`crate::host::pod_names`]); `None` outside a pod or when the runtime keeps none.
+    pub pod_names: Option<std::sync::Arc<crate::host::pod_names::PodNames>>,
 }
 
 /// Which line a frame shows (`--function`, `--nolineno`).

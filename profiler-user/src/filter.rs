@@ -8,7 +8,7 @@
 
 use regex::Regex;
 
-use crate::containers;
+use crate::host::containers;
 
 #[derive(Debug, Clone, Default)]
 pub struct ProcessFilter {
@@ -22,7 +22,7 @@ pub struct ProcessFilter {
     pub comm: Option<Regex>,
     /// Matched against the command line, arguments separated by spaces.
     pub cmdline: Option<Regex>,
-    /// Kubernetes namespaces (from the runtime's annotations, see [`crate::pod_names`]).
+    /// Kubernetes namespaces (from the runtime's annotations, see [`crate::host::pod_names`]).
     pub namespaces: Vec<String>,
     /// Matched against the Kubernetes pod name (from the runtime's annotations).
     pub pod_name: Option<Regex>,
@@ -88,12 +88,12 @@ impl ProcessFilter {
         if !self.matches_container(&info) {
             return false;
         }
-        !self.needs_pod_names() || self.matches_pod_names(crate::pod_names::for_container(&info).as_deref())
+        !self.needs_pod_names() || self.matches_pod_names(crate::host::pod_names::for_container(&info).as_deref())
     }
 
     /// The `--namespace` / `--pod-name` part of the filter, on already-read names (`None`:
     /// no names known, which matches neither).
-    pub fn matches_pod_names(&self, names: Option<&crate::pod_names::PodNames>) -> bool {
+    pub fn matches_pod_names(&self, names: Option<&crate::host::pod_names::PodNames>) -> bool {
         if !self.needs_pod_names() {
             return true;
         }
@@ -129,7 +129,7 @@ impl ProcessFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::containers::attribute;
+    use crate::host::containers::attribute;
 
     const ID: &str = "4f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8";
 
@@ -157,7 +157,7 @@ mod tests {
 
     #[test]
     fn namespace_and_pod_name_filters() {
-        use crate::pod_names::PodNames;
+        use crate::host::pod_names::PodNames;
         let names = PodNames { namespace: "shop".into(), pod: "checkout-7d9f6b5c4-x2x7q".into(), container: "api".into() };
         let f = ProcessFilter { namespaces: vec!["shop".into()], ..Default::default() };
         assert!(!f.is_empty());

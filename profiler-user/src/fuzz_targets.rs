@@ -84,7 +84,7 @@ proptest! {
     fn fuzz_proc_status(lines in prop::collection::vec(status_line(), 0..12)) {
         let text = lines.join("\n");
         let _ = crate::target::discovery::procfs::parse_status_threads(&text);
-        let pids = crate::containers::parse_nspid(&text);
+        let pids = crate::host::containers::parse_nspid(&text);
         prop_assert!(pids.len() <= text.len());
     }
 

@@ -10,23 +10,18 @@
 pub mod aggregate;
 pub mod cmd;
 pub mod completion;
-pub mod containers;
 pub mod export;
 pub mod filter;
-mod kernel_btf;
+pub mod host;
 #[cfg(test)]
 mod fuzzing;
 #[cfg(test)]
 mod fuzz_targets;
 pub mod kernel;
 pub mod output;
-pub mod pod_names;
-pub mod privileges;
-pub mod seccomp;
 mod session;
 pub mod stats;
 pub mod target;
-pub mod task_events;
 pub mod text;
 pub mod time_mode;
 pub mod timeline;

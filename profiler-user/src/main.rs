@@ -20,7 +20,7 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     };
-    if let Some((count, last)) = pyperch::seccomp::refused() {
+    if let Some((count, last)) = pyperch::host::seccomp::refused() {
         eprintln!("pyperch: warning: the seccomp filter refused {count} system call(s) with EPERM (the last: {last}); please report it");
     }
     code

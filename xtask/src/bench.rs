@@ -8,7 +8,8 @@
 //! 3. The Debian sid root filesystem (`$HOME/.cache/pyperch/sid-rootfs`, or
 //!    `$PYPERCH_SID_ROOTFS`), where CPython 3.15 and its `profiling.sampling` live; when it is
 //!    missing the CPython-profiler column is skipped (`cargo xtask test` builds it).
-//! 4. `bench/driver.py` (stdlib Python 3.9+, run as root), which runs every case and writes
+//! 4. `bench/driver.py` (stdlib Python 3.9+, run as root; it runs the package
+//!    `bench/pyperch_bench`, whose unit tests `cargo xtask test` runs), which runs every case and writes
 //!    `BENCHMARKS.md` and `bench/results.json`. Options after `--` go to the driver
 //!    (`cargo xtask bench -- --help`, `-- --quick` for a short trial run).
 //!
@@ -16,12 +17,12 @@
 //! and pyperch `--kernel` beside plain pyperch, and reports ring-buffer bytes per sample and
 //! losses at 1 and 10 kHz.
 //!
-//! The `parts` section (`-- --only parts`, `bench/walk_parts.py`) times the sampling program
+//! The `parts` section (`-- --only parts`, `bench/pyperch_bench/walk_parts.py`) times the sampling program
 //! part by part (stopped after each part with `PYPERCH_BENCH_STOP_AFTER`, test-only), and
 //! `idlehost` the early exit for unregistered processes and pyperch's CPU per second on a
 //! whole host with 50 idle Python processes.
 //!
-//! The `startup` section (`-- --only startup`, `bench/first_contact.py`) measures short
+//! The `startup` section (`-- --only startup`, `bench/pyperch_bench/first_contact.py`) measures short
 //! programs beside `py-spy record`: start-up CPU, time to first sample after the program's
 //! first line, and samples kept during a loop of imports.
 //!
@@ -30,7 +31,7 @@
 use std::{
     env, fs,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::{Command, ExitStatus, Stdio},
 };
 
 use anyhow::{Context, Result, bail};
@@ -130,6 +131,22 @@ fn ensure_peers(python: &Path, venv: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The benchmark package's unit tests (`bench/tests`: its parsers, accuracy, ratios and the
+/// report's table; no profiler runs): part of `cargo xtask test`'s unit tests.
+pub fn unit_tests(p: &Paths) -> Result<ExitStatus> {
+    let python = driver_python()?;
+    crate::step(format!(
+        "test: benchmark unit tests ({} -m unittest discover -s bench/tests -t bench)",
+        python.display()
+    ));
+    crate::status_of(
+        Command::new(&python)
+            .args(["-B", "-m", "unittest", "discover", "-s", "bench/tests", "-t", "bench"])
+            .current_dir(&p.root),
+        "running the benchmark's unit tests",
+    )
 }
 
 pub fn run(p: &Paths, args: &[String]) -> Result<()> {

@@ -6,7 +6,8 @@
 //! - `run -- ARGS`  build, then run `target/release/pyperch ARGS` (its exit status is ours).
 //! - `test [-- FILTER...]`  setup, test fixtures (the Debian sid root filesystem with
 //!   python3.13/3.14/3.15, and pinned aiohttp/uvicorn/Starlette for its 3.14 and 3.15), build,
-//!   unit tests, then the end-to-end tests (`--test-threads=1`; the files listed in
+//!   unit tests (the crates', then the benchmark package's `bench/tests` with `python3 -m
+//!   unittest`), then the end-to-end tests (`--test-threads=1`; the files listed in
 //!   `e2e::SIDE_BY_SIDE` two at a time first, then every other file alone; see `e2e.rs`); then
 //!   the forged-memory tests again against pyperch built with overflow checks (`release-checked`
 //!   profile, `target/release-checked/pyperch`), when the filters select them.
@@ -422,6 +423,7 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
         ]),
         "running the unit tests",
     )?;
+    let unit = if unit.success() { bench::unit_tests(p)? } else { unit };
 
     step(format!(
         "test: end-to-end tests (tests/tests/*.rs, --test-threads=1; some files two at a time) with PYPERCH_BIN={}{}",

@@ -453,7 +453,7 @@ mod tests {
 
     use super::*;
     use crate::aggregate::{FrameName, ProcessLabel};
-    use crate::pod_names::PodNames;
+    use crate::host::pod_names::PodNames;
 
     fn options(app_name: Option<&str>, group_by: Grouping) -> AgentOptions {
         AgentOptions {

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::{
-    containers,
+    host::containers,
     session::{Budgeted, INSPECT_BUDGET},
     target::discovery::{self, DiscoveryError, Linkage},
 };
@@ -36,7 +36,7 @@ fn names_cell(info: &containers::ContainerInfo) -> String {
     if info.container_id.is_none() {
         return "-".into();
     }
-    match crate::pod_names::for_container(info) {
+    match crate::host::pod_names::for_container(info) {
         Some(n) => format!("{}/{}/{}", n.namespace, n.pod, n.container),
         None => UNANNOTATED.into(),
     }
@@ -180,7 +180,7 @@ pub fn render(rows: &[Row]) -> String {
     if rows.iter().any(|r| r.names == UNANNOTATED) {
         out.push_str(UNANNOTATED_NOTE);
         out.push('\n');
-        if let Some(problem) = crate::pod_names::host_root_problem() {
+        if let Some(problem) = crate::host::pod_names::host_root_problem() {
             out.push_str(&format!("(unannotated): names unknown: {}\n", crate::text::field(&problem)));
         }
     }

@@ -129,7 +129,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         Commands::Dump(args) => {
             // Nothing to attach: the same drop (uid, capabilities, seccomp) before any read.
-            crate::privileges::drop_after_attach(&crate::privileges::Keep::default())?;
+            crate::host::privileges::drop_after_attach(&crate::host::privileges::Keep::default())?;
             let dump = crate::cmd::dump::dump(args.pid, crate::cmd::dump::DumpOptions { locals: args.locals, async_tasks: args.async_tasks })?;
             use std::io::Write as _;
             // Streamed: the output is never held whole in memory.

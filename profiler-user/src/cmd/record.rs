@@ -17,7 +17,7 @@ use crate::{
     kernel::loader::error_chain,
     output::{self, Format},
     output::file as output_file,
-    privileges,
+    host::privileges,
     session::{
         LoopEnd, SessionError,
         builder::{Launcher, SessionBuilder, check_rate},

@@ -89,32 +89,23 @@ fn bench_stop_after() -> u64 {
 
 /// Checks what a user can fix before anything is loaded: privileges, BTF, kernel version.
 pub fn preflight() -> Result<(), LoadError> {
-    if let Some(missing) = crate::privileges::missing_to_start() {
+    if let Some(missing) = crate::host::privileges::missing_to_start() {
         return Err(LoadError::NotPrivileged { missing });
     }
     if fs::metadata(BTF_PATH).is_err() {
         return Err(LoadError::NoBtf);
     }
-    if kernel_version() < MIN_KERNEL {
+    if crate::host::kernel_version() < MIN_KERNEL {
         let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         return Err(LoadError::KernelTooOld { found: release.trim().to_string() });
     }
     Ok(())
 }
 
-/// The running kernel's (major, minor) version; (0, 0) when it cannot be read.
-pub fn kernel_version() -> (u32, u32) {
-    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
-    let major = parts.next().and_then(|p| p.parse::<u32>().ok()).unwrap_or(0);
-    let minor = parts.next().and_then(|p| p.parse::<u32>().ok()).unwrap_or(0);
-    (major, minor)
-}
-
 /// Whether this process may load BPF programs, open system-wide perf events and read other
 /// processes' memory: CAP_SYS_ADMIN, or CAP_BPF + CAP_PERFMON; plus CAP_SYS_PTRACE.
 pub fn has_capabilities() -> bool {
-    crate::privileges::missing_to_start().is_none()
+    crate::host::privileges::missing_to_start().is_none()
 }
 
 /// The `(struct, member)` pairs whose offsets [`kernel_offsets`] reads, in the order of its
@@ -132,7 +123,7 @@ pub(crate) const KERNEL_MEMBERS: [(&str, &str); 6] = [
 /// `struct task_struct`, from the running kernel's BTF (one pass over it, see `kernel_btf`).
 pub fn kernel_offsets() -> Result<KernelOffsets, LoadError> {
     let bytes = fs::read(BTF_PATH).map_err(|e| LoadError::Btf(e.to_string()))?;
-    let btf = crate::kernel_btf::KernelBtf::new(&bytes).map_err(|e| LoadError::Btf(e.to_string()))?;
+    let btf = crate::host::kernel_btf::KernelBtf::new(&bytes).map_err(|e| LoadError::Btf(e.to_string()))?;
     let found = btf.member_offsets(&KERNEL_MEMBERS).map_err(|e| LoadError::Btf(e.to_string()))?;
     let thread_offset = found[0].ok_or(LoadError::BtfMissing("thread"))?;
     let fsbase_offset = found[1].ok_or(LoadError::BtfMissing("fsbase"))?;
@@ -239,7 +230,7 @@ impl TaskAttacher {
     /// creates from now on).
     pub fn open(&self, pid: u32) -> Result<Vec<std::os::fd::OwnedFd>, LoadError> {
         let mut events = Vec::new();
-        crate::task_events::open_for_process(pid, self.hz, self.program, &mut events)
+        crate::host::task_events::open_for_process(pid, self.hz, self.program, &mut events)
             .map_err(|e| LoadError::AttachTask { pid, message: e.to_string() })?;
         Ok(events)
     }
@@ -564,7 +555,7 @@ impl KernelProgram {
         let program: &mut PerfEvent = program_mut(&mut self.ebpf, self.walk.entry_program())?;
         let fd = program.fd().map_err(|e| LoadError::Load(error_chain(&e)))?.as_fd().as_raw_fd();
         for &pid in pids {
-            crate::task_events::open_for_process(pid, hz, fd, &mut self.task_events)
+            crate::host::task_events::open_for_process(pid, hz, fd, &mut self.task_events)
                 .map_err(|e| LoadError::AttachTask { pid, message: e.to_string() })?;
         }
         Ok(())

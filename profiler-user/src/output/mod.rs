@@ -532,7 +532,7 @@ mod pod_name_tests {
 
     use super::*;
     use crate::aggregate::{FrameName, ProcessLabel};
-    use crate::pod_names::PodNames;
+    use crate::host::pod_names::PodNames;
 
     const ID: &str = "4f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8";
 

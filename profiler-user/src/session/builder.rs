@@ -32,7 +32,7 @@ use crate::{
     target::discovery::{self, DiscoveryError, PythonProcess},
     filter::ProcessFilter,
     kernel::loader::KernelProgram,
-    privileges,
+    host::privileges,
     time_mode::TimeOptions,
 };
 

@@ -30,7 +30,7 @@ use super::Scope;
 use crate::{
     target::budget::{Budgeted, Overrun, Started},
     aggregate::ProcessLabel,
-    containers,
+    host::containers,
     target::discovery::{self, DiscoveryError, PythonProcess},
     filter::ProcessFilter,
     kernel::loader::Registry,
@@ -612,7 +612,7 @@ fn ready(process: PythonProcess) -> Examination {
 /// (read from its cgroup), and working directory (for short file names).
 pub(super) fn process_label(process: &PythonProcess) -> ProcessLabel {
     let container = containers::for_process(process.pid);
-    let pod_names = crate::pod_names::for_container(&container);
+    let pod_names = crate::host::pod_names::for_container(&container);
     ProcessLabel {
         comm: process.comm.clone(),
         exe: process.exe.display().to_string(),

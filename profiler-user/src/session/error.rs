@@ -2,7 +2,7 @@
 //! shared by every command that runs one. Each is one sentence for the user; Display escapes
 //! text from targets and paths (see `text`).
 
-use crate::{kernel::loader::LoadError, privileges::PrivilegeError};
+use crate::{kernel::loader::LoadError, host::privileges::PrivilegeError};
 
 /// The highest sampling rate (`--rate`).
 pub const MAX_RATE: u64 = 100_000;

@@ -138,8 +138,8 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
     let _ = writeln!(
         s,
         "  pod names (runtime annotations): {} containers named; {} bundles refused (not a regular file, over 1 MiB, not JSON, not Kubernetes names, or another pod's UID)",
-        crate::pod_names::named(),
-        crate::pod_names::refused()
+        crate::host::pod_names::named(),
+        crate::host::pod_names::refused()
     );
     for (pid, comm, version, alive, counters) in session.per_process() {
         let comm = crate::text::field(&comm);

@@ -214,7 +214,7 @@ impl RegistryReader {
 
     fn layout(&mut self, r: &mut Reads) -> Result<ThreadingLayout, RegistryError> {
         if self.layout.is_none() {
-            let offsets = if self.target.version.minor >= 13 {
+            let offsets = if self.target.version.publishes_debug_offsets() {
                 let bytes = r.vec(self.target.runtime_address, debug_offsets::MAX_ENCODED_SIZE)?;
                 match debug_offsets::decode(&bytes) {
                     Ok(o) => Some(o),

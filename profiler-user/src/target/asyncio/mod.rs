@@ -37,6 +37,7 @@ use crate::{
     target::discovery::{self, PythonProcess},
     target::layout::{
         PythonLayout, Version,
+        awaits::{AwaitLayout, await_layout},
         published::{InterpreterOffsets, ObjectOffsets},
     },
     target::memory::{MemoryError, ProcessMemory, field_u64},
@@ -45,8 +46,6 @@ use crate::{
 
 pub use offsets::AsyncioOffsets;
 
-/// The first version with published asyncio offsets.
-pub const MIN_VERSION: (u8, u8) = (3, 14);
 /// Awaiting tasks followed from the running one.
 pub const MAX_AWAIT_CHAIN: usize = 256;
 /// Characters of a task name kept.
@@ -154,16 +153,13 @@ pub struct AsyncReader {
     types: TypeAddresses,
     interpreters: Option<InterpreterOffsets>,
     interpreters_head: u64,
-    /// `gi_frame_state` values of a coroutine suspended in `await` (yield from).
-    yield_from_states: &'static [i8],
-    /// Where the awaited object is on a suspended frame's stack, in words below its
-    /// `stackpointer`: 1 in 3.14; 2 in 3.15, whose `SEND` keeps one more value above it.
-    awaited_slot: u64,
+    /// Where a suspended coroutine keeps what it awaits.
+    awaits: AwaitLayout,
 }
 
 /// Whether `version` can have asyncio task stacks.
 pub fn supported(version: Version) -> bool {
-    version.minor_key() >= MIN_VERSION
+    await_layout(version).is_some()
 }
 
 impl AsyncReader {
@@ -171,9 +167,9 @@ impl AsyncReader {
     /// process imports asyncio).
     pub fn new(process: &PythonProcess) -> Result<Self, AsyncioError> {
         let (pid, version) = (process.pid, process.version);
-        if !supported(version) {
+        let Some(awaits) = await_layout(version) else {
             return Err(AsyncioError::TooOld { pid, version });
-        }
+        };
         let objects = process.objects.ok_or(AsyncioError::NoObjectOffsets { pid, version })?;
         let bytes = match &process.asyncio_debug {
             Some(bytes) => bytes.clone(),
@@ -182,10 +178,6 @@ impl AsyncReader {
                 .ok_or(AsyncioError::NotLoaded { pid })?,
         };
         let asyncio = offsets::decode(&bytes)?;
-        let (yield_from_states, awaited_slot): (&'static [i8], u64) = match version.minor_key() {
-            (3, 14) => (&[-1], 1),
-            _ => (&[2, 3], 2),
-        };
         Ok(Self {
             pid,
             asyncio,
@@ -198,8 +190,7 @@ impl AsyncReader {
             },
             interpreters: process.interpreters,
             interpreters_head: process.runtime_address.wrapping_add(process.layout.interpreters_head.into()),
-            yield_from_states,
-            awaited_slot,
+            awaits,
         })
     }
 
@@ -218,7 +209,7 @@ impl AsyncReader {
         if task_read > TASK_READ_MAX {
             return None;
         }
-        let state = |i: usize| self.yield_from_states.get(i).map_or(i32::MIN, |&s| i32::from(s));
+        let state = |i: usize| self.awaits.yield_from_states.get(i).map_or(i32::MIN, |&s| i32::from(s));
         Some(TaskLayout {
             task_read,
             _pad: 0,
@@ -231,7 +222,7 @@ impl AsyncReader {
             gen_iframe: self.objects.gen_iframe,
             gen_frame_state: self.objects.gen_frame_state,
             frame_stackpointer: self.objects.frame_stackpointer,
-            awaited_slot: self.awaited_slot as u32,
+            awaited_slot: self.awaits.awaited_slot as u32,
             suspended_state_a: state(0),
             suspended_state_b: state(1),
             set_mask: self.objects.set_mask,
@@ -451,12 +442,12 @@ impl AsyncReader {
             });
             let mut state = [0u8; 1];
             mem.read(current.wrapping_add(self.objects.gen_frame_state.into()), &mut state).ok()?;
-            if !self.yield_from_states.contains(&(state[0] as i8)) {
+            if !self.awaits.yield_from_states.contains(&(state[0] as i8)) {
                 break;
             }
             // Suspended in `await`: the awaited object is on top of the frame's stack.
             let sp = mem.read_u64(frame.wrapping_add(self.objects.frame_stackpointer.into())).ok()?;
-            let slot = sp.wrapping_sub(8 * self.awaited_slot);
+            let slot = sp.wrapping_sub(8 * self.awaits.awaited_slot);
             let awaited = mem.read_u64(slot).ok()? & frame_layout.code_mask;
             let awaited_type = mem.read_u64(awaited.wrapping_add(self.layout.objects.ob_type.into())).ok()?;
             if awaited == 0 || awaited_type != coro_type {

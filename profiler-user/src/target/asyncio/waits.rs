@@ -154,10 +154,7 @@ pub struct WaitReader {
 
 impl WaitReader {
     pub fn new(reader: AsyncReader) -> Self {
-        let suspended_states: &'static [i8] = match reader.yield_from_states {
-            [-1] => &[-2, -1],
-            _ => &[1, 2, 3],
-        };
+        let suspended_states = reader.awaits.suspended_states;
         let str_type = reader.types.str;
         Self { str_type, reader, codes: HashMap::new(), cursor: 0, suspended_states, checks: HashMap::new(), int_type: None, last_mark: None }
     }
@@ -382,8 +379,8 @@ impl WaitReader {
         let r = Facts {
             layout: self.reader.layout,
             objects: self.reader.objects,
-            yield_from_states: self.reader.yield_from_states,
-            awaited_slot: self.reader.awaited_slot,
+            yield_from_states: self.reader.awaits.yield_from_states,
+            awaited_slot: self.reader.awaits.awaited_slot,
         };
         if coro == 0 {
             return None;
@@ -463,8 +460,8 @@ impl WaitReader {
         let r = Facts {
             layout: self.reader.layout,
             objects: self.reader.objects,
-            yield_from_states: self.reader.yield_from_states,
-            awaited_slot: self.reader.awaited_slot,
+            yield_from_states: self.reader.awaits.yield_from_states,
+            awaited_slot: self.reader.awaits.awaited_slot,
         };
         let len = (r.objects.gen_iframe as usize + r.layout.frame.instr as usize + 8).max(r.objects.gen_frame_state as usize + 1);
         mark_of(&r, &mem.read_vec(coro, len).ok()?)

@@ -37,7 +37,7 @@ use object::read::ReadCache;
 use object::read::elf::{FileHeader, ProgramHeader, Rela, SectionHeader, Sym};
 use object::{Endianness, ReadRef};
 
-use crate::target::layout::debug_offsets;
+use crate::target::layout::{Version, code_generation::has_creation_counter, debug_offsets};
 
 type Elf = object::elf::FileHeader64<Endianness>;
 type Sections<'a> = &'a [object::elf::SectionHeader64<Endianness>];
@@ -444,10 +444,10 @@ fn parse_data(data: Data<'_>) -> FileFacts {
         Some(u64::from_le_bytes(word))
     });
 
-    // 3.12 keeps its code-object counter out of `.dynsym`: look in `.symtab` (builds that
-    // keep it, such as pyenv's) for that version only.
-    let minor_of = |hex: u64| (hex >> 16) & 0xff;
-    if py_version.is_some_and(|v| minor_of(v) == 12) && symbols.get(b"_Py_next_func_version").is_none() {
+    // 3.12 (`layout::code_generation`) keeps its code-object counter out of `.dynsym`: look
+    // in `.symtab` (builds that keep it, such as pyenv's) for that version only.
+    let creation_counter = py_version.is_some_and(|v| has_creation_counter(Version::from_hex(v)));
+    if creation_counter && symbols.get(b"_Py_next_func_version").is_none() {
         let symtab = sections.iter().position(|s| s.sh_type(endian) == SHT_SYMTAB);
         if let Some(table) = symtab.and_then(|i| Table::load(data, endian, sections, i, MAX_SYMTAB_BYTES)) {
             table.collect(endian, &mut symbols);
@@ -455,7 +455,7 @@ fn parse_data(data: Data<'_>) -> FileFacts {
     }
     let next_func_version = symbols
         .get(b"_Py_next_func_version")
-        .filter(|f| f.size == 4 && py_version.is_some_and(|v| minor_of(v) == 12))
+        .filter(|f| f.size == 4 && creation_counter)
         .map(|f| f.value);
 
     let accessor = symbols

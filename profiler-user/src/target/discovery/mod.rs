@@ -303,7 +303,11 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
     let interpreters = crate::target::layout::published::interpreter_offsets(version, published.as_ref());
     let objects = published.as_ref().and_then(crate::target::layout::published::object_offsets);
     let gil = crate::target::layout::gil::gil_layout(version, file.debug_offsets.as_deref());
-    let code_generation = code_generation(version, file, bias, published.as_ref());
+    let code_generation = crate::target::layout::code_generation::code_generation(
+        version,
+        file.next_func_version.map(|at| at.wrapping_add(bias)),
+        published.as_ref(),
+    );
     Ok(PythonProcess {
         code_generation,
         interpreters,
@@ -327,30 +331,6 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, DiscoveryError> {
         none_address: file.none.map(|v| v.wrapping_add(bias)).unwrap_or(0),
         gil_wait: crate::target::layout::gil::gil_wait_layout(version, file.debug_offsets.as_deref()),
     })
-}
-
-/// Which counter, if any, tells the kernel that no code object was replaced since it last
-/// checked one (`profiler_common::code_generation`): 3.12's creation counter when the file
-/// names it, 3.14+'s per-interpreter deallocation counter from `_Py_DebugOffsets` when its
-/// offset lies inside the interpreter state; none otherwise (3.13, stripped 3.12 builds).
-fn code_generation(
-    version: Version,
-    file: &elf::PythonFile,
-    bias: u64,
-    published: Option<&crate::target::layout::debug_offsets::DebugOffsets>,
-) -> (u32, u64) {
-    use profiler_common::code_generation::{CREATED_AT, FREED_IN_INTERP, NONE};
-    match (version.minor, file.next_func_version, published) {
-        (12, Some(at), _) => (CREATED_AT, at.wrapping_add(bias)),
-        (minor, _, Some(d)) if minor >= 14 => {
-            let size = d.get("interpreter_state", "size").unwrap_or(0);
-            match d.get("interpreter_state", "code_object_generation") {
-                Some(offset) if offset != 0 && offset.saturating_add(8) <= size => (FREED_IN_INTERP, offset),
-                _ => (NONE, 0),
-            }
-        }
-        _ => (NONE, 0),
-    }
 }
 
 /// The `.AsyncioDebug` section of the `_asyncio` extension module mapped into `pid` (3.14
@@ -476,21 +456,6 @@ impl PythonProcess {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn code_generation_counter_by_version() {
-        use profiler_common::code_generation::{CREATED_AT, NONE};
-        let mut f = file(false, &[(0, 0)]);
-        f.next_func_version = Some(0x57c800);
-        // 3.12 with the symbol: its address in the process.
-        assert_eq!(code_generation(Version::new(3, 12, 1), &f, 0x7f00_0000_0000, None), (CREATED_AT, 0x7f00_0057_c800));
-        // The symbol means nothing to other versions; 3.13 has no counter at all.
-        assert_eq!(code_generation(Version::new(3, 13, 0), &f, 0, None), (NONE, 0));
-        f.next_func_version = None;
-        assert_eq!(code_generation(Version::new(3, 12, 1), &f, 0, None), (NONE, 0));
-        // 3.14+ without `_Py_DebugOffsets`: none.
-        assert_eq!(code_generation(Version::new(3, 15, 2), &f, 0, None), (NONE, 0));
-    }
 
     fn mapping(start: u64, offset: u64) -> Mapping {
         Mapping {

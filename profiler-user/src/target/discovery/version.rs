@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use super::elf::PythonFile;
-use crate::target::layout::{PythonLayout, Version, debug_offsets, tables};
+use crate::target::layout::{OLDEST_SUPPORTED, PythonLayout, Version, debug_offsets, tables};
 
 /// `(major, minor)` from names like `libpython3.9.so.1.0`, `libpython3.7m.so`, `python3.13t`
 /// or `python3.12`; `None` for any other name.
@@ -62,7 +62,7 @@ pub fn determine(file: &PythonFile, path: &Path) -> Result<Version, String> {
 /// The layout for `version`, from the tables (3.8-3.12) or the file's `_Py_DebugOffsets`
 /// (3.13+); `Err` is a reason for the user.
 pub fn layout(file: &PythonFile, version: Version) -> Result<PythonLayout, String> {
-    if version < Version::new(3, 8, 0) {
+    if version < OLDEST_SUPPORTED {
         return Err(format!("CPython {version} is older than 3.8, the oldest version pyperch supports"));
     }
     if let Some(layout) = tables::layout_for(version) {
@@ -70,7 +70,7 @@ pub fn layout(file: &PythonFile, version: Version) -> Result<PythonLayout, Strin
     }
     match &file.debug_offsets {
         Some(bytes) => debug_offsets::layout_from_bytes(bytes).map_err(|e| e.to_string()),
-        None if version >= Version::new(3, 13, 0) => {
+        None if version.publishes_debug_offsets() => {
             Err(format!("CPython {version} should start _PyRuntime with _Py_DebugOffsets but this file does not"))
         }
         None => Err(format!("CPython {version} is not supported (pyperch supports 3.8 to 3.15)")),

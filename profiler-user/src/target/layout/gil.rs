@@ -22,7 +22,7 @@
 
 use profiler_common::{gil_check, gil_wait};
 
-use super::{Version, debug_offsets};
+use super::{Version, debug_offsets, debug_offsets::DebugOffsets};
 
 /// How one process tells the GIL's holder (the `ProcessInfo::gil_*` fields, except that
 /// `RUNTIME_TSTATE`'s holder is an offset in `_PyRuntime` here, made an address at
@@ -34,10 +34,55 @@ pub struct GilLayout {
     pub locked: u32,
 }
 
-/// `gilstate.tstate_current` in `_PyRuntime`, by minor version.
+/// `gilstate.tstate_current` in `_PyRuntime`, by minor version: the one table of where
+/// 3.8-3.11 keep the GIL's holder (the kernel's check and `dump` both read it).
 const RUNTIME_TSTATE_CURRENT: [(u8, u64); 4] = [(8, 0x558), (9, 0x238), (10, 0x238), (11, 0x240)];
-/// 3.12: `PyInterpreterState._gil.last_holder` and `._gil.locked`.
-const INTERP_GIL_3_12: (u64, u32) = (0x418, 0x420);
+/// `_gil_runtime_state.last_holder` and `.locked` (x86_64, 3.8-3.15: after `interval`).
+const GIL_STATE_LAST_HOLDER: u32 = 0x8;
+const GIL_STATE_LOCKED: u32 = 0x10;
+/// 3.12: `PyInterpreterState._gil`, the interpreter's own `_gil_runtime_state`.
+const INTERP_OWN_GIL_3_12: u64 = 0x410;
+
+/// Where the thread holding the GIL is recorded (what `dump` reads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GilLocation {
+    /// `_PyRuntime.gilstate.tstate_current` (3.8-3.11): the attached thread state, NULL while
+    /// no thread holds the GIL.
+    RuntimeCurrent { offset: u32 },
+    /// `interp->ceval.gil` points to a `_gil_runtime_state` whose `last_holder` is the holder
+    /// while `locked` (an `int`) is 1 (3.12+).
+    InterpreterGil { gil_pointer: u32, last_holder: u32, locked: u32 },
+}
+
+/// `_PyRuntime.gilstate.tstate_current`'s offset for 3.8-3.11.
+fn runtime_tstate_current(version: Version) -> Option<u64> {
+    if version.major != 3 {
+        return None;
+    }
+    RUNTIME_TSTATE_CURRENT.iter().find(|(minor, _)| *minor == version.minor).map(|&(_, offset)| offset)
+}
+
+/// Where `version` records the GIL's holder for `dump`; `offsets` (the target's decoded
+/// `_Py_DebugOffsets`) are needed for 3.13+. `None` when the version or its offsets do not
+/// tell.
+pub fn holder_location(version: Version, offsets: Option<&DebugOffsets>) -> Option<GilLocation> {
+    if version.major != 3 {
+        return None;
+    }
+    if let Some(offset) = runtime_tstate_current(version) {
+        return Some(GilLocation::RuntimeCurrent { offset: u32::try_from(offset).ok()? });
+    }
+    let gil_pointer = match version.minor {
+        ..=11 => return None,
+        12 => INTERP_GIL_POINTER_3_12,
+        _ => offsets?.get("interpreter_state", "ceval_gil")?,
+    };
+    Some(GilLocation::InterpreterGil {
+        gil_pointer: u32::try_from(gil_pointer).ok()?,
+        last_holder: GIL_STATE_LAST_HOLDER,
+        locked: GIL_STATE_LOCKED,
+    })
+}
 
 /// The GIL layout of `version`; `debug_offsets` are the bytes of the file's
 /// `_Py_DebugOffsets` (3.13+). `UNKNOWN` when the version or its offsets do not tell.
@@ -46,11 +91,15 @@ pub fn gil_layout(version: Version, debug_offsets: Option<&[u8]>) -> GilLayout {
     if version.major != 3 {
         return unknown;
     }
-    if let Some(&(_, offset)) = RUNTIME_TSTATE_CURRENT.iter().find(|(minor, _)| *minor == version.minor) {
+    if let Some(offset) = runtime_tstate_current(version) {
         return GilLayout { check: gil_check::RUNTIME_TSTATE, holder: offset, locked: 0 };
     }
     if version.minor == 12 {
-        return GilLayout { check: gil_check::INTERP_HOLDER, holder: INTERP_GIL_3_12.0, locked: INTERP_GIL_3_12.1 };
+        return GilLayout {
+            check: gil_check::INTERP_HOLDER,
+            holder: INTERP_OWN_GIL_3_12 + u64::from(GIL_STATE_LAST_HOLDER),
+            locked: INTERP_OWN_GIL_3_12 as u32 + GIL_STATE_LOCKED,
+        };
     }
     let Some(decoded) = debug_offsets.and_then(|b| debug_offsets::decode(b).ok()) else { return unknown };
     if let Some(flag) = decoded.get("thread_state", "holds_gil") {
@@ -132,5 +181,23 @@ mod tests {
         // 3.13+ need the target's _Py_DebugOffsets.
         assert_eq!(gil_wait_layout(Version::new(3, 13, 0), None).kind, gil_wait::UNKNOWN);
         assert_eq!(gil_wait_layout(Version::new(2, 7, 18), None).kind, gil_wait::UNKNOWN);
+    }
+
+    #[test]
+    fn dump_reads_the_holder_where_the_kernel_checks_it() {
+        for minor in 8..=11 {
+            let version = Version::new(3, minor, 0);
+            let Some(GilLocation::RuntimeCurrent { offset }) = holder_location(version, None) else { panic!("3.{minor}") };
+            assert_eq!(u64::from(offset), gil_layout(version, None).holder, "3.{minor}");
+        }
+        let version = Version::new(3, 12, 1);
+        let Some(GilLocation::InterpreterGil { gil_pointer, last_holder, locked }) = holder_location(version, None) else {
+            panic!("3.12")
+        };
+        assert_eq!((gil_pointer, last_holder, locked), (0x180, 0x8, 0x10));
+        assert_eq!(u64::from(gil_pointer), gil_wait_layout(version, None).at);
+        assert_eq!(holder_location(Version::new(3, 13, 0), None), None, "3.13 needs the debug offsets");
+        assert_eq!(holder_location(Version::new(3, 7, 0), None), None);
+        assert_eq!(holder_location(Version::new(2, 7, 18), None), None);
     }
 }

@@ -3,24 +3,16 @@
 //!
 //! 3.8-3.12 come from [`LEGACY`] (offsets read with gdb from the DWARF of the pyenv builds
 //! named in each row); 3.13+ take every offset `_Py_DebugOffsets` publishes from the target
-//! itself and only the rest (`co_nlocalsplus`, `ma_used`) from [`MODERN_EXTRAS`].
+//! itself and only the rest (`co_nlocalsplus`, `ma_used`) from [`MODERN_EXTRAS`]. Where the
+//! GIL's holder is comes from `gil` (one table for the kernel's check and for `dump`).
 //!
 //! Invariant: every offset here is a read position into an object the caller reads with a
 //! bounded size; nothing here is trusted to make a read safe, only to make it meaningful.
 
 use super::Version;
 use super::debug_offsets::DebugOffsets;
-
-/// Where the thread holding the GIL is recorded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GilLocation {
-    /// `_PyRuntime.gilstate.tstate_current` (3.8-3.11): the attached thread state, NULL while
-    /// no thread holds the GIL.
-    RuntimeCurrent { offset: u32 },
-    /// `interp->ceval.gil` points to a `_gil_runtime_state` whose `last_holder` is the holder
-    /// while `locked` (an `int`) is 1 (3.12+).
-    InterpreterGil { gil_pointer: u32, last_holder: u32, locked: u32 },
-}
+pub use super::gil::GilLocation;
+use super::gil::holder_location;
 
 /// How a frame's local variables are found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,64 +82,47 @@ const fn values_before_3_12() -> ValueLayout {
     }
 }
 
-/// One row: a minor version before 3.13.
+/// One row: a minor version before 3.13 (`PyInterpreterState.next` is the struct's first
+/// field there; where the GIL's holder is comes from `gil::holder_location`).
 struct LegacyRow {
     minor: u8,
     /// The build the offsets were read from (with gdb, from its DWARF): for the reader.
     #[cfg_attr(not(test), allow(dead_code))]
     verified_on: &'static str,
-    layout: InspectionLayout,
-}
-
-const fn legacy(gil: GilLocation, locals: LocalsLayout, values: ValueLayout) -> InspectionLayout {
-    InspectionLayout { interp_next: 0, gil, holds_gil: None, locals, values }
+    locals: LocalsLayout,
+    values: ValueLayout,
 }
 
 const LEGACY: &[LegacyRow] = &[
     LegacyRow {
         minor: 8,
         verified_on: "pyenv 3.8.18",
-        layout: legacy(
-            GilLocation::RuntimeCurrent { offset: 0x558 },
-            LocalsLayout::VarNames { varnames: 0x48, nlocals: 0x1c, frame_values: 0x168 },
-            values_before_3_12(),
-        ),
+        locals: LocalsLayout::VarNames { varnames: 0x48, nlocals: 0x1c, frame_values: 0x168 },
+        values: values_before_3_12(),
     },
     LegacyRow {
         minor: 9,
         verified_on: "pyenv 3.9.18",
-        layout: legacy(
-            GilLocation::RuntimeCurrent { offset: 0x238 },
-            LocalsLayout::VarNames { varnames: 0x48, nlocals: 0x1c, frame_values: 0x168 },
-            values_before_3_12(),
-        ),
+        locals: LocalsLayout::VarNames { varnames: 0x48, nlocals: 0x1c, frame_values: 0x168 },
+        values: values_before_3_12(),
     },
     LegacyRow {
         minor: 10,
         verified_on: "pyenv 3.10.13",
-        layout: legacy(
-            GilLocation::RuntimeCurrent { offset: 0x238 },
-            LocalsLayout::VarNames { varnames: 0x48, nlocals: 0x1c, frame_values: 0x160 },
-            values_before_3_12(),
-        ),
+        locals: LocalsLayout::VarNames { varnames: 0x48, nlocals: 0x1c, frame_values: 0x160 },
+        values: values_before_3_12(),
     },
     LegacyRow {
         minor: 11,
         verified_on: "pyenv 3.11.7",
-        layout: legacy(
-            GilLocation::RuntimeCurrent { offset: 0x240 },
-            LocalsLayout::LocalsPlus { names: 0x60, kinds: 0x68, count: 0x4c, frame_values: 0x48, value_mask: !0 },
-            values_before_3_12(),
-        ),
+        locals: LocalsLayout::LocalsPlus { names: 0x60, kinds: 0x68, count: 0x4c, frame_values: 0x48, value_mask: !0 },
+        values: values_before_3_12(),
     },
     LegacyRow {
         minor: 12,
         verified_on: "pyenv 3.12.1",
-        layout: legacy(
-            GilLocation::InterpreterGil { gil_pointer: 0x180, last_holder: 0x8, locked: 0x10 },
-            LocalsLayout::LocalsPlus { names: 0x60, kinds: 0x68, count: 0x48, frame_values: 0x48, value_mask: !0 },
-            ValueLayout { long_tag: Some(0x10), ..values_before_3_12() },
-        ),
+        locals: LocalsLayout::LocalsPlus { names: 0x60, kinds: 0x68, count: 0x48, frame_values: 0x48, value_mask: !0 },
+        values: ValueLayout { long_tag: Some(0x10), ..values_before_3_12() },
     },
 ];
 
@@ -158,15 +133,12 @@ struct ModernExtras {
     nlocalsplus: u32,
     /// Tag bits of a `_PyStackRef` in `localsplus`.
     value_mask: u64,
-    /// `_gil_runtime_state.last_holder` / `.locked`.
-    gil_last_holder: u32,
-    gil_locked: u32,
 }
 
 const MODERN_EXTRAS: &[ModernExtras] = &[
-    ModernExtras { minor: 13, nlocalsplus: 0x48, value_mask: !0, gil_last_holder: 0x8, gil_locked: 0x10 },
-    ModernExtras { minor: 14, nlocalsplus: 0x48, value_mask: !3, gil_last_holder: 0x8, gil_locked: 0x10 },
-    ModernExtras { minor: 15, nlocalsplus: 0x48, value_mask: !3, gil_last_holder: 0x8, gil_locked: 0x10 },
+    ModernExtras { minor: 13, nlocalsplus: 0x48, value_mask: !0 },
+    ModernExtras { minor: 14, nlocalsplus: 0x48, value_mask: !3 },
+    ModernExtras { minor: 15, nlocalsplus: 0x48, value_mask: !3 },
 ];
 
 /// Why no inspection layout exists.
@@ -185,7 +157,8 @@ pub fn inspection_layout(version: Version, offsets: Option<&DebugOffsets>) -> Re
         return Err(InspectionError::Unknown(version));
     }
     if let Some(row) = LEGACY.iter().find(|r| r.minor == version.minor) {
-        return Ok(row.layout);
+        let gil = holder_location(version, None).ok_or(InspectionError::Unknown(version))?;
+        return Ok(InspectionLayout { interp_next: 0, gil, holds_gil: None, locals: row.locals, values: row.values });
     }
     let extras = MODERN_EXTRAS.iter().find(|e| e.minor == version.minor).ok_or(InspectionError::Unknown(version))?;
     let offsets = offsets.ok_or(InspectionError::Missing("every offset (not readable)"))?;
@@ -195,11 +168,7 @@ pub fn inspection_layout(version: Version, offsets: Option<&DebugOffsets>) -> Re
     let optional = |group: &str, field: &str| offsets.get(group, field).and_then(|v| u32::try_from(v).ok());
     Ok(InspectionLayout {
         interp_next: get("interpreter_state", "next", "interpreter_state.next")?,
-        gil: GilLocation::InterpreterGil {
-            gil_pointer: get("interpreter_state", "ceval_gil", "interpreter_state.ceval_gil")?,
-            last_holder: extras.gil_last_holder,
-            locked: extras.gil_locked,
-        },
+        gil: holder_location(version, Some(offsets)).ok_or(InspectionError::Missing("interpreter_state.ceval_gil"))?,
         holds_gil: optional("thread_state", "holds_gil"),
         locals: LocalsLayout::LocalsPlus {
             names: get("code_object", "localsplusnames", "code_object.localsplusnames")?,

@@ -8,6 +8,8 @@
 //! A `PythonLayout` is complete: the kernel part (`ThreadLayout`, `FrameLayout`) goes into the
 //! BPF map as plain numbers; the rest is used by userspace to complete and symbolize stacks.
 
+pub mod awaits;
+pub mod code_generation;
 pub mod debug_offsets;
 pub mod exception;
 pub mod gc;
@@ -41,7 +43,16 @@ impl Version {
     pub fn minor_key(&self) -> (u8, u8) {
         (self.major, self.minor)
     }
+
+    /// Whether this version's `_PyRuntime` starts with `_Py_DebugOffsets` (3.13+), the source
+    /// of its layouts.
+    pub fn publishes_debug_offsets(&self) -> bool {
+        self.minor >= 13
+    }
 }
+
+/// The oldest CPython pyperch reads.
+pub const OLDEST_SUPPORTED: Version = Version::new(3, 8, 0);
 
 impl std::fmt::Display for Version {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -252,7 +252,7 @@ fn inspection_for(process: &PythonProcess, mem: &ProcessMemory) -> Result<Inspec
         version: process.version.to_string(),
         reason,
     };
-    let offsets = if process.version.minor >= 13 {
+    let offsets = if process.version.publishes_debug_offsets() {
         let bytes = mem
             .read_vec(process.runtime_address, debug_offsets::MAX_ENCODED_SIZE)
             .map_err(|source| DumpError::Memory { pid: process.pid, source })?;

@@ -1,5 +1,5 @@
 //! The seccomp allow-list pyperch installs on every thread once it has dropped its
-//! privileges ([`crate::privileges::drop_after_attach`]), and the container profile
+//! privileges ([`crate::host::privileges::drop_after_attach`]), and the container profile
 //! (`deploy/kubernetes/seccomp-pyperch.json`) generated from the same lists.
 //!
 //! Invariants:

@@ -8,7 +8,7 @@
 //! everything else from the effective, permitted, inheritable, ambient and (when allowed)
 //! bounding sets, sets no-new-privileges, switches to a user other than root ([`RunAs`]:
 //! the sudo user, else nobody; no supplementary groups), and installs the seccomp
-//! allow-list of [`crate::seccomp`] on every thread, so that a bug in a parser of hostile
+//! allow-list of [`crate::host::seccomp`] on every thread, so that a bug in a parser of hostile
 //! input runs as an unprivileged user with three read-side capabilities and a fixed set
 //! of system calls.
 //!
@@ -159,7 +159,7 @@ fn bpf_needed_for_map_access() -> bool {
         .ok()
         .and_then(|s| s.trim().parse::<u32>().ok())
         .unwrap_or(1);
-    disabled != 0 && crate::kernel::loader::kernel_version() < (5, 19)
+    disabled != 0 && super::kernel_version() < (5, 19)
 }
 
 /// Whether writing `output` at the end (created, or renamed over, in its directory) needs
@@ -260,7 +260,7 @@ pub fn drop_after_attach(keep: &Keep) -> Result<Kept, PrivilegeError> {
     // Effective before permitted: the effective set must stay within the permitted one.
     caps::set(None, CapSet::Effective, &kept).map_err(err("the effective set"))?;
     caps::set(None, CapSet::Permitted, &kept).map_err(err("the permitted set"))?;
-    crate::seccomp::install(crate::seccomp::Refusal::from_env())
+    crate::host::seccomp::install(crate::host::seccomp::Refusal::from_env())
         .map_err(|e| PrivilegeError::Drop { what: "the seccomp filter", message: e.to_string() })?;
     let mut capabilities: Vec<Capability> = kept.into_iter().collect();
     capabilities.sort_by_key(|c| c.index());

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, StatxFlags};
 
-use crate::containers::{CONTAINER_ID_LEN, ContainerInfo};
+use crate::host::containers::{CONTAINER_ID_LEN, ContainerInfo};
 
 /// Where the host's root directory is seen from the agent (which shares the host's PID
 /// namespace, as the DaemonSet runs it; on the host itself this is `/`).
@@ -448,7 +448,7 @@ mod fuzz {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::containers::attribute;
+    use crate::host::containers::attribute;
 
     const ID: &str = "4f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8";
     const ID2: &str = "0000000000000000000000000000000000000000000000000000000000000abc";

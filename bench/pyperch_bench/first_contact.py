@@ -1,4 +1,4 @@
-"""The `startup` section of `bench/driver.py` (`--only startup`, issue #26 "first contact"):
+"""The `startup` section of the benchmark (`--only startup`, issue #26 "first contact"):
 pyperch beside `py-spy record` on short programs, in one run.
 
 - start-up CPU: the profiler's own CPU time (user + system, from wait4, its reaped children
@@ -19,6 +19,8 @@ import shutil
 import statistics
 import subprocess
 import time
+from .common import WORK, WORKLOADS, log
+from .figures import fmt, pct
 
 REPS = 5
 RATE = 1000
@@ -46,12 +48,12 @@ def cpu_of(argv, timeout=60):
     return rc, out, err, children_cpu() - before, wall
 
 
-def sec_startup(d, bench, interp):
+def sec_startup(bench, interp):
     o = bench.o
-    work = os.path.join(d.WORK, "first-contact")
+    work = os.path.join(WORK, "first-contact")
     os.makedirs(work, exist_ok=True)
     for name in ("slots.py", "import_loop.py"):
-        shutil.copy(os.path.join(d.WORKLOADS, name), work)
+        shutil.copy(os.path.join(WORKLOADS, name), work)
     pyspy = os.path.join(o.venv, "bin", "py-spy")
     out = os.path.join(work, "out")
     res = {"python": interp.label}
@@ -71,10 +73,10 @@ def sec_startup(d, bench, interp):
                 if rc == 0:
                     cpu[tool].append(secs)
                 else:
-                    d.log("startup: %s failed (%s): %s" % (tool, rc, err.strip()[-300:]))
+                    log("startup: %s failed (%s): %s" % (tool, rc, err.strip()[-300:]))
         res["startup_cpu"] = {t: {"runs": v, "median": statistics.median(v) if v else None} for t, v in cpu.items()}
-        d.log("startup CPU: pyperch %s s, py-spy %s s" % (
-            d.fmt(res["startup_cpu"]["pyperch"]["median"], 3), d.fmt(res["startup_cpu"]["py-spy"]["median"], 3)))
+        log("startup CPU: pyperch %s s, py-spy %s s" % (
+            fmt(res["startup_cpu"]["pyperch"]["median"], 3), fmt(res["startup_cpu"]["py-spy"]["median"], 3)))
     finally:
         idle.kill()
         idle.wait()
@@ -99,7 +101,7 @@ def sec_startup(d, bench, interp):
             first[tool].append(10 * min(seen) if seen else None)
     res["first_sample_ms"] = {t: {"runs": v, "median": statistics.median([x for x in v if x is not None]) if any(x is not None for x in v) else None,
                                   "missed": sum(1 for x in v if x is None)} for t, v in first.items()}
-    d.log("time to first sample: pyperch %s ms, py-spy %s ms" % (
+    log("time to first sample: pyperch %s ms, py-spy %s ms" % (
         res["first_sample_ms"]["pyperch"]["median"], res["first_sample_ms"]["py-spy"]["median"]))
 
     # Samples kept during imports.
@@ -123,12 +125,12 @@ def sec_startup(d, bench, interp):
     m = re.search(r"Samples: (\d+) Errors: (\d+)", stdout + err)
     ps = {"samples": int(m.group(1)) if m else None, "errors": int(m.group(2)) if m else None}
     res["imports"] = {"pyperch": pp, "py-spy": ps}
-    d.log("imports: pyperch %s samples, %s dropped; py-spy %s samples, %s errors" % (
+    log("imports: pyperch %s samples, %s dropped; py-spy %s samples, %s errors" % (
         pp.get("samples"), pp.get("dropped"), ps["samples"], ps["errors"]))
     bench.results["first_contact"] = res
 
 
-def report(d, rep):
+def report(rep):
     """The section's Markdown lines (empty when it did not run)."""
     r = rep.r.get("first_contact")
     if not r:
@@ -138,25 +140,25 @@ def report(d, rep):
     su, fs, im = r.get("startup_cpu", {}), r.get("first_sample_ms", {}), r.get("imports", {})
     w("## Short programs: start-up, first sample, imports")
     w("")
-    w("pyperch beside `py-spy record`, CPython %s, %d repetitions (medians; each run listed). Start-up CPU: the profiler's own CPU time (user + system, its reaped children included) for `record --pid PID --duration 1` of an idle Python process: start-up, attach, one idle second and the end. Time to first sample: `record --rate %d -- python slots.py`, which spins from its first line in consecutive 10 ms slots, each in its own function: the earliest slot in the profile (0 ms: the first slot). Samples during imports: `record --rate %d -- python import_loop.py` (40 standard-library modules imported and removed from `sys.modules`, again and again, for 1 s): pyperch's samples and drops from `--stats` (samples without a Python frame, the interpreter starting or ending, left out), py-spy's own `Samples: Errors:` line (`bench/first_contact.py`)." % (
+    w("pyperch beside `py-spy record`, CPython %s, %d repetitions (medians; each run listed). Start-up CPU: the profiler's own CPU time (user + system, its reaped children included) for `record --pid PID --duration 1` of an idle Python process: start-up, attach, one idle second and the end. Time to first sample: `record --rate %d -- python slots.py`, which spins from its first line in consecutive 10 ms slots, each in its own function: the earliest slot in the profile (0 ms: the first slot). Samples during imports: `record --rate %d -- python import_loop.py` (40 standard-library modules imported and removed from `sys.modules`, again and again, for 1 s): pyperch's samples and drops from `--stats` (samples without a Python frame, the interpreter starting or ending, left out), py-spy's own `Samples: Errors:` line (`bench/pyperch_bench/first_contact.py`)." % (
         r.get("python"), REPS, RATE, RATE))
     w("")
     w("| | pyperch | py-spy |")
     w("|---|---:|---:|")
 
     def runs(v, nd):
-        return ", ".join("-" if x is None else d.fmt(x, nd) for x in v)
+        return ", ".join("-" if x is None else fmt(x, nd) for x in v)
     p, s = su.get("pyperch", {}), su.get("py-spy", {})
-    w("| start-up CPU (s) | **%s** (%s) | **%s** (%s) |" % (d.fmt(p.get("median"), 3), runs(p.get("runs", []), 3),
-                                                       d.fmt(s.get("median"), 3), runs(s.get("runs", []), 3)))
+    w("| start-up CPU (s) | **%s** (%s) | **%s** (%s) |" % (fmt(p.get("median"), 3), runs(p.get("runs", []), 3),
+                                                       fmt(s.get("median"), 3), runs(s.get("runs", []), 3)))
     p, s = fs.get("pyperch", {}), fs.get("py-spy", {})
     w("| time to first sample after the first line (ms) | **%s** (%s) | **%s** (%s) |" % (
-        d.fmt(p.get("median"), 0), runs(p.get("runs", []), 0), d.fmt(s.get("median"), 0), runs(s.get("runs", []), 0)))
+        fmt(p.get("median"), 0), runs(p.get("runs", []), 0), fmt(s.get("median"), 0), runs(s.get("runs", []), 0)))
     p, s = im.get("pyperch", {}), im.get("py-spy", {})
     reasons = ", ".join("%s %d" % kv for kv in sorted((p.get("reasons") or {}).items(), key=lambda kv: -kv[1]) if kv[1])
     w("| samples during imports: kept / with Python frames | **%s / %s** (%s%% dropped%s) | **%s / %s** (%s errors) |" % (
         p.get("ok"), (p["samples"] - p.get("idle", 0)) if p.get("samples") is not None else None,
-        d.fmt(d.pct(p.get("dropped_share")), 1), (": " + reasons) if reasons else "",
+        fmt(pct(p.get("dropped_share")), 1), (": " + reasons) if reasons else "",
         (s.get("samples") - s.get("errors")) if s.get("samples") is not None and s.get("errors") is not None else None,
         s.get("samples"), s.get("errors")))
     w("")

@@ -1,7 +1,7 @@
 """The kernel program's cost, part by part, and what pyperch costs on an idle host.
 
-Two sections of `bench/driver.py` (`--only parts,idlehost`); the driver passes itself in as
-`d` (its module), so that the children, logs and helpers are the driver's own.
+Two sections of the benchmark (`--only parts,idlehost`); the children, log and helpers are the
+package's own (`children`, `common`, `measurement`).
 
 `parts`: BPF_PROG_TEST_RUN cannot run perf-event programs, so the sampling program is timed
 where it runs: pyperch `--pid` samples a busy workload of known depth at a high rate (per-task
@@ -19,9 +19,14 @@ whole-host recording with 50 idle Python processes and nothing busy: pyperch's u
 per second, the BPF time per second, and the early exits' share of it.
 """
 import os
-import re
 import subprocess
 import time
+from .children import kill_tree, reap, spawn
+from .common import WORK, log
+from .measurement import bpf_fdinfo, bpf_progs, sched_ns
+from .peers import parse_tool_stderr
+from .figures import fmt, median, pct
+from .workloads import Target
 
 # The parts in program order: (name of the stop, label). "none" is the whole program.
 STOPS = [("registration", "registration lookup"), ("thread-state", "thread-state lookup"),
@@ -37,18 +42,18 @@ PARTS_RATE = 10000
 IDLE_PROCESSES = 50
 
 
-def perf_prog_stats(d, pid):
+def perf_prog_stats(pid):
     """(run_time_ns, run_cnt) of the perf-event programs pid holds, or None."""
-    progs = [v for v in d.bpf_progs(pid).values() if v[0] == PERF_EVENT_PROG_TYPE]
+    progs = [v for v in bpf_progs(pid).values() if v[0] == PERF_EVENT_PROG_TYPE]
     return (sum(v[1] for v in progs), sum(v[2] for v in progs)) if progs else None
 
 
-def links_of(d, pid):
-    found = d.bpf_fdinfo(pid)
+def links_of(pid):
+    found = bpf_fdinfo(pid)
     return found[1] if found else 0
 
 
-def windowed_run(d, bench, argv, duration, env_extra=None, tag="run"):
+def windowed_run(bench, argv, duration, env_extra=None, tag="run"):
     """Runs pyperch (argv), waits until it has attached, and measures its perf-event
     program and its own CPU over the steady window (warm-up and tail as the driver's).
     Returns a dict with the window's numbers and the parsed `--stats`."""
@@ -56,13 +61,13 @@ def windowed_run(d, bench, argv, duration, env_extra=None, tag="run"):
     rid = "%03d-walkparts-%s" % (bench.run_counter, tag)
     env = dict(os.environ)
     env.update(env_extra or {})
-    err_path = os.path.join(d.WORK, "logs", rid + ".err")
+    err_path = os.path.join(WORK, "logs", rid + ".err")
     with open(err_path, "w") as err:
         t_launch = time.monotonic()
-        p = d.spawn(argv, stdout=err, stderr=subprocess.STDOUT, env=env)
+        p = spawn(argv, stdout=err, stderr=subprocess.STDOUT, env=env)
     t0 = t_launch
     while time.monotonic() - t_launch < 60:
-        if perf_prog_stats(d, p.pid) and links_of(d, p.pid) > 0:
+        if perf_prog_stats(p.pid) and links_of(p.pid) > 0:
             t0 = time.monotonic()
             break
         if p.poll() is not None:
@@ -72,21 +77,21 @@ def windowed_run(d, bench, argv, duration, env_extra=None, tag="run"):
     for name, at in (("w0", t0 + bench.o.warm), ("w1", t0 + duration - bench.o.tail)):
         while time.monotonic() < at and p.poll() is None:
             time.sleep(0.01)
-        marks[name] = (time.monotonic(), perf_prog_stats(d, p.pid), d.sched_ns(p.pid))
-    last = perf_prog_stats(d, p.pid)
+        marks[name] = (time.monotonic(), perf_prog_stats(p.pid), sched_ns(p.pid))
+    last = perf_prog_stats(p.pid)
     while p.poll() is None:
-        last = perf_prog_stats(d, p.pid) or last
+        last = perf_prog_stats(p.pid) or last
         time.sleep(0.05)
     try:
         p.wait(timeout=120)
     except subprocess.TimeoutExpired:
-        d.kill_tree(p)
+        kill_tree(p)
         p.wait(timeout=5)
-    d.reap(p)
+    reap(p)
     with open(err_path, errors="replace") as f:
         text = f.read()
     run = {"id": rid, "argv": argv, "env": env_extra or {}, "exit_code": p.returncode,
-           "info": d.parse_tool_stderr("pyperch", text), "bpf_total": last}
+           "info": parse_tool_stderr("pyperch", text), "bpf_total": last}
     (ta, ba, ca), (tb, bb, cb) = marks["w0"], marks["w1"]
     if ba and bb and tb > ta:
         run["window_s"] = tb - ta
@@ -95,11 +100,11 @@ def windowed_run(d, bench, argv, duration, env_extra=None, tag="run"):
         run["ns_per_run"] = run["bpf_ns"] / run["bpf_runs"] if run["bpf_runs"] else None
         run["cpu_s"] = (cb - ca) / 1e9 if ca is not None and cb is not None else None
     if p.returncode != 0:
-        d.log("warning: pyperch exited with %s; see %s" % (p.returncode, err_path))
+        log("warning: pyperch exited with %s; see %s" % (p.returncode, err_path))
     return run
 
 
-def pyperch_argv(d, bench, rate, duration, pid=None, subprocesses=False, output=os.devnull):
+def pyperch_argv(bench, rate, duration, pid=None, subprocesses=False, output=os.devnull):
     argv = [bench.o.pyperch, "record", "--rate", str(rate), "--duration", str(duration),
             "--format", "collapsed", "--output", output, "--stats"]
     if pid is not None:
@@ -107,31 +112,31 @@ def pyperch_argv(d, bench, rate, duration, pid=None, subprocesses=False, output=
     return argv
 
 
-def sec_parts(d, bench, interp):
+def sec_parts(bench, interp):
     """Per-part cost of the sampling program on targets of known depth."""
     o = bench.o
     reps = max(1, o.reps)
     out = []
     for label, workload, args, depth, what in PART_TARGETS:
-        d.log("parts: %s on %s, pyperch --pid at %d Hz, %d repetition(s) of %d stops" % (
+        log("parts: %s on %s, pyperch --pid at %d Hz, %d repetition(s) of %d stops" % (
             label, interp.label, PARTS_RATE, reps, len(STOPS)))
-        target = d.Target(interp, workload, args)
+        target = Target(interp, workload, args)
         row = {"label": label, "workload": workload, "depth": depth, "what": what, "runs": {s: [] for s, _ in STOPS}}
         try:
             time.sleep(0.5)
             for r in range(reps):
                 k = r % len(STOPS)
                 for stop, _ in STOPS[k:] + STOPS[:k]:
-                    out_path = os.path.join(d.WORK, "out", "parts-%s-%s-%d.txt" % (workload, stop, r)) if stop == "none" else os.devnull
-                    run = windowed_run(d, bench, pyperch_argv(d, bench, PARTS_RATE, o.duration, pid=target.pid, output=out_path),
+                    out_path = os.path.join(WORK, "out", "parts-%s-%s-%d.txt" % (workload, stop, r)) if stop == "none" else os.devnull
+                    run = windowed_run(bench, pyperch_argv(bench, PARTS_RATE, o.duration, pid=target.pid, output=out_path),
                                        o.duration, {"PYPERCH_BENCH_STOP_AFTER": stop}, tag="%s%d-%s" % (workload, depth, stop))
                     row["runs"][stop].append(run)
-                    d.log("  %-13s %-12s %s ns per run (%s runs)" % (label, stop, d.fmt(run.get("ns_per_run"), 0), run.get("bpf_runs")))
+                    log("  %-13s %-12s %s ns per run (%s runs)" % (label, stop, fmt(run.get("ns_per_run"), 0), run.get("bpf_runs")))
                     if not target.alive():
                         raise RuntimeError("workload %s died" % workload)
         finally:
             target.stop()
-        row["ns_per_run"] = {s: d.median([x.get("ns_per_run") for x in row["runs"][s]]) for s, _ in STOPS}
+        row["ns_per_run"] = {s: median([x.get("ns_per_run") for x in row["runs"][s]]) for s, _ in STOPS}
         # Frames per sample the kernel walked: from the complete runs' --stats.
         frames = []
         for x in row["runs"]["none"]:
@@ -139,7 +144,7 @@ def sec_parts(d, bench, interp):
             if i.get("samples") and "frames_kernel" in i:
                 frames.append((i["frames_kernel"] + i.get("frames_cache", 0) + i.get("frames_memory", 0)) / i["samples"])
                 row["full_per_sample"] = i["frames_kernel"] / i["samples"]
-        row["frames_per_sample"] = d.median(frames)
+        row["frames_per_sample"] = median(frames)
         out.append(row)
     bench.results["walk_parts"] = out
 
@@ -155,28 +160,28 @@ def part_costs(row):
     return costs
 
 
-def sec_idlehost(d, bench, interp, idle_interps):
+def sec_idlehost(bench, interp, idle_interps):
     o = bench.o
     res = {}
-    helper = d.Target(interp, "idle")
+    helper = Target(interp, "idle")
     try:
         time.sleep(0.5)
-        d.log("idle host: the early exit (pyperch watching one idle process, one event per CPU, %d Hz)" % PARTS_RATE)
-        run = windowed_run(d, bench, pyperch_argv(d, bench, PARTS_RATE, o.duration, pid=helper.pid, subprocesses=True),
+        log("idle host: the early exit (pyperch watching one idle process, one event per CPU, %d Hz)" % PARTS_RATE)
+        run = windowed_run(bench, pyperch_argv(bench, PARTS_RATE, o.duration, pid=helper.pid, subprocesses=True),
                            o.duration, tag="earlyexit")
         res["early_exit"] = run
-        d.log("  early exit: %s ns per run (%s runs, %s of them of the registered idle process)" % (
-            d.fmt(run.get("ns_per_run"), 0), run.get("bpf_runs"), run["info"].get("kernel_samples")))
+        log("  early exit: %s ns per run (%s runs, %s of them of the registered idle process)" % (
+            fmt(run.get("ns_per_run"), 0), run.get("bpf_runs"), run["info"].get("kernel_samples")))
     finally:
         helper.stop()
     idle = []
     try:
         while len(idle) < IDLE_PROCESSES:
-            idle.append(d.Target(idle_interps[len(idle) % len(idle_interps)], "idle"))
+            idle.append(Target(idle_interps[len(idle) % len(idle_interps)], "idle"))
         time.sleep(1.0)
-        d.log("idle host: pyperch whole host at 1000 Hz with %d idle Python processes" % IDLE_PROCESSES)
+        log("idle host: pyperch whole host at 1000 Hz with %d idle Python processes" % IDLE_PROCESSES)
         duration = 2 * o.duration
-        run = windowed_run(d, bench, pyperch_argv(d, bench, 1000, duration), duration, tag="idlehost")
+        run = windowed_run(bench, pyperch_argv(bench, 1000, duration), duration, tag="idlehost")
         res["idle_host"] = run
         info = run["info"]
         if run.get("window_s"):
@@ -189,16 +194,16 @@ def sec_idlehost(d, bench, interp, idle_interps):
             exits = max(0, total[1] - info["kernel_samples"])
             run["early_exits"] = exits
             run["early_exit_share"] = min(1.0, exits * early / total[0]) if total[0] else None
-        d.log("  %s ms/s userspace CPU, %s ms/s BPF (%s runs/s), early exits %s%% of the BPF time; registered %s" % (
-            d.fmt(run.get("user_ms_per_s"), 2), d.fmt(run.get("bpf_ms_per_s"), 2), d.fmt(run.get("runs_per_s"), 0),
-            d.fmt(d.pct(run.get("early_exit_share")), 1), info.get("registered")))
+        log("  %s ms/s userspace CPU, %s ms/s BPF (%s runs/s), early exits %s%% of the BPF time; registered %s" % (
+            fmt(run.get("user_ms_per_s"), 2), fmt(run.get("bpf_ms_per_s"), 2), fmt(run.get("runs_per_s"), 0),
+            fmt(pct(run.get("early_exit_share")), 1), info.get("registered")))
     finally:
         for t in idle:
             t.stop()
     bench.results["idle_host"] = res
 
 
-def report(d, rep):
+def report(rep):
     """The sections' Markdown lines (empty when neither ran)."""
     r = rep.r
     lines = []
@@ -216,17 +221,17 @@ def report(d, rep):
         w("|---|" + "---:|" * len(parts))
         costs = [dict(part_costs(row)) for row in parts]
         for stop, label in STOPS:
-            w("| %s | %s |" % (label, " | ".join(d.fmt(c.get(stop), 0) for c in costs)))
-        w("| **whole program** | %s |" % " | ".join("**%s**" % d.fmt(row["ns_per_run"].get("none"), 0) for row in parts))
+            w("| %s | %s |" % (label, " | ".join(fmt(c.get(stop), 0) for c in costs)))
+        w("| **whole program** | %s |" % " | ".join("**%s**" % fmt(row["ns_per_run"].get("none"), 0) for row in parts))
         per = []
         for row, c in zip(parts, costs):
             fs = row.get("frames_per_sample") or row["depth"]
             full = min(fs, 64)
             f = c.get("full-frames")
             t = c.get("tail")
-            s = "%s per full frame (%s frames)" % (d.fmt(f / full if f is not None and full else None, 0), d.fmt(full, 1))
+            s = "%s per full frame (%s frames)" % (fmt(f / full if f is not None and full else None, 0), fmt(full, 1))
             if fs > 64 and t is not None:
-                s += ", %s per hashed frame (%s)" % (d.fmt(t / (fs - 64), 0), d.fmt(fs - 64, 1))
+                s += ", %s per hashed frame (%s)" % (fmt(t / (fs - 64), 0), fmt(fs - 64, 1))
             per.append(s)
         w("| per frame (ns) | %s |" % " | ".join(per))
         w()
@@ -243,12 +248,12 @@ def report(d, rep):
         w()
         w("| | |")
         w("|---|---|")
-        w("| early exit, per run | **%s ns** (%s runs) |" % (d.fmt(ee.get("ns_per_run"), 0), ee.get("bpf_runs")))
+        w("| early exit, per run | **%s ns** (%s runs) |" % (fmt(ee.get("ns_per_run"), 0), ee.get("bpf_runs")))
         w("| idle host: Python processes registered | %s |" % info.get("registered"))
         w("| idle host: pyperch userspace CPU | **%s ms per second** (%s%% of one CPU) |" % (
-            d.fmt(run.get("user_ms_per_s"), 2), d.fmt((run.get("user_ms_per_s") or 0) / 10, 2)))
-        w("| idle host: BPF time | %s ms per second in %s runs per second |" % (d.fmt(run.get("bpf_ms_per_s"), 3), d.fmt(run.get("runs_per_s"), 0)))
+            fmt(run.get("user_ms_per_s"), 2), fmt((run.get("user_ms_per_s") or 0) / 10, 2)))
+        w("| idle host: BPF time | %s ms per second in %s runs per second |" % (fmt(run.get("bpf_ms_per_s"), 3), fmt(run.get("runs_per_s"), 0)))
         w("| idle host: samples of registered processes | %s of %s runs |" % (info.get("kernel_samples"), (run.get("bpf_total") or [None, None])[1]))
-        w("| idle host: early exits' share of the BPF time | **%s%%** |" % d.fmt(d.pct(run.get("early_exit_share")), 1))
+        w("| idle host: early exits' share of the BPF time | **%s%%** |" % fmt(pct(run.get("early_exit_share")), 1))
         w()
     return lines
