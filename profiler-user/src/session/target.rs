@@ -9,7 +9,7 @@ use std::{
 };
 
 use profiler_common::{
-    task_level_flags, FRAME_ENTRY_SIZE, FrameEntry, FrameLayout, INTERPRETER_UNKNOWN, MAX_FULL_FRAMES, RUNNING_TASK_UNKNOWN, ProcessInfo, SampleHeader, record_kind, sample_status,
+    task_level_flags, FRAME_ENTRY_SIZE, FrameEntry, FullFrames, off_cpu_trailer, FrameLayout, INTERPRETER_UNKNOWN, MAX_FULL_FRAMES, RUNNING_TASK_UNKNOWN, ProcessInfo, SampleHeader, record_kind, sample_status,
 };
 
 use crate::{
@@ -215,12 +215,7 @@ impl Target {
 
     /// Keeps a task chain record for the sample that follows it; a malformed or unfinished
     /// one is kept as the reason that sample stays plain.
-    pub(super) fn add_task_chain(&mut self, bytes: &[u8]) {
-        if bytes.len() < profiler_common::SAMPLE_HEADER_SIZE {
-            return;
-        }
-        // SAFETY: the record starts with a SampleHeader (plain data), checked for length.
-        let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
+    pub(super) fn add_task_chain(&mut self, header: &SampleHeader, bytes: &[u8]) {
         self.counters.ring_bytes += bytes.len() as u64;
         while self.chains.len() >= PENDING_CHAINS {
             self.chains.pop_first();
@@ -487,11 +482,9 @@ impl Target {
         // Read through the sampled thread: it was running a moment ago, whereas the process's
         // first thread may have exited (its pid then no longer has an address space).
         self.mem = ProcessMemory::new(header.tid);
-        let n_full = (header.n_full as usize).min(MAX_FULL_FRAMES).min(body.len() / FRAME_ENTRY_SIZE);
-        let full = |i: usize| -> FrameEntry {
-            // SAFETY: i < n_full ≤ body.len() / FRAME_ENTRY_SIZE; FrameEntry is plain data.
-            unsafe { std::ptr::read_unaligned(body.as_ptr().add(i * FRAME_ENTRY_SIZE) as *const FrameEntry) }
-        };
+        let frames = FullFrames::new(header, body);
+        let n_full = frames.len();
+        let full = |i: usize| -> FrameEntry { frames.get(i).unwrap_or_default() };
         let mut stack = std::mem::take(&mut self.stack);
         stack.clear();
         let native_part = (header.kind == record_kind::CPU_SAMPLE_NATIVE && self.native.is_some())
@@ -604,7 +597,7 @@ impl Target {
             let frames: Vec<FrameEntry> = (0..n_full).map(full).collect();
             // An off-CPU interval's chain was read as the thread switched out.
             let chain_time = match header.kind {
-                record_kind::OFF_CPU => super::off_cpu_trailer(header, body).map_or(0, |i| i.switched_out_ns),
+                record_kind::OFF_CPU => off_cpu_trailer(header, body).map_or(0, |i| i.switched_out_ns),
                 _ => header.time_ns,
             };
             result = self.apply_async(header, chain_time, &frames, shown, &mut stack, profile);
@@ -783,12 +776,11 @@ fn synthetic_frame(profile: &mut Profile, name: String) -> Result<FrameId, Frame
 /// Whether the full frames of a record visit one frame address twice: the chain loops (a
 /// forged or corrupt interpreter state), rather than being deeper than the kernel walks.
 fn full_frames_repeat(header: &SampleHeader, body: &[u8]) -> bool {
-    let n = (header.n_full as usize).min(MAX_FULL_FRAMES).min(body.len() / FRAME_ENTRY_SIZE);
+    let frames = FullFrames::new(header, body);
+    let n = frames.len();
     let mut addresses = [0u64; MAX_FULL_FRAMES];
-    for (i, slot) in addresses.iter_mut().enumerate().take(n) {
-        // `FrameEntry::frame` is the entry's first field.
-        let at = i * FRAME_ENTRY_SIZE;
-        *slot = body.get(at..at + 8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_le_bytes);
+    for (slot, entry) in addresses.iter_mut().zip(frames.iter()) {
+        *slot = entry.frame;
     }
     let addresses = &mut addresses[..n];
     addresses.sort_unstable();
