@@ -25,7 +25,7 @@ use profiler_common::{FrameBytes, FrameEntry, decode_frame};
 
 use super::{AsyncReader, MAX_AWAIT_CHAIN, MAX_CORO_DEPTH, TaskFrame};
 use crate::{
-    completion::read_code_check,
+    sample::complete::read_code_check,
     memory::{ProcessMemory, field_u64},
     symbolize::{self, CodeInfo},
 };

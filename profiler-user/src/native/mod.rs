@@ -20,7 +20,7 @@ pub mod sample;
 use profiler_common::{MAX_NATIVE_STACK_BYTES, NativeTrailer};
 use std::sync::Arc;
 
-use crate::aggregate::NativeMapping;
+use crate::sample::aggregate::NativeMapping;
 
 pub use io::NativeIo;
 pub use kallsyms::Kallsyms;

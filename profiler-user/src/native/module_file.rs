@@ -35,7 +35,7 @@ use super::{
     lines::LineTable,
 };
 use crate::{
-    aggregate::{NativeMapping, NativeOrigin},
+    sample::aggregate::{NativeMapping, NativeOrigin},
     discovery::{FileKey, Mapping, open_checked},
 };
 

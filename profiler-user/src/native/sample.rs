@@ -12,7 +12,7 @@ use super::{
     parse_native,
 };
 use crate::{
-    aggregate::{FrameId, FrameName, NativeOrigin, Profile},
+    sample::aggregate::{FrameId, FrameName, NativeOrigin, Profile},
     stats::Counters,
 };
 

@@ -31,7 +31,7 @@ use super::{
     budget::{Budgeted, Overrun, Started},
 };
 use crate::{
-    aggregate::ProcessLabel,
+    sample::aggregate::ProcessLabel,
     containers,
     discovery::{self, DiscoveryError, PythonProcess},
     filter::ProcessFilter,

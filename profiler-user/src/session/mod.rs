@@ -9,8 +9,6 @@ mod discoverer;
 pub(crate) mod drain;
 mod event_loop;
 pub(crate) mod exit_watch;
-mod full_frames_memo;
-mod native_hold;
 mod off_cpu;
 mod off_cpu_kernel;
 mod target;
@@ -45,7 +43,7 @@ pub(crate) use event_loop::{LoopControl, LoopEnd, exit_code, run_loop};
 pub(crate) use budget::Budgeted;
 pub(crate) use discoverer::{DiscoveryStats, INSPECT_BUDGET};
 use discoverer::{DiscoveryEvent, DiscoveryHandle};
-use target::{Charge, Target};
+use crate::sample::{Charge, Target};
 
 /// How often discovery looks for new Python processes (a launched command's children are
 /// looked for more often: short scripts matter there). A look costs almost nothing while the
@@ -178,7 +176,7 @@ pub(crate) struct Session {
     /// `--native` / `--kernel`: what the kernel records beside the Python frames.
     native: Option<Arc<crate::native::NativeContext>>,
     /// Bytes of records held by all processes while their native files are read
-    /// (`native_hold`).
+    /// (`sample::hold`).
     held_bytes: usize,
     /// `--kernel` with off-CPU time: the kernel stacks where threads blocked, by id.
     pub(crate) kernel_stacks: off_cpu_kernel::KernelStacks,
@@ -686,7 +684,7 @@ impl Session {
         self.process_record(&header, bytes, charge);
     }
 
-    /// Processes every held record of `pid`, oldest first (see `native_hold`).
+    /// Processes every held record of `pid`, oldest first (see `sample::hold`).
     fn release_held(&mut self, pid: u32) {
         let Some(target) = self.targets.get_mut(&pid) else { return };
         let records = target.held.take(&mut self.held_bytes);

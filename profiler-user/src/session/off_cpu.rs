@@ -226,13 +226,13 @@ impl Session {
         let mut stack = Vec::with_capacity(frames.len() + 1);
         let names = frames
             .iter()
-            .map(|f| crate::aggregate::FrameName {
+            .map(|f| crate::sample::aggregate::FrameName {
                 function: f.function.clone(),
                 file: f.file.clone(),
                 line: lines.pick(|| f.line.unwrap_or(0), f.first_line),
                 native: None,
             })
-            .chain(std::iter::once(crate::aggregate::FrameName {
+            .chain(std::iter::once(crate::sample::aggregate::FrameName {
                 function: Arc::from(off_cpu_leaf(reason)),
                 file: Arc::from(""),
                 line: 0,
@@ -253,7 +253,7 @@ impl Session {
         if ns == 0 || !self.targets.get(&tgid).is_some_and(|t| t.generation == generation) {
             return;
         }
-        let Some(id) = self.profile.try_intern(crate::aggregate::FrameName {
+        let Some(id) = self.profile.try_intern(crate::sample::aggregate::FrameName {
             function: Arc::from(OFF_CPU_SHORT),
             file: Arc::from(""),
             line: 0,

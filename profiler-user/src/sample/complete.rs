@@ -26,10 +26,15 @@ use hashbrown::HashMap;
 
 use profiler_common::{
     FRAME_READ_MAX, FrameBytes, FrameEntry, FrameLayout, HASH_SEED, code_check, code_check_applies,
-    code_check_needs_strings, code_check_size, code_check_strings, decode_frame, frame_hash,
+    code_check_needs_strings, code_check_size, code_check_strings, decode_frame, frame_hash, SampleHeader,
 };
 
-use crate::{aggregate::FrameId, memory::ProcessMemory};
+use super::{FrameError, FrameId, Target, aggregate::Profile, decode::Decoded};
+use crate::{
+    memory::ProcessMemory,
+    native::merge::WalkedFrame,
+    stats::SampleOutcome,
+};
 
 /// Bytes of cached tails kept per process (see `TailCache::bytes`) before the cache is
 /// emptied.
@@ -226,3 +231,69 @@ fn read_str_key(mem: &ProcessMemory, address: u64) -> [u64; 2] {
     let word = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap_or([0; 8]));
     [word(0), word(8)]
 }
+
+/// Stage 2 of the sample path (see `crate::sample`).
+impl Target {
+    /// Complete: the frames the kernel only hashed (`header.n_hashed` below the full ones,
+    /// from `tail_first`), from the validated tail cache or read again from the target.
+    ///
+    /// Input: the header's tail (`tail_first`, `n_hashed`, `tail_hash`); `stack` and
+    /// `walked` empty. Output: the tail's shown frames on `stack` (root first), and with a
+    /// native part every interpreter frame of it on `walked`; `Ok(Err(_))` when one of its
+    /// frames cannot be shown (the sample's outcome, decided at aggregation);
+    /// `Err(StaleTail)` when the tail in memory is no longer the one the kernel hashed.
+    pub(crate) fn complete(
+        &mut self,
+        header: &SampleHeader,
+        record: &Decoded,
+        profile: &mut Profile,
+        stack: &mut Vec<FrameId>,
+        walked: &mut Vec<WalkedFrame>,
+    ) -> Result<Result<(), FrameError>, SampleOutcome> {
+        let mut result = Ok(());
+        if header.n_hashed == 0 {
+            return Ok(result);
+        }
+        let layout = self.kernel_frame;
+        let evictions = self.tails.evictions;
+        let tail = match self.tails.complete(&self.mem, &layout, header.tail_first, header.n_hashed, header.tail_hash) {
+            Ok(tail) => tail,
+            Err(_) => return Err(SampleOutcome::StaleTail),
+        };
+        self.counters.cache_evictions += self.tails.evictions - evictions;
+        // The tail cache has its own bound; this keeps the process's sum within its budget.
+        self.reserve(0);
+        match tail.source {
+            TailSource::Hit => self.counters.frame_cache_hits += 1,
+            TailSource::Partial => self.counters.frame_cache_partial_hits += 1,
+            TailSource::Miss => self.counters.frame_cache_misses += 1,
+        }
+        self.counters.frames_from_memory += tail.frames_from_memory as u64;
+        self.counters.frames_from_cache += (tail.tail.frames.len() - tail.frames_from_memory) as u64;
+        match tail.tail.symbols.get() {
+            Some(ids) if record.native_part.is_none() => stack.extend_from_slice(ids),
+            _ => {
+                // Each tail frame carries the check it was validated with (part of the hash).
+                for entry in tail.tail.frames.iter().rev() {
+                    let shown = self.frame_id(entry, entry.check, profile);
+                    if record.native_part.is_some() {
+                        walked.push(WalkedFrame { address: entry.frame, id: shown.as_ref().ok().copied().flatten(), owner: entry.owner, is_entry: entry.flags & profiler_common::frame_flags::ENTRY != 0 });
+                    }
+                    match shown {
+                        Ok(Some(id)) => stack.push(id),
+                        Ok(None) => {}
+                        Err(e) => {
+                            result = Err(e);
+                            break;
+                        }
+                    }
+                }
+                if result.is_ok() && tail.tail.symbols.get().is_none() {
+                    let _ = tail.tail.symbols.set(stack.as_slice().into());
+                }
+            }
+        }
+        Ok(result)
+    }
+}
+
