@@ -25,9 +25,8 @@ use profiler_common::{FrameBytes, FrameEntry, decode_frame};
 
 use super::{AsyncReader, MAX_AWAIT_CHAIN, MAX_CORO_DEPTH, TaskFrame};
 use crate::{
-    sample::complete::read_code_check,
     memory::{ProcessMemory, field_u64},
-    symbolize::{self, CodeInfo},
+    symbolize::{self, CodeInfo, read_code_check},
 };
 
 /// The leaf under a suspended task's await stack.

@@ -5,24 +5,23 @@
 //! user stack is unwound (`process`, framehop over the files' unwind tables read by
 //! `module_file`), named from the files' symbol tables and `/proc/kallsyms` (`kallsyms`),
 //! and the Python frames are spliced in place of the interpreter's evaluation-function
-//! frames (`merge`). The Python frames themselves are exactly those of a sample without
+//! frames (`sample::native_merge`). The Python frames themselves are exactly those of a sample without
 //! `--native`: this module only adds frames around them.
 
 pub mod budget;
 pub mod io;
 pub mod kallsyms;
 pub mod lines;
-pub mod merge;
 pub mod module_file;
+mod origin;
 pub mod process;
-pub mod sample;
 
 use profiler_common::{MAX_NATIVE_STACK_BYTES, NativeTrailer};
 use std::sync::Arc;
 
-use crate::sample::aggregate::NativeMapping;
 
 pub use io::NativeIo;
+pub use origin::{NativeMapping, NativeOrigin};
 pub use kallsyms::Kallsyms;
 pub use process::{ProcessNative, UnwindEnd};
 

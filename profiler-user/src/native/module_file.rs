@@ -35,7 +35,7 @@ use super::{
     lines::LineTable,
 };
 use crate::{
-    sample::aggregate::{NativeMapping, NativeOrigin},
+    native::{NativeMapping, NativeOrigin},
     discovery::{FileKey, Mapping, open_checked},
 };
 

@@ -1,6 +1,6 @@
 //! Stage 4, merge: the Python frames of a sample → the stack shown, with what goes around
 //! them merged in one place (as the OpenTelemetry profiler merges its unwinders' frames):
-//! native frames spliced at the interpreter's evaluation frames (`--native`, `native::merge`),
+//! native frames spliced at the interpreter's evaluation frames (`--native`, `native` and `native_merge`),
 //! the running asyncio task's chain in place of the event loop's machinery (`--async`), the
 //! `interpreter <id>` frame (subinterpreters), the leaf the record's charge names
 //! (`<off-cpu: ...>`, `<GC>`), and the kernel frames where an off-CPU interval blocked
@@ -23,7 +23,7 @@ use super::{
 };
 use crate::{
     asyncio::{AsyncReader, AsyncioError, ChainMiss},
-    native::merge::WalkedFrame,
+    sample::native_merge::WalkedFrame,
 };
 
 /// Stage 4 of the sample path (see `crate::sample`).

@@ -16,7 +16,9 @@
 //! 5. [`aggregate`]: the stack and what the record is worth ([`Charge`]) → the profile (and
 //!    the timeline, [`timeline`]), with the sample's outcome.
 //!
-//! [`hold`] keeps a `--native` process's first records until its files are read.
+//! [`native`] is one process's native side of its samples (unwinding, names, the splice of
+//! [`native_merge`]), used by `merge`; [`hold`] keeps a `--native` process's first records
+//! until its files are read.
 //! Invariants of the whole path: nothing here blocks or reads files (the ring-buffer thread
 //! runs it); every read of target memory is within the sample's byte budget; a frame is shown
 //! only when what was read is what the kernel saw (else the sample is dropped and counted).
@@ -30,6 +32,8 @@ pub(crate) mod decode;
 pub(crate) mod full_frames_memo;
 pub(crate) mod hold;
 pub(crate) mod merge;
+pub mod native;
+pub mod native_merge;
 pub(crate) mod process;
 pub(crate) mod symbolize;
 pub mod timeline;

@@ -15,12 +15,13 @@ use super::{
     caches::{LedgerShare, PROCESS_BUDGET, SizedMap},
     complete::TailCache,
     full_frames_memo::FullFramesMemo,
+    native::NativeSampler,
+    native_merge::WalkedFrame,
 };
 use crate::{
     asyncio::{AsyncReader, AsyncioError, ChainMiss, chain::Chain},
     discovery::PythonProcess,
     memory::ProcessMemory,
-    native::{merge::WalkedFrame, sample::NativeSampler},
     stats::{Counters, SampleOutcome},
     symbolize::CodeInfo,
 };

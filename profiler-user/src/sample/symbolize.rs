@@ -17,13 +17,12 @@ use super::{
     FrameError, FrameId, Target,
     aggregate::{FrameName, Profile},
     caches::{self},
-    complete::read_code_check,
     decode::Decoded,
     process::CodeEntry,
 };
 use crate::{
-    native::merge::WalkedFrame,
-    symbolize::{self, SymbolError, TypeAddresses},
+    sample::native_merge::WalkedFrame,
+    symbolize::{self, SymbolError, TypeAddresses, read_code_check},
 };
 
 /// Stage 3 of the sample path (see `crate::sample`).
