@@ -6,7 +6,9 @@
 //! `ProcessInfo`; the kernel program has no knowledge of Python versions.
 #![no_std]
 
+mod record;
 mod task_chain;
+pub use record::*;
 pub use task_chain::*;
 
 /// Frames a sample carries in full (code, instruction offset, owner). Frames below these are

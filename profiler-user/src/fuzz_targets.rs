@@ -7,7 +7,7 @@
 
 use proptest::prelude::*;
 
-use profiler_common::{MAX_TASK_FRAMES, MAX_TASK_LEVELS, TASK_CHAIN_SIZE, TaskChain, task_chain_status};
+use profiler_common::{MAX_TASK_FRAMES, MAX_TASK_LEVELS, Plain, TASK_CHAIN_SIZE, TaskChain, task_chain_status};
 
 use crate::target::asyncio::{MAX_TASK_NAME_CHARS, chain::Chain};
 use crate::fuzzing::config;
@@ -25,17 +25,14 @@ fn chain_record() -> impl Strategy<Value = Vec<u8>> {
         0usize..16,
     )
         .prop_map(|(bytes, status, levels, frames, per_level, cut)| {
-            // SAFETY: TaskChain is plain data: any bytes are a value; exactly its size is
-            // copied in, and read back out as bytes.
-            let mut chain: TaskChain = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const TaskChain) };
+            let mut chain = TaskChain::read(&bytes).unwrap_or_else(TaskChain::zeroed);
             chain.status = status;
             chain.n_levels = levels;
             chain.n_frames = frames;
             for (level, n) in chain.levels.iter_mut().zip(per_level) {
                 level.n_frames = n;
             }
-            // SAFETY: as above.
-            let mut out = unsafe { std::slice::from_raw_parts(&chain as *const TaskChain as *const u8, TASK_CHAIN_SIZE) }.to_vec();
+            let mut out = chain.as_bytes().to_vec();
             // Sometimes a record cut short (the ring buffer gives what the kernel wrote).
             if cut > 12 {
                 out.truncate(TASK_CHAIN_SIZE - cut);

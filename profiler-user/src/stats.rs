@@ -95,7 +95,7 @@ pub struct Counters {
     pub code_cache_hits: u64,
     pub code_cache_misses: u64,
     /// Records whose full frames repeated an earlier record's: their shown frames were taken
-    /// whole, without a lookup per frame (`session::full_frames_memo`).
+    /// whole, without a lookup per frame (`sample::full_frames_memo`).
     pub full_frames_memo_hits: u64,
     /// Code objects whose cached symbol was found stale and re-read.
     pub stale_invalidations: u64,

@@ -14,7 +14,7 @@ use std::{
 };
 
 use crate::{
-    aggregate::{AGENT_INTERVAL_BUDGET, Profile, Timing},
+    sample::aggregate::{AGENT_INTERVAL_BUDGET, Profile, Timing},
     filter::ProcessFilter,
     output::{self, Format, otlp},
     session::{
@@ -69,7 +69,7 @@ pub struct AgentOptions {
     /// Stop after this long (default: run until SIGTERM / Ctrl-C).
     pub duration: Option<Duration>,
     /// Which line frames show (`--function`, `--nolineno`).
-    pub line_numbers: crate::aggregate::LineNumbers,
+    pub line_numbers: crate::sample::aggregate::LineNumbers,
     /// Native and kernel frames (`--native`, `--kernel`).
     pub native: crate::target::native::NativeOptions,
     /// TLS, credentials, headers and API of the uploads.
@@ -452,7 +452,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::aggregate::{FrameName, ProcessLabel};
+    use crate::sample::aggregate::{FrameName, ProcessLabel};
     use crate::host::pod_names::PodNames;
 
     fn options(app_name: Option<&str>, group_by: Grouping) -> AgentOptions {

@@ -6,7 +6,7 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use crate::{
     cmd::agent::Grouping,
-    aggregate::LineNumbers,
+    sample::aggregate::LineNumbers,
     filter::ProcessFilter,
     output::Format,
     time_mode::{TimeMode, TimeOptions},

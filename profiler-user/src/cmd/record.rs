@@ -10,7 +10,7 @@ use std::{
 };
 
 use crate::{
-    aggregate::{LineNumbers, Timing},
+    sample::aggregate::{LineNumbers, Timing},
     cmd::explain::{self, RecordingFacts},
     cmd::launch::{self, Ending, RecordingEnd},
     filter::ProcessFilter,
@@ -266,7 +266,7 @@ fn task_wait_summary(totals: &Counters) -> Option<String> {
 
 /// The profile on standard output. On a terminal it is shown through `text::lines`, so no
 /// name in it can steer the terminal; into a pipe or file the bytes are exact.
-fn write_stdout(profile: &crate::aggregate::Profile, format: Format, title: &str) -> Result<(), output::OutputError> {
+fn write_stdout(profile: &crate::sample::aggregate::Profile, format: Format, title: &str) -> Result<(), output::OutputError> {
     let mut stdout = std::io::stdout().lock();
     if !stdout.is_terminal() {
         return output::write_profile(profile, format, title, &mut stdout);

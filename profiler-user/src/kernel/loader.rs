@@ -306,11 +306,8 @@ type OffCpuThreadBytes = [u8; profiler_common::OFF_CPU_THREAD_SIZE];
 
 /// The thread's state and its kept record, from an `OFF_CPU_THREADS` value.
 fn split_off_cpu_thread(bytes: &OffCpuThreadBytes) -> (profiler_common::ThreadSwitch, &[u8]) {
-    let (state, record) = bytes.split_at(std::mem::size_of::<profiler_common::ThreadSwitch>());
-    // SAFETY: `ThreadSwitch` is plain `repr(C)` data (integers only), and `state` holds
-    // exactly its size; the read is unaligned.
-    let state = unsafe { std::ptr::read_unaligned(state.as_ptr() as *const profiler_common::ThreadSwitch) };
-    (state, record)
+    // The value's type holds a `ThreadSwitch` and more: the split cannot fail.
+    profiler_common::ThreadSwitch::split(bytes).unwrap_or_default()
 }
 
 /// Kernel-side counters (summed over CPUs).

@@ -15,8 +15,8 @@ use std::io::{BufWriter, Write};
 
 use serde_json::{Value, json};
 
-use crate::aggregate::{FrameId, Profile};
-use crate::timeline::Timeline;
+use crate::sample::aggregate::{FrameId, Profile};
+use crate::sample::timeline::Timeline;
 
 use super::{Format, OutputError, process_name, thread_title};
 
@@ -117,7 +117,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::aggregate::FrameName;
+    use crate::sample::aggregate::FrameName;
 
     #[test]
     fn nested_begin_end_per_thread() {

@@ -19,7 +19,7 @@
 use std::borrow::Cow;
 use std::io::{BufWriter, Write};
 
-use crate::aggregate::{FrameId, FrameName, Profile};
+use crate::sample::aggregate::{FrameId, FrameName, Profile};
 
 use super::{Format, NO_PYTHON_FRAMES, OutputError, container_frames, process_name, thread_name_text};
 
@@ -173,7 +173,7 @@ python3 (pid 100);<module> (/srv/app.py:3);odd,name x (/srv/we,ird.py:5) 1
 
     #[test]
     fn sanitizing_collisions_are_merged() {
-        use crate::aggregate::FrameName;
+        use crate::sample::aggregate::FrameName;
         use std::sync::Arc;
         let mut p = Profile::new();
         let a = p.intern(FrameName {

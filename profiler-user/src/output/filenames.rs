@@ -11,7 +11,7 @@
 
 use std::{borrow::Cow, collections::HashMap, path::Path, sync::Arc};
 
-use crate::aggregate::{FrameId, FrameName, Profile};
+use crate::sample::aggregate::{FrameId, FrameName, Profile};
 
 /// The short name of `file` for a process whose working directory is `cwd` (as the process
 /// sees it; `None` when unknown).
@@ -147,7 +147,7 @@ mod tests {
 
     #[test]
     fn profile_frames_merge_per_process() {
-        use crate::aggregate::ProcessLabel;
+        use crate::sample::aggregate::ProcessLabel;
         let mut p = Profile::new();
         let frame = |p: &mut Profile, file: &str| {
             p.intern(FrameName { function: Arc::from("f"), file: Arc::from(file), line: 1, native: None })

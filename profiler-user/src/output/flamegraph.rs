@@ -21,7 +21,7 @@ use super::{Format, OutputError, collapsed};
 /// An empty profile is an error ([`OutputError::NoSamples`]), not an SVG with an error
 /// message in it.
 pub fn write(
-    profile: &crate::aggregate::Profile,
+    profile: &crate::sample::aggregate::Profile,
     title: &str,
     out: &mut dyn Write,
 ) -> Result<(), OutputError> {
@@ -64,7 +64,7 @@ fn xml_safe(text: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::Profile;
+    use crate::sample::aggregate::Profile;
     use crate::output::tests::sample_profile;
 
     fn svg_of(profile: &Profile, title: &str) -> Result<String, OutputError> {
@@ -118,7 +118,7 @@ mod tests {
 
     #[test]
     fn hostile_names_keep_the_svg_well_formed() {
-        use crate::aggregate::{FrameName, ProcessLabel};
+        use crate::sample::aggregate::{FrameName, ProcessLabel};
         use std::sync::Arc;
         let mut p = Profile::new();
         let f = p.intern(FrameName {

@@ -21,7 +21,7 @@
 //! each sample, in ms since the first sample of the recording. The timeline keeps runs of
 //! equal consecutive samples (first time, last time, count); a run's samples are placed evenly
 //! between its first and last time, so the first and last are exact and the others are off
-//! by less than the run's longest gap (at most [`crate::timeline::MAX_GAP_PERIODS`] periods),
+//! by less than the run's longest gap (at most [`crate::sample::timeline::MAX_GAP_PERIODS`] periods),
 //! never on another stack. Every sample the timeline kept is written, once.
 //!
 //! Without a timeline (it is kept only for formats that show time) the file has no threads.
@@ -33,8 +33,8 @@ use serde::Serialize;
 use serde::ser::{SerializeSeq, Serializer};
 use serde_json::{Value, json};
 
-use crate::aggregate::{FrameId, FrameName, Profile};
-use crate::timeline::{Run, Timeline};
+use crate::sample::aggregate::{FrameId, FrameName, Profile};
+use crate::sample::timeline::{Run, Timeline};
 
 use super::{Format, NO_PYTHON_FRAMES, OutputError, process_name, thread_title};
 

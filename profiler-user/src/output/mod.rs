@@ -23,7 +23,7 @@ use std::fmt;
 use std::io;
 use std::path::Path;
 
-use crate::aggregate::Profile;
+use crate::sample::aggregate::Profile;
 
 /// Placeholder process name for a pid that was sampled but never labelled (or whose `comm`
 /// is empty).
@@ -106,7 +106,7 @@ impl Format {
     }
 
     /// Whether the format shows when each sample was taken, so the recording must keep a
-    /// per-thread [`crate::timeline::Timeline`].
+    /// per-thread [`crate::sample::timeline::Timeline`].
     pub fn needs_timeline(&self) -> bool {
         matches!(self, Format::Chrometrace | Format::Gecko)
     }
@@ -230,7 +230,7 @@ pub fn recording_line(profile: &Profile) -> String {
 /// (per-thread profiles) and `thread.name` (when known, see [`thread_name_text`]),
 /// `container.id` and `k8s.pod.uid` (when known), and the OpenTelemetry names `k8s.namespace.name`, `k8s.pod.name`, `k8s.container.name` (when the
 /// runtime's annotations give them).
-pub fn pprof_labels(profile: &Profile, key: &crate::aggregate::StackKey) -> Vec<(String, String)> {
+pub fn pprof_labels(profile: &Profile, key: &crate::sample::aggregate::StackKey) -> Vec<(String, String)> {
     let mut labels = vec![("process.pid".to_string(), key.pid.to_string())];
     if let Some(label) = profile.process(key.pid) {
         let exe_name = std::path::Path::new(&label.exe)
@@ -300,7 +300,7 @@ pub(crate) fn process_name(profile: &Profile, pid: u32) -> String {
 
 /// The OpenTelemetry semantic-convention labels of a process's Kubernetes names:
 /// `k8s.namespace.name`, `k8s.pod.name`, `k8s.container.name` (empty when unknown).
-pub fn k8s_name_labels(label: &crate::aggregate::ProcessLabel) -> Vec<(String, String)> {
+pub fn k8s_name_labels(label: &crate::sample::aggregate::ProcessLabel) -> Vec<(String, String)> {
     match &label.pod_names {
         Some(n) => vec![
             ("k8s.namespace.name".to_string(), n.namespace.clone()),
@@ -335,7 +335,7 @@ pub(crate) mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::aggregate::{FrameName, ProcessLabel};
+    use crate::sample::aggregate::{FrameName, ProcessLabel};
 
     /// Two processes; pid 200 sampled per thread; a frame name holding `;` and a newline;
     /// an unknown line; a thread sampled outside Python; an unlabelled pid.
@@ -344,8 +344,8 @@ pub(crate) mod tests {
     #[test]
     fn outputs_describe_the_recording() {
         let mut p = sample_profile();
-        p.set_timeline(crate::timeline::Timeline::default());
-        p.set_timing(crate::aggregate::Timing {
+        p.set_timeline(crate::sample::timeline::Timeline::default());
+        p.set_timing(crate::sample::aggregate::Timing {
             start: std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000),
             duration: std::time::Duration::from_millis(2500),
             rate_hz: 199,
@@ -531,7 +531,7 @@ mod pod_name_tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::aggregate::{FrameName, ProcessLabel};
+    use crate::sample::aggregate::{FrameName, ProcessLabel};
     use crate::host::pod_names::PodNames;
 
     const ID: &str = "4f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8";

@@ -43,7 +43,7 @@ use opentelemetry_proto::tonic::profiles::v1development::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 
-use crate::aggregate::{FrameId, Profile, StackKey};
+use crate::sample::aggregate::{FrameId, Profile, StackKey};
 
 use super::NO_PYTHON_FRAMES;
 

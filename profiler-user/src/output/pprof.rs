@@ -48,7 +48,7 @@ use prost::Message as _;
 
 use std::sync::Arc;
 
-use crate::aggregate::{FrameId, NativeMapping, NativeOrigin, Profile, StackKey};
+use crate::sample::aggregate::{FrameId, NativeMapping, NativeOrigin, Profile, StackKey};
 
 use super::NO_PYTHON_FRAMES;
 
@@ -637,7 +637,7 @@ mod tests {
     fn same_function_different_lines_share_the_function() {
         let mut p = Profile::new();
         let intern = |p: &mut Profile, function: &str, file: &str, line| {
-            p.intern(crate::aggregate::FrameName {
+            p.intern(crate::sample::aggregate::FrameName {
                 function: function.into(),
                 file: file.into(),
                 line,
@@ -723,7 +723,7 @@ mod tests {
 
     #[test]
     fn native_frames_carry_their_mapping_and_address() {
-        use crate::aggregate::{FrameName, NativeMapping, NativeOrigin};
+        use crate::sample::aggregate::{FrameName, NativeMapping, NativeOrigin};
         let mapping = Arc::new(NativeMapping {
             file: "/usr/lib/libz.so.1".into(),
             build_id: "abcd".into(),
@@ -763,7 +763,7 @@ mod tests {
         let mut p = Profile::new();
         let ids: Vec<FrameId> = (0..300)
             .map(|i| {
-                p.intern(crate::aggregate::FrameName {
+                p.intern(crate::sample::aggregate::FrameName {
                     function: format!("function_number_{i}").into(),
                     file: "/a/rather/long/path/to/some/module.py".into(),
                     line: i,

@@ -21,7 +21,7 @@ use std::io::{BufWriter, Write};
 
 use serde::Serialize;
 
-use crate::aggregate::{FrameId, Profile, StackKey};
+use crate::sample::aggregate::{FrameId, Profile, StackKey};
 
 use super::{Format, NO_PYTHON_FRAMES, OutputError, process_name, thread_label};
 

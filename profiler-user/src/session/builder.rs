@@ -28,7 +28,7 @@ use super::{
     run_loop,
 };
 use crate::{
-    aggregate::LineNumbers,
+    sample::aggregate::LineNumbers,
     target::discovery::{self, DiscoveryError, PythonProcess},
     filter::ProcessFilter,
     kernel::loader::KernelProgram,

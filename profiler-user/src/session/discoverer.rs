@@ -29,7 +29,7 @@ use profiler_common::ProcessInfo;
 use super::Scope;
 use crate::{
     target::budget::{Budgeted, Overrun, Started},
-    aggregate::ProcessLabel,
+    sample::aggregate::ProcessLabel,
     host::containers,
     target::discovery::{self, DiscoveryError, PythonProcess},
     filter::ProcessFilter,

@@ -22,7 +22,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use profiler_common::{SAMPLE_HEADER_SIZE, SampleHeader, record_kind};
+use profiler_common::{SampleHeader, record_kind};
 use tokio::{
     io::{Interest, unix::AsyncFd},
     signal::unix::{SignalKind, signal},
@@ -198,11 +198,7 @@ impl Shared {
 /// The process a record is queued under: its header's, or `OFF_CPU_BATCHES` for a CPU's
 /// batch of off-CPU records (several processes') and records too short to say.
 fn record_key(record: &[u8]) -> u32 {
-    if record.len() < SAMPLE_HEADER_SIZE {
-        return OFF_CPU_BATCHES;
-    }
-    // SAFETY: the record is at least a SampleHeader long, and the header is plain data.
-    let header: SampleHeader = unsafe { std::ptr::read_unaligned(record.as_ptr() as *const SampleHeader) };
+    let Some(header) = SampleHeader::read(record) else { return OFF_CPU_BATCHES };
     if header.kind == record_kind::OFF_CPU { OFF_CPU_BATCHES } else { header.tgid }
 }
 
@@ -347,14 +343,14 @@ fn move_records(shared: &Shared, ring: &mut aya::maps::RingBuf<aya::maps::MapDat
 #[cfg(test)]
 mod tests {
     use super::*;
+    use profiler_common::Plain;
 
     fn record(tgid: u32, kind: u32, len: usize) -> Vec<u8> {
         let mut header = SampleHeader::default();
         header.tgid = tgid;
         header.kind = kind;
-        let mut bytes = vec![0u8; len.max(SAMPLE_HEADER_SIZE)];
-        // SAFETY: the buffer is at least a SampleHeader long; the header is plain data.
-        unsafe { std::ptr::write_unaligned(bytes.as_mut_ptr() as *mut SampleHeader, header) };
+        let mut bytes = vec![0u8; len.max(profiler_common::SAMPLE_HEADER_SIZE)];
+        header.write_to(&mut bytes);
         bytes
     }
 

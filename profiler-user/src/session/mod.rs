@@ -10,8 +10,6 @@ pub mod error;
 pub(crate) mod drain;
 mod event_loop;
 pub(crate) mod exit_watch;
-mod full_frames_memo;
-mod native_hold;
 mod off_cpu;
 mod off_cpu_kernel;
 pub(crate) mod report;
@@ -28,11 +26,11 @@ use std::{
 };
 
 use profiler_common::{
-    FRAME_ENTRY_SIZE, MAX_FULL_FRAMES, OffCpuInterval, SAMPLE_HEADER_SIZE, SampleHeader, record_kind, sample_flags,
+    MalformedBatch, OffCpuRecords, SampleHeader, off_cpu_trailer, record_body, record_kind, sample_flags, split_record,
 };
 
 use crate::{
-    aggregate::{ProcessLabel, Profile},
+    sample::aggregate::{ProcessLabel, Profile},
     target::asyncio::AsyncReader,
     target::discovery::{self, DiscoveryError, PythonProcess},
     filter::ProcessFilter,
@@ -47,7 +45,7 @@ pub(crate) use event_loop::{LoopControl, exit_code, run_loop};
 pub(crate) use crate::target::budget::Budgeted;
 pub(crate) use discoverer::{DiscoveryStats, INSPECT_BUDGET};
 use discoverer::{DiscoveryEvent, DiscoveryHandle};
-use target::{Charge, Target};
+use crate::sample::{Charge, Target};
 pub use error::SessionError;
 
 /// How often discovery looks for new Python processes (a launched command's children are
@@ -181,7 +179,7 @@ pub(crate) struct Session {
     /// `--native` / `--kernel`: what the kernel records beside the Python frames.
     native: Option<Arc<crate::target::native::NativeContext>>,
     /// Bytes of records held by all processes while their native files are read
-    /// (`native_hold`).
+    /// (`sample::hold`).
     held_bytes: usize,
     /// `--kernel` with off-CPU time: the kernel stacks where threads blocked, by id.
     pub(crate) kernel_stacks: off_cpu_kernel::KernelStacks,
@@ -592,16 +590,14 @@ impl Session {
     /// One ring-buffer item: a record, or (kind `OFF_CPU`) a CPU's batch of off-CPU records,
     /// each as long as its header's `n_full` says (`off_cpu_record_len`).
     pub(crate) fn on_ring_item(&mut self, bytes: &[u8]) {
-        if bytes.len() < SAMPLE_HEADER_SIZE {
+        let Some(header) = SampleHeader::read(bytes) else {
             self.malformed_records += 1;
             return;
-        }
-        // SAFETY: the item starts with a SampleHeader (plain data), checked for length.
-        let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
+        };
         if header.kind == record_kind::TASK_CHAIN {
             // Kept for the sample that follows it, of the registration it was read under.
             if let Some(target) = self.targets.get_mut(&header.tgid).filter(|t| t.generation == header.generation) {
-                target.add_task_chain(bytes);
+                target.add_task_chain(&header, bytes);
             }
             return;
         }
@@ -622,10 +618,10 @@ impl Session {
     /// Off-CPU records one after the other (a CPU's batch); a batch that ends inside a
     /// record is counted malformed from there.
     pub(crate) fn on_off_cpu_records(&mut self, bytes: &[u8]) {
-        for record in off_cpu::OffCpuRecords::new(bytes) {
+        for record in OffCpuRecords::new(bytes) {
             match record {
                 Ok((_, record)) => self.on_record(record),
-                Err(off_cpu::MalformedBatch) => self.malformed_records += 1,
+                Err(MalformedBatch) => self.malformed_records += 1,
             }
         }
     }
@@ -633,12 +629,10 @@ impl Session {
     /// One record; `from_kernel`: read from the ring buffer (an off-CPU interval then charges
     /// only what periods' ends did not), else made from what the kernel kept (`off_cpu`).
     fn on_record_from(&mut self, bytes: &[u8], from_kernel: bool) {
-        if bytes.len() < SAMPLE_HEADER_SIZE {
+        let Some((header, body)) = split_record(bytes) else {
             self.malformed_records += 1;
             return;
-        }
-        // SAFETY: the record starts with a SampleHeader (plain data), checked for length.
-        let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
+        };
         if crate::target::memory::deadline::is_quarantined(header.tgid) {
             // Its memory did not answer once: nothing more is read from it.
             self.quarantined_records += 1;
@@ -651,7 +645,7 @@ impl Session {
                 Charge::new(value, gc_leaf(&header))
             }
             record_kind::OFF_CPU if self.time_mode.off_cpu() => {
-                let Some(interval) = off_cpu_trailer(&header, &bytes[SAMPLE_HEADER_SIZE..]) else {
+                let Some(interval) = off_cpu_trailer(&header, body) else {
                     self.malformed_records += 1;
                     return;
                 };
@@ -693,14 +687,12 @@ impl Session {
         self.process_record(&header, bytes, charge);
     }
 
-    /// Processes every held record of `pid`, oldest first (see `native_hold`).
+    /// Processes every held record of `pid`, oldest first (see `sample::hold`).
     fn release_held(&mut self, pid: u32) {
         let Some(target) = self.targets.get_mut(&pid) else { return };
         let records = target.held.take(&mut self.held_bytes);
         for (record, charge) in records {
-            if record.len() >= SAMPLE_HEADER_SIZE {
-                // SAFETY: the record starts with a SampleHeader (plain data), checked for length.
-                let header: SampleHeader = unsafe { std::ptr::read_unaligned(record.as_ptr() as *const SampleHeader) };
+            if let Some(header) = SampleHeader::read(&record) {
                 self.process_record(&header, &record, charge);
             }
         }
@@ -736,7 +728,7 @@ impl Session {
         let (reads, read_bytes) = (memory::READS.load(Relaxed), memory::BYTES_READ.load(Relaxed));
         let value = charge.value;
         let (outcome, used) = memory::with_read_budget(SAMPLE_READ_BUDGET, || {
-            target.process_sample(&header, &bytes[SAMPLE_HEADER_SIZE..], &mut self.profile, self.threads, charge)
+            target.process_sample(&header, record_body(bytes).unwrap_or_default(), &mut self.profile, self.threads, charge)
         });
         if used.exhausted {
             self.samples_over_read_budget += 1;
@@ -793,7 +785,7 @@ fn add_wait_stack(
     ns: u64,
     tasks: u64,
 ) -> bool {
-    use crate::{aggregate::FrameName, target::asyncio::waits::WaitFrame};
+    use crate::{sample::aggregate::FrameName, target::asyncio::waits::WaitFrame};
     let mut stack = Vec::with_capacity(frames.len() + 1);
     for frame in frames {
         let name = match frame {
@@ -824,20 +816,9 @@ fn gc_leaf(header: &SampleHeader) -> Option<&'static str> {
     (header.kind == record_kind::CPU_SAMPLE && header.flags & sample_flags::GC != 0).then_some(GC_FRAME)
 }
 
-/// The off-CPU trailer of an `record_kind::OFF_CPU` record: the slot after its full frames.
-/// `None` when the record is too short to hold it (malformed).
-pub(super) fn off_cpu_trailer(header: &SampleHeader, body: &[u8]) -> Option<OffCpuInterval> {
-    let n = (header.n_full as usize).min(MAX_FULL_FRAMES);
-    let at = n * FRAME_ENTRY_SIZE;
-    let bytes = body.get(at..at + std::mem::size_of::<OffCpuInterval>())?;
-    // SAFETY: the slice holds exactly one OffCpuInterval, which is plain data.
-    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const OffCpuInterval) })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use profiler_common::off_cpu_reason;
 
     /// Only plain CPU samples flagged by the kernel end in `<GC>`; native ones and off-CPU
     /// intervals never do.
@@ -848,21 +829,5 @@ mod tests {
         assert_eq!(gc_leaf(&SampleHeader { flags: 0, ..flagged }), None);
         assert_eq!(gc_leaf(&SampleHeader { kind: record_kind::CPU_SAMPLE_NATIVE, ..flagged }), None);
         assert_eq!(gc_leaf(&SampleHeader { kind: record_kind::OFF_CPU, ..flagged }), None);
-    }
-
-    /// The trailer is the slot after the record's full frames; a record too short for it is
-    /// malformed (`None`), and a forged `n_full` cannot read past the body.
-    #[test]
-    fn off_cpu_trailer_follows_the_full_frames() {
-        let interval = OffCpuInterval { off_ns: 7_000_000, short_ns: 5, switched_out_ns: 9, reason: off_cpu_reason::PREEMPTED, kernel_stack: 0 };
-        let mut body = vec![0u8; 2 * FRAME_ENTRY_SIZE];
-        // SAFETY: OffCpuInterval is plain data of FRAME_ENTRY_SIZE bytes.
-        let bytes: [u8; FRAME_ENTRY_SIZE] = unsafe { std::mem::transmute(interval) };
-        body.extend_from_slice(&bytes);
-        let header = SampleHeader { n_full: 2, kind: record_kind::OFF_CPU, ..Default::default() };
-        assert_eq!(off_cpu_trailer(&header, &body), Some(interval));
-        assert_eq!(off_cpu_trailer(&header, &body[..body.len() - 1]), None);
-        let forged = SampleHeader { n_full: u32::MAX, ..header };
-        assert_eq!(off_cpu_trailer(&forged, &body), None);
     }
 }

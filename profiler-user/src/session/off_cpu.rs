@@ -11,7 +11,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use profiler_common::{FRAME_ENTRY_SIZE, MAX_FULL_FRAMES, OffCpuInterval, SAMPLE_HEADER_SIZE, SampleHeader, ThreadSwitch, record_kind};
+use profiler_common::{
+    OffCpuInterval, OffCpuRecords, SampleHeader, ThreadSwitch, off_cpu_trailer, record_body, record_kind, write_off_cpu_record,
+};
 
 use std::sync::Arc;
 
@@ -124,7 +126,7 @@ impl Session {
         for batch in self.kernel.unsent_off_cpu_batches() {
             for record in OffCpuRecords::new(&batch) {
                 let Ok(record) = record else { break };
-                if let Some(interval) = super::off_cpu_trailer(&record.0, &record.1[SAMPLE_HEADER_SIZE..]) {
+                if let Some(interval) = record_body(record.1).and_then(|body| off_cpu_trailer(&record.0, body)) {
                     live.insert((record.0.tid, interval.switched_out_ns));
                 }
             }
@@ -224,13 +226,13 @@ impl Session {
         let mut stack = Vec::with_capacity(frames.len() + 1);
         let names = frames
             .iter()
-            .map(|f| crate::aggregate::FrameName {
+            .map(|f| crate::sample::aggregate::FrameName {
                 function: f.function.clone(),
                 file: f.file.clone(),
                 line: lines.pick(|| f.line.unwrap_or(0), f.first_line),
                 native: None,
             })
-            .chain(std::iter::once(crate::aggregate::FrameName {
+            .chain(std::iter::once(crate::sample::aggregate::FrameName {
                 function: Arc::from(off_cpu_leaf(reason)),
                 file: Arc::from(""),
                 line: 0,
@@ -251,7 +253,7 @@ impl Session {
         if ns == 0 || !self.targets.get(&tgid).is_some_and(|t| t.generation == generation) {
             return;
         }
-        let Some(id) = self.profile.try_intern(crate::aggregate::FrameName {
+        let Some(id) = self.profile.try_intern(crate::sample::aggregate::FrameName {
             function: Arc::from(OFF_CPU_SHORT),
             file: Arc::from(""),
             line: 0,
@@ -274,17 +276,11 @@ impl Session {
     /// thread `tid`'s pending interval (`bytes`: header, frames, trailer slot), as of `time_ns`.
     /// False when the bytes are not such a record (nothing charged).
     fn charge_kept_record(&mut self, tid: u32, state: &ThreadSwitch, mut bytes: Vec<u8>, time_ns: u64, off_ns: u64, short_ns: u64) -> bool {
-        if bytes.len() < SAMPLE_HEADER_SIZE {
-            return false;
-        }
-        // SAFETY: the bytes start with a SampleHeader (plain data), checked for length.
-        let mut header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
+        let Some(mut header) = SampleHeader::read(&bytes) else { return false };
         if header.tid != tid || header.kind != record_kind::OFF_CPU {
             return false;
         }
         header.time_ns = time_ns;
-        let n = (header.n_full as usize).min(MAX_FULL_FRAMES);
-        let at = SAMPLE_HEADER_SIZE + n * FRAME_ENTRY_SIZE;
         let trailer = OffCpuInterval {
             off_ns,
             short_ns,
@@ -292,57 +288,9 @@ impl Session {
             reason: state.reason,
             kernel_stack: state.kernel_stack,
         };
-        let end = at + std::mem::size_of::<OffCpuInterval>();
-        if bytes.len() < end {
-            return false;
-        }
-        // SAFETY: both writes are of plain data within `bytes` (lengths checked).
-        unsafe {
-            std::ptr::write_unaligned(bytes.as_mut_ptr() as *mut SampleHeader, header);
-            std::ptr::write_unaligned(bytes.as_mut_ptr().add(at) as *mut OffCpuInterval, trailer);
-        }
+        let Some(end) = write_off_cpu_record(&mut bytes, &header, &trailer) else { return false };
         self.on_record_from(&bytes[..end], false);
         true
-    }
-}
-
-/// The whole off-CPU records one after another in a batch (`OffCpuBatch::bytes`), each as
-/// its header and its bytes (header included); ends at the first record that is malformed
-/// (`Err`, once).
-pub(crate) struct OffCpuRecords<'a> {
-    bytes: &'a [u8],
-}
-
-/// A batch held bytes that are not a whole off-CPU record.
-#[derive(Debug)]
-pub(crate) struct MalformedBatch;
-
-impl<'a> OffCpuRecords<'a> {
-    pub(crate) fn new(bytes: &'a [u8]) -> Self {
-        OffCpuRecords { bytes }
-    }
-}
-
-impl<'a> Iterator for OffCpuRecords<'a> {
-    type Item = Result<(SampleHeader, &'a [u8]), MalformedBatch>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.bytes.is_empty() {
-            return None;
-        }
-        let bytes = std::mem::take(&mut self.bytes);
-        if bytes.len() < SAMPLE_HEADER_SIZE {
-            return Some(Err(MalformedBatch));
-        }
-        // SAFETY: at least SAMPLE_HEADER_SIZE bytes; SampleHeader is plain data.
-        let header: SampleHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const SampleHeader) };
-        let len = profiler_common::off_cpu_record_len(header.n_full);
-        if header.kind != record_kind::OFF_CPU || bytes.len() < len {
-            return Some(Err(MalformedBatch));
-        }
-        let (record, rest) = bytes.split_at(len);
-        self.bytes = rest;
-        Some(Ok((header, record)))
     }
 }
 

@@ -102,7 +102,7 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
             s,
             "  timeline (chrometrace): {} runs kept (cap {}), {} samples dropped over the cap, {} out of order",
             t.run_count(),
-            crate::timeline::MAX_RUNS,
+            crate::sample::timeline::MAX_RUNS,
             t.dropped_over_cap,
             t.out_of_order
         );

@@ -3,7 +3,7 @@
 //! all there is; a task named by a `str` is named from the bytes the kernel copied).
 
 use profiler_common::{
-    FrameEntry, MAX_TASK_FRAMES, MAX_TASK_LEVELS, TASK_CHAIN_SIZE, TASK_NAME_BYTES, TaskChain,
+    FrameEntry, MAX_TASK_FRAMES, MAX_TASK_LEVELS, Plain, TASK_NAME_BYTES, TaskChain,
     TaskLevel, task_chain_status,
 };
 
@@ -30,20 +30,7 @@ impl Chain {
     /// Checks one `record_kind::TASK_CHAIN` record (whole, header included): a read the kernel
     /// could not finish is the reason the sample keeps its plain stack.
     pub fn parse(bytes: &[u8]) -> Result<Chain, ChainMiss> {
-        if bytes.len() < TASK_CHAIN_SIZE {
-            return Err(ChainMiss::Unreadable);
-        }
-        let mut record = Box::new(std::mem::MaybeUninit::<TaskChain>::zeroed());
-        // SAFETY: `TaskChain` is plain data (any bytes are a valid value); exactly its size is
-        // copied from `bytes`, which holds at least that many.
-        let record = unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                record.as_mut_ptr() as *mut u8,
-                TASK_CHAIN_SIZE,
-            );
-            Box::from_raw(Box::into_raw(record) as *mut TaskChain)
-        };
+        let record = Box::new(TaskChain::read(bytes).ok_or(ChainMiss::Unreadable)?);
         match record.status {
             task_chain_status::COMPLETE => {}
             task_chain_status::OVER_BUDGET => return Err(ChainMiss::OverBudget),
@@ -172,8 +159,7 @@ mod tests {
     const STR_TYPE: u64 = 0x5000;
 
     fn record(levels: &[(u64, u32, u32)], frames: u32, status: u32) -> Vec<u8> {
-        // SAFETY: plain data, all zeros is valid.
-        let mut chain: TaskChain = unsafe { std::mem::zeroed() };
+        let mut chain = TaskChain::zeroed();
         chain.header = SampleHeader {
             kind: record_kind::TASK_CHAIN,
             tid: 7,
@@ -193,11 +179,7 @@ mod tests {
                 flags: 0,
             };
         }
-        // SAFETY: reading the plain-data record as bytes.
-        unsafe {
-            std::slice::from_raw_parts(&chain as *const TaskChain as *const u8, TASK_CHAIN_SIZE)
-        }
-        .to_vec()
+        chain.as_bytes().to_vec()
     }
 
     fn ascii_name(text: &str) -> [u8; TASK_NAME_BYTES] {

@@ -25,9 +25,8 @@ use profiler_common::{FrameBytes, FrameEntry, decode_frame};
 
 use super::{AsyncReader, MAX_AWAIT_CHAIN, MAX_CORO_DEPTH, TaskFrame};
 use crate::{
-    completion::read_code_check,
     target::memory::{ProcessMemory, field_u64},
-    target::symbolize::{self, CodeInfo},
+    target::symbolize::{self, CodeInfo, read_code_check},
 };
 
 /// The leaf under a suspended task's await stack.

@@ -5,24 +5,23 @@
 //! user stack is unwound (`process`, framehop over the files' unwind tables read by
 //! `module_file`), named from the files' symbol tables and `/proc/kallsyms` (`kallsyms`),
 //! and the Python frames are spliced in place of the interpreter's evaluation-function
-//! frames (`merge`). The Python frames themselves are exactly those of a sample without
+//! frames (`sample::native_merge`). The Python frames themselves are exactly those of a sample without
 //! `--native`: this module only adds frames around them.
 
 pub mod budget;
 pub mod io;
 pub mod kallsyms;
 pub mod lines;
-pub mod merge;
 pub mod module_file;
+mod origin;
 pub mod process;
-pub mod sample;
 
-use profiler_common::{MAX_NATIVE_STACK_BYTES, NATIVE_TRAILER_SIZE, NativeTrailer};
+use profiler_common::{MAX_NATIVE_STACK_BYTES, NativeTrailer};
 use std::sync::Arc;
 
-use crate::aggregate::NativeMapping;
 
 pub use io::NativeIo;
+pub use origin::{NativeMapping, NativeOrigin};
 pub use kallsyms::Kallsyms;
 pub use process::{ProcessNative, UnwindEnd};
 
@@ -90,20 +89,10 @@ pub fn is_eval_function(name: &str) -> bool {
 }
 
 /// The native part of a record (what follows its full frames): the trailer, the kernel
-/// addresses and the user stack bytes; `None` when the lengths do not fit the record.
+/// addresses and the user stack bytes; `None` when the lengths do not fit the record
+/// (`profiler_common::native_part`).
 pub fn parse_native(bytes: &[u8]) -> Option<(NativeTrailer, &[u8], &[u8])> {
-    let head = bytes.get(..NATIVE_TRAILER_SIZE)?;
-    // SAFETY: NativeTrailer is plain data and `head` has its size.
-    let trailer: NativeTrailer = unsafe { std::ptr::read_unaligned(head.as_ptr() as *const NativeTrailer) };
-    let rest = &bytes[NATIVE_TRAILER_SIZE..];
-    let k = trailer.kernel_stack_len as usize;
-    let u = trailer.user_stack_len as usize;
-    if k % 8 != 0 || u > MAX_NATIVE_STACK_BYTES {
-        return None;
-    }
-    let kernel = rest.get(..k)?;
-    let user = rest.get(k..k.checked_add(u)?)?;
-    Some((trailer, kernel, user))
+    profiler_common::native_part(bytes)
 }
 
 /// The kernel addresses of a record, leaf first.
@@ -118,9 +107,8 @@ mod tests {
     #[test]
     fn native_part_lengths_are_checked() {
         let t = NativeTrailer { ip: 1, sp: 2, bp: 3, kernel_stack_len: 16, user_stack_len: 8, regs: 1, _pad: 0 };
-        let mut bytes = vec![0u8; NATIVE_TRAILER_SIZE];
-        // SAFETY: plain data into a buffer of its size.
-        unsafe { std::ptr::write_unaligned(bytes.as_mut_ptr() as *mut NativeTrailer, t) };
+        let mut bytes = vec![0u8; profiler_common::NATIVE_TRAILER_SIZE];
+        profiler_common::Plain::write_to(&t, &mut bytes);
         bytes.extend_from_slice(&0xffff_ffff_8100_0000u64.to_le_bytes());
         bytes.extend_from_slice(&0u64.to_le_bytes());
         bytes.extend_from_slice(&[7; 8]);

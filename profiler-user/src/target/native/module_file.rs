@@ -35,7 +35,7 @@ use super::{
     lines::LineTable,
 };
 use crate::{
-    aggregate::{NativeMapping, NativeOrigin},
+    target::native::{NativeMapping, NativeOrigin},
     target::discovery::{FileKey, Mapping, open_checked},
 };
 

@@ -313,7 +313,7 @@ fn live_sid_3_15() {
 /// `code_snapshot::fill` (same sizes, same fallbacks) from live memory; check word 7.
 fn kernel_copy(mem: &ProcessMemory, layout: &profiler_common::FrameLayout, code: u64) -> Option<Vec<u8>> {
     use profiler_common::*;
-    let mut snap: CodeSnapshot = unsafe { std::mem::zeroed() };
+    let mut snap = CodeSnapshot::read_prefix(&[0; CODE_SNAPSHOT_HEADER])?;
     let size = (layout.snap_code_size as usize).min(SNAP_CODE_MAX - 8);
     mem.read(code, &mut snap.bytes[..size]).ok()?;
     snap.code_len = size as u32;
@@ -346,7 +346,5 @@ fn kernel_copy(mem: &ProcessMemory, layout: &profiler_common::FrameLayout, code:
     snap.check = 7;
     snap.header.kind = record_kind::CODE_SNAPSHOT;
     let len = CODE_SNAPSHOT_HEADER + SNAP_TABLE_AT + table_len;
-    // SAFETY: plain data, `len` <= its size.
-    let bytes = unsafe { std::slice::from_raw_parts(&snap as *const CodeSnapshot as *const u8, len) };
-    Some(bytes.to_vec())
+    Some(snap.as_bytes().get(..len)?.to_vec())
 }

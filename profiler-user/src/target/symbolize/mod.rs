@@ -10,6 +10,7 @@
 
 pub mod linetable;
 
+mod check;
 mod code;
 mod snapshot;
 mod strings;
@@ -17,6 +18,7 @@ mod strings;
 #[cfg(test)]
 mod live_tests;
 
+pub use check::read_code_check;
 pub use code::{CodeInfo, TypeAddresses, read_code};
 pub use snapshot::{Snapshot, SnapshotMemory, decode_snapshot};
 pub use strings::{read_bytes, read_str, read_str_prefix};

@@ -47,19 +47,10 @@ pub struct Snapshot {
     pub info: CodeInfo,
 }
 
-/// The snapshot header's fields (after the record's `SampleHeader`), read from `record`.
+/// The snapshot header's fields (after the record's `SampleHeader`), read from `record`
+/// (the regions past the record's end read as 0).
 fn header(record: &[u8]) -> Option<CodeSnapshot> {
-    if record.len() < CODE_SNAPSHOT_HEADER {
-        return None;
-    }
-    let mut snap = std::mem::MaybeUninit::<CodeSnapshot>::zeroed();
-    let take = record.len().min(std::mem::size_of::<CodeSnapshot>());
-    // SAFETY: `CodeSnapshot` is plain data (any bytes are a valid value); at most its size is
-    // copied from `record`, which holds `take` bytes; the rest stays zeroed.
-    unsafe {
-        std::ptr::copy_nonoverlapping(record.as_ptr(), snap.as_mut_ptr() as *mut u8, take);
-        Some(snap.assume_init())
-    }
+    CodeSnapshot::read_prefix(record)
 }
 
 /// Decodes one `record_kind::CODE_SNAPSHOT` record (whole, header included) of a process

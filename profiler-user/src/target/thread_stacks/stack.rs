@@ -21,7 +21,7 @@ use profiler_common::{FRAME_READ_MAX, FrameBytes, FrameEntry, FrameLayout, NO_FI
 use serde::Serialize;
 
 use super::values::{self, Rendered};
-use crate::completion::read_code_check;
+use crate::target::symbolize::read_code_check;
 use crate::target::discovery::PythonProcess;
 use crate::target::layout::inspection::{InspectionLayout, LocalsLayout};
 use crate::target::memory::{MemoryError, ProcessMemory, field_u64};

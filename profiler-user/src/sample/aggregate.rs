@@ -49,35 +49,8 @@ pub struct FrameName {
     pub native: Option<Arc<NativeOrigin>>,
 }
 
-/// Where a native or kernel frame's code is.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct NativeOrigin {
-    /// Start of the frame's function (the frame's own address when no symbol covers it), in
-    /// `mapping`'s address space.
-    pub address: u64,
-    pub mapping: Arc<NativeMapping>,
-}
-
-/// A file's executable code as pprof's `Mapping` describes it. User-space files are given
-/// at their link addresses (the same for every process that maps them, whatever the load
-/// address): `start..limit` is the file's executable segment and `offset` its file offset.
-/// The kernel is `[kernel]` at its runtime addresses, with no file offset.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct NativeMapping {
-    /// The path as the target saw it, or `[kernel]`.
-    pub file: Arc<str>,
-    /// The GNU build id in lower-case hex, or empty.
-    pub build_id: Arc<str>,
-    pub start: u64,
-    pub limit: u64,
-    pub offset: u64,
-}
-
-/// Index of an interned [`FrameName`] within one [`Profile`].
-///
-/// Ids are dense and assigned in interning order starting at 0, so they are only meaningful
-/// for the profile that produced them.
-pub type FrameId = u32;
+pub use crate::target::native::{NativeMapping, NativeOrigin};
+pub use super::FrameId;
 
 /// How a process is labelled in the output.
 #[derive(Clone, Debug, Default)]
@@ -182,7 +155,7 @@ pub struct Profile {
     /// Which line frames show; read when frames are interned.
     line_numbers: LineNumbers,
     /// Per-thread sample times, kept only for formats that show time (chrometrace, gecko).
-    timeline: Option<crate::timeline::Timeline>,
+    timeline: Option<super::timeline::Timeline>,
     /// Accounted bytes of the interned frames and the stacks (see the module doc).
     bytes: usize,
     /// No new frame or stack is taken once `bytes` would exceed this.
@@ -272,16 +245,16 @@ impl Profile {
         self.line_numbers
     }
 
-    /// Starts keeping per-thread sample times (see [`crate::timeline`]).
+    /// Starts keeping per-thread sample times (see [`crate::sample::timeline`]).
     pub fn keep_timeline(&mut self, period_ns: u64) {
-        self.timeline = Some(crate::timeline::Timeline::new(period_ns));
+        self.timeline = Some(super::timeline::Timeline::new(period_ns));
     }
 
-    pub fn set_timeline(&mut self, timeline: crate::timeline::Timeline) {
+    pub fn set_timeline(&mut self, timeline: super::timeline::Timeline) {
         self.timeline = Some(timeline);
     }
 
-    pub fn timeline(&self) -> Option<&crate::timeline::Timeline> {
+    pub fn timeline(&self) -> Option<&super::timeline::Timeline> {
         self.timeline.as_ref()
     }
 
@@ -570,6 +543,37 @@ fn stack_bytes(depth: usize) -> usize {
 /// rehashing stored keys, so the two must hash exactly the same fields the same way.
 fn stack_hash(hasher: &DefaultHashBuilder, pid: u32, tid: Option<u32>, frames: &[FrameId]) -> u64 {
     hasher.hash_one((pid, tid, frames))
+}
+
+/// Stage 5 of the sample path, aggregate: one sample's stack (root first) and its value →
+/// the profile (and the timeline, when kept), with the sample's outcome.
+///
+/// Input: the `result` of the earlier stages, the number of Python frames the stack holds
+/// (none: the thread ran no Python code), the value of the record (`Charge::value`).
+/// Output: `Ok` once added; the earlier stages' error as its outcome; `Idle`; `ProfileFull`
+/// when the profile is at its budget.
+pub(crate) fn add_sample(
+    profile: &mut Profile,
+    header: &profiler_common::SampleHeader,
+    threads: bool,
+    stack: &[FrameId],
+    python_frames: usize,
+    value: u64,
+    result: Result<(), super::FrameError>,
+) -> crate::stats::SampleOutcome {
+    use super::FrameError;
+    use crate::stats::SampleOutcome;
+    match result {
+        Err(FrameError::BadCode) => SampleOutcome::BadCodeObject,
+        Err(FrameError::Changed) => SampleOutcome::ChangedCodeObject,
+        Err(FrameError::ProfileFull) => SampleOutcome::ProfileFull,
+        Ok(()) if python_frames == 0 => SampleOutcome::Idle,
+        Ok(()) if !profile.add_weighted(header.tgid, threads.then_some(header.tid), stack, value, 1) => SampleOutcome::ProfileFull,
+        Ok(()) => {
+            profile.add_time(header.tgid, header.tid, header.time_ns, stack);
+            SampleOutcome::Ok
+        }
+    }
 }
 
 #[cfg(test)]

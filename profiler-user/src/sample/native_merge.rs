@@ -17,7 +17,7 @@
 //! end follow a `<truncated native>` marker. Otherwise `None`, and the caller shows the
 //! Python frames alone with an `<unmerged native>` marker.
 
-use crate::aggregate::FrameId;
+use super::FrameId;
 
 /// How a version's interpreter frames map onto calls of the evaluation function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

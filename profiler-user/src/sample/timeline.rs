@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use crate::aggregate::FrameId;
+use super::FrameId;
 
 /// The most runs kept over all threads (about 24 bytes each: some 24 MB).
 pub const MAX_RUNS: usize = 1_000_000;

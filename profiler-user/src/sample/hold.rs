@@ -14,18 +14,18 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::target::Charge;
+use super::Charge;
 
 /// Longest a record is held.
-pub(super) const HOLD: Duration = Duration::from_secs(2);
+pub(crate) const HOLD: Duration = Duration::from_secs(2);
 /// Bytes of records one process may hold.
 const MAX_HELD_BYTES_PER_PROCESS: usize = 8 << 20;
 /// Bytes of records all processes may hold together.
-pub(super) const MAX_HELD_BYTES: usize = 64 << 20;
+pub(crate) const MAX_HELD_BYTES: usize = 64 << 20;
 
 /// One process's held records.
 #[derive(Default)]
-pub(super) struct HeldSamples {
+pub(crate) struct HeldSamples {
     records: VecDeque<(Vec<u8>, Charge)>,
     bytes: usize,
     /// When the first record was held.
@@ -38,7 +38,7 @@ impl HeldSamples {
     /// Holds `record` if this process may still hold (`waiting`: its maps or files are not
     /// in yet); `total` is the bytes held by all processes. `false`: process it now (after
     /// the held ones, see `take`).
-    pub(super) fn hold(&mut self, record: &[u8], charge: Charge, waiting: bool, total: &mut usize) -> bool {
+    pub(crate) fn hold(&mut self, record: &[u8], charge: Charge, waiting: bool, total: &mut usize) -> bool {
         if self.done {
             return false;
         }
@@ -56,16 +56,16 @@ impl HeldSamples {
     }
 
     /// Whether the held records are due: holding is over, or has lasted `HOLD`.
-    pub(super) fn due(&self, waiting: bool) -> bool {
+    pub(crate) fn due(&self, waiting: bool) -> bool {
         !self.records.is_empty() && (self.done || !waiting || self.since.is_some_and(|t| t.elapsed() >= HOLD))
     }
 
-    pub(super) fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
 
     /// Takes every held record, oldest first, and ends holding for this process.
-    pub(super) fn take(&mut self, total: &mut usize) -> VecDeque<(Vec<u8>, Charge)> {
+    pub(crate) fn take(&mut self, total: &mut usize) -> VecDeque<(Vec<u8>, Charge)> {
         self.done = true;
         *total = total.saturating_sub(self.bytes);
         self.bytes = 0;

@@ -6,13 +6,12 @@ use std::{collections::HashMap, sync::Arc};
 use profiler_common::native_regs;
 
 use super::{
-    NativeContext, ProcessNative, UnwindEnd, is_eval_function, kernel_addresses,
-    process::UnwoundFrame,
-    merge::{self, EvalGrouping, NativeFrame, WalkedFrame},
-    parse_native,
+    FrameId,
+    aggregate::{FrameName, Profile},
+    native_merge::{self as merge, EvalGrouping, NativeFrame, WalkedFrame},
 };
 use crate::{
-    aggregate::{FrameId, FrameName, NativeOrigin, Profile},
+    target::native::{NativeContext, NativeOrigin, ProcessNative, UnwindEnd, is_eval_function, kernel_addresses, parse_native, process::UnwoundFrame},
     stats::Counters,
 };
 

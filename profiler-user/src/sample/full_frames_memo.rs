@@ -2,7 +2,7 @@
 //! repeat an earlier record's (a loop sampled again and again) gets its frame ids in one
 //! lookup instead of one position lookup per frame.
 //!
-//! The key holds, per full frame, exactly what [`super::target::Target`]'s frame lookup
+//! The key holds, per full frame, exactly what [`super::Target`]'s frame lookup
 //! depends on: the code object's address, the validation word the kernel saw, the
 //! instruction offset and the frame's owner (shims, generators). So a hit gives the ids that
 //! looking the frames up one by one would give: the same position entries, under the same
@@ -15,7 +15,7 @@ use std::hash::BuildHasher;
 use hashbrown::{DefaultHashBuilder, HashTable};
 use profiler_common::FrameEntry;
 
-use crate::aggregate::FrameId;
+use super::FrameId;
 
 /// Bytes the memo of one process may hold (within the process's cache budget).
 const MEMO_BUDGET: usize = 2 << 20;
@@ -36,7 +36,7 @@ struct Entry {
 }
 
 /// Full frames → shown frame ids, for one process.
-pub(super) struct FullFramesMemo {
+pub(crate) struct FullFramesMemo {
     table: HashTable<Entry>,
     hasher: DefaultHashBuilder,
     bytes: usize,

@@ -25,11 +25,18 @@ use std::{cell::OnceCell, rc::Rc};
 use hashbrown::HashMap;
 
 use profiler_common::{
-    FRAME_READ_MAX, FrameBytes, FrameEntry, FrameLayout, HASH_SEED, code_check, code_check_applies,
-    code_check_needs_strings, code_check_size, code_check_strings, decode_frame, frame_hash,
+    FRAME_READ_MAX, FrameBytes, FrameEntry, FrameLayout, HASH_SEED, SampleHeader, code_check_applies, decode_frame,
+    frame_hash,
 };
 
-use crate::{aggregate::FrameId, target::memory::ProcessMemory};
+use super::{FrameError, FrameId, Target, aggregate::Profile, decode::Decoded};
+// At its path from before it moved to `symbolize` (for `dump`).
+pub use crate::target::symbolize::read_code_check;
+use crate::{
+    target::memory::ProcessMemory,
+    sample::native_merge::WalkedFrame,
+    stats::SampleOutcome,
+};
 
 /// Bytes of cached tails kept per process (see `TailCache::bytes`) before the cache is
 /// emptied.
@@ -193,36 +200,69 @@ impl TailCache {
     }
 }
 
-/// The validation word of `entry`'s code object as it is in memory now, computed exactly as
-/// the kernel does (same reads, same rule for unreadable parts: an unreadable window gives 0,
-/// an unreadable string `[0, 0]`), so that it equals the kernel's word iff the fields agree.
-pub fn read_code_check(mem: &ProcessMemory, layout: &FrameLayout, entry: &FrameEntry) -> u32 {
-    if !code_check_applies(layout, entry) {
-        return 0;
+
+/// Stage 2 of the sample path (see `crate::sample`).
+impl Target {
+    /// Complete: the frames the kernel only hashed (`header.n_hashed` below the full ones,
+    /// from `tail_first`), from the validated tail cache or read again from the target.
+    ///
+    /// Input: the header's tail (`tail_first`, `n_hashed`, `tail_hash`); `stack` and
+    /// `walked` empty. Output: the tail's shown frames on `stack` (root first), and with a
+    /// native part every interpreter frame of it on `walked`; `Ok(Err(_))` when one of its
+    /// frames cannot be shown (the sample's outcome, decided at aggregation);
+    /// `Err(StaleTail)` when the tail in memory is no longer the one the kernel hashed.
+    pub(crate) fn complete(
+        &mut self,
+        header: &SampleHeader,
+        record: &Decoded,
+        profile: &mut Profile,
+        stack: &mut Vec<FrameId>,
+        walked: &mut Vec<WalkedFrame>,
+    ) -> Result<Result<(), FrameError>, SampleOutcome> {
+        let mut result = Ok(());
+        if header.n_hashed == 0 {
+            return Ok(result);
+        }
+        let layout = self.kernel_frame;
+        let evictions = self.tails.evictions;
+        let tail = match self.tails.complete(&self.mem, &layout, header.tail_first, header.n_hashed, header.tail_hash) {
+            Ok(tail) => tail,
+            Err(_) => return Err(SampleOutcome::StaleTail),
+        };
+        self.counters.cache_evictions += self.tails.evictions - evictions;
+        // The tail cache has its own bound; this keeps the process's sum within its budget.
+        self.reserve(0);
+        match tail.source {
+            TailSource::Hit => self.counters.frame_cache_hits += 1,
+            TailSource::Partial => self.counters.frame_cache_partial_hits += 1,
+            TailSource::Miss => self.counters.frame_cache_misses += 1,
+        }
+        self.counters.frames_from_memory += tail.frames_from_memory as u64;
+        self.counters.frames_from_cache += (tail.tail.frames.len() - tail.frames_from_memory) as u64;
+        match tail.tail.symbols.get() {
+            Some(ids) if record.native_part.is_none() => stack.extend_from_slice(ids),
+            _ => {
+                // Each tail frame carries the check it was validated with (part of the hash).
+                for entry in tail.tail.frames.iter().rev() {
+                    let shown = self.frame_id(entry, entry.check, profile);
+                    if record.native_part.is_some() {
+                        walked.push(WalkedFrame { address: entry.frame, id: shown.as_ref().ok().copied().flatten(), owner: entry.owner, is_entry: entry.flags & profiler_common::frame_flags::ENTRY != 0 });
+                    }
+                    match shown {
+                        Ok(Some(id)) => stack.push(id),
+                        Ok(None) => {}
+                        Err(e) => {
+                            result = Err(e);
+                            break;
+                        }
+                    }
+                }
+                if result.is_ok() && tail.tail.symbols.get().is_none() {
+                    let _ = tail.tail.symbols.set(stack.as_slice().into());
+                }
+            }
+        }
+        Ok(result)
     }
-    let size = code_check_size(layout) as usize;
-    if size == 0 {
-        return 0;
-    }
-    let mut window: FrameBytes = [0; FRAME_READ_MAX + 8];
-    if mem.read(entry.code.wrapping_add(layout.check_start as u64), &mut window[..size]).is_err() {
-        return 0;
-    }
-    let (mut name, mut filename) = ([0u64; 2], [0u64; 2]);
-    if code_check_needs_strings(layout, &window) {
-        let (name_ptr, filename_ptr) = code_check_strings(layout, &window);
-        name = read_str_key(mem, name_ptr.wrapping_add(layout.check_str as u64));
-        filename = read_str_key(mem, filename_ptr.wrapping_add(layout.check_str as u64));
-    }
-    code_check(layout, &window, name, filename)
 }
 
-/// A `str`'s (length, cached hash), or zeros when unreadable (as in the kernel).
-fn read_str_key(mem: &ProcessMemory, address: u64) -> [u64; 2] {
-    let mut bytes = [0u8; 16];
-    if mem.read(address, &mut bytes).is_err() {
-        return [0, 0];
-    }
-    let word = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap_or([0; 8]));
-    [word(0), word(8)]
-}
