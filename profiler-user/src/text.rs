@@ -32,6 +32,10 @@ use std::fmt;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+/// At most this many characters of a thread's name are shown (a `comm` has at most 15 bytes,
+/// 60 characters once its non-UTF-8 bytes are written `\xNN`; this bounds anything longer).
+pub const MAX_THREAD_NAME_CHARS: usize = 64;
+
 /// Characters of one field's text shown before it is cut short with `...`.
 pub const MAX_FIELD_CHARS: usize = 512;
 

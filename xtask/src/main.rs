@@ -43,6 +43,8 @@ mod e2e;
 mod fixtures;
 mod image;
 mod k8s_tools;
+#[cfg(test)]
+mod layers;
 mod stack_check;
 mod test_kernels;
 mod toolchain;

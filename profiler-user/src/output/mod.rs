@@ -255,9 +255,7 @@ pub fn pprof_labels(profile: &Profile, key: &crate::sample::aggregate::StackKey)
     labels
 }
 
-/// At most this many characters of a thread's name are shown (a `comm` has at most 15 bytes,
-/// 60 characters once its non-UTF-8 bytes are written `\xNN`; this bounds anything longer).
-pub const MAX_THREAD_NAME_CHARS: usize = 64;
+pub use crate::text::MAX_THREAD_NAME_CHARS;
 
 /// The name of thread `tid` as every format shows it, if known: the name the profile holds
 /// (untrusted target text) with `;` and control characters replaced as in

@@ -36,8 +36,8 @@ const MAX_MODULE_NAMES: usize = 4096;
 pub const MAX_THREADS: usize = 4096;
 /// Attributes of one `Thread` looked through for `_name` and `_native_id`.
 pub const MAX_ATTRIBUTES: usize = 256;
-/// Characters of a name kept (what every output shows at most, `output::MAX_THREAD_NAME_CHARS`).
-pub const MAX_NAME_CHARS: usize = crate::output::MAX_THREAD_NAME_CHARS;
+/// Characters of a name kept (what every output shows at most, `text::MAX_THREAD_NAME_CHARS`).
+pub const MAX_NAME_CHARS: usize = crate::text::MAX_THREAD_NAME_CHARS;
 /// Reads after which the path from `sys.modules` to `_active` is found again (it is cached in
 /// between, checked by type at every read).
 const RESOLVE_EVERY: u32 = 32;
