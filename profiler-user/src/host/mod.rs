@@ -1,9 +1,8 @@
 //! The host pyperch runs on, and pyperch's own place in it: which container and Kubernetes pod
 //! a process runs in (`containers`, from its cgroup path; `pod_names`, from the runtime's
 //! files), pyperch's credentials (`privileges`: what it needs to start and drops once
-//! attached; `seccomp`: the system calls it keeps), per-task perf events for `--pid`
-//! (`task_events`), and the kernel itself (`kernel_btf`: structure offsets;
-//! [`kernel_version`]).
+//! attached; `seccomp`: the system calls it keeps), and the kernel itself (`kernel_btf`:
+//! structure offsets; [`kernel_version`]).
 //!
 //! Nothing here imports the kernel program's loader, the session or a command: they ask the
 //! host, not the other way round.
@@ -13,7 +12,6 @@ pub(crate) mod kernel_btf;
 pub mod pod_names;
 pub mod privileges;
 pub mod seccomp;
-pub mod task_events;
 
 /// The running kernel's (major, minor) version; (0, 0) when it cannot be read.
 pub fn kernel_version() -> (u32, u32) {

@@ -230,7 +230,7 @@ impl TaskAttacher {
     /// creates from now on).
     pub fn open(&self, pid: u32) -> Result<Vec<std::os::fd::OwnedFd>, LoadError> {
         let mut events = Vec::new();
-        crate::host::task_events::open_for_process(pid, self.hz, self.program, &mut events)
+        crate::kernel::thread_events::open_for_process(pid, self.hz, self.program, &mut events)
             .map_err(|e| LoadError::AttachTask { pid, message: e.to_string() })?;
         Ok(events)
     }
@@ -552,7 +552,7 @@ impl KernelProgram {
         let program: &mut PerfEvent = program_mut(&mut self.ebpf, self.walk.entry_program())?;
         let fd = program.fd().map_err(|e| LoadError::Load(error_chain(&e)))?.as_fd().as_raw_fd();
         for &pid in pids {
-            crate::host::task_events::open_for_process(pid, hz, fd, &mut self.task_events)
+            crate::kernel::thread_events::open_for_process(pid, hz, fd, &mut self.task_events)
                 .map_err(|e| LoadError::AttachTask { pid, message: e.to_string() })?;
         }
         Ok(())

@@ -1,5 +1,7 @@
 //! The kernel side, seen from userspace: loading the eBPF programs, attaching them to perf
 //! events and tracepoints, and the maps shared with them (process registrations, the ring
-//! buffer, off-CPU state, stacks).
+//! buffer, off-CPU state, stacks); `thread_events`: the CPU clock of chosen processes' threads
+//! only (per-task perf events, for `--pid` and a launched command).
 
 pub mod loader;
+pub mod thread_events;

@@ -19,8 +19,8 @@
 //! [`native`] is one process's native side of its samples (unwinding, names, the splice of
 //! [`native_merge`]), used by `merge`; [`hold`] keeps a `--native` process's first records
 //! until its files are read.
-//! Invariants of the whole path: nothing here blocks or reads files (the ring-buffer thread
-//! runs it); every read of target memory is within the sample's byte budget; a frame is shown
+//! Invariants of the whole path: nothing here blocks or reads files (the session's worker
+//! runs it, never the drain thread); every read of target memory is within the sample's byte budget; a frame is shown
 //! only when what was read is what the kernel saw (else the sample is dropped and counted).
 
 use std::sync::Arc;
