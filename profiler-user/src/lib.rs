@@ -1,12 +1,18 @@
 //! pyperch: a whole-host sampling profiler for CPython, built on eBPF.
 //!
-//! Data flows one way, and the modules follow it:
-//! `loader` (perf events → kernel walk → ring buffer) → `session` → `sample` (one stage per
-//! file: `decode`, `complete` (stacks deeper than the kernel went, through a validated frame
-//! cache), `symbolize` (code objects → names and lines), `merge` (native, task and kernel
-//! frames), `aggregate`) → `output`. `discovery` and `layout` find Python processes and tell
-//! the kernel how to walk them; `memory` reads targets; `stats` counts every outcome;
-//! `privileges` drops what is not needed once the kernel program is attached.
+//! The folders are the layers, and a sample goes through them in this order:
+//! `kernel` (load and attach the eBPF programs: perf event → kernel walk → ring buffer) →
+//! `session` (the drain thread copies records into bounded per-process queues; the worker
+//! takes them) → `sample` (one record's path: decode → complete → symbolize → merge native,
+//! task and kernel frames → aggregate) → `output` (profile files) or `export` (the agent's
+//! uploads). `cmd` holds the commands, at the edge: they build a session
+//! (`session::builder`) and write what it gathered. Beside the path: `target` reads Python
+//! processes (discovery, per-version layouts, memory with budgets, symbolization, asyncio,
+//! native frames, thread stacks), `host` knows the machine (containers, pod names,
+//! privileges, seccomp, kernel BTF); `stats` counts every outcome, `text` makes target text
+//! safe to show, `filter` says which processes to profile, `time_mode` which time a profile
+//! shows. The layers import one another without a circle, and nothing imports a command
+//! (`xtask/src/layers.rs` checks both with the unit tests).
 
 pub mod cmd;
 pub mod export;
