@@ -33,7 +33,7 @@ use super::{FrameError, FrameId, Target, aggregate::Profile, decode::Decoded};
 // At its path from before it moved to `symbolize` (for `dump`).
 pub use crate::target::symbolize::read_code_check;
 use crate::{
-    target::memory::ProcessMemory,
+    target::memory::{Chain, ProcessMemory},
     sample::native_merge::WalkedFrame,
     stats::SampleOutcome,
 };
@@ -43,6 +43,11 @@ use crate::{
 const MAX_TAIL_BYTES: usize = 8 << 20;
 /// Tails kept per process before the cache is emptied.
 const MAX_TAILS: usize = 8192;
+/// Frames of a tail read from memory in one round trip (`ProcessMemory::read_chain`): the
+/// frames of a changing stack must all be read before it changes (a leaf that returns
+/// within a millisecond, like the recursion of `cargo xtask test-kernels`), while a cached
+/// suffix found part way wastes at most this many reads.
+const CHAIN_PIECE: usize = 64;
 /// Accounted per cached frame: the entry in its tail, its shown id once symbolized, and its
 /// `suffixes` entry (key, tail pointer, index, control byte, spare capacity).
 const FRAME_BYTES: usize = std::mem::size_of::<FrameEntry>() + std::mem::size_of::<FrameId>() + 48;
@@ -129,6 +134,9 @@ impl TailCache {
         // object changed meanwhile, the kernel's first read of it already differs and so
         // does the hash).
         let mut last: Option<(u64, u32)> = None;
+        // Frames read ahead by the last chain read, not yet taken (indexes into `chain`).
+        let mut chain: Vec<u8> = Vec::new();
+        let mut pending = 0..0;
         while frames.len() < count as usize {
             if address == 0 {
                 return Err(CompletionError::Mismatch);
@@ -145,8 +153,17 @@ impl TailCache {
                     break;
                 }
             }
+            if pending.is_empty() {
+                // The next frames in one chain read: one round trip for up to CHAIN_PIECE.
+                let piece = Chain { size, link: layout.previous as usize, max: (remaining as usize).min(CHAIN_PIECE) };
+                mem.read_chain(address, piece, &mut chain).map_err(|_| CompletionError::Unreadable)?;
+                pending = 0..chain.len() / size;
+            }
+            let Some(bytes) = pending.next().and_then(|at| chain.get(at * size..(at + 1) * size)) else {
+                return Err(CompletionError::Unreadable);
+            };
             let mut buf: FrameBytes = [0; FRAME_READ_MAX + 8];
-            mem.read(address, &mut buf[..size]).map_err(|_| CompletionError::Unreadable)?;
+            buf[..size].copy_from_slice(bytes);
             read += 1;
             let mut entry = FrameEntry::default();
             let previous = decode_frame(layout, address, &buf, &mut entry);

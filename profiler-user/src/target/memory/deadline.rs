@@ -19,6 +19,13 @@
 //!   fail at once rather than piling up threads (one per hostile process reaches it only
 //!   with that many hostile processes, each of which is quarantined).
 //!
+//! - A read is handed over through one slot, not a channel: while reads come in runs (a
+//!   stack, a code object's strings) the reader polls for the next one and the guarded
+//!   thread for its answer, so a read costs about what it costs on the thread itself (a
+//!   couple of microseconds; waking a sleeping thread costs ten or more). A chain of frames
+//!   is one job ([`super::ProcessMemory::read_chain`]): a deep tail that changes every
+//!   millisecond is read whole before it changes.
+//!
 //! Threads that are not guarded read on their own stack as before, but still refuse
 //! quarantined processes.
 
@@ -27,14 +34,13 @@ use std::{
     collections::HashSet,
     sync::{
         Arc, LazyLock, Mutex,
-        atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering},
-        mpsc,
+        atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering},
     },
     thread,
     time::{Duration, Instant},
 };
 
-use super::MemoryError;
+use super::{Chain, ChainEnd, MemoryError};
 
 /// How long a guarded read is waited for (its reader blocked in the kernel).
 pub const READ_DEADLINE: Duration = Duration::from_millis(500);
@@ -88,22 +94,59 @@ pub fn stuck_readers() -> usize {
     STUCK.load(Ordering::Relaxed)
 }
 
-/// One read for a reader thread: the buffer travels there and back.
+/// How long the guarded thread polls for its reader's answer before it sleeps, when the
+/// reader was awake to take the read. A read of resident memory takes a microsecond or two
+/// and waking a sleeping thread ten or more (more in a VM): a tail of 400 frames pays that
+/// some 800 times, and a stack that changes every millisecond is gone by its last frame.
+const ANSWER_SPIN: Duration = Duration::from_micros(50);
+/// How long a reader stays awake for the next read after answering one, while reads come
+/// in runs (the read it just answered came within this time of the one before).
+const NEXT_SPIN: Duration = Duration::from_micros(30);
+/// The guarded thread's sleeps are cut into pieces this long (it also watches the clock).
+const NAP: Duration = Duration::from_millis(5);
+
+/// The states of a [`Slot`].
+const EMPTY: u8 = 0;
+const POSTED: u8 = 1;
+const DONE: u8 = 2;
+
+/// One read at a time between a guarded thread and its reader. `state` says whose turn it
+/// is: the guarded thread fills `job` and posts it (`POSTED`), the reader answers in `job`
+/// (`DONE`), the guarded thread takes the answer. A side sleeps only after saying so
+/// (`*_asleep`, then a last look at `state`), and the other side wakes it after changing
+/// `state` (all `SeqCst`), so no wake-up is lost.
+struct Slot {
+    state: AtomicU8,
+    job: Mutex<Job>,
+    reader_asleep: AtomicBool,
+    guarded_asleep: AtomicBool,
+    /// The guarded thread no longer uses this reader (it ended, or gave the reader up).
+    closed: AtomicBool,
+    /// The reader was given up on a read that did not answer (counted in `STUCK`).
+    abandoned: AtomicBool,
+    /// The guarded thread, woken by the reader's answer.
+    guarded: thread::Thread,
+}
+
+/// The read asked for, and its answer.
 struct Job {
     pid: u32,
     address: u64,
+    len: usize,
+    /// A chain of records from `address` instead of `len` bytes.
+    chain: Option<Chain>,
+    /// Grows to the longest read asked for (at most `MAX_READ`) and is reused.
     buf: Vec<u8>,
+    result: std::io::Result<usize>,
+    /// A chain read's end.
+    chain_end: Option<ChainEnd>,
 }
-
-/// What a reader sends back: the buffer and the raw result (bytes read, or the error).
-type Reply = (Vec<u8>, std::io::Result<usize>);
 
 /// A guarded thread's reader.
 struct Reader {
-    jobs: mpsc::Sender<Job>,
-    replies: mpsc::Receiver<Reply>,
+    slot: Arc<Slot>,
+    thread: thread::Thread,
     tid: Arc<AtomicI32>,
-    abandoned: Arc<AtomicBool>,
 }
 
 thread_local! {
@@ -129,41 +172,206 @@ pub(super) fn guarded() -> bool {
 
 impl Reader {
     fn start() -> Option<Reader> {
-        let (jobs, take) = mpsc::channel::<Job>();
-        let (answer, replies) = mpsc::channel::<Reply>();
-        let tid = Arc::new(AtomicI32::new(0));
-        let abandoned = Arc::new(AtomicBool::new(false));
-        let (thread_tid, thread_abandoned) = (tid.clone(), abandoned.clone());
-        let spawned = thread::Builder::new().name("pyperch-read".into()).stack_size(128 << 10).spawn(move || {
-            // SAFETY: gettid has no preconditions.
-            thread_tid.store(unsafe { libc::gettid() }, Ordering::Relaxed);
-            // Ends when the guarded thread drops or abandons its reader (the sender).
-            while let Ok(mut job) = take.recv() {
-                let result = super::raw_read(job.pid, job.address, &mut job.buf);
-                if answer.send((job.buf, result)).is_err() {
-                    break;
-                }
-            }
-            // The flag is set before the sender is dropped, so it is seen here.
-            if thread_abandoned.load(Ordering::Acquire) {
-                STUCK.fetch_sub(1, Ordering::Relaxed);
-            }
+        let slot = Arc::new(Slot {
+            state: AtomicU8::new(EMPTY),
+            job: Mutex::new(Job { pid: 0, address: 0, len: 0, chain: None, buf: Vec::new(), result: Ok(0), chain_end: None }),
+            reader_asleep: AtomicBool::new(false),
+            guarded_asleep: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            abandoned: AtomicBool::new(false),
+            guarded: thread::current(),
         });
-        spawned.ok().map(|_| Reader { jobs, replies, tid, abandoned })
+        let tid = Arc::new(AtomicI32::new(0));
+        let (thread_slot, thread_tid) = (slot.clone(), tid.clone());
+        let spawned = thread::Builder::new()
+            .name("pyperch-read".into())
+            .stack_size(128 << 10)
+            .spawn(move || reader_loop(&thread_slot, &thread_tid));
+        spawned.ok().map(|handle| Reader { slot, thread: handle.thread().clone(), tid })
     }
 
     /// Gives up on this reader: it is blocked in the kernel, and ends on its own if that
     /// read ever returns.
     fn abandon(self) {
         STUCK.fetch_add(1, Ordering::Relaxed);
-        self.abandoned.store(true, Ordering::Release);
-        drop(self.jobs);
+        self.slot.abandoned.store(true, Ordering::SeqCst);
+        // Dropping closes the slot.
+    }
+
+    /// One read on the reader, waited for within the deadline: `None` when it did not
+    /// answer (blocked in the kernel).
+    fn read(&self, pid: u32, address: u64, buf: &mut [u8]) -> Option<std::io::Result<usize>> {
+        self.ask(pid, address, buf.len(), None, |job| {
+            let result = std::mem::replace(&mut job.result, Ok(0));
+            if let Ok(got) = result {
+                let got = got.min(buf.len()).min(job.buf.len());
+                buf[..got].copy_from_slice(&job.buf[..got]);
+                return Ok(got);
+            }
+            result
+        })
+    }
+
+    /// A chain read on the reader (see `ProcessMemory::read_chain`), its records appended
+    /// to `out`; `None` when it did not answer.
+    fn read_chain(&self, pid: u32, first: u64, chain: Chain, out: &mut Vec<u8>) -> Option<ChainEnd> {
+        self.ask(pid, first, 0, Some(chain), |job| {
+            let end = job.chain_end.take().unwrap_or(ChainEnd::Next(0));
+            let got = job.len.min(job.buf.len());
+            out.extend_from_slice(&job.buf[..got]);
+            end
+        })
+    }
+
+    /// Posts a job, waits for the answer within the deadline and hands it to `take`.
+    fn ask<T>(&self, pid: u32, address: u64, len: usize, chain: Option<Chain>, take: impl FnOnce(&mut Job) -> T) -> Option<T> {
+        let slot = &self.slot;
+        {
+            let mut job = slot.job.lock().ok()?;
+            (job.pid, job.address, job.len, job.chain) = (pid, address, len, chain);
+        }
+        slot.state.store(POSTED, Ordering::SeqCst);
+        let reader_awake = !slot.reader_asleep.load(Ordering::SeqCst);
+        if !reader_awake {
+            self.thread.unpark();
+        }
+        if !self.wait(if reader_awake { ANSWER_SPIN } else { Duration::ZERO }) {
+            return None;
+        }
+        let mut job = slot.job.lock().ok()?;
+        slot.state.store(EMPTY, Ordering::SeqCst);
+        Some(take(&mut job))
+    }
+
+    /// Waits for the answer: polls for `spin`, then sleeps; past `READ_DEADLINE` only while
+    /// the reader is runnable (a loaded machine: slow, not blocked), up to `SLOW_FACTOR`
+    /// deadlines. `false`: no answer.
+    fn wait(&self, spin: Duration) -> bool {
+        let slot = &self.slot;
+        let done = || slot.state.load(Ordering::SeqCst) == DONE;
+        let started = Instant::now();
+        while started.elapsed() < spin {
+            if done() {
+                return true;
+            }
+            pause(started);
+        }
+        let mut next_look = READ_DEADLINE;
+        loop {
+            if done() {
+                return true;
+            }
+            let waited = started.elapsed();
+            if waited >= next_look {
+                if waited >= READ_DEADLINE * SLOW_FACTOR || !thread_is_runnable(self.tid.load(Ordering::Relaxed)) {
+                    // One last look: it may have answered just now.
+                    return done();
+                }
+                next_look = waited + SLOW_CHECK;
+            }
+            slot.guarded_asleep.store(true, Ordering::SeqCst);
+            if !done() {
+                thread::park_timeout(NAP.min(next_look.saturating_sub(waited)).max(Duration::from_micros(100)));
+            }
+            slot.guarded_asleep.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for Reader {
+    /// The guarded thread ended or gave the reader up: the reader ends too (once its read
+    /// returns, if it is blocked in one).
+    fn drop(&mut self) {
+        self.slot.closed.store(true, Ordering::SeqCst);
+        self.thread.unpark();
+    }
+}
+
+/// A reader's life: it waits for a read (awake a while when reads come in runs, else
+/// asleep), does it and answers, until the guarded thread closes the slot.
+fn reader_loop(slot: &Slot, tid: &AtomicI32) {
+    // SAFETY: gettid has no preconditions.
+    tid.store(unsafe { libc::gettid() }, Ordering::Relaxed);
+    let mut last_answer: Option<Instant> = None;
+    let mut in_a_run = false;
+    while next_read(slot, if in_a_run { NEXT_SPIN } else { Duration::ZERO }) {
+        in_a_run = last_answer.is_some_and(|t| t.elapsed() < NEXT_SPIN);
+        if let Ok(mut job) = slot.job.lock() {
+            let job = &mut *job;
+            if let Some(chain) = job.chain {
+                let mut records = std::mem::take(&mut job.buf);
+                records.clear();
+                job.chain_end = Some(super::raw_chain(job.pid, job.address, chain, &mut records));
+                job.len = records.len();
+                job.buf = records;
+            } else {
+                if job.buf.len() < job.len {
+                    job.buf.resize(job.len, 0);
+                }
+                job.result = super::raw_read(job.pid, job.address, &mut job.buf[..job.len]);
+            }
+        }
+        last_answer = Some(Instant::now());
+        slot.state.store(DONE, Ordering::SeqCst);
+        if slot.guarded_asleep.load(Ordering::SeqCst) {
+            slot.guarded.unpark();
+        }
+    }
+    // Set before the slot was closed, so it is seen here.
+    if slot.abandoned.load(Ordering::SeqCst) {
+        STUCK.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A pause between two looks while polling: a busy-wait for the first microseconds, then
+/// a yield of the CPU (the other side may be waiting for it, on a machine with few CPUs).
+fn pause(started: Instant) {
+    if started.elapsed() < Duration::from_micros(5) {
+        std::hint::spin_loop();
+    } else {
+        thread::yield_now();
+    }
+}
+
+/// Waits for the next read: polls for `spin`, then sleeps. `false`: the slot was closed.
+fn next_read(slot: &Slot, spin: Duration) -> bool {
+    let posted = || slot.state.load(Ordering::SeqCst) == POSTED;
+    let closed = || slot.closed.load(Ordering::SeqCst);
+    let started = Instant::now();
+    loop {
+        if closed() {
+            return false;
+        }
+        if posted() {
+            return true;
+        }
+        if started.elapsed() < spin {
+            pause(started);
+            continue;
+        }
+        slot.reader_asleep.store(true, Ordering::SeqCst);
+        if !posted() && !closed() {
+            thread::park();
+        }
+        slot.reader_asleep.store(false, Ordering::SeqCst);
     }
 }
 
 /// A read of `buf.len()` bytes at `address` in `pid` on this (guarded) thread's reader:
 /// the number of bytes read, or why not.
 pub(super) fn read(pid: u32, address: u64, buf: &mut [u8]) -> Result<usize, MemoryError> {
+    let result = on_reader(pid, address, |reader| reader.read(pid, address, buf))?;
+    result.map_err(|source| MemoryError::Read { pid, address, len: buf.len(), source })
+}
+
+/// A chain read (see `ProcessMemory::read_chain`) on this (guarded) thread's reader.
+pub(super) fn read_chain(pid: u32, first: u64, chain: Chain, out: &mut Vec<u8>) -> Result<ChainEnd, MemoryError> {
+    on_reader(pid, first, |reader| reader.read_chain(pid, first, chain, out))
+}
+
+/// Runs `ask` on this guarded thread's reader (made if needed); a reader that did not
+/// answer (`None`) is abandoned and `pid` quarantined.
+fn on_reader<T>(pid: u32, address: u64, ask: impl FnOnce(&Reader) -> Option<T>) -> Result<T, MemoryError> {
     GUARD.with(|g| {
         let mut g = g.borrow_mut();
         let slot = g.get_or_insert(None);
@@ -177,18 +385,8 @@ pub(super) fn read(pid: u32, address: u64, buf: &mut [u8]) -> Result<usize, Memo
         let Some(reader) = slot.as_ref() else {
             return Err(MemoryError::Unanswered { pid, address });
         };
-        let job = Job { pid, address, buf: vec![0u8; buf.len()] };
-        if reader.jobs.send(job).is_err() {
-            *slot = None;
-            return Err(MemoryError::Unanswered { pid, address });
-        }
-        match wait(reader) {
-            Some((bytes, result)) => {
-                let got = result.map_err(|source| MemoryError::Read { pid, address, len: buf.len(), source })?;
-                let got = got.min(bytes.len()).min(buf.len());
-                buf[..got].copy_from_slice(&bytes[..got]);
-                Ok(got)
-            }
+        match ask(reader) {
+            Some(answer) => Ok(answer),
             None => {
                 if let Some(reader) = slot.take() {
                     reader.abandon();
@@ -198,26 +396,6 @@ pub(super) fn read(pid: u32, address: u64, buf: &mut [u8]) -> Result<usize, Memo
             }
         }
     })
-}
-
-/// The reader's answer within the deadline (longer while it is runnable); `None`: it is
-/// blocked.
-fn wait(reader: &Reader) -> Option<Reply> {
-    let started = Instant::now();
-    match reader.replies.recv_timeout(READ_DEADLINE) {
-        Ok(reply) => return Some(reply),
-        Err(mpsc::RecvTimeoutError::Disconnected) => return None,
-        Err(mpsc::RecvTimeoutError::Timeout) => {}
-    }
-    while started.elapsed() < READ_DEADLINE * SLOW_FACTOR && thread_is_runnable(reader.tid.load(Ordering::Relaxed)) {
-        match reader.replies.recv_timeout(SLOW_CHECK) {
-            Ok(reply) => return Some(reply),
-            Err(mpsc::RecvTimeoutError::Disconnected) => return None,
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-        }
-    }
-    // One last look: it may have answered just now.
-    reader.replies.try_recv().ok()
 }
 
 /// Whether our own thread `tid` is running or runnable (state `R` in its stat line), as

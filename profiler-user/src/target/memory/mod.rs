@@ -179,6 +179,47 @@ impl ProcessMemory {
         Ok(())
     }
 
+    /// Follows a chain of records linked by a pointer (frames by their `previous`): reads
+    /// `size` bytes at `first`, then at the address found at `link` in them, and so on, until
+    /// `max` records were read or a link is 0; their bytes go end to end into `out` (cleared
+    /// first). Returns the link after the last record read (0: the chain ended there).
+    ///
+    /// A read that fails after the first ends the chain early, and the link returned is the
+    /// address that failed (so the caller's next read there says why); the first read's
+    /// failure is returned. On a guarded thread the whole chain is one round trip to its
+    /// reader, within one deadline: a stack that changes every millisecond is read before
+    /// it changed. Each record counts as one read of the budget, charged before reading.
+    pub fn read_chain(&self, first: u64, chain: Chain, out: &mut Vec<u8>) -> Result<u64, MemoryError> {
+        out.clear();
+        if first == 0 {
+            return Err(MemoryError::Null);
+        }
+        let Chain { size, link, max } = chain;
+        if size == 0 || link + 8 > size || size.saturating_mul(max) > MAX_READ {
+            return Err(MemoryError::TooLarge { address: first, len: size.saturating_mul(max) });
+        }
+        let max = (0..max).take_while(|_| charge_budget(size)).count();
+        if max == 0 {
+            return Err(MemoryError::OverBudget);
+        }
+        if deadline::is_quarantined(self.pid) {
+            return Err(MemoryError::Quarantined { pid: self.pid });
+        }
+        let chain = Chain { size, link, max };
+        let read = if deadline::guarded() {
+            deadline::read_chain(self.pid, first, chain, out)?
+        } else {
+            raw_chain(self.pid, first, chain, out)
+        };
+        let records = out.len() / size;
+        READS.fetch_add(records as u64, Ordering::Relaxed);
+        BYTES_READ.fetch_add(out.len() as u64, Ordering::Relaxed);
+        match read {
+            ChainEnd::Next(next) => Ok(next),
+            ChainEnd::FirstFailed(source) => Err(MemoryError::Read { pid: self.pid, address: first, len: size, source }),
+        }
+    }
+
     pub fn read_vec(&self, address: u64, len: usize) -> Result<Vec<u8>, MemoryError> {
         if len > MAX_READ {
             return Err(MemoryError::TooLarge { address, len });
@@ -235,6 +276,56 @@ fn raw_read(pid: u32, address: u64, buf: &mut [u8]) -> std::io::Result<usize> {
     if got < 0 { Err(std::io::Error::last_os_error()) } else { Ok(got as usize) }
 }
 
+/// The shape of a chain of records for [`ProcessMemory::read_chain`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chain {
+    /// Bytes read per record.
+    pub size: usize,
+    /// Offset in a record of the next record's address (8 bytes, little-endian).
+    pub link: usize,
+    /// Records read at most.
+    pub max: usize,
+}
+
+/// How a chain read ended.
+#[derive(Debug)]
+pub(crate) enum ChainEnd {
+    /// The link after the last record read (0: the chain ended; else where it stopped).
+    Next(u64),
+    /// The first record could not be read (nothing was).
+    FirstFailed(std::io::Error),
+}
+
+/// [`ProcessMemory::read_chain`] on this thread: each record by [`raw_read`], appended to
+/// `out`.
+fn raw_chain(pid: u32, first: u64, chain: Chain, out: &mut Vec<u8>) -> ChainEnd {
+    let mut address = first;
+    for i in 0..chain.max {
+        let start = out.len();
+        out.resize(start + chain.size, 0);
+        match raw_read(pid, address, &mut out[start..]) {
+            Ok(got) if got == chain.size => {}
+            Ok(_) | Err(_) if i > 0 => {
+                out.truncate(start);
+                return ChainEnd::Next(address);
+            }
+            Ok(got) => {
+                out.truncate(start);
+                return ChainEnd::FirstFailed(std::io::Error::other(format!("short read of {got} of {} bytes", chain.size)));
+            }
+            Err(e) => {
+                out.truncate(start);
+                return ChainEnd::FirstFailed(e);
+            }
+        }
+        address = field_u64(&out[start..], chain.link).unwrap_or(0);
+        if address == 0 {
+            break;
+        }
+    }
+    ChainEnd::Next(address)
+}
+
 /// Little-endian integer fields out of a buffer read from a target; out-of-range offsets
 /// read as `None` rather than panicking.
 pub fn field_u64(buf: &[u8], offset: usize) -> Option<u64> {
@@ -275,5 +366,79 @@ mod budget_tests {
         assert!(matches!(big, Err(MemoryError::OverBudget)));
         assert_eq!(used, ReadBudget { reads: 0, bytes: 0, exhausted: true });
         assert_eq!(mem.read_u64(address).ok(), Some(7));
+    }
+}
+
+#[cfg(test)]
+mod chain_tests {
+    use super::*;
+
+    /// Records of 24 bytes linked at offset 8, in this process's memory: `n` of them, the
+    /// last one's link `last_link`.
+    fn records(n: usize, last_link: u64) -> Vec<Box<[u64; 3]>> {
+        let mut chain: Vec<Box<[u64; 3]>> = (0..n).map(|i| Box::new([i as u64, 0, 0xabcd])).collect();
+        for i in 0..n {
+            let next = if i + 1 < n { &*chain[i + 1] as *const [u64; 3] as u64 } else { last_link };
+            chain[i][1] = next;
+        }
+        chain
+    }
+
+    const SHAPE: Chain = Chain { size: 24, link: 8, max: 100 };
+
+    fn ids(out: &[u8]) -> Vec<u64> {
+        out.chunks(24).filter_map(|r| field_u64(r, 0)).collect()
+    }
+
+    /// A chain is followed to its null link, or up to `max` records (then the next link is
+    /// returned), on a guarded thread (one round trip to its reader) as on any other.
+    #[test]
+    fn chains_are_followed_to_their_end_or_max() {
+        let mem = ProcessMemory::new(std::process::id());
+        let chain = records(5, 0);
+        let first = &*chain[0] as *const [u64; 3] as u64;
+        let third = &*chain[2] as *const [u64; 3] as u64;
+        for guarded in [false, true] {
+            let (whole, cut) = std::thread::scope(|s| {
+                s.spawn(|| {
+                    if guarded {
+                        deadline::guard_this_thread();
+                    }
+                    let mut out = Vec::new();
+                    let whole = mem.read_chain(first, SHAPE, &mut out).ok().map(|next| (next, ids(&out)));
+                    let cut = mem.read_chain(first, Chain { max: 2, ..SHAPE }, &mut out).ok().map(|next| (next, ids(&out)));
+                    (whole, cut)
+                })
+                .join()
+                .unwrap_or((None, None))
+            });
+            assert_eq!(whole, Some((0, vec![0, 1, 2, 3, 4])), "guarded: {guarded}");
+            assert_eq!(cut, Some((third, vec![0, 1])), "guarded: {guarded}");
+        }
+    }
+
+    /// A link to memory that cannot be read ends the chain there (its address returned, so
+    /// the next read says why); a first record that cannot be read is an error; shapes
+    /// whose link is outside the record, or past `MAX_READ` in all, are refused.
+    #[test]
+    fn unreadable_links_and_bad_shapes() {
+        let mem = ProcessMemory::new(std::process::id());
+        let unmapped = 8u64; // the first page is never mapped
+        let chain = records(3, unmapped);
+        let first = &*chain[0] as *const [u64; 3] as u64;
+        let mut out = Vec::new();
+        assert_eq!(mem.read_chain(first, SHAPE, &mut out).ok(), Some(unmapped));
+        assert_eq!(ids(&out), [0, 1, 2]);
+        assert!(matches!(mem.read_chain(unmapped, SHAPE, &mut out), Err(MemoryError::Read { .. })));
+        assert!(out.is_empty());
+        assert!(matches!(mem.read_chain(0, SHAPE, &mut out), Err(MemoryError::Null)));
+        assert!(matches!(mem.read_chain(first, Chain { link: 20, ..SHAPE }, &mut out), Err(MemoryError::TooLarge { .. })));
+        assert!(matches!(mem.read_chain(first, Chain { max: MAX_READ, ..SHAPE }, &mut out), Err(MemoryError::TooLarge { .. })));
+        // The budget is charged one read per record, before reading.
+        let (result, used) = with_read_budget(ReadBudget { reads: 2, bytes: 1 << 20, exhausted: false }, || {
+            mem.read_chain(first, SHAPE, &mut out).map(|_| ids(&out))
+        });
+        assert_eq!(result.ok(), Some(vec![0, 1]));
+        assert!(used.exhausted);
     }
 }
