@@ -333,6 +333,39 @@ pub fn python(label: &str) -> Option<Python> {
     }
 }
 
+/// A free-threaded interpreter (PEP 703), built by hand: no package these machines can
+/// install ships one, and its source and build recipe are never part of this project. Taken
+/// from the environment variable `var` (`PYPERCH_FT_PYTHON` for 3.14t; `PYPERCH_FT313_PYTHON`,
+/// `PYPERCH_FT315_PYTHON`); `None` after a SKIP line that says the free-threaded tests did not
+/// run. A variable that names an interpreter of another minor version, or one with a GIL, is
+/// a mistake in the set-up: the test fails and says so.
+pub fn free_threaded_python(var: &str, minor: u32) -> Option<Python> {
+    let Some(exe) = env::var_os(var).filter(|p| !p.is_empty()).map(PathBuf::from) else {
+        skip(format!(
+            "{var} is not set: the free-threaded 3.{minor}t tests did not run (point it at a hand-built python3.{minor}t)"
+        ));
+        return None;
+    };
+    if !exe.is_file() {
+        panic!("{var} names {}, which does not exist", exe.display());
+    }
+    let probe = Command::new(&exe)
+        .args(["-c", "import sys, sysconfig; print(sys.version_info[0], sys.version_info[1], sysconfig.get_config_var('Py_GIL_DISABLED') or 0)"])
+        .output()
+        .unwrap_or_else(|e| panic!("{var}: cannot run {}: {e}", exe.display()));
+    let out = String::from_utf8_lossy(&probe.stdout);
+    let fields: Vec<u32> = out.split_whitespace().filter_map(|f| f.parse().ok()).collect();
+    match fields.as_slice() {
+        [3, m, 1] if *m == minor => {}
+        _ => panic!(
+            "{var} names {}, which is not a free-threaded CPython 3.{minor} (it says: major, minor, Py_GIL_DISABLED = {})",
+            exe.display(),
+            out.trim()
+        ),
+    }
+    Some(Python { label: format!("ft-3.{minor}"), major: 3, minor, exe, rootfs: None })
+}
+
 /// The interpreter with this label if it exists, silently.
 pub fn python_quiet(label: &str) -> Option<Python> {
     configured_pythons()

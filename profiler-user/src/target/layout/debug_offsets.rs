@@ -288,6 +288,8 @@ pub enum DebugOffsetsError {
     PreRelease { version_hex: u64, minor: u8, min_hex: u64 },
     #[error("free-threaded builds are not supported yet (CPython {version} reports free_threaded = {flag})")]
     FreeThreaded { version: Version, flag: u64 },
+    #[error("_Py_DebugOffsets of CPython {version} has free_threaded = {flag:#x}, neither 0 nor 1: the data looks corrupt")]
+    BadFreeThreaded { version: Version, flag: u64 },
     #[error(
         "_Py_DebugOffsets of CPython {version} has {field} = {value:#x}, beyond its bound {limit:#x}: the data looks corrupt"
     )]
@@ -323,6 +325,8 @@ pub fn field_list(version: Version) -> Option<&'static FieldList> {
 #[derive(Clone, Debug)]
 pub struct DebugOffsets {
     pub version: Version,
+    /// `free_threaded`: 1 for a free-threaded build (PEP 703), else 0.
+    pub free_threaded: bool,
     /// `PY_VERSION_HEX`, with release level and serial.
     pub version_hex: u64,
     values: Vec<(&'static str, &'static str, u64)>,
@@ -399,7 +403,11 @@ pub fn decode(bytes: &[u8]) -> Result<DebugOffsets, DebugOffsetsError> {
     if version_hex < list.min_hex {
         return Err(DebugOffsetsError::PreRelease { version_hex, minor: list.minor, min_hex: list.min_hex });
     }
-    if free_threaded != 0 {
+    if free_threaded > 1 {
+        return Err(DebugOffsetsError::BadFreeThreaded { version, flag: free_threaded });
+    }
+    // The free-threaded builds whose facts outside `_Py_DebugOffsets` pyperch knows.
+    if free_threaded == 1 && tables::extras_for(version, true).is_none() {
         return Err(DebugOffsetsError::FreeThreaded { version, flag: free_threaded });
     }
     let need = list.encoded_size();
@@ -419,7 +427,7 @@ pub fn decode(bytes: &[u8]) -> Result<DebugOffsets, DebugOffsetsError> {
             offset += 8;
         }
     }
-    let decoded = DebugOffsets { version, version_hex, values };
+    let decoded = DebugOffsets { version, free_threaded: free_threaded == 1, version_hex, values };
     decoded.check()?;
     Ok(decoded)
 }
@@ -471,8 +479,8 @@ impl DebugOffsets {
 
     /// The complete layout: the decoded offsets plus `tables::extras_for(version)`.
     pub fn layout(&self) -> Result<PythonLayout, DebugOffsetsError> {
-        let extras: &Extras =
-            tables::extras_for(self.version).ok_or(DebugOffsetsError::NoExtras { version: self.version })?;
+        let extras: &Extras = tables::extras_for(self.version, self.free_threaded)
+            .ok_or(DebugOffsetsError::NoExtras { version: self.version })?;
         let o = |group, field| self.offset(group, field);
 
         let thread = ThreadLayout {
@@ -550,6 +558,7 @@ impl DebugOffsets {
         };
         Ok(PythonLayout {
             version: self.version,
+            free_threaded: self.free_threaded,
             interpreters_head: o("runtime_state", "interpreters_head")?,
             pthread_key: extras.pthread_key,
             thread,
@@ -692,6 +701,55 @@ mod tests {
         let Some(bytes) = load(&format!("{SID}/python3.13")) else { return };
         check(&bytes, 13, &EXPECTED_3_13);
         assert_eq!(decode(&bytes).expect("decodes").get("thread_state", "size"), Some(0x138));
+    }
+
+    /// A free-threaded 3.14 built by hand (issue #30), from `PYPERCH_FT_PYTHON`: its own
+    /// `_Py_DebugOffsets` with pyperch's free-threaded facts (checked against the build's
+    /// DWARF: `_co_firsttraceable` 0xd0, `co_version` 0x6c, `co_tlbc` 0xe0, a compact
+    /// non-ASCII `str`'s data at 0x48, the frame's `tlbc_index` 0x48 and `owner` 0x4e).
+    #[test]
+    fn free_threaded_3_14() {
+        let Some(exe) = std::env::var_os("PYPERCH_FT_PYTHON").filter(|p| !p.is_empty()) else {
+            eprintln!("skipping: PYPERCH_FT_PYTHON is not set (a hand-built python3.14t)");
+            return;
+        };
+        let exe = std::path::PathBuf::from(exe);
+        let lib = exe.parent().and_then(|bin| bin.parent()).map(|root| root.join("lib/libpython3.14t.so.1.0"));
+        let bytes = lib
+            .as_deref()
+            .and_then(|l| read_from_elf(&l.to_string_lossy()))
+            .or_else(|| read_from_elf(&exe.to_string_lossy()))
+            .expect("PYPERCH_FT_PYTHON's executable or libpython3.14t has a .PyRuntime section");
+        let d = decode(&bytes).expect("decodes");
+        assert!(d.free_threaded);
+        assert_eq!((d.version.major, d.version.minor), (3, 14));
+        assert_eq!(d.get("interpreter_frame", "tlbc_index"), Some(0x48));
+        assert_eq!(d.get("interpreter_frame", "owner"), Some(0x4e));
+        assert_eq!(d.get("code_object", "co_tlbc"), Some(0xe0));
+        assert_eq!(d.get("code_object", "co_code_adaptive"), Some(0xe8));
+        let l = d.layout().expect("layout");
+        assert!(l.free_threaded);
+        assert_eq!(l.pthread_key, Some(0x924));
+        assert_eq!((l.frame.previous, l.frame.code, l.frame.instr, l.frame.owner), (0x08, 0x00, 0x38, 0x4e));
+        assert_eq!((l.frame.read_size, l.frame.code_adaptive, l.frame.code_mask), (0x50, 0xe8, !3));
+        let c = l.code;
+        assert_eq!((c.filename, c.name, c.qualname, c.firstlineno, c.linetable), (0x80, 0x88, Some(0x90), 0x54, 0x98));
+        assert_eq!((c.firsttraceable, c.version), (Some(0xd0), Some(0x6c)));
+        assert_eq!(
+            l.objects,
+            ObjectLayout {
+                ob_type: 0x18,
+                str_length: 0x20,
+                str_state: 0x30,
+                str_ascii_data: 0x38,
+                str_compact_data: 0x48,
+                bytes_size: 0x20,
+                bytes_data: 0x30,
+            }
+        );
+        // The validation window covers the same immutable fields as the default build's,
+        // 16 bytes further.
+        assert_eq!(crate::target::layout::check_window(&l.code), (0x50, 0x40));
     }
 
     #[test]

@@ -137,6 +137,9 @@ pub struct FrameSemantics {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PythonLayout {
     pub version: Version,
+    /// A free-threaded build (PEP 703; `_Py_DebugOffsets.free_threaded`): its object header
+    /// is 32 bytes and every object field moves by 16.
+    pub free_threaded: bool,
     /// Offset of `interpreters.head` in `_PyRuntime`.
     pub interpreters_head: u32,
     /// Offset in `_PyRuntime` of the `int` pthread key of `autoTSSkey` (3.8-3.14), if any.

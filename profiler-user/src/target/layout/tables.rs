@@ -37,6 +37,9 @@ pub struct LegacyRow {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Extras {
     pub minor: u8,
+    /// The row of the free-threaded build of `minor` (PEP 703), whose objects' fields sit 16
+    /// bytes further than the default build's.
+    pub free_threaded: bool,
     /// Offset in `_PyRuntime` of the `int` key of `autoTSSkey`, or `None` (3.15 has no key).
     pub pthread_key: Option<u32>,
     /// Offset of `int _co_firsttraceable` in a code object.
@@ -208,6 +211,7 @@ const THREAD_UNTIL_3_10: ThreadLayout = ThreadLayout {
 const fn layout_3_8_or_3_9(minor: u8, pthread_key: u32) -> PythonLayout {
     PythonLayout {
         version: Version::new(3, minor, 0),
+        free_threaded: false,
         interpreters_head: 0x20,
         pthread_key: Some(pthread_key),
         thread: THREAD_UNTIL_3_10,
@@ -227,6 +231,7 @@ pub static LEGACY: &[LegacyRow] = &[
         verified_on: "pyenv 3.10.13",
         layout: PythonLayout {
             version: Version::new(3, 10, 0),
+            free_threaded: false,
             interpreters_head: 0x20,
             pthread_key: Some(0x24c),
             thread: THREAD_UNTIL_3_10,
@@ -242,6 +247,7 @@ pub static LEGACY: &[LegacyRow] = &[
         verified_on: "pyenv 3.11.7",
         layout: PythonLayout {
             version: Version::new(3, 11, 0),
+            free_threaded: false,
             interpreters_head: 0x28,
             pthread_key: Some(0x254),
             // `tstate.cframe` (0x38) -> `_PyCFrame.current_frame` (+0x08).
@@ -265,6 +271,7 @@ pub static LEGACY: &[LegacyRow] = &[
         verified_on: "pyenv 3.12.1",
         layout: PythonLayout {
             version: Version::new(3, 12, 0),
+            free_threaded: false,
             interpreters_head: 0x28,
             pthread_key: Some(0x60c),
             // `tstate.cframe` (0x38) -> `_PyCFrame.current_frame` (+0x00).
@@ -300,6 +307,7 @@ pub static LEGACY: &[LegacyRow] = &[
 pub static EXTRAS: &[Extras] = &[
     Extras {
         minor: 13,
+        free_threaded: false,
         pthread_key: Some(0x874),
         firsttraceable: 0xb8,
         code_version: 0x5c,
@@ -311,6 +319,7 @@ pub static EXTRAS: &[Extras] = &[
     },
     Extras {
         minor: 14,
+        free_threaded: false,
         pthread_key: Some(0x924),
         firsttraceable: 0xc0,
         code_version: 0x5c,
@@ -322,6 +331,7 @@ pub static EXTRAS: &[Extras] = &[
     },
     Extras {
         minor: 15,
+        free_threaded: false,
         // `autoTSSkey` is gone: the bound thread state is the TLS word `_Py_tss_gilstate`.
         pthread_key: None,
         firsttraceable: 0xc0,
@@ -331,6 +341,19 @@ pub static EXTRAS: &[Extras] = &[
         code_mask: CODE_MASK_STACKREF,
         str_compact_data: 0x38,
         verified_on: "Debian 3.15.2",
+    },
+    Extras {
+        minor: 14,
+        free_threaded: true,
+        pthread_key: Some(0x924),
+        // 16 bytes further than the default build's, as every code object field.
+        firsttraceable: 0xd0,
+        code_version: 0x6c,
+        frame_semantics: SEMANTICS_3_13,
+        line_format: LineTableFormat::LocationTable,
+        code_mask: CODE_MASK_STACKREF,
+        str_compact_data: 0x48,
+        verified_on: "CPython 3.14.7 built with --disable-gil",
     },
 ];
 
@@ -343,12 +366,13 @@ pub fn layout_for(version: Version) -> Option<PythonLayout> {
     Some(PythonLayout { version, ..row.layout })
 }
 
-/// The facts `_Py_DebugOffsets` does not carry, for a CPython 3.13+; `None` if unknown.
-pub fn extras_for(version: Version) -> Option<&'static Extras> {
+/// The facts `_Py_DebugOffsets` does not carry, for a CPython 3.13+ (its free-threaded build
+/// if `free_threaded`); `None` if unknown.
+pub fn extras_for(version: Version, free_threaded: bool) -> Option<&'static Extras> {
     if version.major != 3 {
         return None;
     }
-    EXTRAS.iter().find(|row| row.minor == version.minor)
+    EXTRAS.iter().find(|row| row.minor == version.minor && row.free_threaded == free_threaded)
 }
 
 /// Whether `frame` satisfies the invariants the kernel relies on (see the module docs).
@@ -382,10 +406,10 @@ mod tests {
             assert!(layout_for(v).is_none(), "{v}");
         }
         for minor in 13..=15 {
-            assert!(extras_for(Version::new(3, minor, 0)).is_some());
+            assert!(extras_for(Version::new(3, minor, 0), false).is_some());
         }
-        assert!(extras_for(Version::new(3, 12, 0)).is_none());
-        assert!(extras_for(Version::new(3, 16, 0)).is_none());
+        assert!(extras_for(Version::new(3, 12, 0), false).is_none());
+        assert!(extras_for(Version::new(3, 16, 0), false).is_none());
     }
 
     #[test]
@@ -442,7 +466,7 @@ mod tests {
             assert_eq!(k.shim_owner, if minor >= 12 { 3 } else { NO_FIELD });
         }
         for minor in 13..=15 {
-            assert_eq!(extras_for(Version::new(3, minor, 0)).expect("row").code_version, 0x5c);
+            assert_eq!(extras_for(Version::new(3, minor, 0), false).expect("row").code_version, 0x5c);
         }
     }
 
@@ -464,7 +488,7 @@ mod tests {
         for l in all_legacy() {
             assert_eq!(l.frame.code_mask, CODE_MASK_PLAIN);
         }
-        let e = |minor| extras_for(Version::new(3, minor, 0)).expect("row");
+        let e = |minor| extras_for(Version::new(3, minor, 0), false).expect("row");
         assert_eq!(e(13).pthread_key, Some(0x874));
         assert_eq!(e(14).pthread_key, Some(0x924));
         assert_eq!(e(15).pthread_key, None);
