@@ -99,7 +99,10 @@ pub struct FrameLayout {
     /// `bool is_entry` of the frame (3.11: the first frame of each evaluation-function call),
     /// read into `FrameEntry::flags` as `frame_flags::ENTRY`; or `NO_FIELD`. Inside `read_size`.
     pub is_entry: u32,
-    pub _pad: u32,
+    /// `int32_t tlbc_index` of the frame (free-threaded 3.14+: which thread's copy of the
+    /// bytecode `instr` points into), read into `FrameEntry::tlbc_index`; `NO_FIELD` or 0:
+    /// none. Inside `read_size`.
+    pub tlbc_index: u32,
     /// Code-object snapshots ([`CodeSnapshot`]): bytes of the code object copied (at most
     /// `SNAP_CODE_MAX`); 0 disables them. Offsets below are in the code object / its objects.
     pub snap_code_size: u32,
@@ -543,7 +546,12 @@ pub struct FrameEntry {
     pub owner: u8,
     /// `frame_flags` bits.
     pub flags: u8,
-    pub _pad: [u8; 6],
+    pub _pad: [u8; 2],
+    /// The frame's `tlbc_index` (free-threaded builds, see `FrameLayout::tlbc_index`): 0 is
+    /// the code object's own bytecode, where `instr_offset` is exact; another index means
+    /// `instr_offset` is relative to `co_code_adaptive` although the frame runs the thread's
+    /// copy, and userspace rebases it. Always 0 on other builds.
+    pub tlbc_index: u32,
 }
 
 /// Bytes of user stack the kernel copies at most per sample (`--native-stack-bytes`).
@@ -638,6 +646,8 @@ pub fn decode_frame(layout: &FrameLayout, frame: u64, buf: &FrameBytes, entry: &
     entry.instr_offset = instr_offset;
     entry.owner = if layout.owner == NO_FIELD { u8::MAX } else { field_u64(buf, layout.owner) as u8 };
     entry.flags = if layout.is_entry != NO_FIELD && field_u64(buf, layout.is_entry) as u8 != 0 { frame_flags::ENTRY } else { 0 };
+    entry.tlbc_index =
+        if layout.tlbc_index == NO_FIELD || layout.tlbc_index == 0 { 0 } else { field_u64(buf, layout.tlbc_index) as u32 };
     entry.check = 0;
     field_u64(buf, layout.previous)
 }
@@ -725,7 +735,9 @@ pub fn frame_hash(h: u64, e: &FrameEntry) -> u64 {
     let mut h = h;
     h = mix(h ^ e.frame);
     h = mix(h ^ e.code);
-    h = mix(h ^ (e.instr_offset as u32 as u64));
+    // The thread's bytecode copy in the high half: 0 on every build but free-threaded ones,
+    // so their hashes are unchanged.
+    h = mix(h ^ (e.instr_offset as u32 as u64) ^ ((e.tlbc_index as u64) << 32));
     mix(h ^ ((e.check as u64) | ((e.owner as u64) << 32) | ((e.flags as u64) << 40)))
 }
 
@@ -801,6 +813,34 @@ mod tests {
         let mut w3 = w;
         w3[0x40] ^= 1;
         assert_eq!(base, code_check(&l, &w3, [4, 5], [6, 7]));
+    }
+
+    /// A frame's bytecode copy (free-threaded builds) is read when the layout has it and
+    /// takes part in the hash; index 0, the only one of every other build, hashes as the
+    /// hash did before the field existed (so tails cached by kernel and user agree as ever).
+    #[test]
+    fn tlbc_index_is_decoded_and_hashed_only_when_not_zero() {
+        let mut buf: FrameBytes = [0; FRAME_READ_MAX + 8];
+        buf[0x48..0x4c].copy_from_slice(&3i32.to_le_bytes());
+        let base = FrameLayout { read_size: 0x50, previous: 8, instr_kind: instr_kind::POINTER, owner: 0x4e, ..Default::default() };
+        let mut e = FrameEntry::default();
+        decode_frame(&base, 0x7000, &buf, &mut e);
+        assert_eq!(e.tlbc_index, 0, "layouts without the field (0 or NO_FIELD) never read it");
+        decode_frame(&FrameLayout { tlbc_index: NO_FIELD, ..base }, 0x7000, &buf, &mut e);
+        assert_eq!(e.tlbc_index, 0);
+        decode_frame(&FrameLayout { tlbc_index: 0x48, ..base }, 0x7000, &buf, &mut e);
+        assert_eq!(e.tlbc_index, 3);
+        // The hash before the field existed, written out.
+        let before = |h: u64, e: &FrameEntry| {
+            let mut h = mix(h ^ e.frame);
+            h = mix(h ^ e.code);
+            h = mix(h ^ (e.instr_offset as u32 as u64));
+            mix(h ^ ((e.check as u64) | ((e.owner as u64) << 32) | ((e.flags as u64) << 40)))
+        };
+        let plain = FrameEntry { frame: 0x7000, code: 0x9000, instr_offset: 42, check: 7, owner: 1, ..Default::default() };
+        assert_eq!(frame_hash(HASH_SEED, &plain), before(HASH_SEED, &plain));
+        let copy = FrameEntry { tlbc_index: 3, ..plain };
+        assert_ne!(frame_hash(HASH_SEED, &copy), frame_hash(HASH_SEED, &plain));
     }
 
     #[test]

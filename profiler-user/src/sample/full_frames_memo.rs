@@ -62,7 +62,9 @@ impl FullFramesMemo {
         self.key.clear();
         self.keyed = false;
         for f in frames {
-            if f.code >> OWNER_SHIFT != 0 {
+            // A free-threaded frame running a thread's own bytecode copy: its offset is
+            // rebased per lookup, so such records are not memoized.
+            if f.code >> OWNER_SHIFT != 0 || f.tlbc_index != 0 {
                 return false;
             }
             let words: [u64; WORDS_PER_FRAME] =

@@ -501,6 +501,17 @@ impl DebugOffsets {
             code_adaptive,
             extras.code_mask,
         );
+        // Free-threaded builds: the frame's bytecode copy (a placeholder 0 elsewhere).
+        let frame = match self.get("interpreter_frame", "tlbc_index") {
+            Some(at) if self.free_threaded && at != 0 => {
+                let at = o("interpreter_frame", "tlbc_index")?;
+                if at + 4 > frame.read_size {
+                    return Err(self.out_of_range("interpreter_frame", "tlbc_index", at.into(), frame.read_size.into()));
+                }
+                profiler_common::FrameLayout { tlbc_index: at, ..frame }
+            }
+            _ => frame,
+        };
         if !tables::frame_layout_is_sane(&frame) {
             return Err(self.out_of_range(
                 "interpreter_frame",
@@ -732,6 +743,7 @@ mod tests {
         assert_eq!(l.pthread_key, Some(0x924));
         assert_eq!((l.frame.previous, l.frame.code, l.frame.instr, l.frame.owner), (0x08, 0x00, 0x38, 0x4e));
         assert_eq!((l.frame.read_size, l.frame.code_adaptive, l.frame.code_mask), (0x50, 0xe8, !3));
+        assert_eq!(l.frame.tlbc_index, 0x48);
         let c = l.code;
         assert_eq!((c.filename, c.name, c.qualname, c.firstlineno, c.linetable), (0x80, 0x88, Some(0x90), 0x54, 0x98));
         assert_eq!((c.firsttraceable, c.version), (Some(0xd0), Some(0x6c)));

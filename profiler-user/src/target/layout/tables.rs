@@ -103,7 +103,7 @@ pub const fn frame_layout(
         shim_owner: NO_FIELD,
         code_mask,
         is_entry: NO_FIELD,
-        _pad: 0,
+        tlbc_index: NO_FIELD,
         // Filled in by `PythonLayout::kernel_frame_layout` too.
         snap_code_size: 0,
         snap_name: 0,

@@ -378,7 +378,7 @@ mod tests {
     use super::*;
 
     fn entry(frame: u64, instr: i32) -> FrameEntry {
-        FrameEntry { frame, code: frame + 1, instr_offset: instr, check: 7, owner: 0, flags: 0, _pad: [0; 6] }
+        FrameEntry { frame, code: frame + 1, instr_offset: instr, check: 7, owner: 0, flags: 0, _pad: [0; 2], tlbc_index: 0 }
     }
 
     #[test]
