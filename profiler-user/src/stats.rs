@@ -82,6 +82,9 @@ pub struct Counters {
     pub frame_cache_partial_hits: u64,
     /// Tail completions read from target memory (and validated).
     pub frame_cache_misses: u64,
+    /// Tails not in the cache whose record had waited in the worker's queue longer than
+    /// `session::event_loop::TAIL_READ_MAX_WAIT`: not read, counted as stale tails.
+    pub tails_too_late: u64,
     /// Target memory reads and bytes made for this process.
     pub memory_reads: u64,
     pub memory_bytes: u64,
@@ -206,6 +209,7 @@ impl Counters {
         self.frame_cache_hits += other.frame_cache_hits;
         self.frame_cache_partial_hits += other.frame_cache_partial_hits;
         self.frame_cache_misses += other.frame_cache_misses;
+        self.tails_too_late += other.tails_too_late;
         self.memory_reads += other.memory_reads;
         self.memory_bytes += other.memory_bytes;
         self.ring_bytes += other.ring_bytes;
@@ -253,10 +257,11 @@ impl Counters {
         }
         let _ = writeln!(
             s,
-            "{indent}frame cache: {} full hits, {} partial hits, {} misses; frames from kernel {}, from cache {}, from memory {}",
+            "{indent}frame cache: {} full hits, {} partial hits, {} misses, {} not read (their records waited too long); frames from kernel {}, from cache {}, from memory {}",
             self.frame_cache_hits,
             self.frame_cache_partial_hits,
             self.frame_cache_misses,
+            self.tails_too_late,
             self.frames_from_kernel,
             self.frames_from_cache,
             self.frames_from_memory

@@ -59,6 +59,9 @@ const TAIL_BYTES: usize = 128;
 pub enum CompletionError {
     #[error("a frame of the tail could not be read")]
     Unreadable,
+    /// Not in the cache, and reading was not allowed (its record waited too long).
+    #[error("the tail is not cached and its record is too old to read it")]
+    TooLate,
     #[error("the tail read from memory does not match the kernel's walk")]
     Mismatch,
 }
@@ -111,18 +114,21 @@ pub struct TailCache {
 }
 
 impl TailCache {
-    /// The `count` frames starting at `first` whose `frame_hash` fold is `hash`.
+    /// The `count` frames starting at `first` whose `frame_hash` fold is `hash`; read from
+    /// `mem` (when not cached) only if `may_read`.
     pub fn complete(
         &mut self,
         mem: &ProcessMemory,
         layout: &FrameLayout,
-        first: u64,
-        count: u32,
-        hash: u64,
+        (first, count, hash): (u64, u32, u64),
+        may_read: bool,
     ) -> Result<Tail, CompletionError> {
         let key = TailKey { first, count, hash };
         if let Some(tail) = self.tails.get(&key) {
             return Ok(Tail { tail: tail.clone(), source: TailSource::Hit, frames_from_memory: 0 });
+        }
+        if !may_read {
+            return Err(CompletionError::TooLate);
         }
         let mut frames: Vec<FrameEntry> = Vec::with_capacity(count as usize);
         let mut running = HASH_SEED;
@@ -242,9 +248,14 @@ impl Target {
         }
         let layout = self.kernel_frame;
         let evictions = self.tails.evictions;
-        let tail = match self.tails.complete(&self.mem, &layout, header.tail_first, header.n_hashed, header.tail_hash) {
+        let tail = match self.tails.complete(&self.mem, &layout, (header.tail_first, header.n_hashed, header.tail_hash), self.read_tails) {
             Ok(tail) => tail,
-            Err(_) => return Err(SampleOutcome::StaleTail),
+            Err(e) => {
+                if e == CompletionError::TooLate {
+                    self.counters.tails_too_late += 1;
+                }
+                return Err(SampleOutcome::StaleTail);
+            }
         };
         self.counters.cache_evictions += self.tails.evictions - evictions;
         // The tail cache has its own bound; this keeps the process's sum within its budget.

@@ -50,6 +50,9 @@ pub(crate) struct Target {
     pub(crate) full_frames: FullFramesMemo,
     /// Validated deep-stack tails (`complete`); their symbolized forms hold ids of `epoch`.
     pub(crate) tails: TailCache,
+    /// Whether a tail not in `tails` may be read from memory for the record being processed
+    /// (set by the session per record: not when it waited too long in the queue).
+    pub(crate) read_tails: bool,
     /// The profile epoch the cached frame ids belong to (`Profile::epoch`).
     pub(crate) epoch: Option<u64>,
     /// The caches' bytes as last reported to the process-wide ledger (`budget`).

@@ -76,7 +76,7 @@ pub(crate) struct DrainCounts {
 /// Records on their way from the drain thread to the worker, in the order they were read.
 #[derive(Default)]
 struct Queued {
-    records: VecDeque<(u32, Vec<u8>)>,
+    records: VecDeque<Queue>,
     per_process: HashMap<u32, usize>,
     bytes: usize,
     end: Option<LoopEnd>,
@@ -84,6 +84,10 @@ struct Queued {
     closed: bool,
     counts: DrainCounts,
 }
+
+/// A queued record: the process it is queued under (see `record_key`), when the drain thread
+/// queued it, and its bytes.
+pub(crate) type Queue = (u32, Instant, Vec<u8>);
 
 /// What the drain thread and the worker share.
 pub(crate) struct Shared {
@@ -140,7 +144,7 @@ impl Shared {
 
     /// Up to `max` records, waiting until `until` for one to arrive; and why the loop ends,
     /// once it does.
-    pub(crate) fn take(&self, until: Instant, max: usize, out: &mut VecDeque<(u32, Vec<u8>)>) -> Option<LoopEnd> {
+    pub(crate) fn take(&self, until: Instant, max: usize, out: &mut VecDeque<Queue>) -> Option<LoopEnd> {
         let Ok(mut q) = self.queued.lock() else { return Some(LoopEnd::Terminated) };
         while q.records.is_empty() && q.end.is_none() && !q.closed {
             let left = until.saturating_duration_since(Instant::now());
@@ -154,7 +158,7 @@ impl Shared {
         }
         let Queued { records, per_process, bytes, end, .. } = &mut *q;
         let n = records.len().min(max);
-        for (key, record) in records.drain(..n) {
+        for (key, queued_at, record) in records.drain(..n) {
             if let Some(b) = per_process.get_mut(&key) {
                 *b = b.saturating_sub(record.len());
                 if *b == 0 {
@@ -162,7 +166,7 @@ impl Shared {
                 }
             }
             *bytes = bytes.saturating_sub(record.len());
-            out.push_back((key, record));
+            out.push_back((key, queued_at, record));
         }
         *end
     }
@@ -194,7 +198,7 @@ impl Shared {
         q.bytes += record.len();
         q.counts.peak_bytes = q.counts.peak_bytes.max(q.bytes);
         q.counts.queued += 1;
-        q.records.push_back((key, record.to_vec()));
+        q.records.push_back((key, Instant::now(), record.to_vec()));
     }
 }
 
@@ -385,7 +389,7 @@ mod tests {
         assert_eq!(out.len(), 4);
         out.clear();
         assert_eq!(shared.take(Instant::now(), 100, &mut out), None);
-        assert_eq!(out.iter().map(|(k, _)| *k).collect::<Vec<_>>(), [7, 7, 7, 7, 8]);
+        assert_eq!(out.iter().map(|(k, _, _)| *k).collect::<Vec<_>>(), [7, 7, 7, 7, 8]);
         let q = shared.queued.lock().unwrap();
         assert!(q.per_process.is_empty() && q.bytes == 0);
     }

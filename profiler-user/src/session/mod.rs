@@ -167,6 +167,9 @@ pub(crate) struct Session {
     pub(crate) registered: u64,
     /// Samples dropped because what they point to had changed before we read it.
     late_samples: u64,
+    /// Whether the record being processed waited little enough in the queue for its tail to
+    /// be read from the target when not cached (`event_loop::TAIL_READ_MAX_WAIT`).
+    pub(crate) read_tails: bool,
     discovery: Option<DiscoveryHandle>,
     pub(crate) discovery_stats: Arc<DiscoveryStats>,
     /// `--async`: asyncio task stacks for the processes that can have them.
@@ -240,6 +243,7 @@ impl Session {
             sampling_stopped_ns: None,
             registered: 0,
             late_samples: 0,
+            read_tails: true,
             discovery: None,
             discovery_stats: Arc::default(),
             native: None,
@@ -727,6 +731,7 @@ impl Session {
         };
         let (reads, read_bytes) = (memory::READS.load(Relaxed), memory::BYTES_READ.load(Relaxed));
         let value = charge.value;
+        target.read_tails = self.read_tails;
         let (outcome, used) = memory::with_read_budget(SAMPLE_READ_BUDGET, || {
             target.process_sample(&header, record_body(bytes).unwrap_or_default(), &mut self.profile, self.threads, charge)
         });

@@ -69,6 +69,7 @@ impl Target {
             positions: SizedMap::default(),
             full_frames: FullFramesMemo::default(),
             tails: TailCache::default(),
+            read_tails: true,
             epoch: None,
             ledger: LedgerShare::new(&CACHE_BYTES),
             counters: Counters::default(),
