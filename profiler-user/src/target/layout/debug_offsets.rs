@@ -559,6 +559,7 @@ impl DebugOffsets {
             None => extras.str_compact_data,
         };
         let objects = ObjectLayout {
+            free_threaded: self.free_threaded,
             ob_type: o("pyobject", "ob_type")?,
             str_length: o("unicode_object", "length")?,
             str_state: o("unicode_object", "state")?,
@@ -658,6 +659,7 @@ mod tests {
         assert_eq!(
             l.objects,
             ObjectLayout {
+                free_threaded: false,
                 ob_type: 8,
                 str_length: 0x10,
                 str_state: 0x20,
@@ -750,6 +752,7 @@ mod tests {
         assert_eq!(
             l.objects,
             ObjectLayout {
+                free_threaded: true,
                 ob_type: 0x18,
                 str_length: 0x20,
                 str_state: 0x30,

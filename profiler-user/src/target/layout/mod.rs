@@ -104,12 +104,16 @@ pub struct ObjectLayout {
     pub str_compact_data: u32,
     pub bytes_size: u32,
     pub bytes_data: u32,
+    /// A free-threaded build's objects (PEP 703): a `str`'s state bits sit one byte higher
+    /// (`interned` is a whole byte) and a type's `tp_flags` 16 bytes further.
+    pub free_threaded: bool,
 }
 
 impl ObjectLayout {
     /// CPython 3.12-3.15's (default build), for unit tests that build objects by hand.
     #[cfg(test)]
     pub(crate) const TEST_312: ObjectLayout = ObjectLayout {
+        free_threaded: false,
         ob_type: 8,
         str_length: 0x10,
         str_state: 0x20,

@@ -172,6 +172,7 @@ const fn code_layout(
 
 /// `str`/`bytes` before 3.12: `PyASCIIObject` 0x30 bytes, `PyCompactUnicodeObject` 0x48.
 const OBJECTS_UNTIL_3_11: ObjectLayout = ObjectLayout {
+    free_threaded: false,
     ob_type: 0x08,
     str_length: 0x10,
     str_state: 0x20,

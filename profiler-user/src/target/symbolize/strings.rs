@@ -15,8 +15,8 @@ use crate::target::memory::{MAX_READ, ReadMemory, field_u32, field_u64};
 /// wchar kind), `compact` bit 5, `ascii` bit 6 (bit 7 is `ready` up to 3.11 and
 /// `statically_allocated` from 3.12; neither matters here).
 ///
-/// Free-threaded 3.14t shifts these (kind bits 8-10, compact 11, ascii 12); `ObjectLayout`
-/// does not say which build it describes, so only default builds are decoded correctly.
+/// Free-threaded builds keep `interned` in a whole byte, which shifts the others by 6 (kind
+/// bits 8-10, compact 11, ascii 12; checked on 3.14.7t's DWARF): [`STATE_BITS_FREE_THREADED`].
 #[derive(Clone, Copy, Debug)]
 struct StateBits {
     kind_shift: u32,
@@ -26,6 +26,8 @@ struct StateBits {
 }
 
 const STATE_BITS: StateBits = StateBits { kind_shift: 2, kind_mask: 0b111, compact: 1 << 5, ascii: 1 << 6 };
+const STATE_BITS_FREE_THREADED: StateBits =
+    StateBits { kind_shift: 8, kind_mask: 0b111, compact: 1 << 11, ascii: 1 << 12 };
 
 /// A `str` header, decoded and checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,7 +54,7 @@ fn parse_str_header(
         return Err(bad("negative length"));
     }
     let length = usize::try_from(raw_len).map_err(|_| bad("length overflows"))?;
-    let bits = STATE_BITS;
+    let bits = if objects.free_threaded { STATE_BITS_FREE_THREADED } else { STATE_BITS };
     let kind = ((state >> bits.kind_shift) & bits.kind_mask) as usize;
     let compact = state & bits.compact != 0;
     let ascii = state & bits.ascii != 0;
@@ -69,9 +71,11 @@ fn parse_str_header(
     Ok(StrHeader { length, kind, compact, ascii })
 }
 
-/// `PyTypeObject.tp_flags` (an `unsigned long`) in every 3.8-3.15 x86_64 build, and the
+/// `PyTypeObject.tp_flags` (an `unsigned long`) in every 3.8-3.15 x86_64 default build (16
+/// bytes further in free-threaded ones, whose object header is 16 bytes longer), and the
 /// flags that mark subclasses of `str` and `bytes` (stable since 2.6).
 const TP_FLAGS_OFFSET: u64 = 0xa8;
+const TP_FLAGS_OFFSET_FREE_THREADED: u64 = 0xb8;
 const TPFLAGS_UNICODE_SUBCLASS: u64 = 1 << 28;
 const TPFLAGS_BYTES_SUBCLASS: u64 = 1 << 27;
 
@@ -99,7 +103,7 @@ fn check_type<M: ReadMemory + ?Sized>(
         return Ok(());
     }
     let subclass = ob_type != 0
-        && mem.read_type_word(ob_type.wrapping_add(TP_FLAGS_OFFSET)).is_ok_and(|flags| flags & expected.subclass_flag != 0);
+        && mem.read_type_word(ob_type.wrapping_add(if objects.free_threaded { TP_FLAGS_OFFSET_FREE_THREADED } else { TP_FLAGS_OFFSET })).is_ok_and(|flags| flags & expected.subclass_flag != 0);
     if !subclass {
         return Err(SymbolError::WrongType { address, expected: expected.name, ob_type });
     }
@@ -252,6 +256,35 @@ mod tests {
         assert!(matches!(p(1, 2 << 2 | 1 << 6, 10), Err(SymbolError::BadString { .. })));
         assert!(matches!(p(MAX_READ as u64, 4 << 2 | 1 << 5, usize::MAX), Err(SymbolError::TooLong { .. })));
         assert!(parse_str_header(&[0; 8], &OBJECTS_312, 1, 10).is_err(), "short buffer");
+    }
+
+    /// A free-threaded 3.14's `str` header: length at 0x20, state at 0x30 with `interned` a
+    /// whole byte, so kind, compact and ascii sit 6 bits higher than in a default build.
+    #[test]
+    fn free_threaded_headers() {
+        let objects = ObjectLayout {
+            free_threaded: true,
+            ob_type: 0x18,
+            str_length: 0x20,
+            str_state: 0x30,
+            str_ascii_data: 0x38,
+            str_compact_data: 0x48,
+            bytes_size: 0x20,
+            bytes_data: 0x30,
+        };
+        let header = |len: u64, state: u32| {
+            let mut b = vec![0u8; 0x38];
+            b[0x20..0x28].copy_from_slice(&len.to_le_bytes());
+            b[0x30..0x34].copy_from_slice(&state.to_le_bytes());
+            b
+        };
+        let p = |len, state| parse_str_header(&header(len, state), &objects, 1, 100);
+        // interned (a byte, here 1 = interned), kind 1, compact, ascii.
+        let compact_ascii = 1 | 1 << 8 | 1 << 11 | 1 << 12;
+        assert_eq!(p(5, compact_ascii).unwrap(), StrHeader { length: 5, kind: 1, compact: true, ascii: true });
+        assert_eq!(p(2, 2 << 8 | 1 << 11).unwrap(), StrHeader { length: 2, kind: 2, compact: true, ascii: false });
+        // A default build's bits read as a free-threaded header: no valid kind.
+        assert!(p(5, 1 << 2 | 1 << 5 | 1 << 6).is_err());
     }
 
     #[test]
