@@ -127,7 +127,7 @@ pub struct FrameLayout {
 pub const SNAP_CODE_MAX: usize = 512;
 pub const SNAP_NAME_MAX: usize = 512;
 pub const SNAP_FILENAME_MAX: usize = 1024;
-pub const SNAP_TABLE_MAX: usize = 16384;
+pub const SNAP_TABLE_MAX: usize = 65536;
 /// Offsets of the regions in `CodeSnapshot::bytes`.
 pub const SNAP_NAME_AT: usize = SNAP_CODE_MAX;
 pub const SNAP_FILENAME_AT: usize = SNAP_NAME_AT + SNAP_NAME_MAX;
@@ -146,6 +146,18 @@ pub const SNAP_BYTES: usize = SNAP_TABLE_AT + SNAP_TABLE_MAX;
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct CodeSnapshot {
+    /// What the regions hold (the fixed part of the record).
+    pub head: CodeSnapshotHead,
+    /// The regions at `0`, `SNAP_NAME_AT`, `SNAP_FILENAME_AT`, `SNAP_TABLE_AT`. A record
+    /// ends after the line table's bytes.
+    pub bytes: [u8; SNAP_BYTES],
+}
+
+/// The fixed part of a [`CodeSnapshot`]: the addresses its regions were copied from and how
+/// many bytes of each it holds.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct CodeSnapshotHead {
     /// `kind` is `record_kind::CODE_SNAPSHOT`; `tgid`, `generation`, `time_ns` as in samples.
     pub header: SampleHeader,
     pub code: u64,
@@ -159,13 +171,11 @@ pub struct CodeSnapshot {
     pub table_at: u64,
     pub table_len: u32,
     pub _pad: u32,
-    /// The regions at `0`, `SNAP_NAME_AT`, `SNAP_FILENAME_AT`, `SNAP_TABLE_AT`. A record
-    /// ends after the line table's bytes.
-    pub bytes: [u8; SNAP_BYTES],
 }
 
 /// Bytes of a `CodeSnapshot` before its regions.
-pub const CODE_SNAPSHOT_HEADER: usize = core::mem::size_of::<CodeSnapshot>() - SNAP_BYTES;
+pub const CODE_SNAPSHOT_HEADER: usize = core::mem::size_of::<CodeSnapshotHead>();
+const _: () = assert!(core::mem::size_of::<CodeSnapshot>() == CODE_SNAPSHOT_HEADER + SNAP_BYTES);
 
 /// Bits of `FrameEntry::flags`.
 pub mod frame_flags {

@@ -6,7 +6,7 @@
 //! default methods of [`Plain`], each a copy between a value and its bytes.
 
 use crate::{
-    CodeSnapshot, FRAME_ENTRY_SIZE, FrameEntry, MAX_FULL_FRAMES, MAX_NATIVE_STACK_BYTES, NATIVE_TRAILER_SIZE, NativeTrailer,
+    CodeSnapshot, CodeSnapshotHead, FRAME_ENTRY_SIZE, FrameEntry, MAX_FULL_FRAMES, MAX_NATIVE_STACK_BYTES, NATIVE_TRAILER_SIZE, NativeTrailer,
     OffCpuInterval, SAMPLE_HEADER_SIZE, SampleHeader, TaskChain, TaskLevel, ThreadSwitch, off_cpu_record_len, record_kind,
 };
 
@@ -84,6 +84,7 @@ unsafe impl Plain for ThreadSwitch {}
 unsafe impl Plain for TaskLevel {}
 unsafe impl Plain for TaskChain {}
 unsafe impl Plain for CodeSnapshot {}
+unsafe impl Plain for CodeSnapshotHead {}
 
 impl SampleHeader {
     /// The header at the start of a record; `None` when the record is shorter than one.
@@ -255,31 +256,12 @@ impl TaskChain {
     }
 }
 
-impl CodeSnapshot {
-    /// The snapshot in `record` (a whole `record_kind::CODE_SNAPSHOT` record, header
-    /// included): a record ends after its line table, so it may be shorter than the type;
-    /// the bytes past its end read as 0. `None` when shorter than the fields before the
-    /// regions (`CODE_SNAPSHOT_HEADER`).
-    pub fn read_prefix(record: &[u8]) -> Option<CodeSnapshot> {
-        if record.len() < crate::CODE_SNAPSHOT_HEADER {
-            return None;
-        }
-        let mut snap = CodeSnapshot {
-            header: SampleHeader::default(),
-            code: 0,
-            check: 0,
-            code_len: 0,
-            name_at: 0,
-            name_len: 0,
-            filename_len: 0,
-            filename_at: 0,
-            table_at: 0,
-            table_len: 0,
-            _pad: 0,
-            bytes: [0; crate::SNAP_BYTES],
-        };
-        snap.fill_from(record);
-        Some(snap)
+impl CodeSnapshotHead {
+    /// The fixed part of `record` (a whole `record_kind::CODE_SNAPSHOT` record, header
+    /// included; its regions follow it, the record ending after its line table). `None` when
+    /// shorter than the fixed part (`CODE_SNAPSHOT_HEADER`).
+    pub fn read(record: &[u8]) -> Option<CodeSnapshotHead> {
+        <CodeSnapshotHead as Plain>::read(record)
     }
 }
 
@@ -445,9 +427,8 @@ mod tests {
         h.write_to(&mut rec);
         rec[SAMPLE_HEADER_SIZE..SAMPLE_HEADER_SIZE + 8].copy_from_slice(&0x5000u64.to_le_bytes());
         rec[crate::CODE_SNAPSHOT_HEADER..].copy_from_slice(&[1, 2, 3, 4]);
-        let snap = CodeSnapshot::read_prefix(&rec).expect("header present");
-        assert_eq!((snap.header, snap.code), (h, 0x5000));
-        assert_eq!(&snap.bytes[..5], &[1, 2, 3, 4, 0], "past the record's end reads 0");
-        assert!(CodeSnapshot::read_prefix(&rec[..crate::CODE_SNAPSHOT_HEADER - 1]).is_none());
+        let head = CodeSnapshotHead::read(&rec).expect("header present");
+        assert_eq!((head.header, head.code), (h, 0x5000));
+        assert!(CodeSnapshotHead::read(&rec[..crate::CODE_SNAPSHOT_HEADER - 1]).is_none());
     }
 }

@@ -5,9 +5,9 @@
 //! milliseconds; userspace reads records later and would otherwise find them gone.
 
 use aya_ebpf::{
-    helpers::generated,
+    helpers::{bpf_get_smp_processor_id, generated},
     macros::map,
-    maps::{LruHashMap, PerCpuArray},
+    maps::{Array, LruHashMap, PerCpuArray},
 };
 use profiler_common::{
     CODE_SNAPSHOT_HEADER, CodeSnapshot, FrameLayout, SNAP_CODE_MAX, SNAP_FILENAME_AT, SNAP_FILENAME_MAX, SNAP_NAME_AT,
@@ -29,17 +29,23 @@ pub struct SentSlot {
     tgid: u32,
 }
 
-/// Per-CPU: the snapshot being built, and the code objects this CPU dealt with recently
-/// (direct-mapped by code address and word), which spares the shared map's lookup for the
-/// code objects of every walk (the frames a process runs again and again).
+/// Per-CPU: the code objects this CPU dealt with recently (direct-mapped by code address and
+/// word), which spares the shared map's lookup for the code objects of every walk (the frames
+/// a process runs again and again).
 #[repr(C)]
 pub struct SnapScratch {
     sent: [SentSlot; SENT_SLOTS],
-    snap: CodeSnapshot,
 }
 
 #[map]
 static SNAP_SCRATCH: PerCpuArray<SnapScratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// The snapshot being built, one entry per possible CPU (indexed by the CPU's number; the
+/// loader sets the entries to the number of possible CPUs). Not a per-CPU array: a per-CPU
+/// value is limited to 32 KiB, and the line table's region alone is 64 KiB (a large module's
+/// body, such as `html.entities`, has a 37 KiB table).
+#[map]
+static SNAP_BUFFER: Array<CodeSnapshot> = Array::with_max_entries(1, 0);
 
 /// Key of [`CODE_SEEN`].
 #[repr(C)]
@@ -83,15 +89,24 @@ pub fn ensure_sent(layout: &FrameLayout, tgid: u32, generation: u32, time_ns: u6
         return;
     }
     let _ = CODE_SEEN.insert(&key, &generation, 0);
-    let snap = &mut scratch.snap;
+    // SAFETY: a helper without arguments.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let Some(snap) = SNAP_BUFFER.get_ptr_mut(cpu) else {
+        bump(counter::CODE_SNAPSHOTS_SKIPPED);
+        return;
+    };
+    // SAFETY: this CPU's entry; the programs that call this do not interrupt each other on
+    // one CPU (as for `SNAP_SCRATCH`).
+    let snap = unsafe { &mut *snap };
     match fill(layout, code, snap) {
         Some(table_len) => {
-            snap.header.kind = record_kind::CODE_SNAPSHOT;
-            snap.header.tgid = tgid;
-            snap.header.generation = generation;
-            snap.header.time_ns = time_ns;
-            snap.code = code;
-            snap.check = check;
+            let head = &mut snap.head;
+            head.header.kind = record_kind::CODE_SNAPSHOT;
+            head.header.tgid = tgid;
+            head.header.generation = generation;
+            head.header.time_ns = time_ns;
+            head.code = code;
+            head.check = check;
             let len = CODE_SNAPSHOT_HEADER + SNAP_TABLE_AT + table_len;
             output_record(snap as *const CodeSnapshot as *const core::ffi::c_void, len);
             bump(counter::CODE_SNAPSHOTS);
@@ -107,16 +122,16 @@ fn fill(layout: &FrameLayout, code: u64, snap: &mut CodeSnapshot) -> Option<usiz
     let size = layout.snap_code_size as usize;
     let size = if size > SNAP_CODE_MAX - 8 { SNAP_CODE_MAX - 8 } else { size };
     copy(snap.bytes.as_mut_ptr(), size, code)?;
-    snap.code_len = size as u32;
+    snap.head.code_len = size as u32;
     let name = word(&snap.bytes, layout.snap_name);
     let filename = word(&snap.bytes, layout.snap_filename);
     let table = word(&snap.bytes, layout.snap_linetable);
-    snap.name_at = name;
-    snap.filename_at = filename;
-    snap.table_at = table;
+    snap.head.name_at = name;
+    snap.head.filename_at = filename;
+    snap.head.table_at = table;
     // SAFETY (both): the regions lie inside `bytes` (`SNAP_*_AT + SNAP_*_MAX <= SNAP_BYTES`).
-    snap.name_len = copy_str(layout, unsafe { snap.bytes.as_mut_ptr().add(SNAP_NAME_AT) }, SNAP_NAME_MAX, name)? as u32;
-    snap.filename_len =
+    snap.head.name_len = copy_str(layout, unsafe { snap.bytes.as_mut_ptr().add(SNAP_NAME_AT) }, SNAP_NAME_MAX, name)? as u32;
+    snap.head.filename_len =
         copy_str(layout, unsafe { snap.bytes.as_mut_ptr().add(SNAP_FILENAME_AT) }, SNAP_FILENAME_MAX, filename)? as u32;
     let table_size = read_u64(table.wrapping_add(layout.snap_bytes_size as u64));
     let table_len = (layout.snap_bytes_data as u64).checked_add(table_size)?;
@@ -126,7 +141,7 @@ fn fill(layout: &FrameLayout, code: u64, snap: &mut CodeSnapshot) -> Option<usiz
     let table_len = table_len as usize;
     // SAFETY: as above.
     copy(unsafe { snap.bytes.as_mut_ptr().add(SNAP_TABLE_AT) }, table_len, table)?;
-    snap.table_len = table_len as u32;
+    snap.head.table_len = table_len as u32;
     Some(table_len)
 }
 

@@ -371,6 +371,9 @@ impl KernelProgram {
         let bench_stop = bench_stop_after();
         let offsets = kernel_offsets()?;
         let slots = process_slots();
+        // The code-object snapshot's buffer: one entry per possible CPU (by CPU number).
+        let possible_cpus = aya::util::nr_cpus().map_err(|(what, e)| LoadError::Cpus(format!("{what}: {e}")))?;
+        let possible_cpus = u32::try_from(possible_cpus).unwrap_or(u32::MAX);
         // Kernels >= 5.11 charge BPF memory to the memory cgroup; RLIMIT_MEMLOCK only matters
         // on older ones, and raising it needs CAP_SYS_RESOURCE. Try, and go on either way.
         raise_memlock_limit();
@@ -390,6 +393,7 @@ impl KernelProgram {
             .map_max_entries("PROCESSES", slots)
             .map_max_entries(OFF_CPU_KERNEL_STACKS, kernel_stack_slots)
             .map_max_entries(OFF_CPU_THREADS, off_cpu_thread_slots)
+            .map_max_entries("SNAP_BUFFER", possible_cpus)
             .load(KERNEL_PROGRAM)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let walk = Walk::for_this_kernel();

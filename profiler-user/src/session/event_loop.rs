@@ -53,6 +53,13 @@ pub(crate) struct LoopControl<'a> {
 /// in the cache are served at any age: the kernel's hash names exactly what it saw.
 pub(crate) const TAIL_READ_MAX_WAIT: Duration = Duration::from_millis(100);
 
+/// Processes one record taken from the queue; its tail may be read only if it did not wait
+/// there longer than `TAIL_READ_MAX_WAIT`.
+fn take_up(session: &mut Session, (_, queued_at, record): drain::Queue) {
+    session.read_tails = queued_at.elapsed() <= TAIL_READ_MAX_WAIT;
+    session.on_ring_item(&record);
+}
+
 /// Records the worker takes from the inbox at a time, between its looks at the clock.
 const TAKE_AT_ONCE: usize = 256;
 /// How long the worker goes on with records still queued once sampling stopped; what is
@@ -108,9 +115,8 @@ pub(crate) fn run_loop(
         // a target up to a read's deadline): what is left waits for the next turn, or the
         // end's budget.
         while !shared.has_ended() && next_periodic.is_none_or(|at| Instant::now() < at) {
-            let Some((_, queued_at, record)) = records.pop_front() else { break };
-            session.read_tails = queued_at.elapsed() <= TAIL_READ_MAX_WAIT;
-            session.on_ring_item(&record);
+            let Some(item) = records.pop_front() else { break };
+            take_up(session, item);
         }
         session.release_due_held(false);
         if let Some(end) = ended.or_else(|| shared.end_reason()) {
@@ -177,9 +183,8 @@ pub(crate) fn run_loop(
             records.clear();
             break;
         }
-        if let Some((_, queued_at, record)) = records.pop_front() {
-            session.read_tails = queued_at.elapsed() <= TAIL_READ_MAX_WAIT;
-            session.on_ring_item(&record);
+        if let Some(item) = records.pop_front() {
+            take_up(session, item);
         }
     }
     for batch in session.kernel.unsent_off_cpu_batches() {

@@ -132,6 +132,7 @@ struct Slot {
 struct Job {
     pid: u32,
     address: u64,
+    /// Bytes asked for; after a chain read, the bytes of its records in `buf`.
     len: usize,
     /// A chain of records from `address` instead of `len` bytes.
     chain: Option<Chain>,

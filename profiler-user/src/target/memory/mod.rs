@@ -303,20 +303,14 @@ fn raw_chain(pid: u32, first: u64, chain: Chain, out: &mut Vec<u8>) -> ChainEnd 
     for i in 0..chain.max {
         let start = out.len();
         out.resize(start + chain.size, 0);
-        match raw_read(pid, address, &mut out[start..]) {
-            Ok(got) if got == chain.size => {}
-            Ok(_) | Err(_) if i > 0 => {
-                out.truncate(start);
-                return ChainEnd::Next(address);
-            }
-            Ok(got) => {
-                out.truncate(start);
-                return ChainEnd::FirstFailed(std::io::Error::other(format!("short read of {got} of {} bytes", chain.size)));
-            }
-            Err(e) => {
-                out.truncate(start);
-                return ChainEnd::FirstFailed(e);
-            }
+        let failed = match raw_read(pid, address, &mut out[start..]) {
+            Ok(got) if got == chain.size => None,
+            Ok(got) => Some(std::io::Error::other(format!("short read of {got} of {} bytes", chain.size))),
+            Err(e) => Some(e),
+        };
+        if let Some(e) = failed {
+            out.truncate(start);
+            return if i == 0 { ChainEnd::FirstFailed(e) } else { ChainEnd::Next(address) };
         }
         address = field_u64(&out[start..], chain.link).unwrap_or(0);
         if address == 0 {

@@ -204,7 +204,7 @@ fn check(argv: &[&str], exe: &str, minor: u8) {
         assert_eq!(snap.info, live, "3.{minor}");
         assert_eq!((snap.code, snap.check), (expected.address, 7));
         let mut cut = record.clone();
-        let at = std::mem::offset_of!(profiler_common::CodeSnapshot, filename_len);
+        let at = std::mem::offset_of!(profiler_common::CodeSnapshotHead, filename_len);
         cut[at..at + 4].copy_from_slice(&8u32.to_le_bytes());
         assert!(decode_snapshot(&cut, &layout, &types, &mem).is_err(), "3.{minor}: a cut copy decoded");
     }
@@ -313,11 +313,12 @@ fn live_sid_3_15() {
 /// `code_snapshot::fill` (same sizes, same fallbacks) from live memory; check word 7.
 fn kernel_copy(mem: &ProcessMemory, layout: &profiler_common::FrameLayout, code: u64) -> Option<Vec<u8>> {
     use profiler_common::*;
-    let mut snap = CodeSnapshot::read_prefix(&[0; CODE_SNAPSHOT_HEADER])?;
+    let mut snap = CodeSnapshotHead::default();
+    let mut bytes = vec![0u8; SNAP_BYTES];
     let size = (layout.snap_code_size as usize).min(SNAP_CODE_MAX - 8);
-    mem.read(code, &mut snap.bytes[..size]).ok()?;
+    mem.read(code, &mut bytes[..size]).ok()?;
     snap.code_len = size as u32;
-    let word = |at: u32| u64::from_le_bytes(snap.bytes[at as usize..at as usize + 8].try_into().unwrap());
+    let word = |at: u32| u64::from_le_bytes(bytes[at as usize..at as usize + 8].try_into().unwrap());
     let (name, filename, table) = (word(layout.snap_name), word(layout.snap_filename), word(layout.snap_linetable));
     let copy_str = |to: &mut [u8], cap: usize, address: u64| -> Option<u32> {
         let length = mem.read_u64(address + layout.check_str as u64).ok()?;
@@ -336,15 +337,18 @@ fn kernel_copy(mem: &ProcessMemory, layout: &profiler_common::FrameLayout, code:
     snap.name_at = name;
     snap.filename_at = filename;
     snap.table_at = table;
-    snap.name_len = copy_str(&mut snap.bytes[SNAP_NAME_AT..], SNAP_NAME_MAX, name)?;
-    snap.filename_len = copy_str(&mut snap.bytes[SNAP_FILENAME_AT..], SNAP_FILENAME_MAX, filename)?;
+    snap.name_len = copy_str(&mut bytes[SNAP_NAME_AT..], SNAP_NAME_MAX, name)?;
+    snap.filename_len = copy_str(&mut bytes[SNAP_FILENAME_AT..], SNAP_FILENAME_MAX, filename)?;
     let table_len = layout.snap_bytes_data as usize + mem.read_u64(table + layout.snap_bytes_size as u64).ok()? as usize;
     (table_len < SNAP_TABLE_MAX).then_some(())?;
-    mem.read(table, &mut snap.bytes[SNAP_TABLE_AT..SNAP_TABLE_AT + table_len]).ok()?;
+    mem.read(table, &mut bytes[SNAP_TABLE_AT..SNAP_TABLE_AT + table_len]).ok()?;
     snap.table_len = table_len as u32;
     snap.code = code;
     snap.check = 7;
     snap.header.kind = record_kind::CODE_SNAPSHOT;
     let len = CODE_SNAPSHOT_HEADER + SNAP_TABLE_AT + table_len;
-    Some(snap.as_bytes().get(..len)?.to_vec())
+    let mut record = Vec::with_capacity(len);
+    record.extend_from_slice(snap.as_bytes());
+    record.extend_from_slice(bytes.get(..SNAP_TABLE_AT + table_len)?);
+    Some(record)
 }

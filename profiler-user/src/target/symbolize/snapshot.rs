@@ -4,7 +4,7 @@
 //! kept it alive, however soon it was freed afterwards.
 
 use profiler_common::{
-    CODE_SNAPSHOT_HEADER, CodeSnapshot, SNAP_CODE_MAX, SNAP_FILENAME_AT, SNAP_FILENAME_MAX, SNAP_NAME_AT,
+    CODE_SNAPSHOT_HEADER, CodeSnapshotHead, SNAP_CODE_MAX, SNAP_FILENAME_AT, SNAP_FILENAME_MAX, SNAP_NAME_AT,
     SNAP_NAME_MAX, SNAP_TABLE_AT, SNAP_TABLE_MAX,
 };
 
@@ -47,12 +47,6 @@ pub struct Snapshot {
     pub info: CodeInfo,
 }
 
-/// The snapshot header's fields (after the record's `SampleHeader`), read from `record`
-/// (the regions past the record's end read as 0).
-fn header(record: &[u8]) -> Option<CodeSnapshot> {
-    CodeSnapshot::read_prefix(record)
-}
-
 /// Decodes one `record_kind::CODE_SNAPSHOT` record (whole, header included) of a process
 /// with `layout`; the type checks are those of a live read (`types`). Lengths are the
 /// kernel's, bounded here again by the regions and the record's own length.
@@ -63,7 +57,7 @@ pub fn decode_snapshot(
     live: &ProcessMemory,
 ) -> Result<Snapshot, SymbolError> {
     let bad = SymbolError::BadField { address: 0, field: "snapshot", reason: "malformed record" };
-    let snap = header(record).ok_or(bad)?;
+    let snap = CodeSnapshotHead::read(record).ok_or(bad)?;
     let bytes = &record[CODE_SNAPSHOT_HEADER..];
     let region = |at: usize, cap: usize, len: u32| -> &[u8] {
         let len = (len as usize).min(cap);
