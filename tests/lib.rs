@@ -589,8 +589,14 @@ impl Workload {
     /// Starts `python SCRIPT ARGS...` and waits (up to 60 s) for its `ready` line. In `args`,
     /// `{dir}` stands for the scratch directory as the interpreter sees it.
     pub fn spawn(py: &Python, script: &str, args: &[&str]) -> Result<Self> {
+        Self::spawn_env(py, script, args, &[])
+    }
+
+    /// [`spawn`](Self::spawn) with these environment variables set for the interpreter.
+    pub fn spawn_env(py: &Python, script: &str, args: &[&str], env: &[(&str, &str)]) -> Result<Self> {
         let dir = WorkDir::new(py, script.trim_end_matches(".py"))?;
         let mut cmd = py.command();
+        cmd.envs(env.iter().copied());
         cmd.arg(dir.guest_path(script))
             .args(
                 args.iter()

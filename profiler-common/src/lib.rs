@@ -224,7 +224,9 @@ pub struct ProcessInfo {
     /// `SampleHeader` so that a sample is attributed to the registration (not merely the pid)
     /// it was taken under. A PID reused by another process never matches the old target.
     pub generation: u32,
-    pub _pad: u32,
+    /// `gil_check::INTERP_HOLDER_IF_ENABLED`: offset in the interpreter of the GIL's `int
+    /// enabled`; 0 otherwise.
+    pub gil_enabled: u32,
     /// How to tell whether a thread holds the GIL (`--mode gil`): one of `gil_check`.
     pub gil_check: u32,
     /// `gil_check::INTERP_HOLDER`: offset in the interpreter of the `int` "GIL locked".
@@ -283,7 +285,9 @@ pub struct ProcessInfo {
     /// How the kernel tells that no code object can have been replaced at an address since it
     /// last checked it (`code_generation`): one of `code_generation`.
     pub code_generation_kind: u32,
-    pub _pad4: u32,
+    /// Free-threaded builds: the offset of `tlbc_indices.tlbc_generation` (`uint32_t`) in
+    /// `PyInterpreterState`, read into `SampleHeader::tlbc_generation`; 0 elsewhere.
+    pub tlbc_generation: u32,
     /// `code_generation::CREATED_AT`: address of the `uint32_t` counter; `FREED_IN_INTERP`:
     /// offset in `PyInterpreterState` of the `uint64_t` counter.
     pub code_generation_at: u64,
@@ -351,6 +355,10 @@ pub mod gil_check {
     pub const INTERP_HOLDER: u32 = 2;
     /// 3.15: the tstate's own `holds_gil`.
     pub const TSTATE_FLAG: u32 = 3;
+    /// Free-threaded 3.14: `INTERP_HOLDER` while the main interpreter's GIL is enabled (its
+    /// `int` at `ProcessInfo::gil_enabled` not 0); while it is not, no thread holds a GIL and
+    /// the sample is counted `counter::NO_GIL`.
+    pub const INTERP_HOLDER_IF_ENABLED: u32 = 4;
 }
 
 /// Slots of the kernel program's per-CPU `COUNTERS` array.
@@ -404,7 +412,9 @@ pub mod counter {
     /// unreadable.
     pub const CODE_SNAPSHOTS_SKIPPED: u32 = 18;
     /// Number of slots.
-    pub const SLOTS: u32 = 19;
+    /// `--mode gil`: samples of free-threaded processes running without a GIL (dropped).
+    pub const NO_GIL: u32 = 19;
+    pub const SLOTS: u32 = 20;
 }
 
 /// Kinds of records in the `SAMPLES` ring buffer; every record starts with a `SampleHeader`
@@ -527,7 +537,10 @@ pub struct SampleHeader {
     pub running_task: u64,
     /// Bits of `sample_flags` (CPU samples only; 0 in other records).
     pub flags: u32,
-    pub _pad: u32,
+    /// Free-threaded builds: the thread's interpreter's bytecode-copy generation
+    /// (`tlbc_indices.tlbc_generation`) as this sample read it, when
+    /// `ProcessInfo::tlbc_generation` is set; 0 otherwise (not read, or unreadable).
+    pub tlbc_generation: u32,
 }
 
 /// `SampleHeader::running_task` when the kernel did not record it.

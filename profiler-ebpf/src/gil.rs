@@ -28,6 +28,13 @@ pub fn sample_wanted(info: &ProcessInfo, tid: u32) -> bool {
     if unsafe { core::ptr::read_volatile(&GIL_ONLY) } == 0 {
         return true;
     }
+    if info.gil_check == gil_check::INTERP_HOLDER_IF_ENABLED {
+        let interp = read_u64(info.interpreters_head_addr);
+        if interp != 0 && read_u32(interp + info.gil_enabled as u64) == 0 {
+            bump(counter::NO_GIL);
+            return false;
+        }
+    }
     let tstate = find_thread_state(info, tid, current_fsbase());
     let holds = match holds_gil(info, tstate) {
         Some(holds) => holds,
@@ -49,7 +56,7 @@ pub fn holds_gil(info: &ProcessInfo, tstate: u64) -> Option<bool> {
     let holds = tstate != 0
         && match info.gil_check {
             gil_check::RUNTIME_TSTATE => read_u64(info.gil_holder) == tstate,
-            gil_check::INTERP_HOLDER => {
+            gil_check::INTERP_HOLDER | gil_check::INTERP_HOLDER_IF_ENABLED => {
                 let interp = read_u64(info.interpreters_head_addr);
                 interp != 0
                     && read_u32(interp + info.gil_locked as u64) != 0

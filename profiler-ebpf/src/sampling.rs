@@ -187,6 +187,7 @@ pub(crate) fn start_walk(info: &ProcessInfo, pid_tgid: u64, kind: u32, fsbase: u
     header.interpreter = 0;
     header.running_task = profiler_common::RUNNING_TASK_UNKNOWN;
     header.flags = 0;
+    header.tlbc_generation = 0;
 
     // Read once (one helper call) for the lookup, the header and the check cache's key.
     let (several, next_interpreter_id) = several_interpreters_and_next_id(info);
@@ -208,6 +209,14 @@ pub(crate) fn start_walk(info: &ProcessInfo, pid_tgid: u64, kind: u32, fsbase: u
         }
         if crate::gc::collecting(info, tstate, &scratch.tstate_bytes, &scratch.interp_window) {
             header.flags |= sample_flags::GC;
+        }
+    }
+    if info.tlbc_generation != 0 && info.tstate_interp != NO_FIELD {
+        // Free-threaded builds: which threads' bytecode copies the frames' indices name.
+        let interp = scratch.tstate_bytes.field(tstate, info.tstate_interp);
+        if interp != 0 {
+            let at = interp.wrapping_add(info.tlbc_generation as u64);
+            header.tlbc_generation = scratch.interp_window.u32_at(at).unwrap_or(0);
         }
     }
     let bytes = &scratch.tstate_bytes;

@@ -106,6 +106,11 @@ pub struct Counters {
     /// copies that did not decode (their frames were read from live memory instead).
     pub code_snapshots: u64,
     pub code_snapshots_bad: u64,
+    /// Free-threaded builds: frames of a thread's own bytecode copy whose offset was made
+    /// relative to it / shown without a line (the copy changed since the sample, or did not
+    /// read).
+    pub tlbc_rebased: u64,
+    pub tlbc_unresolved: u64,
     /// Times a symbol or frame cache was emptied to stay within its byte budget.
     pub cache_evictions: u64,
     /// Off-CPU intervals received (`--mode wall/off-cpu`; each is also one outcome above).
@@ -222,6 +227,8 @@ impl Counters {
         self.stale_invalidations += other.stale_invalidations;
         self.code_snapshots += other.code_snapshots;
         self.code_snapshots_bad += other.code_snapshots_bad;
+        self.tlbc_rebased += other.tlbc_rebased;
+        self.tlbc_unresolved += other.tlbc_unresolved;
         self.cache_evictions += other.cache_evictions;
         self.off_cpu_intervals += other.off_cpu_intervals;
         self.off_cpu_ns += other.off_cpu_ns;
@@ -277,6 +284,13 @@ impl Counters {
             self.full_frames_memo_hits,
             self.cache_evictions
         );
+        if self.tlbc_rebased + self.tlbc_unresolved > 0 {
+            let _ = writeln!(
+                s,
+                "{indent}threads' bytecode copies (free-threaded): {} frame positions rebased, {} shown without a line (the copy changed since the sample, or did not read)",
+                self.tlbc_rebased, self.tlbc_unresolved
+            );
+        }
         let per_sample = |v: u64| if total > 0 { v as f64 / total as f64 } else { 0.0 };
         let _ = writeln!(
             s,

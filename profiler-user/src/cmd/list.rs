@@ -78,7 +78,7 @@ fn row(pid: u32) -> Option<Row> {
         Ok(p) => Some(Row {
             pid,
             executable: crate::text::decode(p.exe.as_os_str().as_encoded_bytes()),
-            version: p.version.to_string(),
+            version: p.version_label(),
             linkage: match &p.linkage {
                 Linkage::Static => "static".to_string(),
                 Linkage::Shared { .. } => "shared".to_string(),

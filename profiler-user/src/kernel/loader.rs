@@ -325,6 +325,8 @@ pub struct KernelCounters {
     pub off_cpu_no_kernel_stack: u64,
     /// `--mode gil`: samples dropped as not the GIL's holder / of versions that cannot tell.
     pub not_gil_holder: u64,
+    /// `--mode gil`: samples of free-threaded processes running without a GIL.
+    pub no_gil: u64,
     pub gil_unknown: u64,
     /// `--mode exception`: samples dropped as not handling an exception / of versions whose
     /// exception state is not known.
@@ -746,6 +748,7 @@ impl Registry {
             off_cpu_lost: self.counter_sum(counter::OFF_CPU_LOST),
             off_cpu_no_kernel_stack: self.counter_sum(counter::OFF_CPU_NO_KERNEL_STACK),
             not_gil_holder: self.counter_sum(counter::NOT_GIL_HOLDER),
+            no_gil: self.counter_sum(counter::NO_GIL),
             gil_unknown: self.counter_sum(counter::GIL_UNKNOWN),
             not_handling_exception: self.counter_sum(counter::NOT_HANDLING_EXCEPTION),
             exception_unknown: self.counter_sum(counter::EXCEPTION_UNKNOWN),

@@ -50,6 +50,12 @@ pub(crate) struct Target {
     pub(crate) full_frames: FullFramesMemo,
     /// Validated deep-stack tails (`complete`); their symbolized forms hold ids of `epoch`.
     pub(crate) tails: TailCache,
+    /// Free-threaded builds: where the threads' bytecode copies are (`symbolize::tlbc`).
+    pub(crate) tlbc: crate::target::symbolize::TlbcBases,
+    /// The bytecode-copy generation of the record being processed (0: frames of threads with
+    /// their own copy are shown without a line): the kernel's, when the process had one
+    /// interpreter at sample time (the main one, whose generation the rebase reads).
+    pub(crate) tlbc_generation: u32,
     /// Whether a tail not in `tails` may be read from memory for the record being processed
     /// (set by the session per record: not when it waited too long in the queue).
     pub(crate) read_tails: bool,
@@ -125,6 +131,7 @@ impl Target {
             }
             self.epoch = Some(profile.epoch());
         }
+        self.tlbc_generation = if header.interpreter == 0 { header.tlbc_generation } else { 0 };
         let outcome = self.process_sample_inner(header, body, profile, threads, charge);
         self.account();
         outcome

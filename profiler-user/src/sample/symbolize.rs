@@ -96,29 +96,66 @@ impl Target {
             }
         }
         let generator = semantics.owner_generator.is_some_and(|g| g == entry.owner);
-        if let Some(id) = self.positions.get(&(entry.code, check, entry.instr_offset, generator)) {
+        // A thread's own bytecode copy (free-threaded builds): the offset made relative to
+        // it; a frame whose copy cannot be trusted is shown without a line.
+        let offset = match self.instr_offset(entry, check) {
+            Some(offset) => offset,
+            None => {
+                let code = self.code_entry(entry, check)?;
+                let info = &code.info;
+                let line = profile.line_numbers().pick(|| 0, info.firstlineno);
+                let name = FrameName { function: info.qualname.clone(), file: info.filename.clone(), line, native: None };
+                return Ok(Some(profile.try_intern(name).ok_or(FrameError::ProfileFull)?));
+            }
+        };
+        if let Some(id) = self.positions.get(&(entry.code, check, offset, generator)) {
             self.counters.code_cache_hits += 1;
             return Ok(*id);
         }
         let code = self.code_entry(entry, check)?;
-        let key = (entry.code, code.check, entry.instr_offset, generator);
+        let key = (entry.code, code.check, offset, generator);
         if let Some(id) = self.positions.get(&key) {
             return Ok(*id);
         }
         let info = &code.info;
         let incomplete = !generator
             && self.process.layout.code.firsttraceable.is_some()
-            && (entry.instr_offset as i64) < 2 * info.firsttraceable as i64;
+            && (offset as i64) < 2 * info.firsttraceable as i64;
         let id = if incomplete {
             None
         } else {
-            let line = profile.line_numbers().pick(|| info.line(entry.instr_offset).unwrap_or(0), info.firstlineno);
+            let line = profile.line_numbers().pick(|| info.line(offset).unwrap_or(0), info.firstlineno);
             let name = FrameName { function: info.qualname.clone(), file: info.filename.clone(), line, native: None };
             Some(profile.try_intern(name).ok_or(FrameError::ProfileFull)?)
         };
         self.reserve(caches::position_bytes());
         self.positions.insert(key, id, caches::position_bytes());
         Ok(id)
+    }
+
+    /// The frame's instruction offset in its code object's own bytecode: as the kernel sent
+    /// it, or rebased from the thread's copy (free-threaded builds, `tlbc_index != 0`);
+    /// `None` (counted) when that copy cannot be trusted (`symbolize::tlbc`).
+    fn instr_offset(&mut self, entry: &FrameEntry, check: u32) -> Option<i32> {
+        if entry.tlbc_index == 0 {
+            return Some(entry.instr_offset);
+        }
+        let Some(layout) = self.process.layout.tlbc else {
+            self.counters.tlbc_unresolved += 1;
+            return None;
+        };
+        let head = self.registered.interpreters_head_addr;
+        let frame = (entry.code, check, entry.tlbc_index, entry.instr_offset);
+        match self.tlbc.rebase(&self.mem, &layout, head, frame, self.tlbc_generation) {
+            Ok(offset) => {
+                self.counters.tlbc_rebased += 1;
+                Some(offset)
+            }
+            Err(_) => {
+                self.counters.tlbc_unresolved += 1;
+                None
+            }
+        }
     }
 
     /// Keeps a code object the kernel copied at sample time (`CodeSnapshot`), which comes
@@ -148,21 +185,16 @@ impl Target {
     /// and strings were read. A code object freed meanwhile keeps its validation word (freed
     /// memory is not cleared) while its name may already be another object's memory; but the
     /// allocator writes its free-list links over the object's head: glibc's over the type
-    /// word, pymalloc's over the reference count (where a live object holds a count, never
-    /// an address).
+    /// word, pymalloc's over the reference count (`ObjectLayout::live_count`).
     fn still_a_code_object(&self, address: u64) -> bool {
         let objects = &self.process.layout.objects;
-        let Ok(ob_type) = self.mem.read_u64(address.wrapping_add(u64::from(objects.ob_type))) else { return false };
-        if ob_type != self.process.code_type_address {
+        let mut head = [0u8; 32];
+        let Some(head) = head.get_mut(..objects.ob_type as usize + 8) else { return false };
+        if self.mem.read(address, head).is_err() {
             return false;
         }
-        // With the default object head (the count at 0, the type at 8); free-threaded builds
-        // keep other words there.
-        if objects.ob_type == 8 {
-            let Ok(count) = self.mem.read_u64(address) else { return false };
-            return count != 0 && count < 1 << 40;
-        }
-        true
+        let ob_type = crate::target::memory::field_u64(head, objects.ob_type as usize);
+        ob_type == Some(self.process.code_type_address) && objects.live_count(head, 1 << 40)
     }
 
     /// The frame's code object, from the cache when its validation word matches `expected`

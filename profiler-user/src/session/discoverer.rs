@@ -82,6 +82,9 @@ pub(crate) struct NewTarget {
     pub(crate) generation: u32,
     /// What the kernel was given at registration (set with `generation`).
     pub(crate) info: ProcessInfo,
+    /// A free-threaded process that ran without a GIL when it was looked at (`--mode gil`
+    /// keeps none of its samples while it does).
+    pub(crate) no_gil: bool,
 }
 
 /// Counts of discovery's work, shown by `--stats`.
@@ -605,7 +608,19 @@ fn ready(process: PythonProcess) -> Examination {
     };
     let exe_link = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
     let label = process_label(&process);
-    Examination::Ready(Box::new(NewTarget { process, exe_link, label, generation: 0, info }), info)
+    let no_gil = runs_without_gil(&mem, &info);
+    Examination::Ready(Box::new(NewTarget { process, exe_link, label, generation: 0, info, no_gil }), info)
+}
+
+/// Whether a free-threaded process's main interpreter has its GIL disabled now (the check
+/// the kernel makes per sample under `--mode gil`, `gil_check::INTERP_HOLDER_IF_ENABLED`).
+pub(crate) fn runs_without_gil(mem: &ProcessMemory, info: &ProcessInfo) -> bool {
+    if info.gil_check != profiler_common::gil_check::INTERP_HOLDER_IF_ENABLED {
+        return false;
+    }
+    let Ok(interp) = mem.read_u64(info.interpreters_head_addr) else { return false };
+    let mut enabled = [0u8; 4];
+    interp != 0 && mem.read(interp.wrapping_add(u64::from(info.gil_enabled)), &mut enabled).is_ok() && enabled == [0; 4]
 }
 
 /// How a process is named in profiles: its command, executable, version, container and pod
@@ -616,7 +631,7 @@ pub(super) fn process_label(process: &PythonProcess) -> ProcessLabel {
     ProcessLabel {
         comm: process.comm.clone(),
         exe: process.exe.display().to_string(),
-        version: process.version.to_string(),
+        version: process.version_label(),
         container_id: container.container_id,
         pod_uid: container.pod_uid,
         cwd: crate::output::filenames::process_cwd(process.pid),

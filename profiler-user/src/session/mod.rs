@@ -205,7 +205,7 @@ fn retired_entry(old: Target) -> Retired {
     Retired {
         pid: old.process.pid,
         comm: old.process.comm.clone(),
-        version: old.process.version.to_string(),
+        version: old.process.version_label(),
         counters: old.counters,
     }
 }
@@ -332,6 +332,19 @@ impl Session {
         self.native.as_ref()?.io.as_ref().map(|io| io.report())
     }
 
+    /// Under `--mode gil`, says once per process that a free-threaded process without a GIL
+    /// (`no_gil`, as discovery read it) will have no samples.
+    fn warn_if_no_gil(&self, process: &PythonProcess, no_gil: bool) {
+        if no_gil && self.time_mode == TimeMode::Gil {
+            eprintln!(
+                "pyperch: warning: process {} ({}, CPython {}) runs without a GIL: --mode gil keeps none of its samples (PYTHON_GIL=1 gives it one)",
+                process.pid,
+                crate::text::field(&process.comm),
+                process.version_label()
+            );
+        }
+    }
+
     /// Registers a Python process with the kernel if its interpreter is ready. Only before
     /// discovery starts (explicit pids, inspected by the caller).
     pub(crate) fn add_process(&mut self, process: PythonProcess) -> Result<bool, SessionError> {
@@ -345,6 +358,7 @@ impl Session {
         };
         let label = discoverer::process_label(&process);
         let exe_link = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+        self.warn_if_no_gil(&process, discoverer::runs_without_gil(&mem, &info));
         let mut target = self.new_target(process, exe_link, generation, info);
         // With --async, the asyncio reader is made before the first registration, so that no
         // sample is taken without the running task (which would keep its plain stack).
@@ -440,7 +454,8 @@ impl Session {
         for event in events {
             match event {
                 DiscoveryEvent::Added(new) => {
-                    let discoverer::NewTarget { process, exe_link, label, generation, info } = *new;
+                    let discoverer::NewTarget { process, exe_link, label, generation, info, no_gil } = *new;
+                    self.warn_if_no_gil(&process, no_gil);
                     let target = self.new_target(process, exe_link, generation, info);
                     self.insert_target(target, label);
                 }
@@ -580,7 +595,7 @@ impl Session {
         let mut rows: Vec<(u32, String, String, bool, &Counters)> = self
             .targets
             .values()
-            .map(|t| (t.process.pid, t.process.comm.clone(), t.process.version.to_string(), t.alive, &t.counters))
+            .map(|t| (t.process.pid, t.process.comm.clone(), t.process.version_label(), t.alive, &t.counters))
             .chain(self.retired.iter().map(|r| (r.pid, r.comm.clone(), r.version.clone(), false, &r.counters)))
             .collect();
         rows.sort_by_key(|r| r.0);

@@ -76,11 +76,11 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
             kernel.off_cpu_no_kernel_stack, session.kernel_stacks.missing
         );
     }
-    if kernel.not_gil_holder + kernel.gil_unknown > 0 {
+    if kernel.not_gil_holder + kernel.gil_unknown + kernel.no_gil > 0 {
         let _ = writeln!(
             s,
-            "  kernel --mode gil: {} samples of threads not holding the GIL dropped, {} of versions that cannot tell the holder dropped",
-            kernel.not_gil_holder, kernel.gil_unknown
+            "  kernel --mode gil: {} samples of threads not holding the GIL dropped, {} of versions that cannot tell the holder dropped, {} of free-threaded processes running without a GIL dropped",
+            kernel.not_gil_holder, kernel.gil_unknown, kernel.no_gil
         );
     }
     if kernel.not_handling_exception + kernel.exception_unknown + kernel.exception_chain_too_long > 0 {

@@ -70,6 +70,8 @@ impl Target {
             full_frames: FullFramesMemo::default(),
             tails: TailCache::default(),
             read_tails: true,
+            tlbc: Default::default(),
+            tlbc_generation: 0,
             epoch: None,
             ledger: LedgerShare::new(&CACHE_BYTES),
             counters: Counters::default(),

@@ -438,7 +438,8 @@ impl AsyncReader {
             frames.push(TaskFrame {
                 function: code.qualname.to_string(),
                 file: code.filename.to_string(),
-                line: code.line(entry.instr_offset).unwrap_or(0),
+                // A thread's own bytecode copy (free-threaded builds) is not rebased here.
+                line: if entry.tlbc_index == 0 { code.line(entry.instr_offset).unwrap_or(0) } else { 0 },
             });
             let mut state = [0u8; 1];
             mem.read(current.wrapping_add(self.objects.gen_frame_state.into()), &mut state).ok()?;

@@ -259,7 +259,7 @@ impl WaitReader {
             let task = node.wrapping_sub(r.asyncio.task_node.into());
             let bytes = mem.read_vec(task, r.asyncio.task_size as usize).map_err(|_| ())?;
             let next = field_u64(&bytes, (r.asyncio.task_node + r.objects.llist_next) as usize).ok_or(())?;
-            let is_task = bytes.get(r.asyncio.task_is_task as usize) == Some(&1) && live_refcount(&bytes);
+            let is_task = bytes.get(r.asyncio.task_is_task as usize) == Some(&1) && r.layout.objects.live_count(&bytes, LIVE_BELOW);
             if is_task && tasks.insert(task, Listed { bytes, thread }).is_some() {
                 // A node seen twice: the list loops (torn or forged); stop here.
                 return Err(());
@@ -329,7 +329,7 @@ impl WaitReader {
                 None => {
                     let now = self.reader.read_task(mem, current).map_err(|_| Chain::Unreadable)?;
                     let holds = field_u64(&now, self.reader.asyncio.task_coro as usize) == Some(coro);
-                    if !holds || !live_refcount(&now) {
+                    if !holds || !self.reader.layout.objects.live_count(&now, LIVE_BELOW) {
                         return Err(Chain::Unsettled);
                     }
                     let task_type = self.reader.ob_type(&now);
@@ -417,7 +417,8 @@ impl WaitReader {
             frames.push(TaskFrame {
                 function: code.qualname.to_string(),
                 file: code.filename.to_string(),
-                line: code.line(entry.instr_offset).unwrap_or(0),
+                // A thread's own bytecode copy (free-threaded builds) is not rebased here.
+                line: if entry.tlbc_index == 0 { code.line(entry.instr_offset).unwrap_or(0) } else { 0 },
             });
             if !r.yield_from_states.contains(&state) {
                 return Some(Chain::Suspended { frames, awaits: 0, awaits_type: 0 });
@@ -538,12 +539,10 @@ fn same(a: &Chain, b: &Chain) -> bool {
     }
 }
 
-/// Whether an object's first word is a live reference count: a freed small object's first
-/// word holds the allocator's free-list link (an address, or 0), which a live task's count
-/// never reaches.
-fn live_refcount(object: &[u8]) -> bool {
-    field_u64(object, 0).is_some_and(|n| (1..1 << 32).contains(&n))
-}
+/// A live task's reference count (default builds) stays below this; a freed small object's
+/// first word holds the allocator's free-list link (an address, or 0) instead
+/// (`ObjectLayout::live_count`).
+const LIVE_BELOW: u64 = 1 << 32;
 
 /// The name a task is shown by (SHAPE of `--async`): an explicit name as it is; an automatic
 /// one (`Task-<n>`) by its coroutine's qualname, so tasks made per request aggregate.
@@ -570,10 +569,26 @@ mod tests {
 
     #[test]
     fn freed_objects_have_no_live_count() {
+        let objects = crate::target::layout::ObjectLayout::TEST_312;
         let object = |first: u64| first.to_le_bytes().to_vec();
-        assert!(live_refcount(&object(3)));
-        assert!(!live_refcount(&object(0)));
-        assert!(!live_refcount(&object(0x7f12_3456_7890)));
+        assert!(objects.live_count(&object(3), LIVE_BELOW));
+        assert!(!objects.live_count(&object(0), LIVE_BELOW));
+        assert!(!objects.live_count(&object(0x7f12_3456_7890), LIVE_BELOW));
+        // Free-threaded heads: the owner's count at 0x0c, the shared count (two flag bits)
+        // at 0x10; the first word is the owning thread's id (or, once freed, a link).
+        let ft = crate::target::layout::ObjectLayout { free_threaded: true, ob_type: 0x18, ..objects };
+        let head = |local: u32, shared: i64| {
+            let mut b = vec![0u8; 0x20];
+            b[..8].copy_from_slice(&0x7f12_3456_7890u64.to_le_bytes());
+            b[0x0c..0x10].copy_from_slice(&local.to_le_bytes());
+            b[0x10..0x18].copy_from_slice(&shared.to_le_bytes());
+            b
+        };
+        assert!(ft.live_count(&head(1, 0), LIVE_BELOW), "owned by its thread");
+        assert!(ft.live_count(&head(0, 2 << 2), LIVE_BELOW), "shared references only");
+        assert!(!ft.live_count(&head(0, 3), LIVE_BELOW), "merged, spent (the flags alone)");
+        assert!(!ft.live_count(&head(0, -4), LIVE_BELOW), "queued to merge at zero");
+        assert!(!ft.live_count(&head(1, 0)[..0x10], LIVE_BELOW), "a short head");
     }
 }
 

@@ -358,6 +358,11 @@ pub fn asyncio_module_section(pid: u32) -> Result<Option<Vec<u8>>, DiscoveryErro
 }
 
 impl PythonProcess {
+    /// The version as shown: `3.14.7`, or `3.14.7t` for a free-threaded build.
+    pub fn version_label(&self) -> String {
+        if self.layout.free_threaded { format!("{}t", self.version) } else { self.version.to_string() }
+    }
+
     /// Reads what the kernel needs now: the pthread key's value exists only once the
     /// interpreter created it, and the interpreter list only once it is initialised
     /// (`NotReady` until then). `Gone` if the process exited or its PID was reused.
@@ -407,7 +412,7 @@ impl PythonProcess {
             frame: self.layout.frame,
             // Set by the session when it registers the process.
             generation: 0,
-            _pad: 0,
+            gil_enabled: self.gil.enabled,
             gil_check: self.gil.check,
             gil_locked: self.gil.locked,
             gil_holder: if self.gil.check == profiler_common::gil_check::RUNTIME_TSTATE {
@@ -434,7 +439,7 @@ impl PythonProcess {
                 self.gil_wait.at
             },
             code_generation_kind: self.code_generation.0,
-            _pad4: 0,
+            tlbc_generation: self.layout.tlbc.map_or(0, |t| t.generation),
             code_generation_at: self.code_generation.1,
             tasks: Default::default(),
             gc_check: self.gc.check,

@@ -69,13 +69,7 @@ pub fn layout(file: &PythonFile, version: Version) -> Result<PythonLayout, Strin
         return Ok(layout);
     }
     match &file.debug_offsets {
-        // Free-threaded 3.14 layouts are known (issue #30) but not read yet.
-        Some(bytes) => match debug_offsets::layout_from_bytes(bytes) {
-            Ok(layout) if layout.free_threaded => {
-                Err(format!("free-threaded builds are not supported yet (CPython {}t)", layout.version))
-            }
-            found => found.map_err(|e| e.to_string()),
-        },
+        Some(bytes) => debug_offsets::layout_from_bytes(bytes).map_err(|e| e.to_string()),
         None if version.publishes_debug_offsets() => {
             Err(format!("CPython {version} should start _PyRuntime with _Py_DebugOffsets but this file does not"))
         }

@@ -15,7 +15,7 @@
 use profiler_common::{FRAME_READ_MAX, instr_kind};
 
 use super::tables::{self, Extras};
-use super::{CodeLayout, ObjectLayout, PythonLayout, Version};
+use super::{CodeLayout, ObjectLayout, PythonLayout, TlbcLayout, Version};
 use profiler_common::ThreadLayout;
 
 /// The first 8 bytes of `_Py_DebugOffsets` (no NUL).
@@ -381,6 +381,10 @@ const CHECKS: &[Check] = &[
     ("bytes_object", "size", 0, Bound::Max(1 << 8)),
     ("bytes_object", "ob_size", 8, Bound::GroupSize("bytes_object")),
     ("bytes_object", "ob_sval", 0, Bound::GroupSize("bytes_object")),
+    // Free-threaded builds' bytecode copies (`symbolize::tlbc`).
+    ("interpreter_state", "tlbc_generation", 4, Bound::GroupSize("interpreter_state")),
+    ("code_object", "co_tlbc", 8, Bound::GroupSize("code_object")),
+    ("tuple_object", "ob_size", 8, Bound::GroupSize("tuple_object")),
 ];
 
 /// Decodes and checks `_Py_DebugOffsets` from `bytes` (at least [`MAX_ENCODED_SIZE`] bytes
@@ -568,9 +572,22 @@ impl DebugOffsets {
             bytes_size: o("bytes_object", "ob_size")?,
             bytes_data: o("bytes_object", "ob_sval")?,
         };
+        // Free-threaded builds: where the threads' bytecode copies are (the kernel's offsets
+        // are relative to the code object's own bytecode; `symbolize::tlbc` rebases them).
+        let tlbc = match (self.free_threaded, frame.tlbc_index) {
+            (true, at) if at != 0 => Some(TlbcLayout {
+                code_tlbc: o("code_object", "co_tlbc")?,
+                code_adaptive,
+                code_size: o("tuple_object", "ob_size")?,
+                generation: o("interpreter_state", "tlbc_generation")?,
+                interp_next: o("interpreter_state", "next")?,
+            }),
+            _ => None,
+        };
         Ok(PythonLayout {
             version: self.version,
             free_threaded: self.free_threaded,
+            tlbc,
             interpreters_head: o("runtime_state", "interpreters_head")?,
             pthread_key: extras.pthread_key,
             thread,
@@ -765,6 +782,11 @@ mod tests {
         // The validation window covers the same immutable fields as the default build's,
         // 16 bytes further.
         assert_eq!(crate::target::layout::check_window(&l.code), (0x50, 0x40));
+        let t = l.tlbc.expect("a free-threaded build's bytecode copies");
+        assert_eq!((t.code_tlbc, t.code_adaptive, t.code_size), (0xe0, 0xe8, 0x20));
+        let (generation, next) = (d.get("interpreter_state", "tlbc_generation"), d.get("interpreter_state", "next"));
+        assert_eq!((Some(u64::from(t.generation)), Some(u64::from(t.interp_next))), (generation, next));
+        assert!(t.generation > 0x100, "tlbc_generation lies past the interpreter's head");
     }
 
     #[test]

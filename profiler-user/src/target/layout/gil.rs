@@ -11,6 +11,11 @@
 //!
 //! `last_holder` stays set after the GIL is released, so 3.12-3.14 also need `locked`.
 //!
+//! Free-threaded 3.14 (`3.14t`) has the same fields in a struct that starts with `int
+//! enabled` (0 while the process runs without a GIL, the default): `--mode gil` reads it per
+//! sample (`gil_check::INTERP_HOLDER_IF_ENABLED`); `dump` and the GIL waits of `--mode
+//! wall` do not know its struct (they rest on the default build's `interval` first).
+//!
 //! Where the GIL itself is (`--mode wall/off-cpu`: a thread asleep in a futex call inside it
 //! waits for the GIL, [`gil_wait_layout`]): the `struct _gil_runtime_state` (its mutex and
 //! condition variables, 0xd0 bytes on x86_64 glibc in every version) is
@@ -32,6 +37,8 @@ pub struct GilLayout {
     pub check: u32,
     pub holder: u64,
     pub locked: u32,
+    /// `INTERP_HOLDER_IF_ENABLED`: the offset of the GIL's `int enabled` in the interpreter.
+    pub enabled: u32,
 }
 
 /// `gilstate.tstate_current` in `_PyRuntime`, by minor version: the one table of where
@@ -75,6 +82,7 @@ pub fn holder_location(version: Version, offsets: Option<&DebugOffsets>) -> Opti
     let gil_pointer = match version.minor {
         ..=11 => return None,
         12 => INTERP_GIL_POINTER_3_12,
+        _ if offsets?.free_threaded => return None,
         _ => offsets?.get("interpreter_state", "ceval_gil")?,
     };
     Some(GilLocation::InterpreterGil {
@@ -92,25 +100,37 @@ pub fn gil_layout(version: Version, debug_offsets: Option<&[u8]>) -> GilLayout {
         return unknown;
     }
     if let Some(offset) = runtime_tstate_current(version) {
-        return GilLayout { check: gil_check::RUNTIME_TSTATE, holder: offset, locked: 0 };
+        return GilLayout { check: gil_check::RUNTIME_TSTATE, holder: offset, locked: 0, enabled: 0 };
     }
     if version.minor == 12 {
         return GilLayout {
             check: gil_check::INTERP_HOLDER,
             holder: INTERP_OWN_GIL_3_12 + u64::from(GIL_STATE_LAST_HOLDER),
             locked: INTERP_OWN_GIL_3_12 as u32 + GIL_STATE_LOCKED,
+            enabled: 0,
         };
     }
     let Some(decoded) = debug_offsets.and_then(|b| debug_offsets::decode(b).ok()) else { return unknown };
     if let Some(flag) = decoded.get("thread_state", "holds_gil") {
-        return GilLayout { check: gil_check::TSTATE_FLAG, holder: flag, locked: 0 };
+        return GilLayout { check: gil_check::TSTATE_FLAG, holder: flag, locked: 0, enabled: 0 };
     }
     match (
         decoded.get("interpreter_state", "gil_runtime_state_holder"),
         decoded.get("interpreter_state", "gil_runtime_state_locked").and_then(|l| u32::try_from(l).ok()),
     ) {
+        (Some(holder), Some(locked)) if holder != 0 && locked != 0 && !decoded.free_threaded => {
+            GilLayout { check: gil_check::INTERP_HOLDER, holder, locked, enabled: 0 }
+        }
+        // `enabled` is published relative to the GIL's struct (its first field: 0).
         (Some(holder), Some(locked)) if holder != 0 && locked != 0 => {
-            GilLayout { check: gil_check::INTERP_HOLDER, holder, locked }
+            let gil = decoded.get("interpreter_state", "gil_runtime_state").unwrap_or(0);
+            let enabled = decoded.get("interpreter_state", "gil_runtime_state_enabled").map(|e| gil.saturating_add(e));
+            match enabled.and_then(|e| u32::try_from(e).ok()) {
+                Some(enabled) if gil != 0 && enabled < locked => {
+                    GilLayout { check: gil_check::INTERP_HOLDER_IF_ENABLED, holder, locked, enabled }
+                }
+                _ => unknown,
+            }
         }
         _ => unknown,
     }
@@ -150,6 +170,9 @@ pub fn gil_wait_layout(version: Version, debug_offsets: Option<&[u8]>) -> GilWai
         return GilWaitLayout { kind: gil_wait::INTERP_POINTER, size: GIL_STATE_SIZE, at: INTERP_GIL_POINTER_3_12 };
     }
     let Some(decoded) = debug_offsets.and_then(|b| debug_offsets::decode(b).ok()) else { return unknown };
+    if decoded.free_threaded {
+        return unknown;
+    }
     match decoded.get("interpreter_state", "ceval_gil") {
         Some(pointer) if pointer != 0 => GilWaitLayout { kind: gil_wait::INTERP_POINTER, size: GIL_STATE_SIZE, at: pointer },
         _ => unknown,

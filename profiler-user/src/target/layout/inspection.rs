@@ -65,8 +65,10 @@ pub const GLIBC_PTHREAD_TID: u32 = 0x2d0;
 /// `tp_name` and `tp_flags` in `PyTypeObject`, 3.8-3.15.
 const TYPE_NAME: u32 = 0x18;
 const TYPE_FLAGS: u32 = 0xa8;
-/// `PyDictObject.ma_used`, 3.8-3.15.
+/// `PyDictObject.ma_used`, 3.8-3.15; 16 bytes further in free-threaded builds (32-byte
+/// object head; 3.14.7t's DWARF).
 const DICT_USED: u32 = 0x10;
+const DICT_USED_FREE_THREADED: u32 = 0x20;
 
 const fn values_before_3_12() -> ValueLayout {
     ValueLayout {
@@ -131,14 +133,17 @@ struct ModernExtras {
     minor: u8,
     /// `int co_nlocalsplus`.
     nlocalsplus: u32,
+    /// The same in the free-threaded build (`None`: not known, no dump of its locals).
+    nlocalsplus_free_threaded: Option<u32>,
     /// Tag bits of a `_PyStackRef` in `localsplus`.
     value_mask: u64,
 }
 
 const MODERN_EXTRAS: &[ModernExtras] = &[
-    ModernExtras { minor: 13, nlocalsplus: 0x48, value_mask: !0 },
-    ModernExtras { minor: 14, nlocalsplus: 0x48, value_mask: !3 },
-    ModernExtras { minor: 15, nlocalsplus: 0x48, value_mask: !3 },
+    ModernExtras { minor: 13, nlocalsplus: 0x48, nlocalsplus_free_threaded: None, value_mask: !0 },
+    // 3.14.7t's DWARF: `co_nlocalsplus` at 0x58.
+    ModernExtras { minor: 14, nlocalsplus: 0x48, nlocalsplus_free_threaded: Some(0x58), value_mask: !3 },
+    ModernExtras { minor: 15, nlocalsplus: 0x48, nlocalsplus_free_threaded: None, value_mask: !3 },
 ];
 
 /// Why no inspection layout exists.
@@ -166,6 +171,10 @@ pub fn inspection_layout(version: Version, offsets: Option<&DebugOffsets>) -> Re
         offsets.get(group, field).and_then(|v| u32::try_from(v).ok()).ok_or(InspectionError::Missing(what))
     };
     let optional = |group: &str, field: &str| offsets.get(group, field).and_then(|v| u32::try_from(v).ok());
+    let (nlocalsplus, dict_used) = match offsets.free_threaded {
+        false => (extras.nlocalsplus, DICT_USED),
+        true => (extras.nlocalsplus_free_threaded.ok_or(InspectionError::Unknown(version))?, DICT_USED_FREE_THREADED),
+    };
     Ok(InspectionLayout {
         interp_next: get("interpreter_state", "next", "interpreter_state.next")?,
         gil: holder_location(version, Some(offsets)).ok_or(InspectionError::Missing("interpreter_state.ceval_gil"))?,
@@ -173,7 +182,7 @@ pub fn inspection_layout(version: Version, offsets: Option<&DebugOffsets>) -> Re
         locals: LocalsLayout::LocalsPlus {
             names: get("code_object", "localsplusnames", "code_object.localsplusnames")?,
             kinds: get("code_object", "localspluskinds", "code_object.localspluskinds")?,
-            count: extras.nlocalsplus,
+            count: nlocalsplus,
             frame_values: get("interpreter_frame", "localsplus", "interpreter_frame.localsplus")?,
             value_mask: extras.value_mask,
         },
@@ -183,7 +192,7 @@ pub fn inspection_layout(version: Version, offsets: Option<&DebugOffsets>) -> Re
             long_tag: Some(get("long_object", "lv_tag", "long_object.lv_tag")?),
             long_digits: get("long_object", "ob_digit", "long_object.ob_digit")?,
             float_value: get("float_object", "ob_fval", "float_object.ob_fval")?,
-            dict_used: DICT_USED,
+            dict_used,
             set_used: optional("set_object", "used").unwrap_or(0x18),
             type_name: get("type_object", "tp_name", "type_object.tp_name")?,
             type_flags: get("type_object", "tp_flags", "type_object.tp_flags")?,

@@ -109,7 +109,32 @@ pub struct ObjectLayout {
     pub free_threaded: bool,
 }
 
+/// A free-threaded object head (PEP 703): `ob_tid` (0), `ob_flags`, `ob_mutex`, `ob_gc_bits`,
+/// then `uint32_t ob_ref_local` (0x0c) and `Py_ssize_t ob_ref_shared` (0x10), whose low two
+/// bits are flags; `ob_type` at 0x18 (CPython 3.14's `Include/object.h`).
+const FT_REF_LOCAL: usize = 0x0c;
+const FT_REF_SHARED: usize = 0x10;
+
 impl ObjectLayout {
+    /// Whether an object's head (`head`: its first bytes, through `ob_type`) holds the
+    /// reference count of a live object. A freed object's first word is the allocator's
+    /// free-list link: in a default build that is the count's word, so it must lie in
+    /// `1..below` (a live count never reaches an address); in a free-threaded build a freed
+    /// object's counts are both spent (its owner's count 0, the shared count not above 0),
+    /// whereas a live object holds a reference in one of them.
+    pub fn live_count(&self, head: &[u8], below: u64) -> bool {
+        use crate::target::memory::{field_u32, field_u64};
+        if self.free_threaded {
+            let local = field_u32(head, FT_REF_LOCAL);
+            let shared = field_u64(head, FT_REF_SHARED).map(|w| w as i64);
+            return match (local, shared) {
+                (Some(local), Some(shared)) => local != 0 || shared >> 2 > 0,
+                _ => false,
+            };
+        }
+        field_u64(head, 0).is_some_and(|n| (1..below).contains(&n))
+    }
+
     /// CPython 3.12-3.15's (default build), for unit tests that build objects by hand.
     #[cfg(test)]
     pub(crate) const TEST_312: ObjectLayout = ObjectLayout {
@@ -144,6 +169,8 @@ pub struct PythonLayout {
     /// A free-threaded build (PEP 703; `_Py_DebugOffsets.free_threaded`): its object header
     /// is 32 bytes and every object field moves by 16.
     pub free_threaded: bool,
+    /// Where a free-threaded build keeps its threads' bytecode copies (`None` elsewhere).
+    pub tlbc: Option<TlbcLayout>,
     /// Offset of `interpreters.head` in `_PyRuntime`.
     pub interpreters_head: u32,
     /// Offset in `_PyRuntime` of the `int` pthread key of `autoTSSkey` (3.8-3.14), if any.
@@ -153,6 +180,22 @@ pub struct PythonLayout {
     pub frame_semantics: FrameSemantics,
     pub code: CodeLayout,
     pub objects: ObjectLayout,
+}
+
+/// Where a free-threaded build keeps its threads' bytecode copies (all from the target's
+/// own `_Py_DebugOffsets`; read by `symbolize::tlbc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TlbcLayout {
+    /// `co_tlbc` in the code object: a `_PyCodeArray *`, `{Py_ssize_t size; char *entries[]}`.
+    pub code_tlbc: u32,
+    /// `co_code_adaptive` in the code object: what the kernel's offsets are relative to.
+    pub code_adaptive: u32,
+    /// `ob_size` of the code object (its bytecode's length in 2-byte code units).
+    pub code_size: u32,
+    /// `tlbc_indices.tlbc_generation` (`uint32_t`) in `PyInterpreterState`.
+    pub generation: u32,
+    /// `next` in `PyInterpreterState`.
+    pub interp_next: u32,
 }
 
 /// Offset of the cached hash (`Py_hash_t`) in every `str` object, 3.8-3.15 default builds; it

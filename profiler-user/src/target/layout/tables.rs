@@ -213,6 +213,7 @@ const fn layout_3_8_or_3_9(minor: u8, pthread_key: u32) -> PythonLayout {
     PythonLayout {
         version: Version::new(3, minor, 0),
         free_threaded: false,
+        tlbc: None,
         interpreters_head: 0x20,
         pthread_key: Some(pthread_key),
         thread: THREAD_UNTIL_3_10,
@@ -233,6 +234,7 @@ pub static LEGACY: &[LegacyRow] = &[
         layout: PythonLayout {
             version: Version::new(3, 10, 0),
             free_threaded: false,
+            tlbc: None,
             interpreters_head: 0x20,
             pthread_key: Some(0x24c),
             thread: THREAD_UNTIL_3_10,
@@ -249,6 +251,7 @@ pub static LEGACY: &[LegacyRow] = &[
         layout: PythonLayout {
             version: Version::new(3, 11, 0),
             free_threaded: false,
+            tlbc: None,
             interpreters_head: 0x28,
             pthread_key: Some(0x254),
             // `tstate.cframe` (0x38) -> `_PyCFrame.current_frame` (+0x08).
@@ -273,6 +276,7 @@ pub static LEGACY: &[LegacyRow] = &[
         layout: PythonLayout {
             version: Version::new(3, 12, 0),
             free_threaded: false,
+            tlbc: None,
             interpreters_head: 0x28,
             pthread_key: Some(0x60c),
             // `tstate.cframe` (0x38) -> `_PyCFrame.current_frame` (+0x00).

@@ -188,6 +188,8 @@ pub enum ThreadingLayoutError {
     Unknown(Version),
     #[error("the target's _Py_DebugOffsets lack {0}")]
     Missing(&'static str),
+    #[error("pyperch has no threading-registry layout for free-threaded builds yet (CPython {0}t)")]
+    FreeThreaded(Version),
 }
 
 /// The layout for `version`; `offsets` (the target's decoded `_Py_DebugOffsets`) is required
@@ -195,6 +197,11 @@ pub enum ThreadingLayoutError {
 pub fn threading_layout(version: Version, offsets: Option<&DebugOffsets>) -> Result<ThreadingLayout, ThreadingLayoutError> {
     if version.major != 3 {
         return Err(ThreadingLayoutError::Unknown(version));
+    }
+    // Its objects' fields lie 16 bytes further and its managed dict elsewhere: the
+    // hand-written values below are the default build's (names stay the OS names).
+    if offsets.is_some_and(|o| o.free_threaded) {
+        return Err(ThreadingLayoutError::FreeThreaded(version));
     }
     let row = ROWS.iter().find(|r| r.minor == version.minor).ok_or(ThreadingLayoutError::Unknown(version))?;
     let published = |group: &str, field: &str| offsets.and_then(|o| o.get(group, field)).and_then(|v| u32::try_from(v).ok());

@@ -14,6 +14,7 @@ mod check;
 mod code;
 mod snapshot;
 mod strings;
+mod tlbc;
 
 #[cfg(test)]
 mod live_tests;
@@ -22,6 +23,7 @@ pub use check::read_code_check;
 pub use code::{CodeInfo, TypeAddresses, read_code};
 pub use snapshot::{Snapshot, SnapshotMemory, decode_snapshot};
 pub use strings::{read_bytes, read_str, read_str_prefix};
+pub use tlbc::{TlbcBases, TlbcLayout, Unresolved};
 
 use crate::target::memory::MemoryError;
 

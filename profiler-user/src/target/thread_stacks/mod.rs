@@ -236,7 +236,7 @@ pub fn dump_inspected(process: &PythonProcess, options: DumpOptions) -> Result<P
     Ok(ProcessDump {
         pid,
         command: process.comm.clone(),
-        python_version: process.version.to_string(),
+        python_version: process.version_label(),
         gil_holder,
         threads,
         threads_ended: ended,
@@ -249,7 +249,7 @@ pub fn dump_inspected(process: &PythonProcess, options: DumpOptions) -> Result<P
 fn inspection_for(process: &PythonProcess, mem: &ProcessMemory) -> Result<InspectionLayout, DumpError> {
     let unsupported = |reason: String| DumpError::Unsupported {
         pid: process.pid,
-        version: process.version.to_string(),
+        version: process.version_label(),
         reason,
     };
     let offsets = if process.version.publishes_debug_offsets() {

@@ -25,7 +25,7 @@ use crate::target::symbolize::read_code_check;
 use crate::target::discovery::PythonProcess;
 use crate::target::layout::inspection::{InspectionLayout, LocalsLayout};
 use crate::target::memory::{MemoryError, ProcessMemory, field_u64};
-use crate::target::symbolize::{self, CodeInfo, TypeAddresses};
+use crate::target::symbolize::{self, CodeInfo, TlbcBases, TypeAddresses};
 
 /// Reads of a whole stack before giving up on a consistent one.
 pub const MAX_ATTEMPTS: u32 = 8;
@@ -108,6 +108,10 @@ pub struct StackReader<'a> {
     frame_reads: u64,
     /// Bytes held so far (bounded by `MAX_DUMP_BYTES`): accepted stacks and cached code.
     held: usize,
+    /// Free-threaded builds: the threads' bytecode copies, and the generation read before
+    /// the stack being read (`symbolize::tlbc`).
+    tlbc: TlbcBases,
+    tlbc_generation: u32,
 }
 
 /// Why one attempt failed.
@@ -137,6 +141,8 @@ impl<'a> StackReader<'a> {
             codes: HashMap::new(),
             frame_reads: 0,
             held: 0,
+            tlbc: TlbcBases::default(),
+            tlbc_generation: 0,
         }
     }
 
@@ -249,6 +255,10 @@ impl<'a> StackReader<'a> {
     }
 
     fn attempt(&mut self, tstate: u64, with_locals: bool) -> Result<(Vec<Frame>, bool), Problem> {
+        if let Some(layout) = self.process.layout.tlbc {
+            let head = self.process.runtime_address.wrapping_add(self.process.layout.interpreters_head.into());
+            self.tlbc_generation = self.tlbc.generation_now(&self.mem, &layout, head);
+        }
         let (first, truncated) = self.read_chain(tstate)?;
         let mut frames = Vec::with_capacity(first.len());
         let mut innermost_shown = false;
@@ -271,11 +281,23 @@ impl<'a> StackReader<'a> {
         if let (Some(entry), Some(shown)) = (second.first(), frames.first_mut()) {
             if innermost_shown && entry.instr_offset != first[0].instr_offset {
                 let code = self.code(entry)?;
-                shown.line = code.line(entry.instr_offset);
+                shown.line = self.offset(entry).and_then(|offset| code.line(offset));
             }
         }
         frames.reverse();
         Ok((frames, truncated))
+    }
+
+    /// The frame's instruction offset in its code object's own bytecode (rebased from the
+    /// thread's copy on free-threaded builds); `None` when that copy cannot be trusted.
+    fn offset(&mut self, entry: &FrameEntry) -> Option<i32> {
+        if entry.tlbc_index == 0 {
+            return Some(entry.instr_offset);
+        }
+        let layout = self.process.layout.tlbc?;
+        let head = self.process.runtime_address.wrapping_add(self.process.layout.interpreters_head.into());
+        let frame = (entry.code, entry.check, entry.tlbc_index, entry.instr_offset);
+        self.tlbc.rebase(&self.mem, &layout, head, frame, self.tlbc_generation).ok()
     }
 
     fn visible(&self, entry: &FrameEntry) -> bool {
@@ -291,9 +313,11 @@ impl<'a> StackReader<'a> {
         let semantics = self.process.layout.frame_semantics;
         let code = self.code(entry)?;
         let generator = semantics.owner_generator.is_some_and(|g| g == entry.owner);
+        // A frame of a thread's own bytecode copy that cannot be rebased: shown, no line.
+        let offset = self.offset(entry);
         let incomplete = !generator
             && self.process.layout.code.firsttraceable.is_some()
-            && i64::from(entry.instr_offset) < 2 * i64::from(code.firsttraceable);
+            && offset.is_some_and(|offset| i64::from(offset) < 2 * i64::from(code.firsttraceable));
         if incomplete {
             return Ok(None);
         }
@@ -301,7 +325,7 @@ impl<'a> StackReader<'a> {
         Ok(Some(Frame {
             function: code.qualname.clone(),
             file: code.filename.clone(),
-            line: code.line(entry.instr_offset),
+            line: offset.and_then(|offset| code.line(offset)),
             first_line: code.firstlineno,
             locals,
         }))
