@@ -317,6 +317,9 @@ impl PythonSpec {
 
 /// The interpreter with this label, or `None` after printing a SKIP message.
 pub fn python(label: &str) -> Option<Python> {
+    if label == FT_3_14 {
+        return free_threaded_python("PYPERCH_FT_PYTHON", 14);
+    }
     let specs = configured_pythons();
     let Some(spec) = specs.iter().find(|s| s.label == label) else {
         skip(format!(
@@ -332,6 +335,10 @@ pub fn python(label: &str) -> Option<Python> {
         }
     }
 }
+
+/// The label of the free-threaded 3.14 of `PYPERCH_FT_PYTHON` ([`free_threaded_python`]):
+/// [`python`] takes it like any other label, so a per-version test runs on it too.
+pub const FT_3_14: &str = "ft-3.14";
 
 /// A free-threaded interpreter (PEP 703), built by hand: no package these machines can
 /// install ships one, and its source and build recipe are never part of this project. Taken

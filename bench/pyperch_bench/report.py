@@ -286,6 +286,7 @@ class Report(object):
                     info.get("frames_kernel", "?"), info.get("frames_cache", "?"), info.get("frames_memory", "?"),
                     fmt(pct(acc.get("full_stack_share")), 1), fmt(acc.get("split_error_pp"), 2)))
             w()
+        self.freethreaded_section()
         # Native stacks.
         native_groups = [g for g in r["groups"] if g.get("kind") == "native"]
         if native_groups:
@@ -355,6 +356,36 @@ class Report(object):
         g = self.goals_section(sums, sums315)
         self.lines[goals_at:goals_at] = g
         return "\n".join(self.lines) + "\n"
+
+    def freethreaded_section(self):
+        """pyperch on a free-threaded 3.14t beside pyperch on the main interpreter, same
+        workloads at 1 kHz (no peer here profiles a free-threaded build)."""
+        r, w = self.r, self.w
+        groups = [g for g in r["groups"] if g.get("kind") == "freethreaded"]
+        if not groups and not r.get("freethreaded_skipped"):
+            return
+        w("## Free-threaded CPython 3.14t (pyperch only)")
+        w()
+        if not groups:
+            w("Not measured in this run: %s (a free-threaded CPython is built by hand; see the README)." % r["freethreaded_skipped"])
+            w()
+            return
+        main = self.meta["python_main"]
+        w("pyperch `--pid` at 1 kHz on a free-threaded CPython (%s), each workload's threads running truly in parallel, beside pyperch on CPython %s (the main comparison above). CPU per sample = pyperch's process CPU plus BPF run time in the steady window, per recorded sample; split error and full stacks as in the tables above; mixed = stacks of the frame-reuse workload that never happened." % (groups[0]["interp"], main))
+        w()
+        w("| workload | samples/s | CPU us/sample (3.14t) | CPU us/sample (%s) | kernel ns/sample (3.14t) | target slowdown (3.14t) | split error pp (noise) | full stacks | mixed stacks |" % main)
+        w("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for g in groups:
+            a = self.agg(self.runs_for(g["interp"], g["workload"], g["rate"], "pyperch", kind="freethreaded"))
+            if not a:
+                continue
+            b = self.agg(self.runs_for(main, g["workload"], g["rate"], "pyperch"))
+            mixed = "%d of %d" % (a.get("mixed", 0), a.get("samples_total", 0)) if g["workload"] == "frame_reuse" and "mixed" in a else "-"
+            w("| %s | %s | %s | %s | %s | %s | %s (%s) | %s%% | %s |" % (
+                WORKLOAD_TITLES.get(g["workload"], g["workload"]), fmt(a.get("achieved_hz"), 0), fmt(a.get("cpu_us_per_sample"), 2),
+                fmt(b and b.get("cpu_us_per_sample"), 2), fmt(a.get("bpf_ns_per_sample"), 0), fmt(pct(a.get("slowdown")), 1) + "%",
+                fmt(a.get("split_error_pp"), 2), fmt(a.get("noise_pp"), 2), fmt(pct(a.get("full_stack_share")), 1), mixed))
+        w()
 
     def switch_rows(self):
         """Per tool and target of the switches section: medians over its repetitions."""

@@ -549,13 +549,30 @@ class Bench(object):
             if busy:
                 busy.stop()
 
+    def sec_freethreaded(self, reps):
+        """pyperch on a free-threaded CPython 3.14t, taken from `PYPERCH_FT_PYTHON` (no package
+        ships one, so it is built by hand; no peer here profiles one). Skipped, and said so in
+        the report, where the variable is unset."""
+        exe = os.environ.get("PYPERCH_FT_PYTHON", "")
+        if not exe or not os.path.exists(exe):
+            why = "PYPERCH_FT_PYTHON is not set" if not exe else "PYPERCH_FT_PYTHON names %s, which does not exist" % exe
+            log("free-threaded: %s: not measured" % why)
+            self.results["freethreaded_skipped"] = why
+            return
+        version = sh("%s -c 'import sys; print(sys.version.split()[0])'" % exe) or "3.14"
+        ft = Interp("%st (free-threaded, built by hand)" % version, exe)
+        self.group(ft, "chain", 1000, ["pyperch"], reps, kind="freethreaded")
+        self.group(ft, "recursion", 1000, ["pyperch"], max(1, reps - 1), args=[300], depth=300, kind="freethreaded")
+        self.group(ft, "threads8", 1000, ["pyperch"], max(1, reps - 1), kind="freethreaded")
+        self.group(ft, "frame_reuse", 1000, ["pyperch"], max(1, reps - 1), kind="freethreaded")
+
     # -- everything ----------------------------------------------------------------------
 
     def run_all(self):
         o = self.o
         py312 = Interp(o.python_label, o.python)
         interps = discover_interps(self.rootfs)
-        sections = set(o.only.split(",")) if o.only else {"compat", "main", "control", "cpython", "allcpu", "deep", "scale", "native", "switches", "parts", "idlehost", "startup"}
+        sections = set(o.only.split(",")) if o.only else {"compat", "main", "control", "cpython", "allcpu", "deep", "scale", "native", "switches", "parts", "idlehost", "startup", "freethreaded"}
         reps = o.reps
         if "compat" in sections:
             self.sec_compat(interps)
@@ -589,6 +606,8 @@ class Bench(object):
             self.sec_deep(py312)
         if "native" in sections:
             self.sec_native(py312, reps)
+        if "freethreaded" in sections:
+            self.sec_freethreaded(reps)
         if "switches" in sections:
             py315 = Interp("3.15 (Debian sid, static)", "/usr/bin/python3.15", self.rootfs) if self.rootfs else None
             self.sec_switches(py312, py315)

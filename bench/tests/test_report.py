@@ -51,6 +51,30 @@ class Table(unittest.TestCase):
         self.assertEqual(rep.lines, ["(not run)", ""])
 
 
+class FreeThreaded(unittest.TestCase):
+    def test_row_beside_the_main_interpreter(self):
+        runs = [run(1, "pyperch", 5.0, 0.02), run(2, "pyperch", 7.0, 0.04)]
+        bench = FakeBench(runs)
+        bench.results["groups"][0]["runs"] = [{"id": 1, "tool": "pyperch"}]
+        bench.results["groups"].append({"interp": "3.14.7t (free-threaded, built by hand)", "workload": "chain", "rate": 1000,
+                                        "kind": "freethreaded", "runs": [{"id": 2, "tool": "pyperch"}]})
+        rep = Report(bench, {"python_main": "3.12.1"})
+        rep.freethreaded_section()
+        self.assertEqual(rep.lines[0], "## Free-threaded CPython 3.14t (pyperch only)")
+        row = [l for l in rep.lines if l.startswith("| CPU split")]
+        self.assertEqual(row, ["| CPU split under a 30-call chain (depth 34) | 990 | 7.00 | 5.00 | 2500 | 4.0% | 0.50 (1.00) | 100.0% | - |"])
+
+    def test_not_measured_says_why(self):
+        bench = FakeBench([])
+        bench.results["freethreaded_skipped"] = "PYPERCH_FT_PYTHON is not set"
+        rep = Report(bench, {"python_main": "3.12.1"})
+        rep.freethreaded_section()
+        self.assertIn("Not measured in this run: PYPERCH_FT_PYTHON is not set", rep.lines[2])
+        rep = Report(FakeBench([]), {"python_main": "3.12.1"})
+        rep.freethreaded_section()
+        self.assertEqual(rep.lines, [], "nothing when the section did not run")
+
+
 class Figures(unittest.TestCase):
     def test_numbers(self):
         self.assertEqual(fmt(None), "n/a")

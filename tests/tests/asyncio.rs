@@ -104,6 +104,12 @@ fn async_chain_sid_3_15() {
     chain("sid-3.15");
 }
 
+/// The free-threaded 3.14 of `PYPERCH_FT_PYTHON` (skipped, saying so, where it is unset).
+#[test]
+fn async_chain_ft_3_14() {
+    chain(FT_3_14);
+}
+
 #[test]
 fn async_gather_sid_3_14() {
     gather("sid-3.14");
@@ -112,6 +118,12 @@ fn async_gather_sid_3_14() {
 #[test]
 fn async_gather_sid_3_15() {
     gather("sid-3.15");
+}
+
+/// The free-threaded 3.14 of `PYPERCH_FT_PYTHON` (skipped, saying so, where it is unset).
+#[test]
+fn async_gather_ft_3_14() {
+    gather(FT_3_14);
 }
 
 /// Before 3.14 CPython keeps no awaiter links: `--async --pid` of such a process is refused
@@ -180,6 +192,12 @@ fn async_dump_and_top_sid_3_14() {
 #[test]
 fn async_dump_and_top_sid_3_15() {
     dump_and_top("sid-3.15");
+}
+
+/// The free-threaded 3.14 of `PYPERCH_FT_PYTHON` (skipped, saying so, where it is unset).
+#[test]
+fn async_dump_and_top_ft_3_14() {
+    dump_and_top(FT_3_14);
 }
 
 /// `dump --async` of a process older than 3.14 is refused in one sentence with the reason.

@@ -113,3 +113,9 @@ fn lines_sid_3_14() {
 fn lines_sid_3_15() {
     lines("sid-3.15");
 }
+
+/// The free-threaded 3.14 of `PYPERCH_FT_PYTHON` (skipped, saying so, where it is unset).
+#[test]
+fn lines_ft_3_14() {
+    lines(FT_3_14);
+}

@@ -172,6 +172,12 @@ fn native_c_frames_sid_3_15() {
     c_frames("sid-3.15");
 }
 
+/// The free-threaded 3.14 of `PYPERCH_FT_PYTHON` (skipped, saying so, where it is unset).
+#[test]
+fn native_c_frames_ft_3_14() {
+    c_frames(FT_3_14);
+}
+
 /// zlib.compress shows libz under the calling line; sorted(key=f) shows the C sort between
 /// the caller and f.
 fn zlib_and_sorted(label: &str) {

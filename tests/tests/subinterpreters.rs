@@ -82,6 +82,12 @@ fn subinterpreters_sid_3_15() {
     subinterpreters("sid-3.15");
 }
 
+/// The free-threaded 3.14 of `PYPERCH_FT_PYTHON` (skipped, saying so, where it is unset).
+#[test]
+fn subinterpreters_ft_3_14() {
+    subinterpreters(FT_3_14);
+}
+
 #[test]
 fn subinterpreters_sid_3_13() {
     subinterpreters("sid-3.13");

@@ -119,3 +119,9 @@ fn threads_sid_3_14() {
 fn threads_sid_3_15() {
     threads("sid-3.15");
 }
+
+/// The free-threaded 3.14 of `PYPERCH_FT_PYTHON` (skipped, saying so, where it is unset).
+#[test]
+fn threads_ft_3_14() {
+    threads(FT_3_14);
+}

@@ -319,6 +319,12 @@ fn wall_sid_3_15() {
     wall("sid-3.15");
 }
 
+/// The free-threaded 3.14 of `PYPERCH_FT_PYTHON` (skipped, saying so, where it is unset).
+#[test]
+fn wall_ft_3_14() {
+    wall(FT_3_14);
+}
+
 /// Off-CPU mode: nothing but off-CPU stacks, and the same exact waiting times.
 fn off_cpu(label: &str) {
     off_cpu_with(label, &[]);
@@ -362,6 +368,12 @@ fn off_cpu_3_12() {
 #[test]
 fn off_cpu_sid_3_15() {
     off_cpu("sid-3.15");
+}
+
+/// The free-threaded 3.14 of `PYPERCH_FT_PYTHON` (skipped, saying so, where it is unset).
+#[test]
+fn off_cpu_ft_3_14() {
+    off_cpu(FT_3_14);
 }
 
 /// `--mode off-cpu --kernel`: the same exact times on the same Python stacks, and above each
@@ -702,6 +714,12 @@ fn exception_sid_3_13_to_3_15() {
     side_by_side(&["sid-3.13", "sid-3.14", "sid-3.15"], 3, |label| {
         exception(label)
     });
+}
+
+/// The free-threaded 3.14 of `PYPERCH_FT_PYTHON` (skipped, saying so, where it is unset).
+#[test]
+fn exception_ft_3_14() {
+    exception(FT_3_14);
 }
 
 /// `--threads` names each thread frame with the thread's name: exception_share.py names its

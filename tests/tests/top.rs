@@ -195,6 +195,12 @@ fn top_screen_sid_3_15() {
     screen_shares_keys_quit("sid-3.15");
 }
 
+/// The free-threaded 3.14 of `PYPERCH_FT_PYTHON` (skipped, saying so, where it is unset).
+#[test]
+fn top_screen_ft_3_14() {
+    screen_shares_keys_quit(FT_3_14);
+}
+
 /// Whole host (no --pid): the workload is among the processes; SIGTERM ends top with the
 /// terminal restored.
 #[test]

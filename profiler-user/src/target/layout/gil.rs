@@ -59,6 +59,9 @@ pub enum GilLocation {
     /// `interp->ceval.gil` points to a `_gil_runtime_state` whose `last_holder` is the holder
     /// while `locked` (an `int`) is 1 (3.12+).
     InterpreterGil { gil_pointer: u32, last_holder: u32, locked: u32 },
+    /// Free-threaded builds: no holder is shown (most run without a GIL, and the struct
+    /// that has one is not the default build's).
+    NotShown,
 }
 
 /// `_PyRuntime.gilstate.tstate_current`'s offset for 3.8-3.11.
@@ -82,7 +85,7 @@ pub fn holder_location(version: Version, offsets: Option<&DebugOffsets>) -> Opti
     let gil_pointer = match version.minor {
         ..=11 => return None,
         12 => INTERP_GIL_POINTER_3_12,
-        _ if offsets?.free_threaded => return None,
+        _ if offsets?.free_threaded => return Some(GilLocation::NotShown),
         _ => offsets?.get("interpreter_state", "ceval_gil")?,
     };
     Some(GilLocation::InterpreterGil {

@@ -386,6 +386,7 @@ fn gil_holders(
                 }
             }
         }
+        GilLocation::NotShown => {}
     }
     holders.retain(|t| known.contains(t));
     holders
