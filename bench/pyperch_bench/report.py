@@ -371,7 +371,7 @@ class Report(object):
             w()
             return
         main = self.meta["python_main"]
-        w("pyperch `--pid` at 1 kHz on a free-threaded CPython (%s), each workload's threads running truly in parallel, beside pyperch on CPython %s (the main comparison above). CPU per sample = pyperch's process CPU plus BPF run time in the steady window, per recorded sample; split error and full stacks as in the tables above; mixed = stacks of the frame-reuse workload that never happened." % (groups[0]["interp"], main))
+        w("pyperch `--pid` at 1 kHz on CPython %s, each workload's threads running truly in parallel, beside pyperch on CPython %s (the main comparison above). CPU per sample = pyperch's process CPU plus BPF run time in the steady window, per recorded sample; split error and full stacks as in the tables above; mixed = stacks of the frame-reuse workload that never happened." % (groups[0]["interp"], main))
         w()
         w("| workload | samples/s | CPU us/sample (3.14t) | CPU us/sample (%s) | kernel ns/sample (3.14t) | target slowdown (3.14t) | split error pp (noise) | full stacks | mixed stacks |" % main)
         w("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
