@@ -233,6 +233,12 @@ fn native_zlib_and_sorted_sid_3_15() {
     zlib_and_sorted("sid-3.15");
 }
 
+/// The free-threaded 3.14 of `PYPERCH_FT_PYTHON` (skipped, saying so, where it is unset).
+#[test]
+fn native_zlib_and_sorted_ft_3_14() {
+    zlib_and_sorted(FT_3_14);
+}
+
 fn signal_workload(pid: u32, signal: libc::c_int) {
     // SAFETY: kill(2) with a pid we spawned and a valid signal number has no memory effects.
     unsafe { libc::kill(pid as libc::pid_t, signal) };
@@ -307,6 +313,12 @@ fn kernel_frames_dev_zero_3_12() {
 #[test]
 fn kernel_frames_dev_zero_with_native_sid_3_15() {
     kernel_dev_zero("sid-3.15", &["--kernel", "--native"]);
+}
+
+/// The free-threaded 3.14 of `PYPERCH_FT_PYTHON` (skipped, saying so, where it is unset).
+#[test]
+fn kernel_frames_dev_zero_with_native_ft_3_14() {
+    kernel_dev_zero(FT_3_14, &["--kernel", "--native"]);
 }
 
 /// What the split and deep workloads must show with --native: native frames in at least 90 %
