@@ -576,7 +576,7 @@ mod tests {
         assert!(!objects.live_count(&object(0x7f12_3456_7890), LIVE_BELOW));
         // Free-threaded heads: the owner's count at 0x0c, the shared count (two flag bits)
         // at 0x10; the first word is the owning thread's id (or, once freed, a link).
-        let ft = crate::target::layout::ObjectLayout { free_threaded: true, ob_type: 0x18, ..objects };
+        let ft = crate::target::layout::ObjectLayout::TEST_314T;
         let head = |local: u32, shared: i64| {
             let mut b = vec![0u8; 0x20];
             b[..8].copy_from_slice(&0x7f12_3456_7890u64.to_le_bytes());

@@ -135,6 +135,19 @@ impl ObjectLayout {
         field_u64(head, 0).is_some_and(|n| (1..below).contains(&n))
     }
 
+    /// Free-threaded CPython 3.14t's (3.14.7t's `_Py_DebugOffsets` and DWARF), for unit tests.
+    #[cfg(test)]
+    pub(crate) const TEST_314T: ObjectLayout = ObjectLayout {
+        free_threaded: true,
+        ob_type: 0x18,
+        str_length: 0x20,
+        str_state: 0x30,
+        str_ascii_data: 0x38,
+        str_compact_data: 0x48,
+        bytes_size: 0x20,
+        bytes_data: 0x30,
+    };
+
     /// CPython 3.12-3.15's (default build), for unit tests that build objects by hand.
     #[cfg(test)]
     pub(crate) const TEST_312: ObjectLayout = ObjectLayout {

@@ -262,16 +262,7 @@ mod tests {
     /// whole byte, so kind, compact and ascii sit 6 bits higher than in a default build.
     #[test]
     fn free_threaded_headers() {
-        let objects = ObjectLayout {
-            free_threaded: true,
-            ob_type: 0x18,
-            str_length: 0x20,
-            str_state: 0x30,
-            str_ascii_data: 0x38,
-            str_compact_data: 0x48,
-            bytes_size: 0x20,
-            bytes_data: 0x30,
-        };
+        let objects = ObjectLayout::TEST_314T;
         let header = |len: u64, state: u32| {
             let mut b = vec![0u8; 0x38];
             b[0x20..0x28].copy_from_slice(&len.to_le_bytes());
