@@ -110,7 +110,7 @@ fn subinterpreter_gap(p: &discovery::PythonProcess) -> Option<&'static str> {
     let gap = crate::target::layout::published::interpreter_support_gap(p.version)?;
     let next = p.interpreters?.next;
     let mem = crate::target::memory::ProcessMemory::new(p.pid);
-    let head = mem.read_u64(p.runtime_address.wrapping_add(p.layout.interpreters_head.into())).ok()?;
+    let head = mem.read_u64(p.interpreters_head_address()).ok()?;
     let second = mem.read_u64(head.wrapping_add(next.into())).ok()?;
     (head != 0 && second != 0).then_some(gap)
 }

@@ -189,7 +189,7 @@ impl AsyncReader {
                 bytes: process.bytes_type_address,
             },
             interpreters: process.interpreters,
-            interpreters_head: process.runtime_address.wrapping_add(process.layout.interpreters_head.into()),
+            interpreters_head: process.interpreters_head_address(),
             awaits,
         })
     }

@@ -358,6 +358,11 @@ pub fn asyncio_module_section(pid: u32) -> Result<Option<Vec<u8>>, DiscoveryErro
 }
 
 impl PythonProcess {
+    /// The address of `_PyRuntime.interpreters.head` (the newest interpreter first).
+    pub fn interpreters_head_address(&self) -> u64 {
+        self.runtime_address.wrapping_add(self.layout.interpreters_head.into())
+    }
+
     /// The version as shown: `3.14.7`, or `3.14.7t` for a free-threaded build.
     pub fn version_label(&self) -> String {
         if self.layout.free_threaded { format!("{}t", self.version) } else { self.version.to_string() }
@@ -392,7 +397,7 @@ impl PythonProcess {
             ThreadStateLookup::Tls { fsbase_offset } => (tstate_lookup::TLS, 0, fsbase_offset),
             ThreadStateLookup::ListOnly => (tstate_lookup::LIST, 0, 0),
         };
-        let interpreters_head_addr = self.runtime_address.wrapping_add(self.layout.interpreters_head.into());
+        let interpreters_head_addr = self.interpreters_head_address();
         let head =
             mem.read_u64(interpreters_head_addr).map_err(|e| memory_error(pid, "_PyRuntime.interpreters.head", e))?;
         if head == 0 {

@@ -292,7 +292,7 @@ fn read_thread_states(
     let thread = &process.layout.thread;
     let mut out = Vec::new();
     let mut seen = HashSet::new();
-    let mut interpreter = read(process.runtime_address.wrapping_add(process.layout.interpreters_head.into()))?;
+    let mut interpreter = read(process.interpreters_head_address())?;
     for _ in 0..MAX_INTERPRETERS {
         if interpreter == 0 || !seen.insert(interpreter) {
             break;

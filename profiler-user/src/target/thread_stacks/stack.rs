@@ -256,7 +256,7 @@ impl<'a> StackReader<'a> {
 
     fn attempt(&mut self, tstate: u64, with_locals: bool) -> Result<(Vec<Frame>, bool), Problem> {
         if let Some(layout) = self.process.layout.tlbc {
-            let head = self.process.runtime_address.wrapping_add(self.process.layout.interpreters_head.into());
+            let head = self.process.interpreters_head_address();
             self.tlbc_generation = self.tlbc.generation_now(&self.mem, &layout, head);
         }
         let (first, truncated) = self.read_chain(tstate)?;
@@ -295,7 +295,7 @@ impl<'a> StackReader<'a> {
             return Some(entry.instr_offset);
         }
         let layout = self.process.layout.tlbc?;
-        let head = self.process.runtime_address.wrapping_add(self.process.layout.interpreters_head.into());
+        let head = self.process.interpreters_head_address();
         let frame = (entry.code, entry.check, entry.tlbc_index, entry.instr_offset);
         self.tlbc.rebase(&self.mem, &layout, head, frame, self.tlbc_generation).ok()
     }
