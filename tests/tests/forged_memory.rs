@@ -14,6 +14,7 @@ use std::{
     fs,
     path::PathBuf,
     process::Command,
+    thread,
     time::{Duration, Instant},
 };
 
@@ -148,9 +149,17 @@ fn forged(label: &str) {
     let started = Instant::now();
     let run = RecordRun::start(&args);
     assert!(run.wait_until_sampling(Duration::from_secs(30)), "{}: pyperch never started sampling", py.describe());
+    // The benign process's CPU time is measured over a window inside sampling: sampling began
+    // before `cpu_before` (its perf events are open), and `--duration` counts from the
+    // recording loop's start, later still. The window must not run to pyperch's exit: after
+    // sampling stops pyperch still symbolizes and writes its output (seconds under CI's load)
+    // while the process spins on unsampled.
+    let window_start = Instant::now();
     let cpu_before = cpu_seconds(benign.pid).expect("the benign process's CPU time");
-    let rec = run.finish();
+    let window_end = window_start + Duration::from_secs(DURATION_SECS) - Duration::from_millis(250);
+    thread::sleep(window_end.saturating_duration_since(Instant::now()));
     let cpu_after = cpu_seconds(benign.pid).expect("the benign process's CPU time");
+    let rec = run.finish();
     let elapsed = started.elapsed();
     let benign_status = benign.terminate();
     for (_, _, w) in &mut forgers {
@@ -213,7 +222,7 @@ fn forged(label: &str) {
     let mine = rec.profile.for_pid(benign.pid);
     let right = mine.with_leaf("leaf_blue");
     note(format!(
-        "{}: benign {right} samples in leaf_blue of {} ({:.0} expected from {cpu:.2} s CPU); forged: {}",
+        "{}: benign {right} samples in leaf_blue of {} ({:.0} expected from {cpu:.2} s CPU in a window of sampling); forged: {}",
         py.describe(),
         mine.total(),
         expected,
