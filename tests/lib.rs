@@ -320,6 +320,9 @@ pub fn python(label: &str) -> Option<Python> {
     if label == FT_3_14 {
         return free_threaded_python("PYPERCH_FT_PYTHON", 14);
     }
+    if label == FT_GIL_3_14 {
+        return free_threaded_python("PYPERCH_FT_PYTHON", 14).map(|py| Python { label: FT_GIL_3_14.to_string(), ..py });
+    }
     let specs = configured_pythons();
     let Some(spec) = specs.iter().find(|s| s.label == label) else {
         skip(format!(
@@ -339,6 +342,10 @@ pub fn python(label: &str) -> Option<Python> {
 /// The label of the free-threaded 3.14 of `PYPERCH_FT_PYTHON` ([`free_threaded_python`]):
 /// [`python`] takes it like any other label, so a per-version test runs on it too.
 pub const FT_3_14: &str = "ft-3.14";
+
+/// The same free-threaded 3.14 run with `PYTHON_GIL=1` ([`Python::command`] sets it): a
+/// free-threaded build with a GIL, whose GIL-mode tests must pass as on a default build.
+pub const FT_GIL_3_14: &str = "ft-3.14-gil";
 
 /// A free-threaded interpreter (PEP 703), built by hand: no package these machines can
 /// install ships one, and its source and build recipe are never part of this project. Taken
@@ -445,6 +452,9 @@ impl Python {
         cmd.env_remove("PYTHONPATH")
             .env_remove("PYTHONHOME")
             .env("PYTHONDONTWRITEBYTECODE", "1");
+        if self.label == FT_GIL_3_14 {
+            cmd.env("PYTHON_GIL", "1");
+        }
         cmd
     }
 

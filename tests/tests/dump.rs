@@ -148,7 +148,7 @@ fn four_threads(label: &str) {
     );
 
     // The GIL: the spinner is the only thread that wants it (a free-threaded build has none
-    // to show).
+    // to show, unless run with PYTHON_GIL=1).
     let free_threaded = label == FT_3_14;
     let holders: Vec<u64> = threads
         .iter()
@@ -260,6 +260,13 @@ fn dump_four_threads_sid_3_15() {
 #[test]
 fn dump_four_threads_ft_3_14() {
     four_threads(FT_3_14);
+}
+
+/// The same 3.14t run with `PYTHON_GIL=1`: it has a GIL, and its holder is shown as on a
+/// default build (the struct starts with `enabled`, so its fields lie 8 bytes further).
+#[test]
+fn dump_four_threads_ft_3_14_gil() {
+    four_threads(FT_GIL_3_14);
 }
 
 /// 100 threads, 20 frames each, with locals: done within 1 s (the bound).

@@ -609,6 +609,18 @@ fn gil_wait_sid_3_15() {
     gil_wait("sid-3.15");
 }
 
+/// A free-threaded 3.14 run with `PYTHON_GIL=1` (skipped where `PYPERCH_FT_PYTHON` is unset):
+/// its GIL struct starts with `enabled`, 8 bytes longer than a default build's.
+#[test]
+fn gil_wait_ft_3_14_gil() {
+    gil_wait(FT_GIL_3_14);
+}
+
+#[test]
+fn gil_ft_3_14_gil() {
+    gil(FT_GIL_3_14);
+}
+
 #[test]
 fn gil_3_8() {
     gil("3.8");

@@ -12,9 +12,11 @@
 //! `last_holder` stays set after the GIL is released, so 3.12-3.14 also need `locked`.
 //!
 //! Free-threaded 3.14 (`3.14t`) has the same fields in a struct that starts with `int
-//! enabled` (0 while the process runs without a GIL, the default): `--mode gil` reads it per
-//! sample (`gil_check::INTERP_HOLDER_IF_ENABLED`); `dump` and the GIL waits of `--mode
-//! wall` do not know its struct (they rest on the default build's `interval` first).
+//! enabled` (0 while the process runs without a GIL, the default; 1 with `PYTHON_GIL=1`):
+//! `--mode gil` reads it per sample (`gil_check::INTERP_HOLDER_IF_ENABLED`). `dump` takes
+//! `last_holder` and `locked` within the struct from `_Py_DebugOffsets` too (0x10 and 0x18 in
+//! 3.14t, 0x8 and 0x10 in default builds); without a GIL `locked` stays 0 and no thread is
+//! shown holding it.
 //!
 //! Where the GIL itself is (`--mode wall/off-cpu`: a thread asleep in a futex call inside it
 //! waits for the GIL, [`gil_wait_layout`]): the `struct _gil_runtime_state` (its mutex and
@@ -23,7 +25,8 @@
 //!   builds 3.8.18, 3.9.18, 3.10.13, 3.11.7);
 //! - 3.12+: wherever the thread's interpreter's `ceval.gil` points (its own `_gil`, or the
 //!   main interpreter's when shared); the pointer's offset from DWARF of pyenv 3.12.1, and
-//!   for 3.13+ from `_Py_DebugOffsets` (`interpreter_state.ceval_gil`).
+//!   for 3.13+ from `_Py_DebugOffsets` (`interpreter_state.ceval_gil`). 3.14t's struct is 8
+//!   bytes longer (0xd8: `enabled` and padding first; DWARF of a hand-built 3.14.7t).
 
 use profiler_common::{gil_check, gil_wait};
 
@@ -44,7 +47,8 @@ pub struct GilLayout {
 /// `gilstate.tstate_current` in `_PyRuntime`, by minor version: the one table of where
 /// 3.8-3.11 keep the GIL's holder (the kernel's check and `dump` both read it).
 const RUNTIME_TSTATE_CURRENT: [(u8, u64); 4] = [(8, 0x558), (9, 0x238), (10, 0x238), (11, 0x240)];
-/// `_gil_runtime_state.last_holder` and `.locked` (x86_64, 3.8-3.15: after `interval`).
+/// `_gil_runtime_state.last_holder` and `.locked` in default builds (x86_64, 3.8-3.15: after
+/// `interval`); 3.13+ publish them (relative to the interpreter) in `_Py_DebugOffsets`.
 const GIL_STATE_LAST_HOLDER: u32 = 0x8;
 const GIL_STATE_LOCKED: u32 = 0x10;
 /// 3.12: `PyInterpreterState._gil`, the interpreter's own `_gil_runtime_state`.
@@ -57,11 +61,8 @@ pub enum GilLocation {
     /// no thread holds the GIL.
     RuntimeCurrent { offset: u32 },
     /// `interp->ceval.gil` points to a `_gil_runtime_state` whose `last_holder` is the holder
-    /// while `locked` (an `int`) is 1 (3.12+).
+    /// while `locked` (an `int`) is 1 (3.12+; both offsets within the struct).
     InterpreterGil { gil_pointer: u32, last_holder: u32, locked: u32 },
-    /// Free-threaded builds: no holder is shown (most run without a GIL, and the struct
-    /// that has one is not the default build's).
-    NotShown,
 }
 
 /// `_PyRuntime.gilstate.tstate_current`'s offset for 3.8-3.11.
@@ -82,17 +83,32 @@ pub fn holder_location(version: Version, offsets: Option<&DebugOffsets>) -> Opti
     if let Some(offset) = runtime_tstate_current(version) {
         return Some(GilLocation::RuntimeCurrent { offset: u32::try_from(offset).ok()? });
     }
-    let gil_pointer = match version.minor {
+    let (gil_pointer, last_holder, locked) = match version.minor {
         ..=11 => return None,
-        12 => INTERP_GIL_POINTER_3_12,
-        _ if offsets?.free_threaded => return Some(GilLocation::NotShown),
-        _ => offsets?.get("interpreter_state", "ceval_gil")?,
+        12 => (INTERP_GIL_POINTER_3_12, GIL_STATE_LAST_HOLDER, GIL_STATE_LOCKED),
+        _ => {
+            let offsets = offsets?;
+            let pointer = offsets.get("interpreter_state", "ceval_gil")?;
+            match within_gil_struct(offsets) {
+                Some((holder, locked)) => (pointer, holder, locked),
+                // Default builds all agree on the struct; a free-threaded one must say.
+                None if !offsets.free_threaded => (pointer, GIL_STATE_LAST_HOLDER, GIL_STATE_LOCKED),
+                None => return None,
+            }
+        }
     };
-    Some(GilLocation::InterpreterGil {
-        gil_pointer: u32::try_from(gil_pointer).ok()?,
-        last_holder: GIL_STATE_LAST_HOLDER,
-        locked: GIL_STATE_LOCKED,
-    })
+    Some(GilLocation::InterpreterGil { gil_pointer: u32::try_from(gil_pointer).ok()?, last_holder, locked })
+}
+
+/// `last_holder` and `locked` within `_gil_runtime_state`, from 3.13+'s `_Py_DebugOffsets`
+/// (which give them relative to the interpreter, as the interpreter's own `_gil` is).
+fn within_gil_struct(offsets: &DebugOffsets) -> Option<(u32, u32)> {
+    let gil = offsets.get("interpreter_state", "gil_runtime_state").filter(|g| *g != 0)?;
+    let within = |field| {
+        let at = offsets.get("interpreter_state", field)?.checked_sub(gil)?;
+        u32::try_from(at).ok().filter(|a| *a + 8 <= GIL_STATE_SIZE_FREE_THREADED)
+    };
+    Some((within("gil_runtime_state_holder")?, within("gil_runtime_state_locked")?))
 }
 
 /// The GIL layout of `version`; `debug_offsets` are the bytes of the file's
@@ -158,6 +174,8 @@ const INTERP_GIL_POINTER_3_12: u64 = 0x180;
 /// `last_holder`, `locked`, `switch_number`, then two condition variables of 48 bytes and two
 /// mutexes of 40).
 const GIL_STATE_SIZE: u32 = 0xd0;
+/// The same in 3.14t: `int enabled` (and padding) first.
+const GIL_STATE_SIZE_FREE_THREADED: u32 = 0xd8;
 
 /// Where `version`'s GIL is; `debug_offsets` as for [`gil_layout`]. `UNKNOWN` (GIL waits then
 /// show as plain sleeps) when the version or its offsets do not tell.
@@ -173,11 +191,9 @@ pub fn gil_wait_layout(version: Version, debug_offsets: Option<&[u8]>) -> GilWai
         return GilWaitLayout { kind: gil_wait::INTERP_POINTER, size: GIL_STATE_SIZE, at: INTERP_GIL_POINTER_3_12 };
     }
     let Some(decoded) = debug_offsets.and_then(|b| debug_offsets::decode(b).ok()) else { return unknown };
-    if decoded.free_threaded {
-        return unknown;
-    }
+    let size = if decoded.free_threaded { GIL_STATE_SIZE_FREE_THREADED } else { GIL_STATE_SIZE };
     match decoded.get("interpreter_state", "ceval_gil") {
-        Some(pointer) if pointer != 0 => GilWaitLayout { kind: gil_wait::INTERP_POINTER, size: GIL_STATE_SIZE, at: pointer },
+        Some(pointer) if pointer != 0 => GilWaitLayout { kind: gil_wait::INTERP_POINTER, size, at: pointer },
         _ => unknown,
     }
 }

@@ -386,7 +386,6 @@ fn gil_holders(
                 }
             }
         }
-        GilLocation::NotShown => {}
     }
     holders.retain(|t| known.contains(t));
     holders

@@ -665,6 +665,13 @@ mod tests {
         let (generation, next) = (d.get("interpreter_state", "tlbc_generation"), d.get("interpreter_state", "next"));
         assert_eq!((Some(u64::from(t.generation)), Some(u64::from(t.interp_next))), (generation, next));
         assert!(t.generation > 0x100, "tlbc_generation lies past the interpreter's head");
+        // Its GIL (used with PYTHON_GIL=1): `enabled` first, so `last_holder` and `locked`
+        // lie 8 bytes further than in default builds, in a struct 8 bytes longer.
+        use crate::target::layout::gil;
+        let location = gil::holder_location(d.version, Some(&d));
+        assert_eq!(location, Some(gil::GilLocation::InterpreterGil { gil_pointer: 0x10, last_holder: 0x10, locked: 0x18 }));
+        let wait = gil::gil_wait_layout(d.version, Some(&bytes));
+        assert_eq!((wait.kind, wait.size, wait.at), (profiler_common::gil_wait::INTERP_POINTER, 0xd8, 0x10));
     }
 
     #[test]
@@ -686,6 +693,9 @@ mod tests {
         check(&bytes, 14, &expected);
         let d = decode(&bytes).expect("decodes");
         assert_eq!(d.version_hex, 0x030e_0af0);
+        let location = crate::target::layout::gil::holder_location(d.version, Some(&d));
+        let want = crate::target::layout::gil::GilLocation::InterpreterGil { gil_pointer: 0x10, last_holder: 0x8, locked: 0x10 };
+        assert_eq!(location, Some(want), "the debug offsets' GIL fields agree with the default build's table");
         assert_eq!(d.get("set_object", "mask"), Some(0x20));
         assert_eq!(d.get("gen_object", "gi_iframe"), Some(0x48));
         assert_eq!(d.get("gen_object", "gi_frame_state"), Some(0x43));
