@@ -48,7 +48,25 @@ struct Fleet {
 impl Fleet {
     /// `None` (after a SKIP message) when the interpreters or cgroups are not available.
     fn start() -> Option<Fleet> {
-        let (py, mut cgroups) = namespaced_python_and_cgroups()?;
+        let (py, cgroups) = namespaced_python_and_cgroups()?;
+        Some(Self::start_on(py, cgroups))
+    }
+
+    /// The free-threaded 3.14 of `PYPERCH_FT_PYTHON`, each member in its own namespaces on the
+    /// host's root (the interpreter is built by hand, not in the sid rootfs); `None` after a
+    /// SKIP message where it is unset or cgroups are not available.
+    fn start_free_threaded() -> Option<Fleet> {
+        let py = python(FT_3_14)?;
+        match Cgroups::new() {
+            Ok(cgroups) => Some(Self::start_on(py, cgroups)),
+            Err(why) => {
+                skip(format!("cannot create cgroups: {why}"));
+                None
+            }
+        }
+    }
+
+    fn start_on(py: Python, mut cgroups: Cgroups) -> Fleet {
         let token = format!("e2e{}", random_hex(10));
         let pod_uid = random_pod_uid();
         let (c1_id, c2_id, d_id) = (random_hex(64), random_hex(64), random_hex(64));
@@ -82,7 +100,7 @@ impl Fleet {
             _cgroups: cgroups,
         };
         note(format!("processes:{}", fleet.summary()));
-        Some(fleet)
+        fleet
     }
 
     /// (member, its leaf, its container id, its pod uid)
@@ -196,6 +214,18 @@ fn list_shows_namespace_pid_container_and_pod() {
     let Some(fleet) = Fleet::start() else {
         return;
     };
+    list_shows(&fleet);
+}
+
+/// Free-threaded 3.14 processes in containers (issue #30): the same columns, and the
+/// VERSION names the build (`3.14.7t`).
+#[test]
+fn list_shows_namespace_pid_container_and_pod_ft_3_14() {
+    let Some(fleet) = Fleet::start_free_threaded() else { return };
+    list_shows(&fleet);
+}
+
+fn list_shows(fleet: &Fleet) {
     for (m, _, _, _) in fleet.members() {
         let nspid = m.nspid();
         let want = if m.namespaced {
@@ -232,6 +262,9 @@ fn list_shows_namespace_pid_container_and_pod() {
             m.describe()
         );
         assert_eq!(row[7], pod.unwrap_or("-"), "POD of {}{d}", m.describe());
+        if m.python.label == FT_3_14 {
+            assert!(row[3].starts_with("3.14.") && row[3].ends_with('t'), "VERSION of {}: {}{d}", m.describe(), row[3]);
+        }
         assert_eq!(row[8], "ok", "STATUS of {}{d}", m.describe());
     }
 }
@@ -241,6 +274,17 @@ fn by_container_attribution() {
     let Some(fleet) = Fleet::start() else {
         return;
     };
+    attribution(&fleet);
+}
+
+/// The same with free-threaded 3.14 processes (issue #30).
+#[test]
+fn by_container_attribution_ft_3_14() {
+    let Some(fleet) = Fleet::start_free_threaded() else { return };
+    attribution(&fleet);
+}
+
+fn attribution(fleet: &Fleet) {
     // Whole host: other Python processes may be sampled too; only ours are checked.
     let rec = record(&["--duration", "4", "--by-container", "--stats"]);
     rec.assert_ok();
