@@ -213,3 +213,41 @@ fn async_dump_refused_before_3_14() {
     run.assert_clear_error();
     assert!(run.stderr.contains("asyncio task stacks need CPython 3.14 or later"), "the reason is not given{d}");
 }
+
+/// `dump --async --json` of the chain with its event loop on a second thread: tasks A and B
+/// are suspended at the exact lines of their `await`s. On a free-threaded build that thread
+/// runs its own copy of the coroutines' bytecode, so the lines come through the copy
+/// (issue #30); on a default build the same workload is the reference.
+fn suspended_lines_on_a_second_thread(label: &str) {
+    let Some(py) = python(label) else { return };
+    let mut w = Workload::spawn(&py, "asyncio_tasks.py", &["chain-thread", "60"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let pid = w.pid.to_string();
+    let json = pyperch(&["dump", "--pid", &pid, "--async", "--json"], std::time::Duration::from_secs(30));
+    w.terminate();
+    let d = json.diag();
+    assert!(json.success(), "{}: dump --async --json failed{d}", py.describe());
+    let source = std::fs::read_to_string(workload_source("asyncio_tasks.py")).expect("asyncio_tasks.py");
+    let line_of = |needle: &str| -> u64 {
+        source.lines().position(|l| l.contains(needle)).map(|i| i as u64 + 1).unwrap_or_else(|| panic!("no {needle:?} in the workload"))
+    };
+    let doc: serde_json::Value = serde_json::from_str(&json.stdout).unwrap_or_else(|e| panic!("dump --json: {e}{d}"));
+    let tasks = doc["tasks"].as_array().unwrap_or_else(|| panic!("no tasks array{d}"));
+    for (task, function, awaits) in [("A", "a_coro", "create_task(b_coro()"), ("B", "b_coro", "create_task(c_coro()")] {
+        let t = tasks.iter().find(|t| t["name"] == task).unwrap_or_else(|| panic!("no task {task}{d}"));
+        let frames = t["suspended_at"].as_array().cloned().unwrap_or_default();
+        let frame = frames.iter().find(|f| f["function"] == function).unwrap_or_else(|| panic!("task {task} is not suspended in {function}{d}"));
+        note(format!("{}: task {task} suspended in {function} at line {}", py.describe(), frame["line"]));
+        assert_eq!(frame["line"].as_u64(), Some(line_of(awaits)), "{}: task {task}'s line in {function}{d}", py.describe());
+    }
+}
+
+#[test]
+fn async_suspended_lines_on_a_second_thread_sid_3_14() {
+    suspended_lines_on_a_second_thread("sid-3.14");
+}
+
+/// The free-threaded 3.14 of `PYPERCH_FT_PYTHON` (skipped, saying so, where it is unset).
+#[test]
+fn async_suspended_lines_on_a_second_thread_ft_3_14() {
+    suspended_lines_on_a_second_thread(FT_3_14);
+}

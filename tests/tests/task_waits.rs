@@ -136,6 +136,12 @@ fn task_waits_off_cpu_sid_3_14() {
     task_waits("sid-3.14", "off-cpu");
 }
 
+/// The free-threaded 3.14 of `PYPERCH_FT_PYTHON` (skipped, saying so, where it is unset).
+#[test]
+fn task_waits_wall_ft_3_14() {
+    task_waits(FT_3_14, "wall");
+}
+
 /// The number of the first line of the workload `script` that is `statement` (indented).
 fn line_of(script: &str, statement: &str) -> u32 {
     let source = std::fs::read_to_string(workload_source(script)).unwrap_or_default();

@@ -4,6 +4,8 @@ Usage: asyncio_tasks.py MODE SECONDS
   chain:  task A awaits task B, which awaits task C; C runs CPU-bound code (c_work) all along.
   gather: task P gathers three tasks child_0..child_2; each runs child_work in 20 ms slices
           and yields to the loop between them, so all three run in turn.
+  chain-thread: chain, with the event loop on a second thread (on a free-threaded build that
+          thread runs its own copy of the coroutines' bytecode).
 Prints "ready" once the CPU-bound tasks run, and exits after SECONDS.
 """
 import asyncio
@@ -57,10 +59,17 @@ async def parent():
 
 
 async def main():
-    if sys.argv[1] == "chain":
+    if sys.argv[1].startswith("chain"):
         await asyncio.create_task(a_coro(), name="A")
     else:
         await asyncio.create_task(parent(), name="P")
 
 
-asyncio.run(main())
+if sys.argv[1] == "chain-thread":
+    import threading
+
+    loop_thread = threading.Thread(target=asyncio.run, args=(main(),), name="loop")
+    loop_thread.start()
+    loop_thread.join()
+else:
+    asyncio.run(main())

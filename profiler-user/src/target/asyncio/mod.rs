@@ -41,7 +41,7 @@ use crate::{
         published::{InterpreterOffsets, ObjectOffsets},
     },
     target::memory::{MemoryError, ProcessMemory, field_u64},
-    target::symbolize::{self, TypeAddresses},
+    target::symbolize::{self, CodeInfo, TlbcBases, TypeAddresses},
 };
 
 pub use offsets::AsyncioOffsets;
@@ -141,6 +141,45 @@ pub struct TaskInfo {
     /// not read the same twice in a row (`settled` is then false).
     pub suspended_at: Vec<TaskFrame>,
     pub settled: bool,
+}
+
+/// Lines of suspended coroutine frames that ran on a thread with its own copy of the
+/// bytecode (free-threaded builds: `tlbc_index` > 0), rebased against that copy
+/// (`symbolize::TlbcBases`). The index pool's generation is read when the reader is made,
+/// before the frames it is used for; a copy is trusted only while it has not moved since.
+///
+/// A suspended frame may outlive its thread (and the thread's index): its instruction
+/// pointer then points into a copy that was freed. Copies of one code object are of one size,
+/// and the allocator places blocks of one size class at the same address or apart: a new copy
+/// at index `i` either lies where the freed one was (the same bytecode: the offset and line
+/// are right) or apart from it, and then the offset falls outside it and the frame is shown
+/// without a line (`Unresolved::OutOfRange`), never with another line.
+pub(crate) struct CopyLines {
+    bases: TlbcBases,
+    /// The generation read at the start, when the process has copies.
+    generation: Option<u32>,
+}
+
+impl CopyLines {
+    /// Reads the generation now (free-threaded processes only): call before reading frames.
+    pub(crate) fn new(reader: &AsyncReader, mem: &ProcessMemory) -> Self {
+        let mut bases = TlbcBases::default();
+        let generation = reader.layout.tlbc.map(|layout| bases.generation_now(mem, &layout, reader.interpreters_head));
+        Self { bases, generation }
+    }
+
+    /// The line of a frame of `code` (0 when unknown or not to be trusted).
+    pub(crate) fn line(&mut self, reader: &AsyncReader, mem: &ProcessMemory, entry: &FrameEntry, code: &CodeInfo) -> u32 {
+        if entry.tlbc_index == 0 {
+            return code.line(entry.instr_offset).unwrap_or(0);
+        }
+        let (Some(layout), Some(generation)) = (reader.layout.tlbc, self.generation) else { return 0 };
+        let frame = (entry.code, entry.check, entry.tlbc_index, entry.instr_offset);
+        match self.bases.rebase(mem, &layout, reader.interpreters_head, frame, generation) {
+            Ok(offset) => code.line(offset).unwrap_or(0),
+            Err(_) => 0,
+        }
+    }
 }
 
 /// Reads the asyncio state of one process.
@@ -423,6 +462,7 @@ impl AsyncReader {
         if coro == 0 {
             return None;
         }
+        let mut lines = CopyLines::new(self, mem);
         let coro_type = mem.read_u64(coro.wrapping_add(self.layout.objects.ob_type.into())).ok()?;
         let frame_layout = self.layout.frame;
         let mut frames = Vec::new();
@@ -438,8 +478,7 @@ impl AsyncReader {
             frames.push(TaskFrame {
                 function: code.qualname.to_string(),
                 file: code.filename.to_string(),
-                // A thread's own bytecode copy (free-threaded builds) is not rebased here.
-                line: if entry.tlbc_index == 0 { code.line(entry.instr_offset).unwrap_or(0) } else { 0 },
+                line: lines.line(self, mem, &entry, &code),
             });
             let mut state = [0u8; 1];
             mem.read(current.wrapping_add(self.objects.gen_frame_state.into()), &mut state).ok()?;

@@ -23,7 +23,7 @@ use std::{
 
 use profiler_common::{FrameBytes, FrameEntry, decode_frame};
 
-use super::{AsyncReader, MAX_AWAIT_CHAIN, MAX_CORO_DEPTH, TaskFrame};
+use super::{AsyncReader, CopyLines, MAX_AWAIT_CHAIN, MAX_CORO_DEPTH, TaskFrame};
 use crate::{
     target::memory::{ProcessMemory, field_u64},
     target::symbolize::{self, CodeInfo, read_code_check},
@@ -149,13 +149,15 @@ pub struct WaitReader {
     /// showed them.
     str_type: Option<u64>,
     int_type: Option<u64>,
+    /// Lines through threads' bytecode copies (free-threaded builds), made anew each round.
+    lines: Option<CopyLines>,
 }
 
 impl WaitReader {
     pub fn new(reader: AsyncReader) -> Self {
         let suspended_states = reader.awaits.suspended_states;
         let str_type = reader.types.str;
-        Self { str_type, reader, codes: HashMap::new(), cursor: 0, suspended_states, checks: HashMap::new(), int_type: None, last_mark: None }
+        Self { str_type, reader, codes: HashMap::new(), cursor: 0, suspended_states, checks: HashMap::new(), int_type: None, last_mark: None, lines: None }
     }
 
     pub fn pid(&self) -> u32 {
@@ -167,6 +169,8 @@ impl WaitReader {
     pub fn round(&mut self, mem: &ProcessMemory) -> WaitRound {
         let mut round = WaitRound::default();
         self.checks.clear();
+        // Before any frame of this round is read.
+        self.lines = self.reader.layout.tlbc.is_some().then(|| CopyLines::new(&self.reader, mem));
         let mut running: HashSet<u64> = HashSet::new();
         let mut tasks: HashMap<u64, Listed> = HashMap::new();
         round.listing_cut = self.list(mem, &mut tasks, &mut running).is_err();
@@ -417,8 +421,11 @@ impl WaitReader {
             frames.push(TaskFrame {
                 function: code.qualname.to_string(),
                 file: code.filename.to_string(),
-                // A thread's own bytecode copy (free-threaded builds) is not rebased here.
-                line: if entry.tlbc_index == 0 { code.line(entry.instr_offset).unwrap_or(0) } else { 0 },
+                line: match (&mut self.lines, entry.tlbc_index) {
+                    (_, 0) => code.line(entry.instr_offset).unwrap_or(0),
+                    (Some(lines), _) => lines.line(&self.reader, mem, &entry, &code),
+                    (None, _) => 0,
+                },
             });
             if !r.yield_from_states.contains(&state) {
                 return Some(Chain::Suspended { frames, awaits: 0, awaits_type: 0 });
