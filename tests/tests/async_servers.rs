@@ -1,7 +1,9 @@
 //! `record --async` on real servers under load (issue #27, "Real servers"): an aiohttp app run
 //! with `web.run_app` (server_aiohttp.py) and a Starlette app run with `uvicorn.run`
 //! (server_uvicorn.py), each on sid 3.14 and 3.15, with the pinned PyPI releases `cargo xtask
-//! test` installs into the sid rootfs (`/opt/pyperch-servers/python3.X`, on `PYTHONPATH`).
+//! test` installs into the sid rootfs (`/opt/pyperch-servers/python3.X`, on `PYTHONPATH`), and
+//! on the free-threaded 3.14 of `PYPERCH_FT_PYTHON` with the same releases' cp314t wheels
+//! (installed on the host, `PYPERCH_FT_SERVER_PACKAGES`).
 //! Every request's handler awaits `handle -> step_a -> step_b -> step_c`, and step_c runs
 //! `cpu_work` (3 ms of pure Python); server_load.py keeps four keep-alive connections busy.
 //!
@@ -83,17 +85,26 @@ struct Server {
 }
 
 impl Server {
-    fn start(py: &Python, app: App, rootfs: &std::path::Path) -> Result<Self, String> {
+    /// In the sid rootfs (`rootfs`), or on the host for an interpreter without one (the
+    /// free-threaded 3.14), with the server packages of `packages` on `PYTHONPATH`.
+    fn start(py: &Python, app: App, rootfs: Option<&std::path::Path>, packages: &str) -> Result<Self, String> {
         let dir = WorkDir::new(py, "server").map_err(|e| format!("{e:#}"))?;
         let stderr = dir.host_path("server.stderr");
         let err = fs::File::create(&stderr).map_err(|e| format!("cannot create {}: {e}", stderr.display()))?;
-        let mut child = Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "--", "sh", "-c", r#"mount -t proc proc "$0/proc" && exec chroot "$0" "$@""#])
-            .arg(rootfs)
-            .arg(&py.exe)
+        let mut cmd = match rootfs {
+            Some(rootfs) => {
+                let mut cmd = Command::new("unshare");
+                cmd.args(["--mount", "--propagation", "private", "--", "sh", "-c", r#"mount -t proc proc "$0/proc" && exec chroot "$0" "$@""#])
+                    .arg(rootfs)
+                    .arg(&py.exe);
+                cmd
+            }
+            None => Command::new(&py.exe),
+        };
+        let mut child = cmd
             .arg(dir.guest_path(app.script()))
             .arg("90")
-            .env("PYTHONPATH", packages_dir(py))
+            .env("PYTHONPATH", packages)
             .env("PYTHONDONTWRITEBYTECODE", "1")
             .env_remove("PYTHONHOME")
             .stdin(Stdio::null())
@@ -277,20 +288,24 @@ fn cpython_shares(text: &str) -> CpythonShares {
 
 fn server_under_load(label: &str, app: App) {
     let Some(py) = python(label) else { return };
-    let Some(rootfs) = py.rootfs.clone() else {
-        skip(format!("{} is not run under chroot; the servers are installed in the sid rootfs", py.describe()));
-        return;
+    // The packages as the server sees them, and where they are on the host.
+    let (packages, on_host) = match (&py.rootfs, label) {
+        (Some(rootfs), _) => (packages_dir(&py), rootfs.join(packages_dir(&py).trim_start_matches('/'))),
+        (None, FT_3_14) => match std::env::var_os("PYPERCH_FT_SERVER_PACKAGES").filter(|v| !v.is_empty()) {
+            Some(dir) => (PathBuf::from(&dir).to_string_lossy().into_owned(), PathBuf::from(dir)),
+            None => return skip("PYPERCH_FT_SERVER_PACKAGES is not set (`cargo xtask test` installs the servers' cp314t wheels where PYPERCH_FT_PYTHON is set)"),
+        },
+        (None, _) => return skip(format!("{} is not run under chroot; the servers are installed in the sid rootfs", py.describe())),
     };
-    let packages = rootfs.join(packages_dir(&py).trim_start_matches('/'));
-    if !packages.join("aiohttp").is_dir() || !packages.join("uvicorn").is_dir() {
-        skip(format!("{} has no aiohttp/uvicorn (installed by `cargo xtask test`)", packages.display()));
+    if !on_host.join("aiohttp").is_dir() || !on_host.join("uvicorn").is_dir() {
+        skip(format!("{} has no aiohttp/uvicorn (installed by `cargo xtask test`)", on_host.display()));
         return;
     }
     if !is_root() {
         skip("unshare, mount and pyperch need root");
         return;
     }
-    let server = Server::start(&py, app, &rootfs).unwrap_or_else(|e| panic!("{e}"));
+    let server = Server::start(&py, app, py.rootfs.as_deref(), &packages).unwrap_or_else(|e| panic!("{e}"));
     let pid = server.pid.to_string();
     let mut load = Workload::spawn(&py, "server_load.py", &[&server.port, "4", "90"]).unwrap_or_else(|e| panic!("{e:#}"));
     // Let the handlers' code warm up before the recordings.
@@ -399,4 +414,18 @@ fn async_server_uvicorn_sid_3_14() {
 #[test]
 fn async_server_uvicorn_sid_3_15() {
     server_under_load("sid-3.15", App::Uvicorn);
+}
+
+/// The free-threaded 3.14 of `PYPERCH_FT_PYTHON` with the servers' cp314t wheels (issue #30:
+/// a real PyPI program on a 3.14t, its C extensions built for free threading; skipped, saying
+/// so, where either is missing). No CPython profiler runs on 3.14: pyperch's share is judged
+/// alone, as on sid 3.14.
+#[test]
+fn async_server_aiohttp_ft_3_14() {
+    server_under_load(FT_3_14, App::Aiohttp);
+}
+
+#[test]
+fn async_server_uvicorn_ft_3_14() {
+    server_under_load(FT_3_14, App::Uvicorn);
 }

@@ -494,6 +494,83 @@ fn servers_importable(rootfs: &Path, python: &str, guest: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// `pip install --target TARGET` of [`SERVER_PACKAGES`]' wheels for CPython `version` with
+/// ABI `abi` (`cp314`, `cp314t`, ...), by the test venv's pip.
+fn pip_install_servers(pip_python: &Path, version: &str, abi: &str, target: &Path, python: &str) -> Result<()> {
+    run_checked(
+        Command::new(pip_python)
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--only-binary=:all:"])
+            .args(["--python-version", version, "--implementation", "cp", "--abi", abi])
+            .args(["--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64"])
+            .arg("--target")
+            .arg(target)
+            .args(SERVER_PACKAGES),
+        &format!("installing the server packages for {python}"),
+    )
+}
+
+/// Where the server packages for the free-threaded 3.14 of `PYPERCH_FT_PYTHON` go (a host
+/// directory: that interpreter is built by hand on the host, never by this project). The
+/// tests find it in `PYPERCH_FT_SERVER_PACKAGES`.
+pub(crate) fn ft_server_packages_dir(p: &Paths) -> PathBuf {
+    p.cache.join("ft-servers/python3.14t")
+}
+
+/// Where `PYPERCH_FT_PYTHON` names a free-threaded 3.14, makes sure it imports the pinned
+/// [`SERVER_PACKAGES`] (their `cp314t` wheels: the C extensions built for free threading)
+/// from [`ft_server_packages_dir`]; returns that directory when it does. Unset: nothing to
+/// do (the free-threaded tests say they did not run). A failure only makes the free-threaded
+/// server tests skip.
+pub(crate) fn setup_ft_server_packages(p: &Paths) -> Option<PathBuf> {
+    let exe = std::env::var_os("PYPERCH_FT_PYTHON").filter(|v| !v.is_empty()).map(PathBuf::from)?;
+    let dir = ft_server_packages_dir(p);
+    let pins = SERVER_PACKAGES.join("\n") + "\n";
+    let importable = |from: &Path| {
+        Command::new(&exe)
+            .args(["-c", "import aiohttp.web, uvicorn, starlette.applications, anyio"])
+            .env("PYTHONPATH", from)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if fs::read_to_string(dir.join(SERVER_PINS_FILE)).is_ok_and(|t| t == pins) && importable(&dir) {
+        step(format!("server packages for the free-threaded 3.14: present ({})", dir.display()));
+        return Some(dir);
+    }
+    step(format!("server packages for the free-threaded 3.14 ({}): installing into {}", exe.display(), dir.display()));
+    let pip_python = p.cache.join("test-venv/bin/python");
+    let tmp = dir.with_extension(format!("partial-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&tmp);
+    let result = (|| -> Result<()> {
+        if !pip_python.is_file() {
+            bail!("{} (the test venv, whose pip installs them) is missing", pip_python.display());
+        }
+        pip_install_servers(&pip_python, "3.14", "cp314t", &tmp, "python3.14t")?;
+        if !importable(&tmp) {
+            bail!("{} cannot import aiohttp, uvicorn and starlette from {}", exe.display(), tmp.display());
+        }
+        fs::write(tmp.join(SERVER_PINS_FILE), &pins).with_context(|| format!("cannot write into {}", tmp.display()))?;
+        if dir.exists() {
+            fs::remove_dir_all(&dir).with_context(|| format!("cannot remove the stale {}", dir.display()))?;
+        }
+        fs::rename(&tmp, &dir).with_context(|| format!("cannot rename {} to {}", tmp.display(), dir.display()))?;
+        Ok(())
+    })();
+    match result {
+        Ok(()) => {
+            step("server packages for the free-threaded 3.14: ready");
+            Some(dir)
+        }
+        Err(err) => {
+            let _ = fs::remove_dir_all(&tmp);
+            warn(format!("{err:#}; the free-threaded real-server tests skip"));
+            None
+        }
+    }
+}
+
 /// Installs the pins into a fresh directory next to `dir`, checks the interpreter imports
 /// them from there, then puts it in place of `dir`.
 fn install_server_packages(pip_python: &Path, rootfs: &Path, python: &str, dir: &Path, pins: &str) -> Result<()> {
@@ -510,16 +587,7 @@ fn install_server_packages(pip_python: &Path, rootfs: &Path, python: &str, dir: 
     let tmp = parent.join(format!("{python}.partial-{}", std::process::id()));
     let _ = fs::remove_dir_all(&tmp);
     let result = (|| -> Result<()> {
-        run_checked(
-            Command::new(pip_python)
-                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--only-binary=:all:"])
-                .args(["--python-version", version, "--implementation", "cp", "--abi", &abi])
-                .args(["--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64"])
-                .arg("--target")
-                .arg(&tmp)
-                .args(SERVER_PACKAGES),
-            &format!("installing the server packages for {python}"),
-        )?;
+        pip_install_servers(pip_python, version, &abi, &tmp, python)?;
         let guest_tmp = Path::new("/").join(tmp.strip_prefix(rootfs).context("the packages directory is outside the rootfs")?);
         if !servers_importable(rootfs, python, &guest_tmp.to_string_lossy()) {
             bail!("sid {python} cannot import aiohttp, uvicorn and starlette from {}", tmp.display());

@@ -394,6 +394,7 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     let rootfs = setup_test_fixtures(p);
     setup_test_venv(p);
     setup_server_packages(p, rootfs.as_deref());
+    let ft_servers = setup_ft_server_packages(p);
     setup_c_compiler();
     setup_go();
     setup_viewers(p);
@@ -443,6 +444,9 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     ];
     if let Some(rootfs) = &image_rootfs {
         env.push(("PYPERCH_IMAGE_ROOTFS", Some(rootfs.clone().into())));
+    }
+    if let Some(dir) = &ft_servers {
+        env.push(("PYPERCH_FT_SERVER_PACKAGES", Some(dir.clone().into())));
     }
     let mut e2e = e2e::run(&p.root, &p.target.join("tmp/e2e-logs"), &env, filters)?;
 
