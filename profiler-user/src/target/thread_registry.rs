@@ -41,8 +41,15 @@ pub const MAX_NAME_CHARS: usize = crate::text::MAX_THREAD_NAME_CHARS;
 /// Reads after which the path from `sys.modules` to `_active` is found again (it is cached in
 /// between, checked by type at every read).
 const RESOLVE_EVERY: u32 = 32;
-/// Bytes of a `str` header and short ASCII data read to compare a dict key with a name.
+/// Bytes of a `str` header and short ASCII data read to compare a dict key with a name, in
+/// a default build ([`key_peek`]: the names looked for are under 16 characters).
 const KEY_PEEK: usize = 0x40;
+const MAX_KEY_CHARS: usize = 16;
+
+/// [`KEY_PEEK`] for `objects`' build (a free-threaded `str`'s data starts 16 bytes further).
+fn key_peek(objects: &ObjectLayout) -> usize {
+    KEY_PEEK.max(objects.str_ascii_data as usize + MAX_KEY_CHARS)
+}
 /// `tp_name`s read, at most.
 const MAX_TYPE_NAME: usize = 16;
 
@@ -296,7 +303,7 @@ impl RegistryReader {
     /// first characters; its type is checked only when the text matches.
     fn key_is(&mut self, r: &mut Reads, key: u64, wanted: &str) -> Result<bool, RegistryError> {
         let objects = self.target.layout.objects;
-        let Ok(buf) = r.vec(key, KEY_PEEK) else {
+        let Ok(buf) = r.vec(key, key_peek(&objects)) else {
             return if r.left == 0 { Err(RegistryError::Budget) } else { Ok(false) };
         };
         if !short_ascii_equals(&buf, &objects, wanted) {
@@ -586,9 +593,15 @@ impl RegistryReader {
         if let Some(known) = *slot {
             return known == ob_type;
         }
-        let Ok(header) = r.vec(ob_type, 0xb0) else { return false };
-        let flags = field_u64(&header, 0xa8).unwrap_or(0);
-        let name_ptr = field_u64(&header, 0x18).unwrap_or(0);
+        // `tp_name` and `tp_flags` where the layout puts them (16 bytes further in
+        // free-threaded builds), else the default build's.
+        let (name_at, flags_at) = match &self.layout {
+            Some(Ok(layout)) => (layout.type_name as usize, layout.type_flags as usize),
+            _ => (0x18, 0xa8),
+        };
+        let Ok(header) = r.vec(ob_type, name_at.max(flags_at) + 8) else { return false };
+        let flags = field_u64(&header, flags_at).unwrap_or(0);
+        let name_ptr = field_u64(&header, name_at).unwrap_or(0);
         if flags & TPFLAGS_HEAPTYPE != 0 || r.charge(MAX_TYPE_NAME + 16).is_err() {
             return false;
         }
@@ -697,8 +710,7 @@ fn keys_geometry(header: &[u8], layout: &KeysLayout) -> Option<KeysGeometry> {
 fn short_ascii_equals(buf: &[u8], objects: &ObjectLayout, wanted: &str) -> bool {
     let length = field_u64(buf, objects.str_length as usize);
     let state = crate::target::memory::field_u32(buf, objects.str_state as usize).unwrap_or(0);
-    // compact (bit 5) and ascii (bit 6), kind 1 (bits 2-4), in default builds of 3.8-3.15.
-    let compact_ascii = state & (1 << 5) != 0 && state & (1 << 6) != 0 && (state >> 2) & 0b111 == 1;
+    let compact_ascii = crate::target::symbolize::is_compact_ascii(state, objects);
     let start = objects.str_ascii_data as usize;
     length == Some(wanted.len() as u64)
         && compact_ascii

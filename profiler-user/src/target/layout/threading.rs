@@ -19,6 +19,9 @@
 //! here (the 3.13.0 DWARF; 3.14/3.15 `ht_cached_keys` = `sizeof(PyTypeObject)` + 464, the
 //! method tables and three pointers that precede it, which reproduces 3.15's published 0x378).
 //!
+//! Free-threaded 3.14t: see [`FREE_THREADED_ROWS`] (its object head is 16 bytes longer, and its
+//! managed `dict` pointer is at `obj - 8`: no GC head precedes its objects).
+//!
 //! Invariant: every offset here only says where to read; the reader bounds every read and
 //! checks every type, so a wrong offset costs a name, never a wrong read size.
 
@@ -181,6 +184,31 @@ const ROWS: &[Row] = &[
     },
 ];
 
+/// What differs in a free-threaded build (PEP 703), whose object head is 16 bytes longer and
+/// whose objects have no GC head before them (so the managed `dict` pointer is the word just
+/// before the object). Values 3.14t does not publish in `_Py_DebugOffsets`; the published
+/// ones (`dict_object`, `type_object.tp_name`/`tp_flags`, `long_object`) are taken from it.
+struct FreeThreadedRow {
+    minor: u8,
+    #[cfg_attr(not(test), allow(dead_code))]
+    verified_on: &'static str,
+    module_dict: u32,
+    managed_dict: i32,
+    cached_keys: u32,
+    type_basicsize: u32,
+    type_dictoffset: u32,
+}
+
+const FREE_THREADED_ROWS: &[FreeThreadedRow] = &[FreeThreadedRow {
+    minor: 14,
+    verified_on: "hand-built 3.14.7t: DWARF (gdb), and the managed dict read back with ctypes",
+    module_dict: 0x20,
+    managed_dict: -8,
+    cached_keys: 0x380,
+    type_basicsize: 0x30,
+    type_dictoffset: 0x130,
+}];
+
 /// Why there is no registry layout (names then stay the OS names).
 #[derive(Debug, thiserror::Error)]
 pub enum ThreadingLayoutError {
@@ -198,11 +226,13 @@ pub fn threading_layout(version: Version, offsets: Option<&DebugOffsets>) -> Res
     if version.major != 3 {
         return Err(ThreadingLayoutError::Unknown(version));
     }
-    // Its objects' fields lie 16 bytes further and its managed dict elsewhere: the
-    // hand-written values below are the default build's (names stay the OS names).
-    if offsets.is_some_and(|o| o.free_threaded) {
-        return Err(ThreadingLayoutError::FreeThreaded(version));
-    }
+    // Its objects' fields lie 16 bytes further and its managed dict elsewhere.
+    let free_threaded = match offsets.is_some_and(|o| o.free_threaded) {
+        true => Some(
+            FREE_THREADED_ROWS.iter().find(|r| r.minor == version.minor).ok_or(ThreadingLayoutError::FreeThreaded(version))?,
+        ),
+        false => None,
+    };
     let row = ROWS.iter().find(|r| r.minor == version.minor).ok_or(ThreadingLayoutError::Unknown(version))?;
     let published = |group: &str, field: &str| offsets.and_then(|o| o.get(group, field)).and_then(|v| u32::try_from(v).ok());
     let interp_modules = match row.interp_modules {
@@ -210,13 +240,21 @@ pub fn threading_layout(version: Version, offsets: Option<&DebugOffsets>) -> Res
         None => published("interpreter_state", "imports_modules")
             .ok_or(ThreadingLayoutError::Missing("interpreter_state.imports_modules"))?,
     };
-    let attributes = match (row.attributes, published("heap_type_object", "ht_cached_keys")) {
+    let attributes = match (row.attributes, free_threaded) {
+        (AttributeStorage::ManagedInline { .. }, Some(ft)) => {
+            AttributeStorage::ManagedInline { dict: ft.managed_dict, cached_keys: ft.cached_keys }
+        }
+        (other, _) => other,
+    };
+    let attributes = match (attributes, published("heap_type_object", "ht_cached_keys")) {
         (AttributeStorage::ManagedInline { dict, .. }, Some(cached_keys)) => AttributeStorage::ManagedInline { dict, cached_keys },
         (other, _) => other,
     };
+    // The object head's length moves what follows it.
+    let head = if free_threaded.is_some() { 0x10 } else { 0 };
     Ok(ThreadingLayout {
         interp_modules,
-        module_dict: 0x10,
+        module_dict: free_threaded.map_or(0x10, |ft| ft.module_dict),
         dict: DictLayout {
             ma_keys: published("dict_object", "ma_keys").unwrap_or(0x20),
             ma_values: published("dict_object", "ma_values").unwrap_or(0x28),
@@ -224,13 +262,13 @@ pub fn threading_layout(version: Version, offsets: Option<&DebugOffsets>) -> Res
             keys: row.keys,
         },
         attributes,
-        type_name: published("type_object", "tp_name").unwrap_or(0x18),
-        type_basicsize: published("type_object", "tp_basicsize").unwrap_or(0x20),
-        type_flags: published("type_object", "tp_flags").unwrap_or(0xa8),
-        type_dictoffset: published("type_object", "tp_dictoffset").unwrap_or(0x120),
-        int_tag: row.int_tag,
-        int_size: 0x10,
-        int_digits: 0x18,
+        type_name: published("type_object", "tp_name").unwrap_or(0x18 + head),
+        type_basicsize: published("type_object", "tp_basicsize").unwrap_or(free_threaded.map_or(0x20, |ft| ft.type_basicsize)),
+        type_flags: published("type_object", "tp_flags").unwrap_or(0xa8 + head),
+        type_dictoffset: published("type_object", "tp_dictoffset").unwrap_or(free_threaded.map_or(0x120, |ft| ft.type_dictoffset)),
+        int_tag: row.int_tag.map(|tag| published("long_object", "lv_tag").unwrap_or(tag + head)),
+        int_size: 0x10 + head,
+        int_digits: published("long_object", "ob_digit").unwrap_or(0x18 + head),
     })
 }
 
@@ -251,6 +289,9 @@ mod tests {
         assert!(threading_layout(Version::new(3, 7, 0), None).is_err());
         assert!(threading_layout(Version::new(3, 16, 0), None).is_err());
         for row in ROWS {
+            assert!(!row.verified_on.is_empty());
+        }
+        for row in FREE_THREADED_ROWS {
             assert!(!row.verified_on.is_empty());
         }
     }

@@ -22,7 +22,7 @@ mod live_tests;
 pub use check::read_code_check;
 pub use code::{CodeInfo, TypeAddresses, read_code};
 pub use snapshot::{Snapshot, SnapshotMemory, decode_snapshot};
-pub use strings::{read_bytes, read_str, read_str_prefix};
+pub use strings::{is_compact_ascii, read_bytes, read_str, read_str_prefix};
 pub use tlbc::{TlbcBases, TlbcLayout, Unresolved};
 
 use crate::target::memory::MemoryError;

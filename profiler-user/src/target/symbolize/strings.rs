@@ -40,6 +40,13 @@ struct StrHeader {
     ascii: bool,
 }
 
+/// Whether a `str`'s `state` word says compact ASCII with one byte per character (the state
+/// bits of `objects`' build).
+pub fn is_compact_ascii(state: u32, objects: &ObjectLayout) -> bool {
+    let bits = if objects.free_threaded { STATE_BITS_FREE_THREADED } else { STATE_BITS };
+    state & bits.compact != 0 && state & bits.ascii != 0 && (state >> bits.kind_shift) & bits.kind_mask == 1
+}
+
 /// Decodes the `length` and `state` fields of a `str` header held in `buf`.
 fn parse_str_header(
     buf: &[u8],

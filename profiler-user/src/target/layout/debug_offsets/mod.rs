@@ -672,6 +672,13 @@ mod tests {
         assert_eq!(location, Some(gil::GilLocation::InterpreterGil { gil_pointer: 0x10, last_holder: 0x10, locked: 0x18 }));
         let wait = gil::gil_wait_layout(d.version, Some(&bytes));
         assert_eq!((wait.kind, wait.size, wait.at), (profiler_common::gil_wait::INTERP_POINTER, 0xd8, 0x10));
+        // The threading registry (DWARF of the same build; managed dict read back with ctypes).
+        use crate::target::layout::threading::{AttributeStorage, threading_layout};
+        let t = threading_layout(d.version, Some(&d)).expect("a free-threaded 3.14 has a threading layout");
+        assert_eq!((t.interp_modules, t.module_dict, t.dict.ma_keys, t.dict.ma_values, t.dict.values_start), (0x1e20, 0x20, 0x30, 0x38, 8));
+        assert_eq!(t.attributes, AttributeStorage::ManagedInline { dict: -8, cached_keys: 0x380 });
+        assert_eq!((t.type_name, t.type_basicsize, t.type_flags, t.type_dictoffset), (0x28, 0x30, 0xb8, 0x130));
+        assert_eq!((t.int_tag, t.int_digits), (Some(0x20), 0x28));
     }
 
     #[test]
