@@ -666,3 +666,42 @@ fn native_hung_library_does_not_stall_sampling() {
         "--stats does not show the hung file as being read: {files_line:?}{d}"
     );
 }
+
+/// C++ names are demangled in every output (issue #31): a member function template of a
+/// namespace, called through ctypes, shows as `pyperch::Spinner<int>::spin(double)` (what
+/// `c++filt` gives for `_ZN7pyperch7SpinnerIiE4spinEd`) right below the Python caller, and no
+/// frame keeps a mangled name.
+#[test]
+fn native_cpp_names_demangled_3_12() {
+    let Some(py) = python("3.12") else { return };
+    let Some(cxx) = find_program("g++").or_else(|| find_program("c++")) else {
+        return skip("no C++ compiler (g++ or c++) on PATH");
+    };
+    let dir = PathBuf::from("/tmp/pyperch-tests").join(format!("native-cpp-{}", std::process::id()));
+    fs::create_dir_all(&dir).expect("a directory for the library");
+    let lib = dir.join("libpyperch_cpp.so");
+    let status = Command::new(&cxx)
+        .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(workload_source("native_cpp.cpp"))
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", cxx.display()));
+    assert!(status.success(), "{} failed to compile native_cpp.cpp ({})", cxx.display(), describe_status(status));
+    let mut w = Workload::spawn(&py, "native_cpp.py", &[&lib.to_string_lossy(), "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let rec = record_native(w.pid, &["--native"], "4");
+    w.terminate();
+    let _ = fs::remove_dir_all(&dir);
+    rec.assert_ok();
+    let d = rec.diag_pid(w.pid);
+    let mine = rec.profile.for_pid(w.pid);
+    let total = mine.count(|s| python_index(s, "cpp_caller").is_some());
+    let named = mine.count(|s| {
+        let Some(caller) = python_index(s, "cpp_caller") else { return false };
+        s.frames[caller + 1..].iter().any(|f| PyFrame::parse(f).name == "pyperch::Spinner<int>::spin(double)")
+    });
+    let mangled = mine.count(|s| s.frames.iter().any(|f| f.contains("_ZN7pyperch")));
+    note(format!("{}: {named} of {total} samples in cpp_caller show pyperch::Spinner<int>::spin(double); {mangled} keep a mangled name", py.describe()));
+    assert!(total >= 100, "only {total} samples in cpp_caller{d}");
+    assert!(share(named, total) >= 0.8, "only {named} of {total} samples in cpp_caller show pyperch::Spinner<int>::spin(double){d}");
+    assert_eq!(mangled, 0, "frames keep the mangled name _ZN7pyperch...{d}");
+}

@@ -11,7 +11,7 @@ use super::{
     native_merge::{self as merge, EvalGrouping, NativeFrame, WalkedFrame},
 };
 use crate::{
-    target::native::{NativeContext, NativeOrigin, ProcessNative, UnwindEnd, is_eval_function, kernel_addresses, parse_native, process::UnwoundFrame},
+    target::native::{NativeContext, demangle::demangle, NativeOrigin, ProcessNative, UnwindEnd, is_eval_function, kernel_addresses, parse_native, process::UnwoundFrame},
     stats::Counters,
 };
 
@@ -186,7 +186,8 @@ impl NativeSampler {
                 Some(symbol) => {
                     // `function (file:line)` with DWARF line tables, else `function (library)`.
                     let (file, line) = m.file.line(at).unwrap_or_else(|| (m.file.name.clone(), 0));
-                    (FrameName { function: symbol.clone(), file, line, native: m.file.origin(at) }, is_eval_function(symbol))
+                    let function = demangle(symbol).map_or_else(|| symbol.clone(), Arc::from);
+                    (FrameName { function, file, line, native: m.file.origin(at) }, is_eval_function(symbol))
                 }
                 None => (
                     FrameName {

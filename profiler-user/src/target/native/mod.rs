@@ -9,6 +9,7 @@
 //! `--native`: this module only adds frames around them.
 
 pub mod budget;
+pub mod demangle;
 pub mod io;
 pub mod kallsyms;
 pub mod lines;

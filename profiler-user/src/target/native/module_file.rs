@@ -381,9 +381,10 @@ fn read_symbols(file: &File, budget: &mut FileBudget, sections: &Sections) -> Ve
             if raw.is_empty() {
                 continue;
             }
-            let shown = format!("{:#}", rustc_demangle::demangle(raw));
+            // Kept as the file has it: `native::demangle` makes it readable where a frame
+            // is shown (once per address), not for every symbol of every file.
             let Some(end) = start.checked_add(size) else { continue };
-            symbols.push(Symbol { start, end, name: Arc::from(shown) });
+            symbols.push(Symbol { start, end, name: Arc::from(raw) });
         }
     }
     symbols.sort_unstable_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
