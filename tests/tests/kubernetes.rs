@@ -7,7 +7,8 @@
 //!
 //! - A Python workload runs in a container whose bundle containerd's shim writes itself
 //!   (`<state>/io.containerd.runtime.v2.task/k8s.io/<id>/config.json`, the state directory
-//!   being `<node>/run/containerd`, so the path below `<node>` is a node's; the agent gets
+//!   being `<node>/run/containerd`, or k3s's and RKE2's `<node>/run/k3s/containerd` in the
+//!   k3s case, so the path below `<node>` is a node's; the agent gets
 //!   `<node>` as the node's root), with the annotations containerd's CRI plugin writes
 //!   (`io.kubernetes.cri.sandbox-name`, `-namespace`, `-uid`,
 //!   `io.kubernetes.cri.container-name`...) and the cgroup path a kubelet gives it: cgroupfs
@@ -212,6 +213,11 @@ impl Drop for RuncContainer {
     }
 }
 
+/// containerd's state directory below a node's root: kubeadm's (and containerd's default),
+/// and k3s's and RKE2's.
+const STATE_KUBEADM: &str = "run/containerd";
+const STATE_K3S: &str = "run/k3s/containerd";
+
 /// Where containerd's runc shim keeps a container's bundle, relative to its state directory
 /// (`/run/containerd` on a node).
 const TASK_DIR: &str = "io.containerd.runtime.v2.task/k8s.io";
@@ -227,6 +233,8 @@ const TASK_DIR: &str = "io.containerd.runtime.v2.task/k8s.io";
 struct Containerd {
     dir: PathBuf,
     node: PathBuf,
+    /// The state directory below `<node>` ([`STATE_KUBEADM`] or [`STATE_K3S`]).
+    state: &'static str,
     socket: PathBuf,
     child: std::process::Child,
     version: String,
@@ -234,9 +242,9 @@ struct Containerd {
 
 impl Containerd {
     /// Starts the daemon in `dir` and waits until `ctr version` answers.
-    fn start(dir: &Path) -> Result<Self, String> {
+    fn start(dir: &Path, state_dir: &'static str) -> Result<Self, String> {
         let node = dir.join("node");
-        let state = node.join("run/containerd");
+        let state = node.join(state_dir);
         let root = dir.join("root");
         let socket = dir.join("containerd.sock");
         for d in [&state, &root] {
@@ -264,7 +272,7 @@ impl Containerd {
             .stderr(err)
             .spawn()
             .map_err(|e| format!("containerd: {e}"))?;
-        let mut daemon = Containerd { dir: dir.into(), node, socket, child, version: String::new() };
+        let mut daemon = Containerd { dir: dir.into(), node, state: state_dir, socket, child, version: String::new() };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(Some(status)) = daemon.child.try_wait() {
@@ -312,7 +320,7 @@ impl Containerd {
 
     /// The `config.json` containerd's shim wrote for container `id`.
     fn bundle_config(&self, id: &str) -> PathBuf {
-        self.node.join("run/containerd").join(TASK_DIR).join(id).join("config.json")
+        self.node.join(self.state).join(TASK_DIR).join(id).join("config.json")
     }
 
     /// Runs `/usr/bin/true` of `rootfs` in a container of its own (read-only root, its own
@@ -379,12 +387,12 @@ enum Runtime {
 impl Runtime {
     /// containerd when its daemon starts and runs a probe container through its runc shim;
     /// runc otherwise, with the exact reason printed.
-    fn pick(dir: &Path, rootfs: &Path) -> Runtime {
+    fn pick(dir: &Path, rootfs: &Path, state: &'static str) -> Runtime {
         if Command::new("ctr").arg("--version").stdout(Stdio::null()).status().is_err() {
             note("runtime: runc directly, because `ctr` is not installed (`cargo xtask test` installs Debian's containerd)");
             return Runtime::Runc;
         }
-        match Containerd::start(&dir.join("containerd")).and_then(|d| d.probe(rootfs).map(|()| d)) {
+        match Containerd::start(&dir.join("containerd"), state).and_then(|d| d.probe(rootfs).map(|()| d)) {
             Ok(daemon) => {
                 note(format!(
                     "runtime: containerd {} (a daemon of this test's own, namespace k8s.io, runc shim io.containerd.runc.v2), containers started with `ctr run --config <full OCI spec>`",
@@ -671,7 +679,7 @@ fn kubelet_cgroup(driver: Driver, uid: &str, id: &str) -> (String, Vec<String>) 
     }
 }
 
-fn kubernetes_case(driver: Driver) {
+fn kubernetes_case(driver: Driver, state: &'static str) {
     let Some(s) = setup() else { return };
     note(format!(
         "agent container: host PID namespace, capabilities {} only (bounding/effective/permitted), no new privileges, seccomp {}, uid 0 (65534 once attached), read-only root, scratch /tmp (0777), /sys/kernel/btf and /sys/fs/cgroup read-only, memory limit {} MiB",
@@ -688,7 +696,12 @@ fn kubernetes_case(driver: Driver) {
     fs::create_dir_all(&scratch).unwrap();
     // As the kubelet creates an emptyDir volume: mode 0777 (pyperch writes there as nobody).
     fs::set_permissions(&scratch, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let rt = Runtime::pick(&dir, &s.rootfs);
+    let rt = Runtime::pick(&dir, &s.rootfs, state);
+    if state != STATE_KUBEADM && matches!(rt, Runtime::Runc) {
+        // Without containerd there is no shim to find the bundle from.
+        let _ = fs::remove_dir_all(&dir);
+        return skip(format!("the state directory {state} needs containerd's shim, and containerd does not run here (above)"));
+    }
 
     // The workload: a Burstable pod's container as containerd's CRI plugin creates it.
     let id = random_hex(64);
@@ -904,10 +917,19 @@ fn kubernetes_case(driver: Driver) {
 
 #[test]
 fn kubernetes_containerd_cgroupfs_driver_under_daemonset_privileges() {
-    kubernetes_case(Driver::Cgroupfs);
+    kubernetes_case(Driver::Cgroupfs, STATE_KUBEADM);
 }
 
 #[test]
 fn kubernetes_containerd_systemd_driver_under_daemonset_privileges() {
-    kubernetes_case(Driver::Systemd);
+    kubernetes_case(Driver::Systemd, STATE_KUBEADM);
+}
+
+/// k3s's (and RKE2's) layout (issue #32, "pods named on every node layout"): containerd's
+/// state directory is `<node>/run/k3s/containerd`, where no fixed path of pyperch's looks;
+/// the bundle is found from the container's own shim (its working directory), and every name
+/// check above holds.
+#[test]
+fn kubernetes_containerd_k3s_state_directory_under_daemonset_privileges() {
+    kubernetes_case(Driver::Cgroupfs, STATE_K3S);
 }

@@ -9,6 +9,15 @@
 //! | containerd | `run/containerd/io.containerd.runtime.v2.task/k8s.io/<id>/config.json` | `io.kubernetes.cri.sandbox-namespace`, `io.kubernetes.cri.sandbox-name`, `io.kubernetes.cri.container-name`, `io.kubernetes.cri.sandbox-uid` |
 //! | CRI-O | `run/containers/storage/overlay-containers/<id>/userdata/config.json` (its run dir) or the same under `var/lib/containers/storage` | `io.kubernetes.pod.namespace`, `io.kubernetes.pod.name`, `io.kubernetes.container.name`, `io.kubernetes.pod.uid` |
 //!
+//! The bundle is first looked for where the container's own runtime keeps it, whatever its
+//! state directory (kubeadm's `/run/containerd`, k3s's and RKE2's `/run/k3s/containerd`,
+//! microk8s's, docker's embedded containerd): the container's first ancestor in pyperch's
+//! (the host's) PID namespace is its shim (`containerd-shim*`, outside the container's cgroup),
+//! whose working directory is a bundle directory of the same state directory
+//! (`<state>/io.containerd.runtime.v2.task/<namespace>/<id>`); the container's own
+//! `config.json` is the sibling `<id>/config.json`, opened inside the shim's root
+//! (`/proc/<shim>/root`). Then at the fixed places below, inside the host's root.
+//!
 //! The host's root is reached as `/proc/1/root` (the agent shares the host's PID namespace),
 //! or as the directory the environment variable `PYPERCH_HOST_ROOT` names (for hosts whose
 //! PID 1 is not the node's init).
@@ -178,8 +187,9 @@ struct Entry {
     names: Option<Arc<PodNames>>,
     /// The annotations' pod UID, compared with the cgroup's at every lookup.
     pod_uid: Option<String>,
-    /// The bundle file the names came from (relative to the root), to notice it is gone.
-    bundle: Option<String>,
+    /// The bundle file the names came from (the root it was read under, and its path
+    /// relative to it), to notice it is gone.
+    bundle: Option<(PathBuf, String)>,
     checked: Instant,
 }
 
@@ -278,7 +288,7 @@ impl PodNameCache {
         let (names, uid) = match cached {
             Some(hit) => hit,
             None => {
-                let read = self.read(id);
+                let read = self.read(info, id);
                 let mut state = self.state();
                 let entry = match read {
                     Ok((names, uid, bundle)) => {
@@ -319,7 +329,7 @@ impl PodNameCache {
     /// once per [`SWEEP_EVERY`].
     fn sweep(&self) {
         let now = Instant::now();
-        let bundles: Vec<(String, String)> = {
+        let bundles: Vec<(String, (PathBuf, String))> = {
             let mut state = self.state();
             if state.last_sweep.is_some_and(|t| now.duration_since(t) < SWEEP_EVERY) {
                 return;
@@ -330,7 +340,7 @@ impl PodNameCache {
         };
         let gone: Vec<String> = bundles
             .into_iter()
-            .filter(|(_, bundle)| matches!(self.open_path(bundle), Err(rustix::io::Errno::NOENT)))
+            .filter(|(_, (root, bundle))| matches!(open_in_root(root, bundle), Err(rustix::io::Errno::NOENT)))
             .map(|(id, _)| id)
             .collect();
         if !gone.is_empty() {
@@ -341,66 +351,113 @@ impl PodNameCache {
         }
     }
 
-    /// Reads the first bundle file of a known runtime for container `id`: its names, the pod
-    /// UID of its annotations, and its path.
-    fn read(&self, id: &str) -> Result<(PodNames, Option<String>, String), BundleError> {
-        for (prefix, suffix) in BUNDLES {
-            let path = format!("{prefix}{id}{suffix}");
-            let bytes = match self.read_file(&path) {
+    /// Reads the bundle file of container `id` (of `info`): where its shim keeps it, else
+    /// the first at a known place; its names, the pod UID of its annotations, and where it
+    /// was read (root and path).
+    fn read(&self, info: &ContainerInfo, id: &str) -> Result<(PodNames, Option<String>, (PathBuf, String)), BundleError> {
+        let shim = shim_bundle(info, id).into_iter();
+        let fixed = BUNDLES.iter().map(|(prefix, suffix)| (self.root.clone(), format!("{prefix}{id}{suffix}")));
+        for (root, path) in shim.chain(fixed) {
+            let bytes = match read_file(&root, &path) {
                 Ok(bytes) => bytes,
                 Err(BundleError::Io(_, e)) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e),
             };
             return match parse_spec(&path, &bytes)? {
-                Some((names, uid)) => Ok((names, uid, path)),
+                Some((names, uid)) => Ok((names, uid, (root, path))),
                 None => Err(BundleError::NoAnnotations(path)),
             };
         }
         Err(BundleError::NotFound)
     }
+}
 
-    /// `path` (relative) opened `O_PATH` inside the root, not following a final symlink.
-    fn open_path(&self, path: &str) -> rustix::io::Result<OwnedFd> {
-        let root = rustix::fs::open(&self.root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
-        let mut attempt = 0;
-        loop {
-            match rustix::fs::openat2(
-                &root,
-                path,
-                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::empty(),
-                ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
-            ) {
-                Err(rustix::io::Errno::AGAIN) if attempt < RESOLVE_RETRIES => attempt += 1,
-                result => return result,
-            }
+/// Ancestors of a container's process looked at for its shim.
+const MAX_ANCESTORS: usize = 32;
+
+/// Where the container's own runtime keeps its bundle file (see the module docs): the shim's
+/// root (`/proc/<shim>/root`) and the file's path inside it. `None` when the first ancestor
+/// in pyperch's PID namespace is not a containerd shim outside the container's cgroup, or its
+/// working directory is not a bundle directory.
+fn shim_bundle(info: &ContainerInfo, id: &str) -> Option<(PathBuf, String)> {
+    let own_ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    let mut current = *info.nspid.first()?;
+    for _ in 0..MAX_ANCESTORS {
+        current = parent_of(current).filter(|p| *p > 1)?;
+        if std::fs::read_link(format!("/proc/{current}/ns/pid")).ok()? != own_ns {
+            continue;
         }
+        // The first ancestor in the host's PID namespace: the runtime's shim, or no answer.
+        // A process of the container itself (sharing the host's PID namespace) stays in
+        // the container's cgroup: it is never taken for the shim.
+        let exe = std::fs::read_link(format!("/proc/{current}/exe")).ok()?;
+        if !exe.file_name()?.to_str()?.starts_with("containerd-shim") {
+            return None;
+        }
+        let cgroup = crate::host::containers::for_process(current).cgroup_path;
+        let container = info.cgroup_path.as_str();
+        if container.is_empty() || cgroup.is_empty() || cgroup == container || cgroup.starts_with(&format!("{container}/")) {
+            return None;
+        }
+        let cwd = std::fs::read_link(format!("/proc/{current}/cwd")).ok()?;
+        let namespace_dir = cwd.parent()?;
+        if !cwd.is_absolute() || namespace_dir.parent()?.file_name()? != "io.containerd.runtime.v2.task" {
+            return None;
+        }
+        let path = namespace_dir.join(id).join("config.json");
+        return Some((PathBuf::from(format!("/proc/{current}/root")), path.to_str()?.trim_start_matches('/').to_owned()));
     }
+    None
+}
 
-    /// The bytes of regular file `path` under the root (see the module docs).
-    fn read_file(&self, path: &str) -> Result<Vec<u8>, BundleError> {
-        let io_err = |e: rustix::io::Errno| BundleError::Io(path.to_owned(), e.into());
-        let fd = self.open_path(path).map_err(io_err)?;
-        let inode = regular_inode(&fd).map_err(io_err)?.ok_or_else(|| BundleError::NotRegular(path.to_owned()))?;
-        let file = rustix::fs::open(
-            format!("/proc/self/fd/{}", fd.as_raw_fd()),
-            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+/// The parent pid of `pid` (`/proc/PID/stat`, field 4, after the command name).
+fn parent_of(pid: u32) -> Option<u32> {
+    let mut stat = String::new();
+    File::open(format!("/proc/{pid}/stat")).ok()?.take(4096).read_to_string(&mut stat).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `path` (relative) opened `O_PATH` inside `root`, not following a final symlink.
+fn open_in_root(root: &Path, path: &str) -> rustix::io::Result<OwnedFd> {
+    let root = rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    let mut attempt = 0;
+    loop {
+        match rustix::fs::openat2(
+            &root,
+            path,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
-        )
-        .map_err(io_err)?;
-        if regular_inode(&file).map_err(io_err)? != Some(inode) {
-            return Err(BundleError::NotRegular(path.to_owned()));
+            ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+        ) {
+            Err(rustix::io::Errno::AGAIN) if attempt < RESOLVE_RETRIES => attempt += 1,
+            result => return result,
         }
-        let mut bytes = Vec::new();
-        File::from(file)
-            .take(MAX_CONFIG_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| BundleError::Io(path.to_owned(), e))?;
-        if bytes.len() as u64 > MAX_CONFIG_BYTES {
-            return Err(BundleError::TooLarge(path.to_owned()));
-        }
-        Ok(bytes)
     }
+}
+
+/// The bytes of regular file `path` under `root` (see the module docs).
+fn read_file(root: &Path, path: &str) -> Result<Vec<u8>, BundleError> {
+    let io_err = |e: rustix::io::Errno| BundleError::Io(path.to_owned(), e.into());
+    let fd = open_in_root(root, path).map_err(io_err)?;
+    let inode = regular_inode(&fd).map_err(io_err)?.ok_or_else(|| BundleError::NotRegular(path.to_owned()))?;
+    let file = rustix::fs::open(
+        format!("/proc/self/fd/{}", fd.as_raw_fd()),
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(io_err)?;
+    if regular_inode(&file).map_err(io_err)? != Some(inode) {
+        return Err(BundleError::NotRegular(path.to_owned()));
+    }
+    let mut bytes = Vec::new();
+    File::from(file)
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| BundleError::Io(path.to_owned(), e))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(BundleError::TooLarge(path.to_owned()));
+    }
+    Ok(bytes)
 }
 
 /// The inode of `fd` if it is a regular file (attributes from the cache: no round trip to
@@ -585,6 +642,17 @@ mod tests {
         cache.state().last_sweep = None;
         assert_eq!(cache.lookup(&info(&format!("/kubepods/pod{UID}/{ID2}"))), None);
         assert!(!cache.state().entries.get(ID).is_some_and(|e| e.names.is_some()), "a gone container is forgotten");
+    }
+
+    #[test]
+    fn no_shim_no_shim_bundle() {
+        // This test's own ancestors hold no containerd shim: no answer, whatever the id.
+        let own = crate::host::containers::for_process(std::process::id());
+        assert_eq!(shim_bundle(&own, ID), None);
+        // No pid: no walk.
+        assert_eq!(shim_bundle(&ContainerInfo::default(), ID), None);
+        assert_eq!(parent_of(std::process::id()), Some(std::os::unix::process::parent_id()));
+        assert_eq!(parent_of(u32::MAX), None);
     }
 
     #[test]
