@@ -178,6 +178,24 @@ impl Server {
         s
     }
 
+    /// The same server with another certificate and key (files in `certs.dir`).
+    fn start_with_cert(python: &Path, certs: &Certs, cert: &Path, key: &Path, password: &str) -> Server {
+        let mut s = Server::start_unspawned(python, certs, password);
+        for (flag, path) in [("--tls-cert", cert), ("--tls-key", key)] {
+            let at = s.args.iter().position(|a| a == flag).expect("flag") + 1;
+            s.args[at] = path.display().to_string();
+        }
+        s.spawn();
+        s
+    }
+
+    fn start_unspawned(python: &Path, certs: &Certs, password: &str) -> Server {
+        let mut s = Server::start(python, certs, password, None);
+        s.stop();
+        s.port = 0;
+        s
+    }
+
     fn spawn(&mut self) {
         let mut cmd = Command::new(&self.python);
         cmd.args(&self.args);
@@ -467,7 +485,7 @@ fn agent_auth_wrong_ca_fails_clearly() {
     assert!(
         run.stderr_lines()
             .iter()
-            .any(|l| l.contains("TLS error") && l.contains("--upload-ca-file")),
+            .any(|l| l.contains("not signed by a CA pyperch trusts") && l.contains("--upload-ca-file")),
         "no clear TLS error line{d}"
     );
     let (sent, failed, _, auth) = stats(&run).unwrap_or_else(|| panic!("no --stats upload line{d}"));
@@ -647,4 +665,94 @@ fn agent_auth_plain_http_credentials_and_proxy_by_scheme() {
     assert!(accepted.iter().all(|e| e["has_authorization"] == true), "{d}");
     assert!(run.stderr.contains("credentials over unencrypted http"), "the start-up line does not say it{d}");
     note(format!("{} profiles delivered over http:// with --allow-insecure-http, past an HTTPS_PROXY", accepted.len()));
+}
+
+/// `sh -c SCRIPT` in `dir`: its stdout, trimmed.
+fn sh(dir: &Path, script: &str) -> String {
+    let out = Command::new("sh").arg("-c").arg(script).current_dir(dir).output().expect("sh");
+    assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Certificates as deployed (issue #32 item 2), each against the same HTTPS receiver:
+/// - a self-signed certificate made the usual way (`openssl req -x509 ... -addext
+///   subjectAltName=...`, which marks it a CA) given with `--upload-ca-file`: trusted as curl
+///   trusts it, every profile delivered (it was refused with `CaUsedAsEndEntity`);
+/// - the same kind of certificate for another host name: refused, one sentence naming the
+///   host and what to do;
+/// - an expired one: refused, one sentence with the date;
+/// - `--upload-pin` with the server's key (as curl's `--pinnedpubkey` takes it): delivered;
+///   with another key's pin: refused, one sentence giving the server's pin.
+/// curl, where installed, is the reference for the first case.
+#[test]
+fn agent_auth_certificates_as_deployed() {
+    let Some((python, certs, mut spinner, tag)) = setup() else { return };
+    let dir = certs.dir.clone();
+    let password = format!("pw-{}", random_hex(16));
+    let pw_file = dir.join("password");
+    std::fs::write(&pw_file, &password).unwrap();
+    let pw = pw_file.display().to_string();
+    // As users make them.
+    openssl(&dir, &["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "self.key", "-out", "self.pem", "-days", "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"]);
+    openssl(&dir, &["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "other.key", "-out", "other.pem", "-days", "2", "-subj", "/CN=ingest.example", "-addext", "subjectAltName=DNS:ingest.example"]);
+    std::fs::write(dir.join("expired.ext"), "subjectAltName = IP:127.0.0.1, DNS:localhost\n").unwrap();
+    openssl(&dir, &["req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", "expired.key", "-out", "expired.csr", "-subj", "/CN=localhost"]);
+    openssl(&dir, &["x509", "-req", "-in", "expired.csr", "-signkey", "expired.key", "-out", "expired.pem", "-days", "-1", "-extfile", "expired.ext"]);
+    let pin_of = |pem: &str| sh(&dir, &format!("openssl x509 -in {pem} -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64"));
+    let self_pin = format!("sha256//{}", pin_of("self.pem"));
+    let other_pin = format!("sha256//{}", pin_of("other.pem"));
+
+    let case = |cert: &str, key: &str, ca_file: &str, extra: &[&str]| -> (Run, Server) {
+        let server = Server::start_with_cert(&python, &certs, &dir.join(cert), &dir.join(key), &password);
+        let app = format!("e2e-{}", random_hex(6));
+        let ca = dir.join(ca_file).display().to_string();
+        let mut more = vec!["--upload-ca-file", ca.as_str(), "--upload-user", USER, "--upload-password-file", pw.as_str()];
+        more.extend_from_slice(extra);
+        let args = agent_args(&server, &tag, &app, "3s", &more);
+        (start_agent(&args, &[]).finish(Duration::from_secs(90)), server)
+    };
+    let delivered = |run: &Run, server: &Server, what: &str| {
+        let d = diag(run, server);
+        assert!(run.success(), "{what}: the agent failed{d}");
+        let (sent, failed, _, _) = stats(run).unwrap_or_else(|| panic!("{what}: no --stats upload line{d}"));
+        note(format!("{what}: {sent} profiles sent, {failed} failed attempts"));
+        assert!(sent >= 1 && failed == 0, "{what}: sent {sent}, failed attempts {failed}{d}");
+        assert_eq!(server.with_status(200).len() as u64, sent, "{what}: the receiver's 200s{d}");
+    };
+    let refused = |run: &Run, server: &Server, what: &str, words: &[&str]| {
+        let d = diag(run, server);
+        assert!(run.success(), "{what}: the agent failed{d}");
+        assert!(server.entries().iter().all(|e| e["method"].is_null()), "{what}: a request got through{d}");
+        let line = run.stderr_lines().into_iter().find(|l| l.contains("TLS: the server's")).map(str::to_string);
+        note(format!("{what}: {}", line.as_deref().unwrap_or("(no line)")));
+        let line = line.unwrap_or_else(|| panic!("{what}: no certificate sentence{d}"));
+        for w in words {
+            assert!(line.contains(w), "{what}: the sentence does not say {w:?}: {line}{d}");
+        }
+        let (sent, failed, _, _) = stats(run).unwrap_or_else(|| panic!("{what}: no --stats upload line{d}"));
+        assert!(sent == 0 && failed >= 1, "{what}: sent {sent}, failed attempts {failed}{d}");
+    };
+
+    let (run, server) = case("self.pem", "self.key", "self.pem", &[]);
+    if find_program("curl").is_some() {
+        let out = Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"]).arg(dir.join("self.pem")).arg(format!("{}/", server.url())).output().expect("curl");
+        note(format!("curl --cacert self.pem: HTTP {} (exit {:?})", String::from_utf8_lossy(&out.stdout), out.status.code()));
+        // curl got past TLS (an HTTP status, whatever it is): the certificate is trusted.
+        assert!(out.stdout.len() == 3 && out.stdout != b"000", "curl does not trust the self-signed certificate: the case proves nothing");
+    }
+    delivered(&run, &server, "self-signed certificate in --upload-ca-file");
+    drop(server);
+    let (run, server) = case("other.pem", "other.key", "other.pem", &[]);
+    refused(&run, &server, "self-signed certificate for another host", &["not valid for 127.0.0.1", "ingest.example", "use a URL"]);
+    drop(server);
+    let (run, server) = case("expired.pem", "expired.key", "expired.pem", &[]);
+    refused(&run, &server, "expired certificate", &["expired on", "renew it"]);
+    drop(server);
+    let (run, server) = case("self.pem", "self.key", "self.pem", &["--upload-pin", &self_pin]);
+    delivered(&run, &server, "--upload-pin with the server's key");
+    drop(server);
+    let (run, server) = case("self.pem", "self.key", "self.pem", &["--upload-pin", &other_pin]);
+    refused(&run, &server, "--upload-pin of another key", &["matches no --upload-pin", &self_pin]);
+    drop(server);
+    spinner.terminate();
 }

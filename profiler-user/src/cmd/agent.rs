@@ -89,6 +89,8 @@ pub struct UploadOptions {
     pub api: Api,
     /// A PEM bundle added to the system's CAs (for both destinations: not a secret).
     pub ca_file: Option<std::path::PathBuf>,
+    /// `--upload-pin`: the server keys accepted (for both destinations), as given.
+    pub pins: Vec<String>,
     /// `--upload-url`'s credentials (`--upload-user`... `--tenant-id`, `--upload-header*`).
     pub credentials: EndpointCredentials,
     /// `--otlp-endpoint`'s own credentials (`--otlp-user`...): never `--upload-url`'s.
@@ -146,10 +148,14 @@ fn client_settings(
         )));
     }
     let roots = crate::export::upload::roots(options.ca_file.as_deref()).map_err(|e| upload_error(&e))?;
+    let pins = options.pins.iter().map(|p| crate::export::upload::Pin::parse(p)).collect::<Result<Vec<_>, _>>().map_err(|e| upload_error(&e))?;
     let proxy = proxy_for(endpoint);
     let mut about = Vec::new();
     if endpoint.is_https() {
         about.push(format!("certificates checked against {}", roots.description));
+        if !pins.is_empty() {
+            about.push(format!("the server's key pinned ({})", pins.iter().map(|p| p.shown()).collect::<Vec<_>>().join(", ")));
+        }
     }
     match &auth {
         Auth::None => {}
@@ -173,7 +179,7 @@ fn client_settings(
         auth,
         tenant: creds.tenant_id.clone(),
         headers,
-        roots: roots.roots,
+        trust: crate::export::upload::Trust { roots: roots.roots, own: roots.own, pins: pins.clone() },
         proxy,
         ..ClientSettings::default()
     };

@@ -212,9 +212,16 @@ pub(crate) struct AgentArgs {
     /// The backend's API: Pyroscope's HTTP ingest, or its push API (Connect, protobuf).
     #[arg(long, value_enum, default_value = "ingest", value_name = "API")]
     pub(crate) upload_api: crate::export::upload::Api,
-    /// A PEM bundle of CAs trusted for https://, added to the system's CA bundle.
+    /// A PEM bundle of CAs trusted for https://, added to the system's CA bundle. A
+    /// self-signed server certificate may be given here too: it is trusted as itself (its
+    /// host name and dates still checked), as curl trusts it.
     #[arg(long, value_name = "FILE")]
     pub(crate) upload_ca_file: Option<PathBuf>,
+    /// Accept only a server whose public key has this SHA-256, written as curl's
+    /// --pinnedpubkey takes it (sha256//BASE64); repeat for a key rollover. Checked after the
+    /// certificate itself.
+    #[arg(long = "upload-pin", value_name = "sha256//BASE64")]
+    pub(crate) upload_pins: Vec<String>,
     /// Basic-auth user name; the password comes from --upload-password-file or the
     /// PYPERCH_UPLOAD_PASSWORD environment variable, never from the command line.
     #[arg(long, value_name = "NAME")]

@@ -173,6 +173,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 upload: UploadOptions {
                     api: args.upload_api,
                     ca_file: args.upload_ca_file,
+                    pins: args.upload_pins,
                     credentials: agent::EndpointCredentials {
                         user: args.upload_user,
                         password_file: args.upload_password_file,

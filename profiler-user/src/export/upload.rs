@@ -20,6 +20,7 @@ mod credentials;
 mod http;
 mod push;
 mod tls;
+mod tls_connector;
 
 use std::{
     collections::VecDeque,
@@ -31,7 +32,8 @@ use std::{
 pub use credentials::{Auth, CredentialError, ExtraHeader, Flags, OTLP_PASSWORD_ENV, PASSWORD_ENV, TENANT_HEADER, check_tenant, check_tenant_of};
 pub use http::{Api, Client, ClientSettings, Endpoint, INGEST_CONTENT_TYPE, MAX_KEPT_BODY, UPLOAD_DEADLINE, UploadError, printable, proxy_for};
 pub use push::{label_name, push_body};
-pub use tls::{Roots, TlsError, roots};
+pub use tls::{Pin, Roots, TlsError, pin_of, roots};
+pub use tls_connector::{PIN_MISMATCH, Trust};
 
 /// One profile to push: the ingest query (already encoded) and the pprof bytes (or, for an
 /// endpoint made by [`Endpoint::parse_with_path`], no query and that endpoint's body).

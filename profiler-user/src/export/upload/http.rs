@@ -55,6 +55,9 @@ pub enum UploadError {
     Auth { status: u16, body: String },
     #[error("TLS error: {0}: check the URL's host name and --upload-ca-file")]
     Tls(String),
+    /// A certificate the check refused (or no TLS at all), said with what to do.
+    #[error("TLS: {0}")]
+    Certificate(String),
     #[error("cannot send credentials: {0}")]
     Credential(#[from] CredentialError),
 }
@@ -235,7 +238,8 @@ pub struct ClientSettings {
     /// Sent as `X-Scope-OrgID`.
     pub tenant: Option<String>,
     pub headers: Vec<ExtraHeader>,
-    pub roots: ureq::tls::RootCerts,
+    /// The roots, the user's own certificates and pins (see `tls_connector`).
+    pub trust: super::tls_connector::Trust,
     /// The proxy to go through (the agent takes it from the environment), if any.
     pub proxy: Option<ureq::Proxy>,
     pub deadline: Duration,
@@ -247,7 +251,7 @@ impl Default for ClientSettings {
             auth: Auth::None,
             tenant: None,
             headers: Vec::new(),
-            roots: ureq::tls::RootCerts::WebPki,
+            trust: super::tls_connector::Trust::default(),
             proxy: None,
             deadline: UPLOAD_DEADLINE,
         }
@@ -272,19 +276,24 @@ impl Client {
 
     pub fn with_settings(settings: ClientSettings) -> Self {
         let deadline = settings.deadline;
-        let tls = ureq::tls::TlsConfig::builder().root_certs(settings.roots.clone()).build();
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
             .proxy(settings.proxy.clone())
-            .tls_config(tls)
             .timeout_global(Some(deadline))
             .max_response_header_size(MAX_HEADER_BYTES)
             .user_agent(format!("pyperch/{}", env!("CARGO_PKG_VERSION")))
             .max_idle_connections(1)
             .max_idle_connections_per_host(1)
             .build();
-        Self { agent: config.new_agent(), deadline, settings }
+        // The trust was checked when the settings were made (`tls_config` fails only on a
+        // provider without TLS versions, which ring is not); an https:// upload then fails
+        // with the reason.
+        let agent = match super::tls_connector::client_config(&settings.trust) {
+            Ok(tls) => ureq::Agent::with_parts(config, super::tls_connector::connector(tls), ureq::unversioned::resolver::DefaultResolver::default()),
+            Err(_) => config.new_agent(),
+        };
+        Self { agent, deadline, settings }
     }
 
     /// One `POST` of `body` to `url` as [`INGEST_CONTENT_TYPE`]; Ok on any 2xx.
@@ -343,6 +352,9 @@ fn transport_error(e: ureq::Error, deadline: Duration) -> UploadError {
         ureq::Error::Timeout(which) => {
             UploadError::Timeout { secs: deadline.as_secs(), which: printable(which.to_string().as_bytes()) }
         }
+        ureq::Error::Rustls(e) if certificate_sentence(&e).is_some() => {
+            UploadError::Certificate(certificate_sentence(&e).unwrap_or_default())
+        }
         e @ (ureq::Error::Tls(_) | ureq::Error::Rustls(_) | ureq::Error::Pem(_)) => {
             UploadError::Tls(printable(e.to_string().as_bytes()))
         }
@@ -356,6 +368,55 @@ fn transport_error(e: ureq::Error, deadline: Duration) -> UploadError {
             }
         }
     }
+}
+
+/// One sentence, saying what to do, for a refused server certificate (or a server that does
+/// not speak TLS); `None` for other TLS errors. Names the server presents are made printable.
+fn certificate_sentence(e: &rustls::Error) -> Option<String> {
+    use rustls::CertificateError as C;
+    let date = |t: &rustls::pki_types::UnixTime| {
+        let at = time::OffsetDateTime::from_unix_timestamp(i64::try_from(t.as_secs()).unwrap_or(i64::MAX));
+        at.map_or_else(|_| format!("{} s after 1970", t.as_secs()), |d| format!("{:04}-{:02}-{:02}", d.year(), u8::from(d.month()), d.day()))
+    };
+    Some(match e {
+        rustls::Error::InvalidCertificate(C::UnknownIssuer) => "the server's certificate is not signed by a CA pyperch trusts: give that CA with --upload-ca-file (for a self-signed certificate, the certificate itself)".to_string(),
+        rustls::Error::InvalidCertificate(C::NotValidForNameContext { expected, presented }) => {
+            let expected = match expected {
+                rustls::pki_types::ServerName::DnsName(d) => d.as_ref().to_string(),
+                rustls::pki_types::ServerName::IpAddress(ip) => std::net::IpAddr::from(*ip).to_string(),
+                other => format!("{other:?}"),
+            };
+            // webpki gives each presented name as `DnsName("...")` / `IpAddress(...)`.
+            let name = |p: &String| match (p.find('"'), p.rfind('"')) {
+                (Some(a), Some(b)) if b > a => p[a + 1..b].to_string(),
+                _ => p.clone(),
+            };
+            let presented: Vec<String> = presented.iter().map(name).collect();
+            let presented = if presented.is_empty() { "no host".to_string() } else { presented.join(", ") };
+            format!(
+                "the server's certificate is not valid for {} (it names {}): use a URL with one of those names, or give the server a certificate for this one",
+                printable(expected.as_bytes()),
+                printable(presented.as_bytes())
+            )
+        }
+        rustls::Error::InvalidCertificate(C::NotValidForName) => "the server's certificate is not valid for the URL's host name: use a URL with a name the certificate has, or give the server a certificate for this one".to_string(),
+        rustls::Error::InvalidCertificate(C::ExpiredContext { not_after, .. }) => format!(
+            "the server's certificate expired on {}: renew it on the server (or correct this machine's clock)",
+            date(not_after)
+        ),
+        rustls::Error::InvalidCertificate(C::Expired) => "the server's certificate has expired: renew it on the server (or correct this machine's clock)".to_string(),
+        rustls::Error::InvalidCertificate(C::NotValidYetContext { not_before, .. }) => format!(
+            "the server's certificate is not valid before {}: correct this machine's clock, or the certificate's dates",
+            date(not_before)
+        ),
+        rustls::Error::InvalidCertificate(C::NotValidYet) => "the server's certificate is not valid yet: correct this machine's clock, or the certificate's dates".to_string(),
+        rustls::Error::General(text) if text.starts_with(super::tls_connector::PIN_MISMATCH) => format!(
+            "{}: if its key was changed on purpose, give the new pin with --upload-pin",
+            printable(text.as_bytes())
+        ),
+        rustls::Error::InvalidMessage(_) => "the server does not answer in TLS on this port: check whether the URL should be http://, or the port is the server's TLS one".to_string(),
+        _ => return None,
+    })
 }
 
 /// Server-provided (or otherwise untrusted) bytes made safe for one log line: invalid UTF-8
@@ -592,7 +653,7 @@ mod tests {
         });
         let url = Endpoint::parse(&format!("https://127.0.0.1:{port}")).unwrap().ingest_url(&[]);
         let e = Client::with_deadline(Duration::from_secs(5)).post(&url, b"profile").unwrap_err();
-        assert!(matches!(e, UploadError::Network(_)), "{e}");
+        assert!(matches!(&e, UploadError::Certificate(s) if s.contains("does not answer in TLS")), "{e}");
         // 0x16: a TLS handshake record (the ClientHello), not an HTTP request line.
         assert_eq!(first_byte.join().unwrap(), Some(0x16));
     }

@@ -11,7 +11,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use ureq::tls::{Certificate, PemItem, RootCerts};
+use rustls::pki_types::CertificateDer;
+use ureq::tls::{Certificate, PemItem};
 
 use super::printable;
 
@@ -34,11 +35,47 @@ pub enum TlsError {
     TooLarge { path: String },
     #[error("the CA file {path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")]
     NoCertificate { path: String },
+    #[error("--upload-pin {given}: not a pin; give the SHA-256 of the server's public key as curl's --pinnedpubkey takes it, sha256//BASE64 (e.g. from `openssl x509 -in cert.pem -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64`)")]
+    BadPin { given: String },
+    #[error("cannot set up TLS: {0}")]
+    Setup(String),
 }
 
-/// The roots to trust, and a phrase saying which (for the agent's start-up line).
+/// A `--upload-pin`: the SHA-256 of a server's public key (its DER `SubjectPublicKeyInfo`),
+/// written as curl's `--pinnedpubkey` takes it: `sha256//BASE64` (`sha256/BASE64` too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pin(pub [u8; 32]);
+
+impl Pin {
+    pub fn parse(given: &str) -> Result<Pin, TlsError> {
+        use base64::Engine as _;
+        let bad = || TlsError::BadPin { given: printable(given.as_bytes()) };
+        let text = given.trim();
+        let b64 = text.strip_prefix("sha256//").or_else(|| text.strip_prefix("sha256/")).ok_or_else(bad)?;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(b64).map_err(|_| bad())?;
+        Ok(Pin(bytes.try_into().map_err(|_| bad())?))
+    }
+
+    /// `sha256//BASE64`.
+    pub fn shown(&self) -> String {
+        use base64::Engine as _;
+        format!("sha256//{}", base64::engine::general_purpose::STANDARD.encode(self.0))
+    }
+}
+
+/// The pin of a DER certificate's public key; `None` when it does not parse.
+pub fn pin_of(cert: &[u8]) -> Option<Pin> {
+    let (_, x509) = x509_parser::parse_x509_certificate(cert).ok()?;
+    let digest = ring::digest::digest(&ring::digest::SHA256, x509.public_key().raw);
+    Some(Pin(digest.as_ref().try_into().ok()?))
+}
+
+/// The roots to trust, the certificates of `--upload-ca-file` (also trusted as themselves,
+/// see `tls_connector`), and a phrase saying which (for the agent's start-up line).
 pub struct Roots {
-    pub roots: RootCerts,
+    /// `None`: Mozilla's roots built in.
+    pub roots: Option<Vec<CertificateDer<'static>>>,
+    pub own: Vec<CertificateDer<'static>>,
     pub description: String,
 }
 
@@ -47,14 +84,19 @@ pub fn roots(ca_file: Option<&Path>) -> Result<Roots, TlsError> {
     let system = system_bundle().and_then(|p| read_bundle(&p).ok().map(|certs| (p, certs)));
     let extra = ca_file.map(read_bundle).transpose()?;
     let shown = |p: &Path| printable(p.as_os_str().as_encoded_bytes());
+    let der = |certs: &[Certificate<'static>]| -> Vec<CertificateDer<'static>> {
+        certs.iter().map(|c| CertificateDer::from(c.der().to_vec())).collect()
+    };
+    let own = extra.as_deref().map(der).unwrap_or_default();
     Ok(match (system, extra) {
-        (None, None) => Roots { roots: RootCerts::WebPki, description: "Mozilla's roots built in".into() },
+        (None, None) => Roots { roots: None, own, description: "Mozilla's roots built in".into() },
         (Some((path, certs)), None) => {
-            Roots { description: format!("the system's CAs ({})", shown(&path)), roots: RootCerts::new_with_certs(&certs) }
+            Roots { description: format!("the system's CAs ({})", shown(&path)), roots: Some(der(&certs)), own }
         }
         (None, Some(certs)) => Roots {
             description: format!("the CAs of {}", shown(ca_file.unwrap_or(Path::new("")))),
-            roots: RootCerts::new_with_certs(&certs),
+            roots: Some(der(&certs)),
+            own,
         },
         (Some((path, mut certs)), Some(extra)) => {
             certs.extend(extra);
@@ -64,7 +106,8 @@ pub fn roots(ca_file: Option<&Path>) -> Result<Roots, TlsError> {
                     shown(&path),
                     shown(ca_file.unwrap_or(Path::new("")))
                 ),
-                roots: RootCerts::new_with_certs(&certs),
+                roots: Some(der(&certs)),
+                own,
             }
         }
     })
@@ -102,6 +145,18 @@ fn read_bundle(path: &Path) -> Result<Vec<Certificate<'static>>, TlsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pins_as_curl_writes_them() {
+        let pin = Pin::parse("sha256//P6pDBlRNhbIH6klyxzo4EP9ud5eXDhmVDsWAKNacMGw=").expect("a pin");
+        assert_eq!(pin.shown(), "sha256//P6pDBlRNhbIH6klyxzo4EP9ud5eXDhmVDsWAKNacMGw=");
+        assert_eq!(Pin::parse("sha256/P6pDBlRNhbIH6klyxzo4EP9ud5eXDhmVDsWAKNacMGw=").ok(), Some(pin));
+        for bad in ["", "sha256//", "sha1//P6pDBlRNhbIH6klyxzo4EP9ud5eXDhmVDsWAKNacMGw=", "sha256//AAAA", "sha256//not base64!", "P6pDBlRNhbIH6klyxzo4EP9ud5eXDhmVDsWAKNacMGw="] {
+            let e = Pin::parse(bad).err().unwrap_or_else(|| panic!("{bad:?} accepted"));
+            assert!(e.to_string().contains("sha256//BASE64"), "{e}");
+        }
+        assert_eq!(pin_of(b"not a certificate"), None);
+    }
 
     #[test]
     fn upload_ca_file_mistakes_are_clear() {
