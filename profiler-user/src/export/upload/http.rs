@@ -280,15 +280,16 @@ impl Client {
             .http_status_as_error(false)
             .max_redirects(0)
             .proxy(settings.proxy.clone())
+            .tls_config(ureq::tls::TlsConfig::builder().root_certs(ureq::tls::RootCerts::new_with_certs(&[])).build())
             .timeout_global(Some(deadline))
             .max_response_header_size(MAX_HEADER_BYTES)
             .user_agent(format!("pyperch/{}", env!("CARGO_PKG_VERSION")))
             .max_idle_connections(1)
             .max_idle_connections_per_host(1)
             .build();
-        // The trust was checked when the settings were made (`tls_config` fails only on a
-        // provider without TLS versions, which ring is not); an https:// upload then fails
-        // with the reason.
+        // `client_config` fails only on a provider without TLS versions, which ring is not;
+        // were it to fail, ureq's own TLS with the empty root set of `config` would trust
+        // nothing, never more than asked.
         let agent = match super::tls_connector::client_config(&settings.trust) {
             Ok(tls) => ureq::Agent::with_parts(config, super::tls_connector::connector(tls), ureq::unversioned::resolver::DefaultResolver::default()),
             Err(_) => config.new_agent(),
