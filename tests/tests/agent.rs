@@ -1769,3 +1769,28 @@ fn agent_async_wall_uploads_task_waits_sid_3_14() {
 fn agent_async_uploads_task_frames_ft_3_14() {
     agent_async(FT_3_14, "cpu");
 }
+
+/// `agent --async` on a Python too old for task stacks (3.12): the agent profiles it as it
+/// is (plain stacks uploaded) and says so in one warning line naming the process, where
+/// `record --async --pid` refuses it (tests/tests/asyncio.rs).
+#[test]
+fn agent_async_says_which_processes_keep_plain_stacks() {
+    let Some(receiver_python) = skip_without_receiver() else { return };
+    let Some(py) = first_python(&["3.12", "3.13", "3.11"]) else { return };
+    let mut w = Workload::spawn(&py, "asyncio_tasks.py", &["chain", "60"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let receiver = IngestReceiver::start(&receiver_python, 0.0).unwrap_or_else(|e| panic!("{e:#}"));
+    let app = format!("e2e-{}", random_hex(6));
+    let (url, pid) = (receiver.url(), w.pid.to_string());
+    let mut agent = Agent::start(&["--upload-url", &url, "--interval", "1s", "--duration", "3s", "--app-name", &app, "--pid", &pid, "--async"]);
+    let status = agent.wait_exit(Duration::from_secs(40));
+    w.terminate();
+    let d = agent.diag();
+    assert!(status.is_some_and(|s| s.success()), "the agent failed{d}");
+    let warning = format!("pyperch: warning: process {pid} (");
+    let lines: Vec<String> = agent.lines().into_iter().filter(|l| l.starts_with(&warning)).collect();
+    note(format!("{}: {lines:?}", py.describe()));
+    assert_eq!(lines.len(), 1, "one warning line for the process{d}");
+    assert!(lines[0].contains("keeps plain stacks under --async") && lines[0].contains("3.14 or later"), "{d}");
+    let stacks = uploaded_stacks(&receiver);
+    assert!(stacks.iter().any(|(n, _)| n.iter().any(|f| f == "c_work")), "no plain stack with c_work uploaded{d}");
+}

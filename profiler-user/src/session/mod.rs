@@ -127,6 +127,9 @@ fn descends_from(pid: u32, is_root: impl Fn(u32) -> bool) -> bool {
 
 /// The state of a recording, on the sampling loop's thread. Discovery runs on a thread of its
 /// own (`discoverer`) from `start_discovery` on, and reports through a channel.
+/// Processes too old for asyncio task stacks named in a warning under `--async`.
+const MAX_ASYNC_WARNINGS: u32 = 5;
+
 pub(crate) struct Session {
     pub(crate) kernel: KernelProgram,
     /// Which processes to profile; given to discovery when it starts.
@@ -174,6 +177,8 @@ pub(crate) struct Session {
     pub(crate) discovery_stats: Arc<DiscoveryStats>,
     /// `--async`: asyncio task stacks for the processes that can have them.
     async_stacks: bool,
+    /// Processes registered under `--async` whose version has no task stacks.
+    async_too_old: u32,
     /// With `async_stacks`: the kernel's coroutine → task index (`task_index`), started with
     /// the first record (threads start only once capabilities were dropped), and the
     /// processes registered for task chains it has not been given yet.
@@ -252,6 +257,7 @@ impl Session {
             charged: Default::default(),
             min_off_cpu_ns: 0,
             async_stacks: false,
+            async_too_old: 0,
             task_index: None,
             to_index: Vec::new(),
             task_waits: None,
@@ -345,6 +351,25 @@ impl Session {
         }
     }
 
+    /// With `--async`, says (for the first [`MAX_ASYNC_WARNINGS`] processes) that a process
+    /// too old for asyncio task stacks keeps plain ones: `record --pid` refuses such a
+    /// process, but the agent and whole-host recordings profile it as it is.
+    fn warn_if_no_task_stacks(&mut self, process: &PythonProcess) {
+        if !self.async_stacks || crate::target::asyncio::supported(process.version) {
+            return;
+        }
+        self.async_too_old += 1;
+        if self.async_too_old <= MAX_ASYNC_WARNINGS {
+            eprintln!(
+                "pyperch: warning: process {} ({}, CPython {}) keeps plain stacks under --async: asyncio task stacks need CPython 3.14 or later{}",
+                process.pid,
+                crate::text::field(&process.comm),
+                process.version_label(),
+                if self.async_too_old == MAX_ASYNC_WARNINGS { " (further such processes are not named)" } else { "" }
+            );
+        }
+    }
+
     /// Registers a Python process with the kernel if its interpreter is ready. Only before
     /// discovery starts (explicit pids, inspected by the caller).
     pub(crate) fn add_process(&mut self, process: PythonProcess) -> Result<bool, SessionError> {
@@ -359,6 +384,7 @@ impl Session {
         let label = discoverer::process_label(&process);
         let exe_link = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
         self.warn_if_no_gil(&process, discoverer::runs_without_gil(&mem, &info));
+        self.warn_if_no_task_stacks(&process);
         let mut target = self.new_target(process, exe_link, generation, info);
         // With --async, the asyncio reader is made before the first registration, so that no
         // sample is taken without the running task (which would keep its plain stack).
@@ -456,6 +482,7 @@ impl Session {
                 DiscoveryEvent::Added(new) => {
                     let discoverer::NewTarget { process, exe_link, label, generation, info, no_gil } = *new;
                     self.warn_if_no_gil(&process, no_gil);
+                    self.warn_if_no_task_stacks(&process);
                     let target = self.new_target(process, exe_link, generation, info);
                     self.insert_target(target, label);
                 }
