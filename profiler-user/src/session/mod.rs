@@ -563,7 +563,7 @@ impl Session {
         self.retired.push(entry);
         // The process's native unwinder held its files: free those no process uses now.
         if self.native.is_some() {
-            crate::target::native::module_file::release_unused();
+            crate::target::native::file_cache::release_unused();
         }
         if self.retired.len() > MAX_RETIRED {
             let oldest = self.retired.remove(0);

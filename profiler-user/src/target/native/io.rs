@@ -10,8 +10,8 @@
 //! - One worker thread takes the requests in turn. It reads the maps with a time budget
 //!   (`session::budget`, the pattern of discovery's looks at processes: a read that overruns
 //!   is left to finish on its own thread, at most `MAX_OVERRUNNING_PER_PROCESS` of them for one process), then starts
-//!   the reading of every file not cached yet (`module_file::start_load`, at most
-//!   `module_file::MAX_IN_FLIGHT` files at once, each on a thread of its own) and sends the
+//!   the reading of every file not cached yet (`file_cache::start_load`, at most
+//!   `file_cache::MAX_IN_FLIGHT` files at once, each on a thread of its own) and sends the
 //!   process its mappings at once, without waiting for the files.
 //! - Each file's reader sends the file to every process that asked for it when it is done.
 //!
@@ -28,7 +28,10 @@ use std::{
     time::Duration,
 };
 
-use super::module_file::{self, Loaded, Loading, ModuleFile};
+use super::{
+    file_cache::{self, Loaded, Loading},
+    module_file::ModuleFile,
+};
 use crate::{
     target::discovery::{Mapping, read_maps},
     target::budget::{Budgeted, Overrun},
@@ -158,9 +161,9 @@ impl NativeIo {
             MAPS_BUDGET.as_secs_f64(),
             s.queue_full.load(Relaxed),
             s.files_deferred.load(Relaxed),
-            module_file::in_flight(),
-            module_file::cached_bytes(),
-            module_file::report(),
+            file_cache::in_flight(),
+            file_cache::cached_bytes(),
+            file_cache::report(),
             super::budget::report(),
         )
     }
@@ -190,7 +193,7 @@ fn serve(budgeted: &Budgeted, stats: &IoStats, request: Request) {
             let file = if !mapping.is_file() {
                 MappedFile::None
             } else {
-                match module_file::start_load(pid, &mapping, &request.files) {
+                match file_cache::start_load(pid, &mapping, &request.files) {
                     Loading::Ready(file) => MappedFile::Ready(file),
                     Loading::InFlight => MappedFile::Loading,
                     Loading::Unreadable => MappedFile::None,

@@ -10,6 +10,7 @@
 
 pub mod budget;
 pub mod demangle;
+pub mod file_cache;
 pub mod io;
 pub mod kallsyms;
 pub mod lines;

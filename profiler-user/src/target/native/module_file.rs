@@ -1,43 +1,25 @@
 //! One executable file as `--native` needs it: its unwind sections (`.eh_frame`,
 //! `.eh_frame_hdr`, `.debug_frame`), its loadable segments, its function symbols (`.symtab`
 //! and `.dynsym`) and its DWARF line table (`lines`, built here). Read through
-//! `discovery::open_checked` (inside the target's root, identity-checked, non-blocking), each
-//! on a thread of its own that nobody waits for (at most `MAX_IN_FLIGHT` at once, and at
-//! most `MAX_IN_FLIGHT_PER_PROCESS` started for one process): whoever asked is told through
-//! a channel when the read ends. Kept in a process-wide cache keyed by the file's identity
-//! (device, inode), bounded in bytes.
+//! `discovery::open_checked` (inside the target's root, identity-checked, non-blocking), on
+//! a thread `file_cache` starts for it, which also keeps the files read.
 //!
 //! Every size comes from a hostile file: the file is never parsed whole. Its headers are read
 //! first, and each table after them only when its claimed size passes its cap (`MAX_*`), the
 //! file's real allocated size and the file's read budget (`budget::FileBudget`); a refused
 //! table is absent and counted on `--stats` with its reason.
-//!
-//! The cache ([`FILES_BUDGET`]) evicts the least recently used files even while processes
-//! use them: an evicted file's processes drop it at their next sample (`evicted_since`), its
-//! frames then show as `library+0xOFFSET`, and it is read again after `RETRY_AFTER`. A file
-//! is charged to the process it was first read for; past [`PROCESS_SHARE`] that process's
-//! own files go first, so one process never pushes every other one's files out.
 
 use std::{
-    collections::HashMap,
     fs::File,
     ops::{Deref, Range},
-    sync::{
-        Arc, LazyLock, Mutex,
-        atomic::{AtomicU64, Ordering::Relaxed},
-        mpsc,
-    },
-    time::{Duration, Instant},
+    sync::Arc,
 };
 
 use super::{
     budget::{FileBudget, Refusal},
     lines::LineTable,
 };
-use crate::{
-    target::native::{NativeMapping, NativeOrigin},
-    target::discovery::{FileKey, Mapping, open_checked},
-};
+use crate::target::native::{NativeMapping, NativeOrigin};
 
 /// Most bytes of the DWARF sections line tables are built from, per file (past that: no
 /// line numbers). Read, turned into a `LineTable`, then dropped.
@@ -60,15 +42,8 @@ const MAX_SYMTAB_BYTES: u64 = (MAX_SYMBOLS as u64) * 24;
 const MAX_STRINGS_BYTES: u64 = 64 << 20;
 /// Longer symbol names are not kept (the frame then shows `library+0xADDRESS`).
 const MAX_NAME_BYTES: usize = 4096;
-/// Bytes the cache of files may hold; past that, the least recently used files are dropped
-/// (in use or not).
-pub const FILES_BUDGET: usize = 256 << 20;
-/// Bytes of cached files charged to one process before its own files are evicted first.
-pub const PROCESS_SHARE: usize = FILES_BUDGET / 4;
 /// Bytes one file may keep: past it, its lines and then its symbols are left out.
-pub const MAX_FILE_BYTES: usize = PROCESS_SHARE;
-/// A file that failed, or was evicted, is not read again before this.
-const RETRY_AFTER: Duration = Duration::from_secs(10);
+pub const MAX_FILE_BYTES: usize = super::file_cache::PROCESS_SHARE;
 
 /// Shared, immutable bytes of one section (cheap to clone into every process's unwinder).
 #[derive(Clone, Default)]
@@ -117,6 +92,24 @@ pub struct ModuleFile {
 }
 
 impl ModuleFile {
+    /// A file with nothing in it but its accounted size (for the cache's tests).
+    #[cfg(test)]
+    pub(super) fn empty(bytes: usize) -> ModuleFile {
+        ModuleFile {
+            name: Arc::from("x"),
+            text: None,
+            got: None,
+            eh_frame: None,
+            eh_frame_hdr: None,
+            debug_frame: None,
+            segments: Vec::new(),
+            mappings: Vec::new(),
+            symbols: Vec::new(),
+            lines: None,
+            bytes,
+        }
+    }
+
     /// The function containing `address` (file address space), if a symbol covers it.
     pub fn symbol(&self, address: u64) -> Option<&Arc<str>> {
         let i = self.symbols.partition_point(|s| s.start <= address);
@@ -209,7 +202,7 @@ fn section_data(file: &File, budget: &mut FileBudget, header: &SectionHeader, ca
 /// Reads `file` (see the module docs): the headers first, then only the tables needed, each
 /// asked of the file's [`FileBudget`] before it is read. `None` when it is not a
 /// little-endian x86_64 ELF, its headers are refused, or it has no unwind data left.
-fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
+pub(super) fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
     let mut budget = FileBudget::of(&file).ok()?;
     let ehdr: Header = *read_array::<Header>(&file, &mut budget, 0, 1, 64).ok()?.first()?;
     if ehdr.e_ident.magic != object::elf::ELFMAG
@@ -435,240 +428,6 @@ pub fn base_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
-/// A file being read, and who waits for it.
-struct InFlight {
-    /// The process it is read for (charged to its allowance while in flight).
-    pid: u32,
-    /// Told when the file is read (or found unreadable); a waiter gone meanwhile is skipped.
-    waiters: Vec<mpsc::Sender<Loaded>>,
-}
-
-/// A cached file.
-struct Entry {
-    file: Arc<ModuleFile>,
-    used: Instant,
-    /// The process it was read for (charged for its bytes).
-    owner: u32,
-}
-
-#[derive(Default)]
-struct Cache {
-    files: HashMap<FileKey, Entry>,
-    /// Files that failed or were evicted, and when (not read again before `RETRY_AFTER`).
-    failed: HashMap<FileKey, Instant>,
-    in_flight: HashMap<FileKey, InFlight>,
-    bytes: usize,
-    /// Bytes of `files` charged to each process.
-    charged: HashMap<u32, usize>,
-}
-
-static CACHE: LazyLock<Mutex<Cache>> = LazyLock::new(Default::default);
-/// Files evicted so far: a process whose count differs drops the files no longer cached.
-static EVICTIONS: AtomicU64 = AtomicU64::new(0);
-/// Loads refused because the asking process had `MAX_IN_FLIGHT_PER_PROCESS` in flight.
-static PROCESS_BUSY: AtomicU64 = AtomicU64::new(0);
-
-fn cache() -> std::sync::MutexGuard<'static, Cache> {
-    CACHE.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Files read at once, at most (each on a thread of its own). A file on a file system that
-/// never answers keeps its thread for ever: past this many, no new file is started.
-pub const MAX_IN_FLIGHT: usize = 16;
-/// Files in flight started for one process, at most: a process whose mapped files never
-/// answer holds only these, and every other process keeps the rest of `MAX_IN_FLIGHT`.
-pub const MAX_IN_FLIGHT_PER_PROCESS: usize = 4;
-/// Waiters kept per file in flight (beyond: told nothing; they ask again later).
-const MAX_WAITERS: usize = 256;
-
-/// A file's read finished: the file, or `None` when it gave no unwind data.
-pub type Loaded = (FileKey, Option<Arc<ModuleFile>>);
-
-/// Where the file behind a mapping stands, without waiting.
-pub enum Loading {
-    /// Read already (cached).
-    Ready(Arc<ModuleFile>),
-    /// Being read: the waiter given to [`start_load`] is told on its end.
-    InFlight,
-    /// Not readable, not ELF x86_64, or failed or evicted recently (tried again after
-    /// `RETRY_AFTER`).
-    Unreadable,
-    /// Too many files are being read already, in all or for this process (tried again
-    /// later, by a later request).
-    Busy,
-}
-
-/// The file behind `mapping` of `pid`: from the cache, or read on a thread of its own, whose
-/// end is sent to `waiter` (also when the file was in flight already). Never waits on the
-/// file: the cache's lock is held only for bookkeeping.
-pub fn start_load(pid: u32, mapping: &Mapping, waiter: &mpsc::Sender<Loaded>) -> Loading {
-    let key = mapping.key();
-    {
-        let mut c = cache();
-        if let Some(entry) = c.files.get_mut(&key) {
-            entry.used = Instant::now();
-            return Loading::Ready(entry.file.clone());
-        }
-        if let Some(flight) = c.in_flight.get_mut(&key) {
-            if flight.waiters.len() < MAX_WAITERS {
-                flight.waiters.push(waiter.clone());
-            }
-            return Loading::InFlight;
-        }
-        if c.failed.get(&key).is_some_and(|at| at.elapsed() < RETRY_AFTER) {
-            return Loading::Unreadable;
-        }
-        if !admit(&c, pid) {
-            return Loading::Busy;
-        }
-        c.in_flight.insert(key, InFlight { pid, waiters: vec![waiter.clone()] });
-    }
-    let owned = mapping.clone();
-    let spawned = std::thread::Builder::new().name("pyperch-native".into()).spawn(move || {
-        let name = base_name(&owned.path).to_string();
-        // A file that makes the parser panic counts as unreadable.
-        let result = std::panic::catch_unwind(|| open_checked(pid, &owned).ok().and_then(|file| read(file, &name, &owned.path)))
-            .ok()
-            .flatten()
-            .map(Arc::new);
-        let mut c = cache();
-        let waiters = c.in_flight.remove(&key).map(|f| f.waiters).unwrap_or_default();
-        match &result {
-            Some(file) => insert(&mut c, key, file.clone(), pid),
-            None => note_failed(&mut c, key),
-        }
-        drop(c);
-        for w in waiters {
-            let _ = w.send((key, result.clone()));
-        }
-    });
-    if spawned.is_err() {
-        cache().in_flight.remove(&key);
-        return Loading::Unreadable;
-    }
-    Loading::InFlight
-}
-
-/// Whether a new file may start being read for `pid`: fewer than `MAX_IN_FLIGHT` in flight
-/// in all, and fewer than `MAX_IN_FLIGHT_PER_PROCESS` started for `pid` (counted).
-fn admit(c: &Cache, pid: u32) -> bool {
-    if c.in_flight.len() >= MAX_IN_FLIGHT {
-        return false;
-    }
-    if c.in_flight.values().filter(|f| f.pid == pid).count() >= MAX_IN_FLIGHT_PER_PROCESS {
-        PROCESS_BUSY.fetch_add(1, Relaxed);
-        return false;
-    }
-    true
-}
-
-fn note_failed(c: &mut Cache, key: FileKey) {
-    if c.failed.len() > 4096 {
-        c.failed.retain(|_, at| at.elapsed() < RETRY_AFTER);
-        if c.failed.len() > 4096 {
-            c.failed.clear();
-        }
-    }
-    c.failed.insert(key, Instant::now());
-}
-
-/// Files being read now (a file that hangs stays counted until its read ends).
-pub fn in_flight() -> usize {
-    cache().in_flight.len()
-}
-
-/// Caches a file read for `owner`. Past `PROCESS_SHARE` charged to `owner`, its own least
-/// recently used files are evicted first; past `FILES_BUDGET`, anyone's, in use or not.
-/// The file just read is kept either way (it fits: at most `MAX_FILE_BYTES`).
-fn insert(c: &mut Cache, key: FileKey, file: Arc<ModuleFile>, owner: u32) {
-    let size = file.bytes;
-    c.bytes = c.bytes.saturating_add(size);
-    *c.charged.entry(owner).or_default() += size;
-    if let Some(old) = c.files.insert(key, Entry { file, used: Instant::now(), owner }) {
-        uncharge(c, old.owner, old.file.bytes);
-    }
-    if c.charged.get(&owner).copied().unwrap_or(0) > PROCESS_SHARE {
-        evict(c, key, Some(owner), PROCESS_SHARE);
-    }
-    if c.bytes > FILES_BUDGET {
-        evict(c, key, None, FILES_BUDGET);
-    }
-}
-
-fn uncharge(c: &mut Cache, owner: u32, size: usize) {
-    c.bytes = c.bytes.saturating_sub(size);
-    if let Some(charged) = c.charged.get_mut(&owner) {
-        *charged = charged.saturating_sub(size);
-        if *charged == 0 {
-            c.charged.remove(&owner);
-        }
-    }
-}
-
-/// Evicts least recently used files (of `owner` only, when given), never `keep`, until the
-/// bytes counted (the owner's, or all) are within `limit`.
-fn evict(c: &mut Cache, keep: FileKey, owner: Option<u32>, limit: usize) {
-    let mut order: Vec<(Instant, FileKey)> = c
-        .files
-        .iter()
-        .filter(|(k, e)| **k != keep && owner.is_none_or(|o| e.owner == o))
-        .map(|(k, e)| (e.used, *k))
-        .collect();
-    order.sort_unstable();
-    for (_, k) in order {
-        let over = match owner {
-            Some(o) => c.charged.get(&o).copied().unwrap_or(0) > limit,
-            None => c.bytes > limit,
-        };
-        if !over {
-            break;
-        }
-        if let Some(e) = c.files.remove(&k) {
-            uncharge(c, e.owner, e.file.bytes);
-            note_failed(c, k);
-            EVICTIONS.fetch_add(1, Relaxed);
-        }
-    }
-}
-
-/// Files evicted so far (compare with a previous value to know whether to look).
-pub fn evictions() -> u64 {
-    EVICTIONS.load(Relaxed)
-}
-
-/// Whether `file` (read for `key`) is still the cached one.
-pub fn is_cached(key: &FileKey, file: &Arc<ModuleFile>) -> bool {
-    cache().files.get(key).is_some_and(|e| Arc::ptr_eq(&e.file, file))
-}
-
-/// Drops every cached file no process holds (called when processes go).
-pub fn release_unused() {
-    let mut c = cache();
-    let unused: Vec<FileKey> = c.files.iter().filter(|(_, e)| Arc::strong_count(&e.file) == 1).map(|(k, _)| *k).collect();
-    for k in unused {
-        if let Some(e) = c.files.remove(&k) {
-            uncharge(&mut c, e.owner, e.file.bytes);
-        }
-    }
-}
-
-/// Bytes held by the cache of files.
-pub fn cached_bytes() -> usize {
-    cache().bytes
-}
-
-/// The `--stats` words of the cache: evictions and loads put off per process.
-pub fn report() -> String {
-    format!(
-        "{} files evicted (budget {} MiB, {} MiB per process); {} file reads put off (a process's {} in flight)",
-        evictions(),
-        FILES_BUDGET >> 20,
-        PROCESS_SHARE >> 20,
-        PROCESS_BUSY.load(Relaxed),
-        MAX_IN_FLIGHT_PER_PROCESS,
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -777,26 +536,6 @@ mod tests {
         let _ = std::fs::remove_file(&path);
     }
 
-    fn dummy(bytes: usize) -> Arc<ModuleFile> {
-        Arc::new(ModuleFile {
-            name: Arc::from("x"),
-            text: None,
-            got: None,
-            eh_frame: None,
-            eh_frame_hdr: None,
-            debug_frame: None,
-            segments: Vec::new(),
-            mappings: Vec::new(),
-            symbols: Vec::new(),
-            lines: None,
-            bytes,
-        })
-    }
-
-    fn key(inode: u64) -> FileKey {
-        FileKey { dev: (1, 1), inode }
-    }
-
     mod fuzz {
         use super::*;
         use proptest::prelude::*;
@@ -880,59 +619,8 @@ mod tests {
         fn random_suffix() -> u64 {
             use std::sync::atomic::AtomicU64;
             static N: AtomicU64 = AtomicU64::new(0);
-            N.fetch_add(1, Relaxed)
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         }
-    }
-
-    /// Issue #28 item 3, native part: a process whose files never answer holds at most
-    /// `MAX_IN_FLIGHT_PER_PROCESS` readers; every other process still gets the rest.
-    #[test]
-    fn one_process_cannot_hold_every_file_reader() {
-        let mut c = Cache::default();
-        let mut started = 0;
-        for i in 0..MAX_IN_FLIGHT as u64 {
-            if admit(&c, 666) {
-                c.in_flight.insert(key(1000 + i), InFlight { pid: 666, waiters: Vec::new() });
-                started += 1;
-            }
-        }
-        assert_eq!(started, MAX_IN_FLIGHT_PER_PROCESS);
-        // Other processes fill the rest, one slot each or more, up to the global cap.
-        let mut others = 0;
-        for pid in 1..=MAX_IN_FLIGHT as u32 {
-            if admit(&c, pid) {
-                c.in_flight.insert(key(2000 + u64::from(pid)), InFlight { pid, waiters: Vec::new() });
-                others += 1;
-            }
-        }
-        assert_eq!(others, MAX_IN_FLIGHT - MAX_IN_FLIGHT_PER_PROCESS);
-        assert!(!admit(&c, 9999), "the global cap still holds");
-    }
-
-    /// Files in use are evicted too, least recently used first; a process past its share
-    /// loses its own files, never another process's.
-    #[test]
-    fn the_cache_evicts_files_in_use_and_keeps_each_process_within_its_share() {
-        let mut c = Cache::default();
-        let held: Vec<Arc<ModuleFile>> = (0..3).map(|_| dummy(FILES_BUDGET / 4 - 1)).collect();
-        // Three processes' files, all held by their processes.
-        for (i, f) in held.iter().enumerate() {
-            insert(&mut c, key(i as u64), f.clone(), 100 + i as u32);
-        }
-        assert_eq!(c.files.len(), 3);
-        // Process 200 reads many files: past its share, its own older ones go.
-        for i in 10..20 {
-            insert(&mut c, key(i), dummy(PROCESS_SHARE / 3), 200);
-            assert!(c.charged.get(&200).copied().unwrap_or(0) <= PROCESS_SHARE);
-        }
-        assert!((0..3).all(|i| c.files.contains_key(&key(i))), "other processes' files stay");
-        // Past the global budget, the least recently used file goes although in use.
-        insert(&mut c, key(50), dummy(FILES_BUDGET / 4), 300);
-        assert!(c.bytes <= FILES_BUDGET, "{} bytes cached", c.bytes);
-        assert!(!c.files.contains_key(&key(0)), "the oldest file, in use, was evicted");
-        assert!(c.failed.contains_key(&key(0)), "and is not read again at once");
-        assert_eq!(c.bytes, c.files.values().map(|e| e.file.bytes).sum::<usize>());
-        assert_eq!(c.bytes, c.charged.values().sum::<usize>());
     }
 
     #[test]

@@ -105,10 +105,10 @@ pub struct ProcessNative {
     /// Bumped whenever a module goes away: names cached by address must be forgotten (a
     /// different file may be mapped there next).
     pub removals: u64,
-    /// `module_file::evictions()` when the modules were last checked against the cache.
+    /// `file_cache::evictions()` when the modules were last checked against the cache.
     evictions: u64,
     /// Files were evicted from under this process: read the maps again (and so the files,
-    /// once `module_file` allows) at this time.
+    /// once `file_cache` allows) at this time.
     reload_at: Option<Instant>,
 }
 
@@ -147,7 +147,7 @@ impl ProcessNative {
             asker,
             inbox,
             removals: 0,
-            evictions: super::module_file::evictions(),
+            evictions: super::file_cache::evictions(),
             reload_at: None,
         };
         p.request(io);
@@ -309,13 +309,13 @@ impl ProcessNative {
     /// Drops the modules whose file the cache evicted (their memory goes with the last
     /// process holding them); the maps are read again after `RELOAD_AFTER`.
     fn drop_evicted(&mut self) {
-        let now = super::module_file::evictions();
+        let now = super::file_cache::evictions();
         if now == self.evictions {
             return;
         }
         self.evictions = now;
         let gone: Vec<u64> =
-            self.modules.iter().filter(|m| !super::module_file::is_cached(&m.key, &m.file)).map(|m| m.start).collect();
+            self.modules.iter().filter(|m| !super::file_cache::is_cached(&m.key, &m.file)).map(|m| m.start).collect();
         if gone.is_empty() {
             return;
         }
@@ -415,7 +415,7 @@ impl ProcessNative {
         }
         // A file evicted between its read and now is not taken in (the cache no longer
         // counts it): read again later, as if evicted from this process.
-        if !super::module_file::is_cached(&m.key(), &file) {
+        if !super::file_cache::is_cached(&m.key(), &file) {
             self.reload_at.get_or_insert(Instant::now() + RELOAD_AFTER);
             return;
         }
