@@ -383,7 +383,7 @@ fn shim_bundle(info: &ContainerInfo, id: &str) -> Option<(PathBuf, String)> {
     let own_ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
     let mut current = *info.nspid.first()?;
     for _ in 0..MAX_ANCESTORS {
-        current = parent_of(current).filter(|p| *p > 1)?;
+        current = crate::target::discovery::parent_pid(current).filter(|p| *p > 1)?;
         if std::fs::read_link(format!("/proc/{current}/ns/pid")).ok()? != own_ns {
             continue;
         }
@@ -408,13 +408,6 @@ fn shim_bundle(info: &ContainerInfo, id: &str) -> Option<(PathBuf, String)> {
         return Some((PathBuf::from(format!("/proc/{current}/root")), path.to_str()?.trim_start_matches('/').to_owned()));
     }
     None
-}
-
-/// The parent pid of `pid` (`/proc/PID/stat`, field 4, after the command name).
-fn parent_of(pid: u32) -> Option<u32> {
-    let mut stat = String::new();
-    File::open(format!("/proc/{pid}/stat")).ok()?.take(4096).read_to_string(&mut stat).ok()?;
-    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// `path` (relative) opened `O_PATH` inside `root`, not following a final symlink.
@@ -651,8 +644,6 @@ mod tests {
         assert_eq!(shim_bundle(&own, ID), None);
         // No pid: no walk.
         assert_eq!(shim_bundle(&ContainerInfo::default(), ID), None);
-        assert_eq!(parent_of(std::process::id()), Some(std::os::unix::process::parent_id()));
-        assert_eq!(parent_of(u32::MAX), None);
     }
 
     #[test]

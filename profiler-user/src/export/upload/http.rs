@@ -353,12 +353,11 @@ fn transport_error(e: ureq::Error, deadline: Duration) -> UploadError {
         ureq::Error::Timeout(which) => {
             UploadError::Timeout { secs: deadline.as_secs(), which: printable(which.to_string().as_bytes()) }
         }
-        ureq::Error::Rustls(e) if certificate_sentence(&e).is_some() => {
-            UploadError::Certificate(certificate_sentence(&e).unwrap_or_default())
-        }
-        e @ (ureq::Error::Tls(_) | ureq::Error::Rustls(_) | ureq::Error::Pem(_)) => {
-            UploadError::Tls(printable(e.to_string().as_bytes()))
-        }
+        ureq::Error::Rustls(e) => match certificate_sentence(&e) {
+            Some(sentence) => UploadError::Certificate(sentence),
+            None => UploadError::Tls(printable(ureq::Error::Rustls(e).to_string().as_bytes())),
+        },
+        e @ (ureq::Error::Tls(_) | ureq::Error::Pem(_)) => UploadError::Tls(printable(e.to_string().as_bytes())),
         other => {
             let text = other.to_string();
             // rustls errors may come wrapped in an I/O error.

@@ -154,6 +154,7 @@ pub struct TaskInfo {
 /// at index `i` either lies where the freed one was (the same bytecode: the offset and line
 /// are right) or apart from it, and then the offset falls outside it and the frame is shown
 /// without a line (`Unresolved::OutOfRange`), never with another line.
+#[derive(Default)]
 pub(crate) struct CopyLines {
     bases: TlbcBases,
     /// The generation read at the start, when the process has copies.

@@ -150,14 +150,14 @@ pub struct WaitReader {
     str_type: Option<u64>,
     int_type: Option<u64>,
     /// Lines through threads' bytecode copies (free-threaded builds), made anew each round.
-    lines: Option<CopyLines>,
+    lines: CopyLines,
 }
 
 impl WaitReader {
     pub fn new(reader: AsyncReader) -> Self {
         let suspended_states = reader.awaits.suspended_states;
         let str_type = reader.types.str;
-        Self { str_type, reader, codes: HashMap::new(), cursor: 0, suspended_states, checks: HashMap::new(), int_type: None, last_mark: None, lines: None }
+        Self { str_type, reader, codes: HashMap::new(), cursor: 0, suspended_states, checks: HashMap::new(), int_type: None, last_mark: None, lines: CopyLines::default() }
     }
 
     pub fn pid(&self) -> u32 {
@@ -170,7 +170,7 @@ impl WaitReader {
         let mut round = WaitRound::default();
         self.checks.clear();
         // Before any frame of this round is read.
-        self.lines = self.reader.layout.tlbc.is_some().then(|| CopyLines::new(&self.reader, mem));
+        self.lines = CopyLines::new(&self.reader, mem);
         let mut running: HashSet<u64> = HashSet::new();
         let mut tasks: HashMap<u64, Listed> = HashMap::new();
         round.listing_cut = self.list(mem, &mut tasks, &mut running).is_err();
@@ -421,11 +421,7 @@ impl WaitReader {
             frames.push(TaskFrame {
                 function: code.qualname.to_string(),
                 file: code.filename.to_string(),
-                line: match (&mut self.lines, entry.tlbc_index) {
-                    (_, 0) => code.line(entry.instr_offset).unwrap_or(0),
-                    (Some(lines), _) => lines.line(&self.reader, mem, &entry, &code),
-                    (None, _) => 0,
-                },
+                line: self.lines.line(&self.reader, mem, &entry, &code),
             });
             if !r.yield_from_states.contains(&state) {
                 return Some(Chain::Suspended { frames, awaits: 0, awaits_type: 0 });

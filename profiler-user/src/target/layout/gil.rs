@@ -106,7 +106,7 @@ fn within_gil_struct(offsets: &DebugOffsets) -> Option<(u32, u32)> {
     let gil = offsets.get("interpreter_state", "gil_runtime_state").filter(|g| *g != 0)?;
     let within = |field| {
         let at = offsets.get("interpreter_state", field)?.checked_sub(gil)?;
-        u32::try_from(at).ok().filter(|a| *a + 8 <= GIL_STATE_SIZE_FREE_THREADED)
+        u32::try_from(at).ok().filter(|a| *a + 8 <= gil_state_size(offsets))
     };
     Some((within("gil_runtime_state_holder")?, within("gil_runtime_state_locked")?))
 }
@@ -177,6 +177,11 @@ const GIL_STATE_SIZE: u32 = 0xd0;
 /// The same in 3.14t: `int enabled` (and padding) first.
 const GIL_STATE_SIZE_FREE_THREADED: u32 = 0xd8;
 
+/// `sizeof(struct _gil_runtime_state)` of the build `offsets` describe.
+fn gil_state_size(offsets: &DebugOffsets) -> u32 {
+    if offsets.free_threaded { GIL_STATE_SIZE_FREE_THREADED } else { GIL_STATE_SIZE }
+}
+
 /// Where `version`'s GIL is; `debug_offsets` as for [`gil_layout`]. `UNKNOWN` (GIL waits then
 /// show as plain sleeps) when the version or its offsets do not tell.
 pub fn gil_wait_layout(version: Version, debug_offsets: Option<&[u8]>) -> GilWaitLayout {
@@ -191,9 +196,8 @@ pub fn gil_wait_layout(version: Version, debug_offsets: Option<&[u8]>) -> GilWai
         return GilWaitLayout { kind: gil_wait::INTERP_POINTER, size: GIL_STATE_SIZE, at: INTERP_GIL_POINTER_3_12 };
     }
     let Some(decoded) = debug_offsets.and_then(|b| debug_offsets::decode(b).ok()) else { return unknown };
-    let size = if decoded.free_threaded { GIL_STATE_SIZE_FREE_THREADED } else { GIL_STATE_SIZE };
     match decoded.get("interpreter_state", "ceval_gil") {
-        Some(pointer) if pointer != 0 => GilWaitLayout { kind: gil_wait::INTERP_POINTER, size, at: pointer },
+        Some(pointer) if pointer != 0 => GilWaitLayout { kind: gil_wait::INTERP_POINTER, size: gil_state_size(&decoded), at: pointer },
         _ => unknown,
     }
 }
