@@ -482,11 +482,15 @@ pub(crate) fn setup_server_packages(p: &Paths, rootfs: Option<&Path>) {
 
 /// Whether `chroot ROOTFS /usr/bin/PYTHON` imports the servers with `PYTHONPATH=GUEST`.
 fn servers_importable(rootfs: &Path, python: &str, guest: &str) -> bool {
-    Command::new("chroot")
-        .arg(rootfs)
-        .arg(format!("/usr/bin/{python}"))
-        .args(["-c", "import aiohttp.web, uvicorn, starlette.applications, anyio"])
-        .env("PYTHONPATH", guest)
+    let mut cmd = Command::new("chroot");
+    cmd.arg(rootfs).arg(format!("/usr/bin/{python}"));
+    imports_servers(cmd, Path::new(guest))
+}
+
+/// Whether the interpreter `cmd` runs imports the servers with `PYTHONPATH=FROM`.
+fn imports_servers(mut cmd: Command, from: &Path) -> bool {
+    cmd.args(["-c", "import aiohttp.web, uvicorn, starlette.applications, anyio"])
+        .env("PYTHONPATH", from)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -525,16 +529,7 @@ pub(crate) fn setup_ft_server_packages(p: &Paths) -> Option<PathBuf> {
     let exe = std::env::var_os("PYPERCH_FT_PYTHON").filter(|v| !v.is_empty()).map(PathBuf::from)?;
     let dir = ft_server_packages_dir(p);
     let pins = SERVER_PACKAGES.join("\n") + "\n";
-    let importable = |from: &Path| {
-        Command::new(&exe)
-            .args(["-c", "import aiohttp.web, uvicorn, starlette.applications, anyio"])
-            .env("PYTHONPATH", from)
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
+    let importable = |from: &Path| imports_servers(Command::new(&exe), from);
     if fs::read_to_string(dir.join(SERVER_PINS_FILE)).is_ok_and(|t| t == pins) && importable(&dir) {
         step(format!("server packages for the free-threaded 3.14: present ({})", dir.display()));
         return Some(dir);
