@@ -17,6 +17,7 @@ pub mod lines;
 pub mod module_file;
 mod origin;
 pub mod process;
+pub mod unwind_table;
 
 use profiler_common::{MAX_NATIVE_STACK_BYTES, NativeTrailer};
 use std::sync::Arc;
