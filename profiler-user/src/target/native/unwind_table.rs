@@ -142,6 +142,83 @@ pub fn lookup(rows: &[Row], pc: u64) -> Option<&Row> {
     rows.get(i.checked_sub(1)?)
 }
 
+/// The registers a walk starts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Regs {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+}
+
+/// One executable mapping of a process and the rows of its file: `file address = address -
+/// bias`.
+pub struct Module<'a> {
+    pub start: u64,
+    pub end: u64,
+    pub bias: u64,
+    pub rows: &'a [Row],
+}
+
+/// Why a walk ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WalkEnd {
+    /// The return address is 0 (the outermost frame).
+    Outermost,
+    /// The address is in no module with a table.
+    NoModule,
+    /// The module's table has no row for the address (no FDE: hand-written code, stripped).
+    NoRow,
+    /// A rule the walk does not follow.
+    Unsupported,
+    /// A stack word did not read.
+    ReadFault,
+    /// The CFA did not move up the stack (a loop, or a wrong table).
+    NotGrowing,
+    /// `max_frames` frames were walked.
+    Depth,
+}
+
+/// The walk the kernel is to do (docs/native-unwinding-plan.md), in userspace: from `regs`,
+/// frame by frame through `modules` (sorted by start), reading stack words with `read`.
+/// Returns the instruction pointers, innermost first, and why it stopped.
+pub fn walk(mut regs: Regs, modules: &[Module<'_>], read: impl Fn(u64) -> Option<u64>, max_frames: usize) -> (Vec<u64>, WalkEnd) {
+    let mut ips = Vec::new();
+    for depth in 0..max_frames {
+        ips.push(regs.ip);
+        // A return address points after its call: look up the call itself.
+        let lookup_ip = if depth == 0 { regs.ip } else { regs.ip.wrapping_sub(1) };
+        let i = modules.partition_point(|m| m.start <= lookup_ip);
+        let Some(module) = i.checked_sub(1).map(|i| &modules[i]).filter(|m| lookup_ip < m.end) else {
+            return (ips, WalkEnd::NoModule);
+        };
+        let Some(row) = lookup(module.rows, lookup_ip.wrapping_sub(module.bias)) else { return (ips, WalkEnd::NoRow) };
+        let cfa = match row.cfa {
+            Cfa::Rsp(n) => regs.sp.wrapping_add_signed(i64::from(n)),
+            Cfa::Rbp(n) => regs.bp.wrapping_add_signed(i64::from(n)),
+            // The .plt stubs: rsp + 8, 8 more past the stub's push (CFI of binutils' PLT).
+            Cfa::Expression => regs.sp + 8 + if (regs.ip & 15) >= 11 { 8 } else { 0 },
+            Cfa::Unsupported => return (ips, WalkEnd::Unsupported),
+            Cfa::None => return (ips, WalkEnd::NoRow),
+        };
+        if cfa <= regs.sp {
+            return (ips, WalkEnd::NotGrowing);
+        }
+        let Some(ra) = read(cfa - 8) else { return (ips, WalkEnd::ReadFault) };
+        let bp = match row.rbp {
+            SavedRbp::Same | SavedRbp::Unknown => regs.bp,
+            SavedRbp::AtCfa(n) => match read(cfa.wrapping_add_signed(i64::from(n))) {
+                Some(v) => v,
+                None => return (ips, WalkEnd::ReadFault),
+            },
+        };
+        if ra == 0 {
+            return (ips, WalkEnd::Outermost);
+        }
+        regs = Regs { ip: ra, sp: cfa, bp };
+    }
+    (ips, WalkEnd::Depth)
+}
+
 #[cfg(test)]
 mod tests {
     use object::{Object, ObjectSection, ObjectSymbol};
@@ -229,5 +306,108 @@ mod tests {
             let eh = file.section_by_name(".eh_frame").expect(".eh_frame");
             assert_eq!(rows(eh.data().expect("data"), eh.address(), None, 100), Err(TableError::TooManyRows(100)));
         }
+    }
+}
+
+
+#[cfg(test)]
+mod walk_tests {
+    use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
+
+    use super::*;
+
+    /// Rows and bias of every executable file mapping of this process.
+    fn own_modules() -> Vec<(u64, u64, u64, Vec<Row>)> {
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        let mut out = Vec::new();
+        for m in crate::target::discovery::parse_maps(&maps) {
+            if m.perms[2] != b'x' || !m.path.starts_with('/') {
+                continue;
+            }
+            let Ok(data) = std::fs::read(&m.path) else { continue };
+            let Ok(file) = object::File::parse(&*data) else { continue };
+            let Some(eh) = file.section_by_name(".eh_frame") else { continue };
+            // The executable segment the mapping holds (its file offset need not be page
+            // aligned: the mapping starts at the page below it).
+            let len = m.end - m.start;
+            let segment = file.segments().find(|s| {
+                let (off, size) = s.file_range();
+                let executable = matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0);
+                executable && off < m.offset + len && m.offset < off + size
+            });
+            let Some(segment) = segment else { continue };
+            let (seg_offset, _) = segment.file_range();
+            // file address = avma - start + offset - p_offset + p_vaddr
+            let bias = (m.start - m.offset + seg_offset).wrapping_sub(segment.address());
+            let text = file.section_by_name(".text").map(|s| s.address());
+            if let Ok(rows) = rows(eh.data().unwrap_or_default(), eh.address(), text, 1 << 22) {
+                out.push((m.start, m.end, bias, rows));
+            }
+        }
+        out.sort_by_key(|m| m.0);
+        out
+    }
+
+    fn read_own(address: u64) -> Option<u64> {
+        let mut word = [0u8; 8];
+        let local = libc::iovec { iov_base: word.as_mut_ptr() as *mut libc::c_void, iov_len: 8 };
+        let remote = libc::iovec { iov_base: address as *mut libc::c_void, iov_len: 8 };
+        // SAFETY: both iovecs describe 8 bytes; the remote one is only read by the kernel,
+        // which fails cleanly (EFAULT) on an unmapped address.
+        let got = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        (got == 8).then(|| u64::from_le_bytes(word))
+    }
+
+    /// Captures the registers here and hands them to `then`, called from this frame (so
+    /// that this frame and its callers are still on the stack while `then` walks them).
+    #[inline(never)]
+    fn level_c(then: &dyn Fn(Regs) -> (Vec<u64>, WalkEnd)) -> (Vec<u64>, WalkEnd) {
+        let (ip, sp, bp): (u64, u64, u64);
+        // SAFETY: reads three registers into outputs; no memory is touched.
+        unsafe {
+            core::arch::asm!("lea {ip}, [rip]", "mov {sp}, rsp", "mov {bp}, rbp", ip = out(reg) ip, sp = out(reg) sp, bp = out(reg) bp);
+        }
+        let out = then(std::hint::black_box(Regs { ip, sp, bp }));
+        std::hint::black_box(out)
+    }
+
+    #[inline(never)]
+    fn level_b(then: &dyn Fn(Regs) -> (Vec<u64>, WalkEnd)) -> (Vec<u64>, WalkEnd) {
+        std::hint::black_box(level_c(then))
+    }
+
+    #[inline(never)]
+    fn level_a(then: &dyn Fn(Regs) -> (Vec<u64>, WalkEnd)) -> (Vec<u64>, WalkEnd) {
+        std::hint::black_box(level_b(then))
+    }
+
+    /// This very test's stack, walked with the rows of the files it runs (the test binary,
+    /// libc): level_c, level_b and level_a in order, and the walk goes on past them to the
+    /// thread's start without a wrong turn (every address named by a symbol).
+    #[test]
+    fn walks_its_own_stack() {
+        let owned = own_modules();
+        let modules: Vec<Module<'_>> = owned.iter().map(|(start, end, bias, rows)| Module { start: *start, end: *end, bias: *bias, rows }).collect();
+        let (ips, end) = level_a(&|regs| walk(regs, &modules, read_own, 256));
+        // Name the addresses from the test binary's symbols.
+        let exe = std::fs::read("/proc/self/exe").expect("exe");
+        let file = object::File::parse(&*exe).expect("ELF");
+        let here = own_modules as fn() -> Vec<(u64, u64, u64, Vec<Row>)> as usize as u64;
+        let m = owned.iter().find(|m| m.0 <= here && here < m.1).expect("own module");
+        let mut symbols: Vec<(u64, u64, String)> =
+            file.symbols().filter(|s| s.size() > 0).filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string()))).collect();
+        symbols.sort();
+        let name = |ip: u64| -> String {
+            let at = ip.wrapping_sub(m.2);
+            let i = symbols.partition_point(|s| s.0 <= at);
+            i.checked_sub(1).map(|i| &symbols[i]).filter(|s| at < s.0 + s.1).map_or_else(|| format!("{ip:#x}"), |s| format!("{:#}", rustc_demangle::demangle(&s.2)))
+        };
+        let names: Vec<String> = ips.iter().map(|&ip| name(ip)).collect();
+        eprintln!("walk ({end:?}): {names:#?}");
+        let pos = |f: &str| names.iter().position(|n| n.ends_with(f)).unwrap_or_else(|| panic!("{f} not walked: {names:#?}"));
+        let (c, b, a) = (pos("walk_tests::level_c"), pos("walk_tests::level_b"), pos("walk_tests::level_a"));
+        assert!(c < b && b < a, "{names:#?}");
+        assert!(names.iter().any(|n| n.ends_with("walk_tests::walks_its_own_stack")), "{names:#?}");
+        assert!(ips.len() > a + 3, "the walk stopped right after level_a ({end:?}): {names:#?}");
     }
 }
