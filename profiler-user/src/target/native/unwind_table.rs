@@ -411,3 +411,83 @@ mod walk_tests {
         assert!(ips.len() > a + 3, "the walk stopped right after level_a ({end:?}): {names:#?}");
     }
 }
+
+/// A manual check against another process (not run by default): `PYPERCH_WALK_PID=PID cargo
+/// test --release -p profiler-user --lib walk_pid -- --ignored --nocapture` stops the
+/// process with ptrace, walks its stack with the rows of the files it maps (read through
+/// `/proc/PID/root`) and prints the frames by symbol, to set beside `gdb -p PID -batch -ex bt`.
+#[cfg(test)]
+mod walk_pid {
+    use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
+
+    use super::*;
+
+    #[test]
+    #[ignore]
+    fn walk_pid_from_env() {
+        let Some(pid) = std::env::var("PYPERCH_WALK_PID").ok().and_then(|p| p.parse::<i32>().ok()) else { return };
+        let tid = std::env::var("PYPERCH_WALK_TID").ok().and_then(|p| p.parse::<i32>().ok()).unwrap_or(pid);
+        // SAFETY: plain ptrace calls on a pid we name; the tracee is detached below.
+        let regs = unsafe {
+            assert_eq!(libc::ptrace(libc::PTRACE_ATTACH, tid, 0, 0), 0, "attach");
+            let mut status = 0;
+            libc::waitpid(tid, &mut status, libc::__WALL);
+            let mut regs: libc::user_regs_struct = std::mem::zeroed();
+            assert_eq!(libc::ptrace(libc::PTRACE_GETREGS, tid, 0, &mut regs as *mut _ as *mut libc::c_void), 0, "getregs");
+            regs
+        };
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+        let mut owned: Vec<(u64, u64, u64, Vec<Row>, Vec<(u64, u64, String)>)> = Vec::new();
+        for m in crate::target::discovery::parse_maps(&maps) {
+            if m.perms[2] != b'x' || !m.path.starts_with('/') {
+                continue;
+            }
+            let Ok(data) = std::fs::read(format!("/proc/{pid}/root{}", m.path)) else { continue };
+            let Ok(file) = object::File::parse(&*data) else { continue };
+            let len = m.end - m.start;
+            let Some(segment) = file.segments().find(|s| {
+                let (off, size) = s.file_range();
+                matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0) && off < m.offset + len && m.offset < off + size
+            }) else {
+                continue;
+            };
+            let bias = (m.start - m.offset + segment.file_range().0).wrapping_sub(segment.address());
+            let rows = file
+                .section_by_name(".eh_frame")
+                .and_then(|eh| rows(eh.data().ok()?, eh.address(), file.section_by_name(".text").map(|s| s.address()), 1 << 22).ok())
+                .unwrap_or_default();
+            let mut symbols: Vec<(u64, u64, String)> = file
+                .symbols()
+                .chain(file.dynamic_symbols())
+                .filter(|s| s.size() > 0)
+                .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+                .collect();
+            symbols.sort();
+            eprintln!("{} {:#x}-{:#x}: {} rows", m.path, m.start, m.end, rows.len());
+            owned.push((m.start, m.end, bias, rows, symbols));
+        }
+        owned.sort_by_key(|m| m.0);
+        let modules: Vec<Module<'_>> = owned.iter().map(|m| Module { start: m.0, end: m.1, bias: m.2, rows: &m.3 }).collect();
+        let read = |address: u64| -> Option<u64> {
+            let mut word = [0u8; 8];
+            let local = libc::iovec { iov_base: word.as_mut_ptr() as *mut libc::c_void, iov_len: 8 };
+            let remote = libc::iovec { iov_base: address as *mut libc::c_void, iov_len: 8 };
+            // SAFETY: 8-byte iovecs; the kernel checks the remote one.
+            let got = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+            (got == 8).then(|| u64::from_le_bytes(word))
+        };
+        let (ips, end) = walk(Regs { ip: regs.rip, sp: regs.rsp, bp: regs.rbp }, &modules, read, 512);
+        // SAFETY: detaching the tracee attached above.
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, 0) };
+        for (i, ip) in ips.iter().enumerate() {
+            let at = if i == 0 { *ip } else { ip - 1 };
+            let name = owned.iter().find(|m| m.0 <= at && at < m.1).and_then(|m| {
+                let file_at = at.wrapping_sub(m.2);
+                let k = m.4.partition_point(|s| s.0 <= file_at);
+                k.checked_sub(1).map(|k| &m.4[k]).filter(|s| file_at < s.0 + s.1).map(|s| s.2.clone())
+            });
+            eprintln!("#{i:<3} {ip:#x} {}", name.map(|n| crate::target::native::demangle::demangle(&n).unwrap_or(n)).unwrap_or_default());
+        }
+        eprintln!("end: {end:?}");
+    }
+}
