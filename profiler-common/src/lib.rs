@@ -8,8 +8,10 @@
 
 mod record;
 mod task_chain;
+mod unwind;
 pub use record::*;
 pub use task_chain::*;
+pub use unwind::*;
 
 /// Frames a sample carries in full (code, instruction offset, owner). Frames below these are
 /// only counted and hashed by the kernel; userspace completes them (see `tail_hash`).
@@ -607,7 +609,9 @@ pub struct NativeTrailer {
     pub user_stack_len: u32,
     /// One of `native_regs`.
     pub regs: u32,
-    pub _pad: u32,
+    /// How the user part reads: `walk_end::COPY`, a copy of the user stack; else the frames
+    /// the kernel walked (`WALKED_FRAME_SIZE` bytes each) and why the walk ended.
+    pub walk_end: u32,
 }
 
 pub const NATIVE_TRAILER_SIZE: usize = core::mem::size_of::<NativeTrailer>();
@@ -799,6 +803,8 @@ mod pod {
     unsafe impl aya::Pod for super::CoroutineKey {}
     unsafe impl aya::Pod for super::ThreadSwitch {}
     unsafe impl aya::Pod for super::NativeTrailer {}
+    unsafe impl aya::Pod for super::UnwindRow {}
+    unsafe impl aya::Pod for super::UnwindProcess {}
 }
 
 // The record layout is shared by two compilers: its sizes are fixed here, padding explicit.
@@ -807,6 +813,8 @@ const _: () = assert!(FRAME_ENTRY_SIZE == 32);
 // The off-CPU trailer takes exactly one frame slot.
 const _: () = assert!(core::mem::size_of::<OffCpuInterval>() == FRAME_ENTRY_SIZE);
 const _: () = assert!(NATIVE_TRAILER_SIZE == 40);
+const _: () = assert!(core::mem::size_of::<UnwindRow>() == 8);
+const _: () = assert!(core::mem::size_of::<UnwindModule>() == 40);
 const _: () = assert!(core::mem::size_of::<FrameLayout>() == 104);
 const _: () = assert!(CODE_SNAPSHOT_HEADER == SAMPLE_HEADER_SIZE + 56);
 

@@ -187,6 +187,14 @@ pub fn native_part(bytes: &[u8]) -> Option<(NativeTrailer, &[u8], &[u8])> {
     if k % 8 != 0 || u > MAX_NATIVE_STACK_BYTES {
         return None;
     }
+    // Walked frames: whole entries, at most the kernel's count, a known end.
+    if trailer.walk_end != crate::walk_end::COPY
+        && (u % crate::WALKED_FRAME_SIZE != 0
+            || u / crate::WALKED_FRAME_SIZE > crate::MAX_WALKED_FRAMES
+            || trailer.walk_end > crate::walk_end::LAST)
+    {
+        return None;
+    }
     let kernel = rest.get(..k)?;
     let user = rest.get(k..k.checked_add(u)?)?;
     Some((trailer, kernel, user))
@@ -378,7 +386,7 @@ mod tests {
 
     #[test]
     fn native_part_lengths_are_checked() {
-        let t = NativeTrailer { ip: 1, sp: 2, bp: 3, kernel_stack_len: 16, user_stack_len: 8, regs: 1, _pad: 0 };
+        let t = NativeTrailer { ip: 1, sp: 2, bp: 3, kernel_stack_len: 16, user_stack_len: 8, regs: 1, walk_end: 0 };
         let mut bytes = [0u8; NATIVE_TRAILER_SIZE + 24];
         t.write_to(&mut bytes);
         bytes[NATIVE_TRAILER_SIZE..NATIVE_TRAILER_SIZE + 8].copy_from_slice(&0xffff_ffff_8100_0000u64.to_le_bytes());

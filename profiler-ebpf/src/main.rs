@@ -24,6 +24,7 @@ mod interp_window;
 mod maps;
 mod off_cpu_batch;
 mod native_stack;
+mod native_unwind;
 mod process_events;
 mod sampling;
 mod sched_switch;

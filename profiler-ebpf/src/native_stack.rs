@@ -2,7 +2,9 @@
 //! hands its record here. When neither flag is set (the loader froze both globals to 0) the
 //! record goes out unchanged as a `CPU_SAMPLE`. Otherwise it is copied into a per-CPU buffer
 //! and followed by a `NativeTrailer` (the thread's user registers), the kernel stack
-//! (`--kernel`) and a bounded copy of the top of the user stack (`--native`), and sent as one
+//! (`--kernel`) and the user frames (`--native`): the frames the kernel walks from the
+//! registers with the files' unwind rows (`native_unwind`, the default), or a bounded copy of
+//! the top of the user stack for userspace to unwind (`--native-walk copy`); all sent as one
 //! `CPU_SAMPLE_NATIVE` record. The Python frames are never changed here.
 
 use core::ffi::c_void;
@@ -14,15 +16,20 @@ use aya_ebpf::{
     programs::PerfEventContext,
 };
 use profiler_common::{
-    MAX_KERNEL_FRAMES, MAX_NATIVE_STACK_BYTES, NATIVE_TRAILER_SIZE, NativeTrailer, SampleHeader, native_regs,
+    MAX_KERNEL_FRAMES, MAX_NATIVE_STACK_BYTES, MAX_WALKED_FRAMES, NATIVE_TRAILER_SIZE, WALKED_FRAME_SIZE, NativeTrailer, SampleHeader, native_regs,
     record_kind,
 };
 
 use crate::maps::output_record;
+use crate::native_unwind::{self, WalkState};
 
 /// Bytes of user stack to copy per sample (0: `--native` is off). Frozen at load time.
 #[unsafe(no_mangle)]
 static NATIVE_STACK_BYTES: u64 = 0;
+/// Non-zero: walk the user stack here (`native_unwind`) instead of copying
+/// `NATIVE_STACK_BYTES` of it. Frozen at load time.
+#[unsafe(no_mangle)]
+static NATIVE_WALK: u64 = 0;
 /// Non-zero: record the kernel stack (`--kernel`). Frozen at load time.
 #[unsafe(no_mangle)]
 static KERNEL_STACK: u64 = 0;
@@ -46,6 +53,7 @@ const REG_SP: usize = 19;
 struct NativeScratch {
     trailer: NativeTrailer,
     regs: [u64; PT_REGS_WORDS],
+    walk: WalkState,
     buffer: [u8; BUFFER_SIZE],
 }
 
@@ -117,7 +125,25 @@ pub fn emit(ctx: &PerfEventContext, record: *const c_void, len: usize) {
         }
     }
 
-    if stack_bytes != 0 && s.trailer.regs != native_regs::NONE {
+    // SAFETY: a plain read of a global the loader froze.
+    let walk_here = unsafe { core::ptr::read_volatile(&NATIVE_WALK) } != 0;
+    if walk_here && stack_bytes != 0 && s.trailer.regs != native_regs::NONE {
+        let at = offset & OFFSET_MASK;
+        s.walk.ip = s.trailer.ip;
+        s.walk.sp = s.trailer.sp;
+        s.walk.bp = s.trailer.bp;
+        s.walk.sp0 = s.trailer.sp;
+        // SAFETY: a helper without arguments.
+        s.walk.pid = (unsafe { generated::bpf_get_current_pid_tgid() } >> 32) as u32;
+        // SAFETY: `at` plus the walk's largest write lies inside the buffer (see BUFFER_SIZE).
+        let frames = unsafe { s.buffer.as_mut_ptr().add(at) };
+        native_unwind::walk(&mut s.walk, frames);
+        let n = s.walk.n as usize & (MAX_WALKED_FRAMES * 2 - 1);
+        let n = if n > MAX_WALKED_FRAMES { MAX_WALKED_FRAMES } else { n };
+        s.trailer.user_stack_len = (n * WALKED_FRAME_SIZE) as u32;
+        s.trailer.walk_end = s.walk.end;
+        offset += n * WALKED_FRAME_SIZE;
+    } else if stack_bytes != 0 && s.trailer.regs != native_regs::NONE {
         let mut want = stack_bytes as usize;
         if want > MAX_NATIVE_STACK_BYTES {
             want = MAX_NATIVE_STACK_BYTES;

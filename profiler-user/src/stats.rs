@@ -144,6 +144,9 @@ pub struct Counters {
     /// `--native`: samples held at the process's start until its files were read (or for
     /// at most 2 s; each is also counted by how it was finally shown).
     pub native_held: u64,
+    /// `--native` walked in the kernel: samples by how the walk ended
+    /// (`profiler_common::walk_end`, indexed by its value).
+    pub native_walk_ends: [u64; profiler_common::walk_end::LAST as usize + 1],
     /// `--async` with wall or off-CPU time: suspended tasks' waits (`session::task_waits`).
     pub task_waits: TaskWaitCounts,
 }
@@ -247,6 +250,9 @@ impl Counters {
         self.gc_samples += other.gc_samples;
         self.native_loading += other.native_loading;
         self.native_held += other.native_held;
+        for (a, b) in self.native_walk_ends.iter_mut().zip(other.native_walk_ends) {
+            *a += b;
+        }
         self.task_waits.add(&other.task_waits);
     }
 
@@ -337,6 +343,13 @@ impl Counters {
                 self.native_held
             );
         }
+        if self.native_walk_ends.iter().any(|&n| n > 0) {
+            let _ = write!(s, "{indent}native walk in the kernel ended:");
+            for (i, n) in self.native_walk_ends.iter().enumerate().skip(1) {
+                let _ = write!(s, " {} {n};", walk_end_label(i as u32));
+            }
+            s.push('\n');
+        }
         let w = &self.task_waits;
         if w.rounds > 0 {
             let per_round = |n: u64| n as f64 / w.rounds as f64;
@@ -364,4 +377,22 @@ impl Counters {
         }
         s
     }
+}
+
+/// `--stats`' words for each `profiler_common::walk_end` value (by value).
+const WALK_END_LABELS: [&str; profiler_common::walk_end::LAST as usize + 1] = [
+    "by copy",
+    "at the outermost frame",
+    "in code outside any mapped file",
+    "at a table not loaded yet",
+    "in code without unwind rows",
+    "at an unsupported rule",
+    "at an unreadable stack word",
+    "at a frame not above its callee",
+    "at the depth limit",
+    "before the process's mappings were loaded",
+];
+
+pub fn walk_end_label(end: u32) -> &'static str {
+    WALK_END_LABELS.get(end as usize).copied().unwrap_or("unknown")
 }

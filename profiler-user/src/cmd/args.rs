@@ -326,8 +326,15 @@ pub(crate) struct NativeArgs {
     /// whoever reads the profile.
     #[arg(long, requires = "kernel")]
     pub(crate) kernel_addresses: bool,
-    /// With --native: bytes of each sample's user stack copied by the kernel (512 to 16384;
-    /// deeper native stacks end in `<truncated native>`).
+    /// With --native: how the native frames are found. `kernel` (the default) walks each
+    /// sample's stack in the kernel with the unwind tables pyperch builds from every mapped
+    /// file's .eh_frame: no depth limit from frame sizes. `copy` copies the top of the stack
+    /// (--native-stack-bytes) for pyperch to unwind later (deeper stacks end in
+    /// `<truncated native>`).
+    #[arg(long, value_enum, default_value_t = crate::target::native::NativeWalk::Kernel, value_name = "HOW")]
+    pub(crate) native_walk: crate::target::native::NativeWalk,
+    /// With --native-walk copy: bytes of each sample's user stack copied by the kernel (512 to
+    /// 16384; deeper native stacks end in `<truncated native>`).
     #[arg(long, default_value_t = crate::target::native::DEFAULT_STACK_BYTES, value_name = "BYTES")]
     pub(crate) native_stack_bytes: u32,
 }
@@ -335,7 +342,12 @@ pub(crate) struct NativeArgs {
 impl NativeArgs {
     pub(crate) fn options(&self) -> Result<crate::target::native::NativeOptions, String> {
         let stack_bytes = if self.native { crate::target::native::NativeOptions::check_stack_bytes(self.native_stack_bytes)? } else { 0 };
-        Ok(crate::target::native::NativeOptions { stack_bytes, kernel: self.kernel, kernel_addresses: self.kernel && self.kernel_addresses })
+        Ok(crate::target::native::NativeOptions {
+            stack_bytes,
+            walk: self.native_walk,
+            kernel: self.kernel,
+            kernel_addresses: self.kernel && self.kernel_addresses,
+        })
     }
 }
 

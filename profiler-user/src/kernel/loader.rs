@@ -214,6 +214,8 @@ pub struct KernelProgram {
     attached_cpus: usize,
     /// Whether BTF gave `task_struct.pid` and `.tgid` (needed for off-CPU time).
     task_ids_known: bool,
+    /// `--native` walked in the kernel: its unwind tables.
+    unwind_tables: Option<Arc<crate::kernel::unwind_tables::Tables>>,
 }
 
 /// Opens per-task CPU-clock events running the sampling program (see
@@ -365,6 +367,13 @@ impl KernelProgram {
         let exception_only = u64::from(time.mode == crate::time_mode::TimeMode::Exception);
         let stack_bytes = u64::from(native.stack_bytes.min(profiler_common::MAX_NATIVE_STACK_BYTES as u32));
         let kernel_stack = u64::from(native.kernel);
+        let walk_in_kernel = stack_bytes != 0 && native.walk == crate::target::native::NativeWalk::Kernel;
+        let (row_slots, unwind_process_slots) = if walk_in_kernel {
+            (crate::kernel::unwind_tables::ROW_SLOTS, crate::kernel::unwind_tables::PROCESS_SLOTS)
+        } else {
+            (1, 1)
+        };
+        let native_walk = u64::from(walk_in_kernel);
         let off_cpu = time.mode.off_cpu();
         let kernel_stack_slots = if native.kernel && off_cpu { OFF_CPU_KERNEL_STACK_SLOTS } else { 1 };
         // The scheduler-switch program's per-thread map is preallocated (36 MB to zero): only
@@ -391,6 +400,9 @@ impl KernelProgram {
             .override_global("TASK_TGID_OFFSET", &offsets.task_tgid, true)
             .override_global("NATIVE_STACK_BYTES", &stack_bytes, true)
             .override_global("KERNEL_STACK", &kernel_stack, true)
+            .override_global("NATIVE_WALK", &native_walk, true)
+            .map_max_entries(UNWIND_ROWS, row_slots)
+            .map_max_entries(UNWIND_PROCESSES, unwind_process_slots)
             .override_global("BENCH_STOP_AFTER", &bench_stop, true)
             .map_max_entries("PROCESSES", slots)
             .map_max_entries(OFF_CPU_KERNEL_STACKS, kernel_stack_slots)
@@ -432,6 +444,7 @@ impl KernelProgram {
         .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let task_index = BpfHashMap::try_from(ebpf.take_map("TASK_OF_COROUTINE").ok_or(LoadError::MissingMap("TASK_OF_COROUTINE"))?)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
+        let unwind_tables = if walk_in_kernel { Some(Arc::new(take_unwind_tables(&mut ebpf, row_slots)?)) } else { None };
         let registry = Arc::new(Registry {
             processes: Mutex::new(processes),
             task_index: Mutex::new(task_index),
@@ -449,6 +462,7 @@ impl KernelProgram {
             registry,
             attached_cpus: 0,
             task_ids_known: offsets.task_pid != 0 && offsets.task_tgid != 0,
+            unwind_tables,
         })
     }
 
@@ -632,6 +646,11 @@ impl KernelProgram {
         self.attached_cpus
     }
 
+    /// The kernel's unwind tables, when `--native` walks in the kernel.
+    pub fn unwind_tables(&self) -> Option<Arc<dyn crate::target::native::tables::TableSink>> {
+        self.unwind_tables.clone().map(|t| t as Arc<dyn crate::target::native::tables::TableSink>)
+    }
+
     /// Takes the ring buffer the kernel writes samples to.
     pub fn take_ring_buffer(&mut self) -> Result<RingBuf<MapData>, LoadError> {
         let map = self.ebpf.take_map("SAMPLES").ok_or(LoadError::MissingMap("SAMPLES"))?;
@@ -790,6 +809,21 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime writes the struct we pass.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+/// The native walk's maps: rows (mapped into this process) and processes.
+const UNWIND_ROWS: &str = "UNWIND_ROWS";
+const UNWIND_PROCESSES: &str = "UNWIND_PROCESSES";
+
+fn take_unwind_tables(ebpf: &mut Ebpf, row_slots: u32) -> Result<crate::kernel::unwind_tables::Tables, LoadError> {
+    let processes = BpfHashMap::try_from(ebpf.take_map(UNWIND_PROCESSES).ok_or(LoadError::MissingMap(UNWIND_PROCESSES))?)
+        .map_err(|e| LoadError::Load(error_chain(&e)))?;
+    let rows = match ebpf.take_map(UNWIND_ROWS).ok_or(LoadError::MissingMap(UNWIND_ROWS))? {
+        aya::maps::Map::Array(data) => data,
+        _ => return Err(LoadError::Load(format!("{UNWIND_ROWS} is not an array map"))),
+    };
+    crate::kernel::unwind_tables::Tables::new(&rows, row_slots, processes)
+        .map_err(|e| LoadError::Load(format!("cannot map {UNWIND_ROWS} into memory: {e}")))
 }
 
 /// Loads `pyperch_sample_tail` and puts it in the slot `pyperch_sample_bounded` tail-calls.

@@ -5,3 +5,4 @@
 
 pub mod loader;
 pub mod thread_events;
+pub mod unwind_tables;

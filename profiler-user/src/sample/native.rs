@@ -41,7 +41,7 @@ pub struct NativeSampler {
 
 impl NativeSampler {
     pub fn new(pid: u32, context: Arc<NativeContext>, grouping: EvalGrouping) -> Self {
-        let unwinder = context.io.as_ref().map(|io| ProcessNative::new(pid, io));
+        let unwinder = context.io.as_ref().map(|io| ProcessNative::new(pid, io, context.tables.clone()));
         Self { context, grouping, unwinder, names: HashMap::new(), unwound: Vec::new(), native: Vec::new(), removals: 0 }
     }
 
@@ -106,6 +106,10 @@ impl NativeSampler {
             Some(unwinder) => {
                 let mut unwound = std::mem::take(&mut self.unwound);
                 let end = match self.context.io.as_ref() {
+                    Some(io) if trailer.walk_end != profiler_common::walk_end::COPY => {
+                        counters.native_walk_ends[(trailer.walk_end as usize).min(profiler_common::walk_end::LAST as usize)] += 1;
+                        unwinder.walked(user, trailer.walk_end, trailer.sp, io, &mut unwound)
+                    }
                     Some(io) => unwinder.unwind(trailer.ip, trailer.sp, trailer.bp, user, io, &mut unwound),
                     None => UnwindEnd::Loading,
                 };
@@ -140,7 +144,10 @@ impl NativeSampler {
                     }
                     let walked_leaf_first: Vec<WalkedFrame> = walked.iter().rev().copied().collect();
                     let groups = merge::groups(&walked_leaf_first, self.grouping);
-                    let truncated = self.marker(profile, "<truncated native>")?;
+                    let truncated = match trailer.walk_end {
+                        profiler_common::walk_end::COPY => self.marker(profile, "<truncated native>")?,
+                        end => self.marker(profile, &format!("<native unwind stopped {}>", crate::stats::walk_end_label(end)))?,
+                    };
                     let merged = groups.and_then(|g| merge::merge(&g, &native, end == UnwindEnd::Complete, truncated));
                     match merged {
                         Some(m) => {

@@ -138,7 +138,8 @@ impl SessionBuilder {
             session.profile.set_budget(bytes);
         }
         if self.native.any() {
-            session.set_native(crate::target::native::NativeContext::new(self.native, kallsyms));
+            let tables = session.kernel.unwind_tables();
+            session.set_native(crate::target::native::NativeContext::new(self.native, kallsyms, tables));
         }
         if self.timeline {
             session.profile.keep_timeline(1_000_000_000 / self.rate.max(1));

@@ -335,7 +335,12 @@ impl Session {
 
     /// `--stats`' line of the native side's reading of maps and files (with native frames).
     pub(crate) fn native_io_report(&self) -> Option<String> {
-        self.native.as_ref()?.io.as_ref().map(|io| io.report())
+        let native = self.native.as_ref()?;
+        let io = native.io.as_ref()?.report();
+        Some(match &native.tables {
+            Some(t) => format!("{io}\n  {}", t.report()),
+            None => io,
+        })
     }
 
     /// Under `--mode gil`, says once per process that a free-threaded process without a GIL

@@ -17,6 +17,7 @@ pub mod lines;
 pub mod module_file;
 mod origin;
 pub mod process;
+pub mod tables;
 pub mod unwind_table;
 
 use profiler_common::{MAX_NATIVE_STACK_BYTES, NativeTrailer};
@@ -31,11 +32,24 @@ pub use process::{ProcessNative, UnwindEnd};
 /// Bytes of user stack copied per sample by default (`--native-stack-bytes`).
 pub const DEFAULT_STACK_BYTES: u32 = 16384;
 
+/// How `--native` finds the user frames (`--native-walk`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum NativeWalk {
+    /// The kernel walks the stack at sample time with the files' unwind tables.
+    #[default]
+    Kernel,
+    /// The kernel copies the top of the stack (`--native-stack-bytes`) and pyperch unwinds
+    /// the copy later: deep or large frames end in `<truncated native>`.
+    Copy,
+}
+
 /// What the kernel program records beside the Python frames.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NativeOptions {
-    /// Bytes of user stack to copy (0: no native frames).
+    /// Bytes of user stack to copy (0: no native frames); with the kernel walk, non-zero
+    /// only says that native frames are wanted.
     pub stack_bytes: u32,
+    pub walk: NativeWalk,
     /// Record the kernel stack.
     pub kernel: bool,
     /// Write kernel frames' runtime addresses into outputs (`--kernel-addresses`). Off, a
@@ -67,10 +81,12 @@ pub struct NativeContext {
     pub kernel_mapping: Arc<NativeMapping>,
     /// With native frames: the reading of maps and files off the sampling loop.
     pub io: Option<NativeIo>,
+    /// With the kernel walk: where each process's mappings and unwind rows go.
+    pub tables: Option<std::sync::Arc<dyn tables::TableSink>>,
 }
 
 impl NativeContext {
-    pub fn new(options: NativeOptions, kallsyms: Option<Kallsyms>) -> Self {
+    pub fn new(options: NativeOptions, kallsyms: Option<Kallsyms>, tables: Option<std::sync::Arc<dyn tables::TableSink>>) -> Self {
         let range = kallsyms.as_ref().and_then(Kallsyms::range).filter(|_| options.kernel_addresses);
         let (start, last) = range.unwrap_or((0, 0));
         let kernel_mapping = Arc::new(NativeMapping {
@@ -81,7 +97,7 @@ impl NativeContext {
             offset: 0,
         });
         let io = (options.stack_bytes > 0).then(NativeIo::new);
-        Self { options, kallsyms, kernel_mapping, io }
+        Self { options, kallsyms, kernel_mapping, io, tables }
     }
 }
 
@@ -109,7 +125,7 @@ mod tests {
 
     #[test]
     fn native_part_lengths_are_checked() {
-        let t = NativeTrailer { ip: 1, sp: 2, bp: 3, kernel_stack_len: 16, user_stack_len: 8, regs: 1, _pad: 0 };
+        let t = NativeTrailer { ip: 1, sp: 2, bp: 3, kernel_stack_len: 16, user_stack_len: 8, regs: 1, walk_end: 0 };
         let mut bytes = vec![0u8; profiler_common::NATIVE_TRAILER_SIZE];
         profiler_common::Plain::write_to(&t, &mut bytes);
         bytes.extend_from_slice(&0xffff_ffff_8100_0000u64.to_le_bytes());

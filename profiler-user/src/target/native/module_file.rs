@@ -42,6 +42,9 @@ const MAX_SYMTAB_BYTES: u64 = (MAX_SYMBOLS as u64) * 24;
 const MAX_STRINGS_BYTES: u64 = 64 << 20;
 /// Longer symbol names are not kept (the frame then shows `library+0xADDRESS`).
 const MAX_NAME_BYTES: usize = 4096;
+/// Unwind rows of one file at most (the kernel walk's table; OpenBLAS has about 415,000):
+/// a file describing more has no table (frame pointers are followed through it).
+const MAX_TABLE_ROWS: usize = 1 << 20;
 /// Bytes one file may keep: past it, its lines and then its symbols are left out.
 pub const MAX_FILE_BYTES: usize = super::file_cache::PROCESS_SHARE;
 
@@ -80,6 +83,9 @@ pub struct ModuleFile {
     pub eh_frame: Option<(Range<u64>, SharedBytes)>,
     pub eh_frame_hdr: Option<(Range<u64>, SharedBytes)>,
     pub debug_frame: Option<SharedBytes>,
+    /// The kernel walk's rows, from `.eh_frame` (`unwind_table`); `None` without a usable
+    /// table.
+    pub unwind_rows: Option<Arc<[profiler_common::UnwindRow]>>,
     pub segments: Vec<Segment>,
     /// The pprof mapping of each of `segments` (same index), at link addresses.
     mappings: Vec<Arc<NativeMapping>>,
@@ -102,6 +108,7 @@ impl ModuleFile {
             eh_frame: None,
             eh_frame_hdr: None,
             debug_frame: None,
+            unwind_rows: None,
             segments: Vec::new(),
             mappings: Vec::new(),
             symbols: Vec::new(),
@@ -229,6 +236,11 @@ pub(super) fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
     let eh_frame = unwind(".eh_frame");
     let eh_frame_hdr = unwind(".eh_frame_hdr");
     let debug_frame = unwind(".debug_frame").map(|(_, d)| d);
+    let unwind_rows: Option<Arc<[profiler_common::UnwindRow]>> = eh_frame.as_ref().and_then(|(range, data)| {
+        let rows = super::unwind_table::rows(&data.0, range.start, text.as_ref().map(|t| t.start), MAX_TABLE_ROWS).ok()?;
+        super::unwind_table::compact(&rows).ok().map(Arc::from)
+    });
+    bytes += unwind_rows.as_ref().map_or(0, |r| r.len() * size_of::<profiler_common::UnwindRow>());
     // Program headers: the loadable segments.
     let phnum = usize::from(ehdr.e_phnum.get(LE));
     let segments: Vec<Segment> = if phnum == 0 || phnum > MAX_SEGMENTS {
@@ -286,6 +298,7 @@ pub(super) fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
         eh_frame,
         eh_frame_hdr,
         debug_frame,
+        unwind_rows,
         segments,
         mappings,
         symbols,

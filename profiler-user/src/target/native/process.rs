@@ -21,6 +21,7 @@ use framehop::{
 use super::{
     io::{Asker, Inbox, MapsReply, MappedCode, MappedFile, NativeIo},
     module_file::{ModuleFile, SharedBytes},
+    tables::{MappingRows, MappingTable, TableSink},
 };
 use crate::target::discovery::{FileKey, Mapping};
 
@@ -110,6 +111,22 @@ pub struct ProcessNative {
     /// Files were evicted from under this process: read the maps again (and so the files,
     /// once `file_cache` allows) at this time.
     reload_at: Option<Instant>,
+    /// With the kernel walk: where the mappings go, this process's owner id there, and
+    /// whether they changed since they were last sent.
+    tables: Option<Arc<dyn TableSink>>,
+    owner: u64,
+    tables_dirty: bool,
+}
+
+/// Owner ids for `TableSink` (a pid may be reused by a later `ProcessNative`).
+static NEXT_OWNER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl Drop for ProcessNative {
+    fn drop(&mut self) {
+        if let Some(t) = &self.tables {
+            t.remove_process(self.pid, self.owner);
+        }
+    }
 }
 
 /// An executable mapping of the last maps read.
@@ -130,7 +147,7 @@ const RELOAD_AFTER: Duration = Duration::from_secs(10);
 impl ProcessNative {
     /// A process's unwinder; asks for its maps at once, so that they are likely there by its
     /// first sample.
-    pub fn new(pid: u32, io: &NativeIo) -> Self {
+    pub fn new(pid: u32, io: &NativeIo, tables: Option<Arc<dyn TableSink>>) -> Self {
         let (asker, inbox) = NativeIo::channels();
         let mut p = Self {
             pid,
@@ -149,6 +166,9 @@ impl ProcessNative {
             removals: 0,
             evictions: super::file_cache::evictions(),
             reload_at: None,
+            tables,
+            owner: NEXT_OWNER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            tables_dirty: false,
         };
         p.request(io);
         p
@@ -320,6 +340,7 @@ impl ProcessNative {
             return;
         }
         self.removals += 1;
+        self.tables_dirty = true;
         for start in gone {
             self.unwinder.remove_module(start);
             self.modules.retain(|m| m.start != start);
@@ -329,6 +350,11 @@ impl ProcessNative {
 
     /// Takes in whatever answers have arrived; never waits.
     fn poll(&mut self) {
+        self.poll_answers();
+        self.sync_tables();
+    }
+
+    fn poll_answers(&mut self) {
         self.drop_evicted();
         while let Ok(reply) = self.inbox.maps.try_recv() {
             self.state = MapsState::Idle;
@@ -358,6 +384,7 @@ impl ProcessNative {
     /// The mappings of a maps answer: drops the modules gone, adds those ready.
     fn apply_maps(&mut self, code: Vec<MappedCode>) {
         self.maps_known = true;
+        self.tables_dirty = true;
         let present: HashSet<(u64, u64)> = code.iter().map(|c| (c.mapping.start, c.mapping.end)).collect();
         let gone: Vec<u64> =
             self.modules.iter().filter(|m| !present.contains(&(m.start, m.end))).map(|m| m.start).collect();
@@ -404,6 +431,7 @@ impl ProcessNative {
         let i = self.mapped.partition_point(|m| m.start < start);
         if let Some(m) = self.mapped.get_mut(i).filter(|m| m.start == start && m.end == end) {
             m.loading = false;
+            self.tables_dirty = true;
         }
     }
 
@@ -433,6 +461,79 @@ impl ProcessNative {
         };
         self.unwinder.add_module(Module::new(file.name.to_string(), m.start..m.end, base, info));
         self.modules.insert(at, LoadedModule { start: m.start, end: m.end, offset: m.offset, key: m.key(), file });
+        self.tables_dirty = true;
+    }
+
+    /// Sends the mappings to the kernel's tables when they changed: every executable
+    /// mapping of a file, with its rows once its file is read (frame pointers for a file
+    /// without a table, or whose module was refused), waiting while it is being read.
+    fn sync_tables(&mut self) {
+        let Some(tables) = self.tables.as_ref().filter(|_| self.tables_dirty && self.maps_known) else { return };
+        self.tables_dirty = false;
+        let mut out = Vec::with_capacity(self.mapped.len());
+        for m in &self.mapped {
+            let module = self.modules.iter().find(|x| x.start == m.start && x.end == m.end);
+            let (bias, rows) = match module {
+                Some(x) => match (x.file.base_address(x.start, x.offset), &x.file.unwind_rows) {
+                    (Some(bias), Some(rows)) => (bias, MappingRows::Rows(rows.clone())),
+                    (Some(bias), None) => (bias, MappingRows::FramePointers),
+                    (None, _) => (0, MappingRows::FramePointers),
+                },
+                None if m.loading => (0, MappingRows::Loading),
+                // Anonymous code (a JIT's), or a file refused: frame pointers.
+                None => (0, MappingRows::FramePointers),
+            };
+            out.push(MappingTable { start: m.start, end: m.end, bias, rows });
+        }
+        tables.set_process(self.pid, self.owner, &out);
+    }
+
+    /// The frames the kernel walked (`profiler_common::unwind`: `WALKED_FRAME_SIZE` bytes
+    /// each, from stack pointer `sp`) into `out`, leaf first, as [`ProcessNative::unwind`]
+    /// gives them; `end` is the walk's `walk_end`. `UnwindEnd::Loading` (and `out` empty)
+    /// when the kernel did not have a table the walk needed yet, or a frame lies in code whose
+    /// file or mapping is still being read here.
+    pub fn walked(&mut self, frames: &[u8], end: u32, sp: u64, io: &NativeIo, out: &mut Vec<UnwoundFrame>) -> UnwindEnd {
+        use profiler_common::{WALKED_FRAME_SIZE, walk_end};
+        out.clear();
+        self.poll();
+        if self.deferred || self.reload_due() {
+            self.refresh(io);
+        }
+        let mut low = sp;
+        let n = frames.len() / WALKED_FRAME_SIZE;
+        for (i, f) in frames.chunks_exact(WALKED_FRAME_SIZE).enumerate() {
+            let ip = u64::from_le_bytes(f[..8].try_into().unwrap_or_default());
+            let cfa = u32::from_le_bytes(f[8..12].try_into().unwrap_or_default());
+            let high = match (cfa, end) {
+                (0, _) if i + 1 == n && end == walk_end::OUTERMOST => u64::MAX,
+                // The frame the walk stopped in: its extent is unknown.
+                (0, _) => break,
+                _ => sp.saturating_add(u64::from(cfa)),
+            };
+            if high <= low {
+                break;
+            }
+            let address = if i == 0 { ip } else { ip.wrapping_sub(1) };
+            out.push(UnwoundFrame { address, low, high: if end == walk_end::OUTERMOST && i + 1 == n { u64::MAX } else { high } });
+            low = high;
+        }
+        // The frame where the walk stopped (or the last one), for the loading check.
+        let stopped = frames.chunks_exact(WALKED_FRAME_SIZE).nth(out.len()).map(|f| {
+            let ip = u64::from_le_bytes(f[..8].try_into().unwrap_or_default());
+            if out.is_empty() { ip } else { ip.wrapping_sub(1) }
+        });
+        let kernel_waits = matches!(end, walk_end::LOADING | walk_end::NO_PROCESS);
+        let mut waits = kernel_waits;
+        let addresses: Vec<u64> = out.iter().map(|f| f.address).chain(stopped).collect();
+        for a in addresses {
+            waits |= self.waits_for(a, io);
+        }
+        if waits {
+            out.clear();
+            return UnwindEnd::Loading;
+        }
+        if end == walk_end::OUTERMOST { UnwindEnd::Complete } else { UnwindEnd::Truncated }
     }
 }
 
@@ -446,7 +547,7 @@ mod tests {
     fn maps_and_files_arrive_while_the_caller_only_polls() {
         let io = NativeIo::new();
         io.start_worker();
-        let mut p = ProcessNative::new(std::process::id(), &io);
+        let mut p = ProcessNative::new(std::process::id(), &io, None);
         let f = maps_and_files_arrive_while_the_caller_only_polls as fn() as usize as u64;
         let deadline = Instant::now() + Duration::from_secs(60);
         while p.module(f).is_none() {

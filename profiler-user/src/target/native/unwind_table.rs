@@ -1,6 +1,7 @@
-//! Compact unwind rows of one file for a walk in the kernel (issue #31; the design is in
-//! docs/native-unwinding-plan.md). Not wired to the kernel yet: this builds and checks the
-//! table a BPF map will hold.
+//! Compact unwind rows of one file for the walk in the kernel (`--native`; the design is in
+//! docs/native-unwinding-plan.md): built here when a file is read (`module_file`), written
+//! into the kernel's map by `kernel::unwind_tables` as [`compact`] rows. [`walk`] is the
+//! kernel's walk in userspace, for the tests.
 //!
 //! From a file's `.eh_frame` (gimli reads it), one [`Row`] per address range whose rules
 //! differ from the previous range's: where the canonical frame address (CFA) is (`rsp + n`,
@@ -31,6 +32,9 @@ pub enum Cfa {
     Unsupported,
     /// No FDE covers the address.
     None,
+    /// The return address is undefined (`.cfi_undefined rip`): the outermost frame, such as
+    /// `_start` or a thread's start function.
+    Outermost,
 }
 
 /// Where the caller's `rbp` is.
@@ -59,6 +63,35 @@ pub enum TableError {
     Parse(String),
     #[error("its .eh_frame describes more than {0} address ranges")]
     TooManyRows(usize),
+    #[error("its code lies above 4 GiB in the file's address space")]
+    HighAddress,
+}
+
+/// The kernel's form of `rows` (`profiler_common::UnwindRow`): file addresses must fit 32
+/// bits (the whole table is refused otherwise); a CFA offset outside `0..=65535` becomes an
+/// unsupported rule and a saved `rbp` that is not a whole word within ±1 KiB of the CFA an
+/// unknown one (the walk stops, or goes on without `rbp`, instead of guessing).
+pub fn compact(rows: &[Row]) -> Result<Vec<profiler_common::UnwindRow>, TableError> {
+    use profiler_common::{UnwindRow, cfa_kind, rbp_kind};
+    rows.iter()
+        .map(|r| {
+            let pc = u32::try_from(r.pc).map_err(|_| TableError::HighAddress)?;
+            let (cfa, offset) = match r.cfa {
+                Cfa::Rsp(n) => u16::try_from(n).map_or((cfa_kind::UNSUPPORTED, 0), |n| (cfa_kind::RSP, n)),
+                Cfa::Rbp(n) => u16::try_from(n).map_or((cfa_kind::UNSUPPORTED, 0), |n| (cfa_kind::RBP, n)),
+                Cfa::Expression => (cfa_kind::PLT, 0),
+                Cfa::Unsupported => (cfa_kind::UNSUPPORTED, 0),
+                Cfa::None => (cfa_kind::NONE, 0),
+                Cfa::Outermost => (cfa_kind::OUTERMOST, 0),
+            };
+            let (rbp, words) = match r.rbp {
+                SavedRbp::Same => (rbp_kind::SAME, 0),
+                SavedRbp::AtCfa(n) if n % 8 == 0 => i8::try_from(n / 8).map_or((rbp_kind::UNKNOWN, 0), |w| (rbp_kind::AT_CFA, w)),
+                SavedRbp::AtCfa(_) | SavedRbp::Unknown => (rbp_kind::UNKNOWN, 0),
+            };
+            Ok(UnwindRow::new(pc, cfa, offset, rbp, words))
+        })
+        .collect()
 }
 
 impl From<gimli::Error> for TableError {
@@ -95,6 +128,7 @@ pub fn rows(eh_frame: &[u8], eh_frame_address: u64, text_address: Option<u64>, m
                 },
                 CfaRule::Expression(_) => Cfa::Expression,
             };
+            let cfa = if matches!(row.register(X86_64::RA), RegisterRule::Undefined) { Cfa::Outermost } else { cfa };
             let rbp = match row.register(X86_64::RBP) {
                 RegisterRule::Undefined | RegisterRule::SameValue => SavedRbp::Same,
                 RegisterRule::Offset(n) => i32::try_from(n).map_or(SavedRbp::Unknown, SavedRbp::AtCfa),
@@ -199,6 +233,7 @@ pub fn walk(mut regs: Regs, modules: &[Module<'_>], read: impl Fn(u64) -> Option
             Cfa::Expression => regs.sp + 8 + if (regs.ip & 15) >= 11 { 8 } else { 0 },
             Cfa::Unsupported => return (ips, WalkEnd::Unsupported),
             Cfa::None => return (ips, WalkEnd::NoRow),
+            Cfa::Outermost => return (ips, WalkEnd::Outermost),
         };
         if cfa <= regs.sp {
             return (ips, WalkEnd::NotGrowing);

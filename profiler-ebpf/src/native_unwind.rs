@@ -1,0 +1,223 @@
+//! The native walk (`--native`): from the sampled thread's user registers, frame by frame
+//! through the unwind rows userspace built from each file's `.eh_frame`
+//! (`profiler_common::unwind`), at sample time. Each frame costs two binary searches over map
+//! values (the process's mappings, then the file's rows) and one or two 8-byte reads of the
+//! user stack; no copy of the stack is made, so no frame size limits the depth.
+//!
+//! Invariants: every frame written is one the thread's stack holds right now (the thread is
+//! stopped on this CPU); the walk stops at the first frame it cannot unwind and says why
+//! (`walk_end`), never guesses past it; a CFA must lie above the frame's stack pointer.
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    helpers::generated,
+    macros::map,
+    maps::{Array, HashMap},
+};
+use profiler_common::{
+    MAX_UNWIND_MODULES, MAX_WALKED_FRAMES, UnwindProcess, UnwindRow, WALKED_FRAME_SIZE, cfa_kind, module_state,
+    rbp_kind, walk_end,
+};
+
+/// `BPF_F_MMAPABLE`: userspace writes the rows through a shared mapping of the array.
+const BPF_F_MMAPABLE: u32 = 1 << 10;
+
+/// Every file's rows, in extents userspace hands out (its size is set at load time).
+#[map]
+pub static UNWIND_ROWS: Array<UnwindRow> = Array::with_max_entries(1, BPF_F_MMAPABLE);
+
+/// Each profiled process's executable mappings, by tgid (its size is set at load time).
+#[map]
+pub static UNWIND_PROCESSES: HashMap<u32, UnwindProcess> = HashMap::with_max_entries(1, 0);
+
+/// Steps of the binary searches: `MAX_UNWIND_MODULES` mappings, and up to 2^24 rows a file.
+const MODULE_STEPS: usize = 8;
+const ROW_STEPS: usize = 25;
+const _: () = assert!(MAX_UNWIND_MODULES <= 1 << (MODULE_STEPS - 1));
+const _: () = assert!(MAX_UNWIND_MODULES.is_power_of_two());
+
+/// The walk's registers and progress, between the loop's steps.
+#[repr(C)]
+pub struct WalkState {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// The first frame's stack pointer: CFAs are written as offsets from it.
+    pub sp0: u64,
+    pub pid: u32,
+    /// Frames written.
+    pub n: u32,
+    pub end: u32,
+    /// 0 once a frame's saved `rbp` could not be found: no later CFA may come from `rbp`.
+    pub bp_valid: u32,
+}
+
+/// Where the walk writes: `frames` points at room for `MAX_WALKED_FRAMES` entries.
+pub struct WalkTarget {
+    pub state: *mut WalkState,
+    pub frames: *mut u8,
+}
+
+/// Walks the current thread's native stack from `state` (registers set, `n` 0) into
+/// `frames`; `state.n` and `state.end` say what was written and why it stopped.
+pub fn walk(state: &mut WalkState, frames: *mut u8) {
+    state.n = 0;
+    state.end = walk_end::DEPTH;
+    state.bp_valid = 1;
+    let mut target = WalkTarget { state: state as *mut WalkState, frames };
+    // SAFETY: bpf_loop calls the callback with a pointer to `target`, which outlives the call.
+    unsafe {
+        generated::bpf_loop(
+            MAX_WALKED_FRAMES as u32 + 1,
+            step_callback as *mut c_void,
+            &mut target as *mut WalkTarget as *mut c_void,
+            0,
+        );
+    }
+}
+
+extern "C" fn step_callback(_index: u64, context: *mut c_void) -> i64 {
+    // SAFETY: `walk` passes a live `WalkTarget` whose pointers outlive the loop.
+    let target = unsafe { &*(context as *const WalkTarget) };
+    // SAFETY: as above: the state is this CPU's scratch value.
+    let state = unsafe { &mut *target.state };
+    match step(state, target.frames) {
+        Ok(()) => 0,
+        Err(end) => {
+            state.end = end;
+            1
+        }
+    }
+}
+
+/// Reads a u64 of the current thread's user memory.
+#[inline(always)]
+fn read_user(address: u64) -> Option<u64> {
+    let mut value = 0u64;
+    // SAFETY: a probe read into a local; it fails cleanly on a bad address.
+    let ret = unsafe {
+        generated::bpf_probe_read_user(&mut value as *mut u64 as *mut c_void, 8, address as *const c_void)
+    };
+    (ret == 0).then_some(value)
+}
+
+/// Writes frame `n`'s entry (its ip, and its CFA offset, 0 until known).
+#[inline(always)]
+fn write_frame(frames: *mut u8, n: usize, ip: u64, cfa_offset: u32) {
+    let at = (n & (MAX_WALKED_FRAMES - 1)) * WALKED_FRAME_SIZE;
+    // SAFETY: `frames` has room for `MAX_WALKED_FRAMES` entries and `at` indexes one of them.
+    unsafe {
+        core::ptr::write_unaligned(frames.add(at) as *mut u64, ip);
+        core::ptr::write_unaligned(frames.add(at + 8) as *mut u32, cfa_offset);
+    }
+}
+
+/// One frame: writes it, finds its rules, and moves the registers to its caller.
+#[inline(always)]
+fn step(s: &mut WalkState, frames: *mut u8) -> Result<(), u32> {
+    let n = s.n as usize;
+    if n >= MAX_WALKED_FRAMES {
+        return Err(walk_end::DEPTH);
+    }
+    write_frame(frames, n, s.ip, 0);
+    s.n += 1;
+    // A return address points after its call: look up the call itself.
+    let lookup = if n == 0 { s.ip } else { s.ip.wrapping_sub(1) };
+    // SAFETY: a map lookup; the value stays valid for this program run.
+    let process = unsafe { UNWIND_PROCESSES.get(&s.pid) }.ok_or(walk_end::NO_PROCESS)?;
+    let count = if process.count as usize > MAX_UNWIND_MODULES { MAX_UNWIND_MODULES as u32 } else { process.count };
+    let (mut lo, mut hi) = (0u32, count);
+    for _ in 0..MODULE_STEPS {
+        if lo >= hi {
+            break;
+        }
+        let mid = (lo + hi) / 2;
+        if process.modules[mid as usize & (MAX_UNWIND_MODULES - 1)].start <= lookup {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    if lo == 0 {
+        return Err(walk_end::NO_MODULE);
+    }
+    let module = &process.modules[(lo - 1) as usize & (MAX_UNWIND_MODULES - 1)];
+    if lookup >= module.end {
+        return Err(walk_end::NO_MODULE);
+    }
+    let (cfa, caller_bp) = match module.state {
+        module_state::READY => {
+            let row = find_row(module.first_row, module.rows, lookup.wrapping_sub(module.bias))?;
+            let cfa = match row.cfa_kind() {
+                cfa_kind::RSP => s.sp.wrapping_add(row.cfa_offset as u64),
+                cfa_kind::RBP if s.bp_valid != 0 => s.bp.wrapping_add(row.cfa_offset as u64),
+                cfa_kind::PLT => s.sp + 8 + if (s.ip & 15) >= 11 { 8 } else { 0 },
+                cfa_kind::NONE => return Err(walk_end::NO_ROW),
+                cfa_kind::OUTERMOST => return Err(walk_end::OUTERMOST),
+                _ => return Err(walk_end::UNSUPPORTED),
+            };
+            let caller_bp = match row.rbp_kind() {
+                rbp_kind::SAME => Some(s.bp),
+                rbp_kind::AT_CFA => {
+                    let at = cfa.wrapping_add((row.rbp_words as i64 * 8) as u64);
+                    Some(read_user(at).ok_or(walk_end::READ_FAULT)?)
+                }
+                _ => None,
+            };
+            (cfa, caller_bp)
+        }
+        module_state::FRAME_POINTERS if s.bp_valid != 0 => {
+            let cfa = s.bp.wrapping_add(16);
+            (cfa, Some(read_user(s.bp).ok_or(walk_end::READ_FAULT)?))
+        }
+        module_state::FRAME_POINTERS => return Err(walk_end::UNSUPPORTED),
+        _ => return Err(walk_end::LOADING),
+    };
+    if cfa <= s.sp {
+        return Err(walk_end::NOT_GROWING);
+    }
+    let offset = cfa - s.sp0;
+    if offset > u32::MAX as u64 {
+        return Err(walk_end::NOT_GROWING);
+    }
+    let ra = read_user(cfa - 8).ok_or(walk_end::READ_FAULT)?;
+    write_frame(frames, n, s.ip, offset as u32);
+    if ra == 0 {
+        return Err(walk_end::OUTERMOST);
+    }
+    match caller_bp {
+        Some(bp) => s.bp = bp,
+        None => s.bp_valid = 0,
+    }
+    s.ip = ra;
+    s.sp = cfa;
+    Ok(())
+}
+
+/// The row of file address `pc` among `rows` rows from `first`: the last whose `pc` is at
+/// most `pc`.
+#[inline(always)]
+fn find_row(first: u32, rows: u32, pc: u64) -> Result<UnwindRow, u32> {
+    if pc > u32::MAX as u64 {
+        return Err(walk_end::NO_ROW);
+    }
+    let pc = pc as u32;
+    let (mut lo, mut hi) = (0u32, rows);
+    for _ in 0..ROW_STEPS {
+        if lo >= hi {
+            break;
+        }
+        let mid = lo + (hi - lo) / 2;
+        let row = UNWIND_ROWS.get(first.wrapping_add(mid)).ok_or(walk_end::NO_ROW)?;
+        if row.pc <= pc {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    if lo == 0 {
+        return Err(walk_end::NO_ROW);
+    }
+    UNWIND_ROWS.get(first.wrapping_add(lo - 1)).copied().ok_or(walk_end::NO_ROW)
+}

@@ -1,0 +1,246 @@
+//! The kernel's unwind tables (`--native`): the rows of every file a profiled process maps,
+//! written into the array map `UNWIND_ROWS` through a shared mapping of it, and each
+//! process's mappings in `UNWIND_PROCESSES` (see `profiler_common::unwind`).
+//!
+//! Invariants:
+//! - a file's rows occupy one extent, written whole before any process entry points at it,
+//!   and shared by every process mapping that same file read (the rows' `Arc`);
+//! - an extent is freed with its last user, and reused only after `REUSE_AFTER` (a walk that
+//!   looked up the process entry just before it changed may still be reading it);
+//! - a file whose rows do not fit the free space is walked with frame pointers, and counted;
+//! - no call reads a file or waits on a target: rows arrive built (`target::native`).
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use aya::maps::{HashMap as BpfHashMap, MapData};
+use profiler_common::{MAX_UNWIND_MODULES, UnwindModule, UnwindProcess, UnwindRow, module_state};
+
+use crate::target::native::tables::{MappingRows, MappingTable, TableSink};
+
+/// Rows `UNWIND_ROWS` holds (8 bytes each: 16 MiB). numpy with OpenBLAS maps about 840,000.
+pub const ROW_SLOTS: u32 = 1 << 21;
+/// Processes `UNWIND_PROCESSES` holds (5 KiB each).
+pub const PROCESS_SLOTS: u32 = 1024;
+/// How long a freed extent waits before it is handed out again.
+const REUSE_AFTER: Duration = Duration::from_secs(2);
+
+/// The rows map, mapped into this process.
+struct RowsMapping {
+    base: *mut UnwindRow,
+    slots: usize,
+}
+
+// SAFETY: the mapping is only written under `Tables`' mutex; the pointer itself is plain.
+unsafe impl Send for RowsMapping {}
+
+impl Drop for RowsMapping {
+    fn drop(&mut self) {
+        // SAFETY: `base` came from `mmap` with this length and is unmapped once.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.slots * size_of::<UnwindRow>()) };
+    }
+}
+
+struct Extent {
+    rows: std::sync::Arc<[UnwindRow]>,
+    first: u32,
+    users: u32,
+}
+
+struct State {
+    rows: RowsMapping,
+    processes: BpfHashMap<MapData, u32, UnwindProcess>,
+    /// Extents in use, by the address of their rows.
+    extents: HashMap<usize, Extent>,
+    /// Each process's owner and the extents it uses.
+    users: HashMap<u32, (u64, Vec<usize>)>,
+    /// Free `(first, len)` ranges below `next`, sorted by `first`.
+    free: Vec<(u32, u32)>,
+    /// Freed ranges not to be reused before their time.
+    cooling: Vec<(Instant, u32, u32)>,
+    next: u32,
+}
+
+/// The kernel's tables, shared by the threads that complete samples.
+pub struct Tables {
+    state: Mutex<State>,
+    no_room: AtomicU64,
+    over_modules: AtomicU64,
+    map_errors: AtomicU64,
+}
+
+impl Tables {
+    /// Maps the rows map (created `BPF_F_MMAPABLE` with `slots` entries) into this process.
+    pub fn new(rows: &MapData, slots: u32, processes: BpfHashMap<MapData, u32, UnwindProcess>) -> std::io::Result<Self> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let len = slots as usize * size_of::<UnwindRow>();
+        let fd = rows.fd().as_fd().as_raw_fd();
+        // SAFETY: a shared, writable mapping of the map's fd, of its own size; checked below.
+        let base = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let state = State {
+            rows: RowsMapping { base: base as *mut UnwindRow, slots: slots as usize },
+            processes,
+            extents: HashMap::new(),
+            users: HashMap::new(),
+            free: Vec::new(),
+            cooling: Vec::new(),
+            next: 0,
+        };
+        Ok(Self { state: Mutex::new(state), no_room: AtomicU64::new(0), over_modules: AtomicU64::new(0), map_errors: AtomicU64::new(0) })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl State {
+    /// A range of `len` free slots: cooled ranges first, then fresh ones past `next`.
+    fn allocate(&mut self, len: u32) -> Option<u32> {
+        let now = Instant::now();
+        let cooled: Vec<(u32, u32)> =
+            self.cooling.iter().filter(|(at, _, _)| now >= *at).map(|&(_, first, len)| (first, len)).collect();
+        self.cooling.retain(|(at, _, _)| now < *at);
+        for range in cooled {
+            self.release(range);
+        }
+        if let Some(i) = self.free.iter().position(|&(_, l)| l >= len) {
+            let (first, l) = self.free[i];
+            if l == len {
+                self.free.remove(i);
+            } else {
+                self.free[i] = (first + len, l - len);
+            }
+            return Some(first);
+        }
+        let end = self.next.checked_add(len)?;
+        if end as usize > self.rows.slots {
+            return None;
+        }
+        let first = self.next;
+        self.next = end;
+        Some(first)
+    }
+
+    /// Puts a range back in the free list, merged with its neighbours.
+    fn release(&mut self, (first, len): (u32, u32)) {
+        let at = self.free.partition_point(|&(f, _)| f < first);
+        self.free.insert(at, (first, len));
+        // Merge with the next, then with the previous.
+        if at + 1 < self.free.len() && self.free[at].0 + self.free[at].1 == self.free[at + 1].0 {
+            self.free[at].1 += self.free[at + 1].1;
+            self.free.remove(at + 1);
+        }
+        if at > 0 && self.free[at - 1].0 + self.free[at - 1].1 == self.free[at].0 {
+            self.free[at - 1].1 += self.free[at].1;
+            self.free.remove(at);
+        }
+    }
+
+    /// The extent of `rows`, written now if it is not in the map yet; `None` without room.
+    fn extent(&mut self, rows: &std::sync::Arc<[UnwindRow]>) -> Option<(usize, u32)> {
+        let key = rows.as_ptr() as usize;
+        if let Some(e) = self.extents.get_mut(&key) {
+            e.users += 1;
+            return Some((key, e.first));
+        }
+        let len = u32::try_from(rows.len()).ok()?;
+        let first = self.allocate(len)?;
+        // SAFETY: `[first, first + len)` lies inside the mapping (`allocate`), and no process
+        // entry points at it (free, or past every extent handed out).
+        unsafe { std::ptr::copy_nonoverlapping(rows.as_ptr(), self.rows.base.add(first as usize), rows.len()) };
+        self.extents.insert(key, Extent { rows: rows.clone(), first, users: 1 });
+        Some((key, first))
+    }
+
+    /// Drops one use of each of `keys`; extents left without users cool down.
+    fn unuse(&mut self, keys: &[usize]) {
+        for key in keys {
+            let Some(e) = self.extents.get_mut(key) else { continue };
+            e.users -= 1;
+            if e.users == 0 {
+                let len = e.rows.len() as u32;
+                let first = e.first;
+                self.extents.remove(key);
+                self.cooling.push((Instant::now() + REUSE_AFTER, first, len));
+            }
+        }
+    }
+}
+
+impl TableSink for Tables {
+    fn set_process(&self, pid: u32, owner: u64, mappings: &[MappingTable]) {
+        let mut state = self.lock();
+        let mut value = Box::<UnwindProcess>::default();
+        let mut used = Vec::new();
+        if mappings.len() > MAX_UNWIND_MODULES {
+            self.over_modules.fetch_add(1, Ordering::Relaxed);
+        }
+        for (slot, m) in value.modules.iter_mut().zip(mappings) {
+            let (first_row, rows, state_word) = match &m.rows {
+                MappingRows::Rows(rows) if rows.is_empty() => (0, 0, module_state::FRAME_POINTERS),
+                MappingRows::Rows(rows) => match state.extent(rows) {
+                    Some((key, first)) => {
+                        used.push(key);
+                        (first, rows.len() as u32, module_state::READY)
+                    }
+                    None => {
+                        self.no_room.fetch_add(1, Ordering::Relaxed);
+                        (0, 0, module_state::FRAME_POINTERS)
+                    }
+                },
+                MappingRows::FramePointers => (0, 0, module_state::FRAME_POINTERS),
+                MappingRows::Loading => (0, 0, module_state::LOADING),
+            };
+            *slot = UnwindModule { start: m.start, end: m.end, bias: m.bias, first_row, rows, state: state_word, _pad: 0 };
+        }
+        value.count = mappings.len().min(MAX_UNWIND_MODULES) as u32;
+        if state.processes.insert(pid, *value, 0).is_err() {
+            self.map_errors.fetch_add(1, Ordering::Relaxed);
+            // Not in the kernel: the extents it would have used are not in use.
+            state.unuse(&used);
+            used.clear();
+        }
+        if let Some((_, old)) = state.users.insert(pid, (owner, used)) {
+            state.unuse(&old);
+        }
+    }
+
+    fn remove_process(&self, pid: u32, owner: u64) {
+        let mut state = self.lock();
+        if state.users.get(&pid).is_none_or(|(o, _)| *o != owner) {
+            return;
+        }
+        let _ = state.processes.remove(&pid);
+        if let Some((_, old)) = state.users.remove(&pid) {
+            state.unuse(&old);
+        }
+    }
+
+    fn report(&self) -> String {
+        let state = self.lock();
+        let used: u64 = state.extents.values().map(|e| e.rows.len() as u64).sum();
+        format!(
+            "kernel unwind tables: {} files, {} of {} rows in use, {} processes; {} files without room (frame pointers), {} processes over {} mappings, {} map errors",
+            state.extents.len(),
+            used,
+            state.rows.slots,
+            state.users.len(),
+            self.no_room.load(Ordering::Relaxed),
+            self.over_modules.load(Ordering::Relaxed),
+            MAX_UNWIND_MODULES,
+            self.map_errors.load(Ordering::Relaxed),
+        )
+    }
+}
