@@ -1,0 +1,208 @@
+//! `--native` walked in the kernel from the files' unwind tables (issue #31): stacks whose
+//! frames a copy of the stack cannot reach.
+//!
+//! - numpy from PyPI (2.3.5 with its OpenBLAS, in the venv `cargo xtask test` makes:
+//!   `PYPERCH_NUMPY_VENV`), as the issue tried it: a 400x400 matrix product and an FFT in a
+//!   loop. numpy's `PyUFunc_GeneralizedFunctionInternal` keeps a 16 KiB array in its own
+//!   frame, so with the stack copy 99-100 % of these samples ended in `<truncated native>`.
+//!   py-spy (`py-spy record --native`, installed in the same venv) samples the same process
+//!   at the same time: the outside truth for which native function runs on each line.
+//! - A C function built here (workloads/big_frame.c, `-fomit-frame-pointer`) whose frame
+//!   holds 24 KiB, between two Python frames: the walk reaches `_start` through it, the copy
+//!   (`--native-walk copy`) cannot.
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    path::PathBuf,
+    process::{Command, Stdio},
+};
+
+use pyperch_tests::*;
+
+/// Markers of a native stack that is not whole.
+const STOPPED: [&str; 4] = ["<native unwind stopped", "<truncated native>", "<unmerged native>", "<no native stack>"];
+const LOADING: &str = "<loading native>";
+
+/// The interpreter of the numpy venv, and its py-spy.
+fn numpy_venv() -> Option<(Python, PathBuf)> {
+    let Some(venv) = std::env::var_os("PYPERCH_NUMPY_VENV").map(PathBuf::from) else {
+        skip("PYPERCH_NUMPY_VENV is not set: `cargo xtask test` makes the numpy venv (pyenv 3.12, numpy 2.3.5, py-spy)");
+        return None;
+    };
+    let exe = venv.join("bin/python");
+    let py_spy = venv.join("bin/py-spy");
+    if !exe.is_file() || !py_spy.is_file() {
+        skip(format!("{} lacks bin/python or bin/py-spy", venv.display()));
+        return None;
+    }
+    Some((Python { label: "numpy-3.12".into(), major: 3, minor: 12, exe, rootfs: None }, py_spy))
+}
+
+/// The function name of a frame: `name (file...)` → `name`.
+fn function(frame: &str) -> &str {
+    frame.rfind(" (").map_or(frame, |at| &frame[..at])
+}
+
+/// Whether a stack is whole: rooted at `_start` (the process frame first), no marker.
+fn whole(stack: &Stack) -> bool {
+    stack.frames.get(1).is_some_and(|f| function(f) == "_start") && !stack.frames.iter().any(|f| STOPPED.iter().any(|m| f.starts_with(m)))
+}
+
+fn has_line(stack: &Stack, func: &str) -> bool {
+    stack.frames.iter().any(|f| f.starts_with(&format!("{func} (")))
+}
+
+/// Leaf function names of `stacks` weighted by count, heaviest first.
+fn leaves<'a>(stacks: impl Iterator<Item = (&'a [String], u64)>) -> Vec<(String, u64)> {
+    let mut by: BTreeMap<String, u64> = BTreeMap::new();
+    for (frames, count) in stacks {
+        if let Some(leaf) = frames.last() {
+            *by.entry(function(leaf).to_string()).or_default() += count;
+        }
+    }
+    let mut v: Vec<(String, u64)> = by.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    v
+}
+
+/// py-spy's `--format raw` output: `frame;frame;... COUNT` lines.
+fn parse_raw(text: &str) -> Vec<(Vec<String>, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let (stack, count) = l.rsplit_once(' ')?;
+            Some((stack.split(';').map(str::to_string).collect(), count.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn numpy_matmul_and_fft_whole_beside_py_spy_3_12() {
+    let Some((py, py_spy)) = numpy_venv() else { return };
+    let mut w = Workload::spawn_env(&py, "native_walk.py", &["numpy", "120"], &[("OPENBLAS_NUM_THREADS", "1")])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let pid = w.pid.to_string();
+    let run = RecordRun::start(&["--pid", &pid, "--native", "--duration", "10", "--rate", "199", "--stats"]);
+    let spy_out = w.dir.host.join("py-spy.txt");
+    let spy = Command::new(&py_spy)
+        .args(["record", "--native", "--pid", &pid, "--duration", "8", "--rate", "100", "--format", "raw", "-o"])
+        .arg(&spy_out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output();
+    let rec = run.finish();
+    w.terminate();
+    rec.assert_ok();
+    let d = rec.diag_pid(w.pid);
+    let mine = rec.profile.for_pid(w.pid);
+    let spy = spy.unwrap_or_else(|e| panic!("cannot run {}: {e}", py_spy.display()));
+    let spy_text = fs::read_to_string(&spy_out).unwrap_or_default();
+    assert!(spy.status.success() && !spy_text.is_empty(), "py-spy failed: {}", String::from_utf8_lossy(&spy.stderr));
+    let theirs = parse_raw(&spy_text);
+
+    for (line, kernel_lib) in [("matmul_line", "libscipy_openblas"), ("fft_line", "_pocketfft_umath")] {
+        let on_line = mine.count(|s| has_line(s, line));
+        let loading = mine.count(|s| has_line(s, line) && s.frames.iter().any(|f| f == LOADING));
+        let walked = on_line - loading;
+        let whole_count = mine.count(|s| has_line(s, line) && !s.frames.iter().any(|f| f == LOADING) && whole(s));
+        let in_kernel = mine.count(|s| has_line(s, line) && whole(s) && s.frames.iter().any(|f| f.contains(kernel_lib)));
+        let my_leaves = leaves(mine.stacks.iter().filter(|s| has_line(s, line) && whole(s)).map(|s| (&s.frames[..], s.count)));
+        let spy_on_line: Vec<&(Vec<String>, u64)> = theirs.iter().filter(|(f, _)| f.iter().any(|x| x.starts_with(&format!("{line} (")))).collect();
+        let spy_total: u64 = spy_on_line.iter().map(|(_, c)| c).sum();
+        let spy_in_kernel: u64 = spy_on_line.iter().filter(|(f, _)| f.iter().any(|x| x.contains(kernel_lib))).map(|(_, c)| c).sum();
+        let spy_leaves = leaves(spy_on_line.iter().map(|(f, c)| (&f[..], *c)));
+        note(format!(
+            "{line}: pyperch {on_line} samples, {loading} behind {LOADING} (tables still loading), {whole_count} of {walked} walked whole to _start, {in_kernel} in {kernel_lib}; top leaves {:?}",
+            &my_leaves[..my_leaves.len().min(3)]
+        ));
+        note(format!(
+            "{line}: py-spy {spy_total} samples, {spy_in_kernel} in {kernel_lib}; top leaves {:?}",
+            &spy_leaves[..spy_leaves.len().min(3)]
+        ));
+        assert!(walked >= 100, "{line}: only {walked} walked samples{d}");
+        assert!(loading * 4 <= on_line, "{line}: {loading} of {on_line} samples waited for tables{d}");
+        assert!(whole_count == walked, "{line}: {whole_count} of {walked} walked samples are whole (want all){d}");
+        assert!(spy_total >= 50, "{line}: py-spy has only {spy_total} samples");
+        let (mine_top, spy_top) = (&my_leaves[0].0, &spy_leaves[0].0);
+        assert_eq!(mine_top, spy_top, "{line}: pyperch's top native function is not py-spy's{d}");
+        // The share of the line's time in the BLAS / pocketfft library, as py-spy sees it.
+        let (a, b) = (in_kernel as f64 / whole_count.max(1) as f64, spy_in_kernel as f64 / spy_total as f64);
+        assert!((a - b).abs() <= 0.1, "{line}: {:.1} % in {kernel_lib} against py-spy's {:.1} %{d}", a * 100.0, b * 100.0);
+    }
+    assert!(rec.run.stderr.contains("native walk in the kernel ended"), "--stats has no walk line{d}");
+}
+
+/// Compiles big_frame.c (no frame pointers) for `py`; returns the directory and the library.
+fn build_big_frame(py: &Python) -> Result<(PathBuf, String), String> {
+    let cc = find_program("cc").or_else(|| find_program("gcc")).ok_or("no C compiler (cc or gcc) on PATH")?;
+    let guest = PathBuf::from("/tmp/pyperch-tests").join(format!("big-frame-{}-{}", std::process::id(), py.label));
+    let host = match &py.rootfs {
+        Some(root) => root.join(guest.strip_prefix("/").map_err(|e| e.to_string())?),
+        None => guest.clone(),
+    };
+    fs::create_dir_all(&host).map_err(|e| format!("cannot create {}: {e}", host.display()))?;
+    let status = Command::new(&cc)
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-shared", "-fPIC", "-o"])
+        .arg(host.join("libbig_frame.so"))
+        .arg(workload_source("big_frame.c"))
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", cc.display()))?;
+    if !status.success() {
+        return Err(format!("{} failed to compile big_frame.c", cc.display()));
+    }
+    Ok((host, guest.join("libbig_frame.so").to_string_lossy().into_owned()))
+}
+
+fn big_frame(label: &str) {
+    let Some(py) = python(label) else { return };
+    let (dir, lib) = match build_big_frame(&py) {
+        Ok(built) => built,
+        Err(reason) => {
+            skip(format!("{}: {reason}", py.describe()));
+            return;
+        }
+    };
+    let mut w = Workload::spawn(&py, "native_walk.py", &["big_frame", "120", &lib]).unwrap_or_else(|e| panic!("{e:#}"));
+    let pid = w.pid.to_string();
+    let walked = record(&["--pid", &pid, "--native", "--duration", "5", "--rate", "199", "--stats"]);
+    let copied = record(&["--pid", &pid, "--native", "--native-walk", "copy", "--duration", "3", "--rate", "199"]);
+    w.terminate();
+    let _ = fs::remove_dir_all(&dir);
+    walked.assert_ok();
+    copied.assert_ok();
+    let d = walked.diag_pid(w.pid);
+    // big_caller (Python) → pyperch_big_frame (C, 24 KiB frame) → big_callback (Python).
+    let placed = |s: &Stack| {
+        let at = |name: &str| s.frames.iter().position(|f| function(f) == name);
+        matches!((at("big_caller"), at("pyperch_big_frame"), at("big_callback")), (Some(a), Some(b), Some(c)) if a < b && b < c)
+    };
+    let mine = walked.profile.for_pid(w.pid);
+    let total = mine.count(|s| has_line(s, "big_callback") && !s.frames.iter().any(|f| f == LOADING));
+    let good = mine.count(|s| has_line(s, "big_callback") && !s.frames.iter().any(|f| f == LOADING) && placed(s) && whole(s));
+    let copy = copied.profile.for_pid(w.pid);
+    let copy_total = copy.count(|s| has_line(s, "big_callback"));
+    let copy_whole = copy.count(|s| has_line(s, "big_callback") && whole(s));
+    note(format!(
+        "{}: kernel walk: {good} of {total} big_callback samples whole to _start with pyperch_big_frame between the Python frames; the 16 KiB copy: {copy_whole} of {copy_total} whole",
+        py.describe()
+    ));
+    assert!(total >= 100, "{}: only {total} samples in big_callback{d}", py.describe());
+    assert!(good * 100 >= total * 99, "{}: {good} of {total} samples whole (want >= 99 %){d}", py.describe());
+    // The case is one a copy cannot reach (else this test would prove nothing).
+    assert!(copy_whole * 2 < copy_total.max(1), "{}: the copy reached _start in {copy_whole} of {copy_total}", py.describe());
+}
+
+#[test]
+fn big_frame_walked_past_24_kib_3_12() {
+    big_frame("3.12");
+}
+
+#[test]
+fn big_frame_walked_past_24_kib_3_9() {
+    big_frame("3.9");
+}
+
+#[test]
+fn big_frame_walked_past_24_kib_sid_3_15() {
+    big_frame("sid-3.15");
+}
