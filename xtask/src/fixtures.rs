@@ -236,6 +236,55 @@ pub(crate) const TEST_VENV_PACKAGES: [&str; 2] = ["protobuf", "grpcio-tools"];
 
 /// Makes sure `$HOME/.cache/pyperch/test-venv` can import protobuf and grpc_tools; on
 /// failure (say PyPI is unreachable) warns, and the tests that need it skip.
+/// numpy from PyPI with its own OpenBLAS, and py-spy beside it (tests/native_walk.rs, issue
+/// #31: the numpy stacks a stack copy could not reach, and the peer on the same process).
+const NUMPY_VENV_PACKAGES: [&str; 2] = ["numpy==2.3.5", "py-spy==0.4.3"];
+
+/// The numpy venv (`PYPERCH_NUMPY_VENV`): pyenv's 3.12 with [`NUMPY_VENV_PACKAGES`], made when
+/// missing; `None` (its tests skip) without pyenv's 3.12 or when pip fails.
+pub(crate) fn setup_numpy_venv(p: &Paths) -> Option<PathBuf> {
+    let venv = p.cache.join("numpy-venv");
+    let python = venv.join("bin/python");
+    let usable = || {
+        venv.join("bin/py-spy").is_file()
+            && Command::new(&python)
+                .args(["-c", "import numpy; assert numpy.__version__ == '2.3.5'"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+    };
+    if usable() {
+        step(format!("numpy venv: present ({})", venv.display()));
+        return Some(venv);
+    }
+    let Some(base) = crate::test_kernels::pyenv_python("3.12") else {
+        warn("no pyenv Python 3.12: the numpy tests (tests/native_walk.rs) skip");
+        return None;
+    };
+    step(format!("numpy venv: creating {} from {} with {}", venv.display(), base.display(), NUMPY_VENV_PACKAGES.join(", ")));
+    let result = (|| -> Result<()> {
+        if !python.is_file() {
+            run_checked(Command::new(&base).arg("-m").arg("venv").arg(&venv), "creating the numpy virtualenv")?;
+        }
+        run_checked(
+            Command::new(&python).args(["-m", "pip", "install", "--quiet"]).args(NUMPY_VENV_PACKAGES),
+            "installing numpy and py-spy",
+        )?;
+        if !usable() {
+            bail!("{} still lacks numpy 2.3.5 or py-spy", venv.display());
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => Some(venv),
+        Err(err) => {
+            warn(format!("{err:#}; the numpy tests (tests/native_walk.rs) skip"));
+            None
+        }
+    }
+}
+
 pub(crate) fn setup_test_venv(p: &Paths) {
     let venv = p.cache.join("test-venv");
     let python = venv.join("bin/python");

@@ -395,6 +395,7 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     setup_test_venv(p);
     setup_server_packages(p, rootfs.as_deref());
     let ft_servers = setup_ft_server_packages(p);
+    let numpy_venv = setup_numpy_venv(p);
     setup_c_compiler();
     setup_go();
     setup_viewers(p);
@@ -447,6 +448,9 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     }
     if let Some(dir) = &ft_servers {
         env.push(("PYPERCH_FT_SERVER_PACKAGES", Some(dir.clone().into())));
+    }
+    if let Some(dir) = &numpy_venv {
+        env.push(("PYPERCH_NUMPY_VENV", Some(dir.clone().into())));
     }
     let mut e2e = e2e::run(&p.root, &p.target.join("tmp/e2e-logs"), &env, filters)?;
 

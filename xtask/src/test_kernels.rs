@@ -230,7 +230,7 @@ fn interpreters() -> Vec<Interpreter> {
 }
 
 /// The newest pyenv `MINOR.*` build's `bin/pythonMINOR`.
-fn pyenv_python(minor: &str) -> Option<PathBuf> {
+pub(crate) fn pyenv_python(minor: &str) -> Option<PathBuf> {
     let roots = std::env::var_os("PYENV_ROOT")
         .map(PathBuf::from)
         .into_iter()
