@@ -11,6 +11,7 @@ LEAF_LABELS = {
     "threads8": {"work_t%d" % k: ["work_t%d" % k, "spin_t%d" % k] for k in range(8)},
     "web": {"render_page": ["render_page"], "encode_payload": ["encode_payload"]},
     "frame_reuse": {"a": ["a_1", "a_2", "a_3"], "b": ["b_1", "b_2", "b_3"]},
+    "numpy_mix": {"matmul": ["matmul_line"], "fft": ["fft_line"]},
 }
 
 

@@ -39,12 +39,13 @@ TOOL_TITLES = {
 
 
 SHORT = {"pyperch-ctl": "control", "pyperch": "pyperch", "py-spy": "py-spy", "py-spy-nb": "py-spy nb", "austin": "austin", "cpython": "cpython",
-         "pyperch-native": "pyperch --native", "pyperch-kernel": "pyperch --kernel", "py-spy-native": "py-spy --native",
+         "pyperch-native": "pyperch --native", "pyperch-native-copy": "pyperch --native-walk copy",
+         "pyperch-kernel": "pyperch --kernel", "py-spy-native": "py-spy --native",
          "pyperch-wall": "pyperch wall", "py-spy-idle": "py-spy --idle", "cpython-wall": "cpython wall"}
 
 
 # Variants of a tool with extra flags: their reports and output parse as the base tool's.
-BASE_TOOL = {"pyperch-native": "pyperch", "pyperch-kernel": "pyperch", "py-spy-native": "py-spy",
+BASE_TOOL = {"pyperch-native": "pyperch", "pyperch-native-copy": "pyperch", "pyperch-kernel": "pyperch", "py-spy-native": "py-spy",
              "pyperch-wall": "pyperch", "py-spy-idle": "py-spy", "cpython-wall": "cpython"}
 
 
@@ -60,9 +61,10 @@ TOOLS_SWITCH_315 = ["pyperch-wall", "cpython-wall"]
 SWITCH_RATE = 100
 
 
-# The native-stacks section (`--only native`): pyperch --native against py-spy --native, and
-# pyperch --kernel against plain pyperch, on the chain workload.
-TOOLS_NATIVE = ["pyperch-native", "py-spy-native"]
+# The native-stacks section (`--only native`): pyperch --native (walked in the kernel, and the
+# stack copy) against py-spy --native, and pyperch --kernel against plain pyperch, on the chain
+# workload and on numpy (`numpy_mix`, where `PYPERCH_NUMPY_VENV` names the numpy venv).
+TOOLS_NATIVE = ["pyperch-native", "pyperch-native-copy", "py-spy-native"]
 
 
 TOOLS_KERNEL = ["pyperch", "pyperch-kernel"]

@@ -35,11 +35,13 @@ class Bench(object):
 
     def profiler_argv(self, tool, target, rate, duration, out_inside, whole_host=False):
         d = duration
-        if tool in ("pyperch", "pyperch-ctl", "pyperch-native", "pyperch-kernel", "pyperch-wall"):
+        if tool in ("pyperch", "pyperch-ctl", "pyperch-native", "pyperch-native-copy", "pyperch-kernel", "pyperch-wall"):
             argv = [self.o.pyperch, "record", "--duration", str(d), "--rate", str(rate),
                     "--format", "collapsed", "--output", out_inside, "--stats"]
             if tool == "pyperch-native":
                 argv.append("--native")
+            elif tool == "pyperch-native-copy":
+                argv += ["--native", "--native-walk", "copy"]
             elif tool == "pyperch-kernel":
                 argv.append("--kernel")
             elif tool == "pyperch-wall":
@@ -456,6 +458,15 @@ class Bench(object):
         self.group(interp, "chain", 1000, TOOLS_KERNEL, reps, kind="native")
         # Ring-buffer bandwidth and losses with --native at 10 kHz (py-spy cannot keep up).
         self.group(interp, "chain", 10000, ["pyperch-native"], 1, kind="native")
+        # A native-heavy workload: numpy with its OpenBLAS (issue #31).
+        venv = os.environ.get("PYPERCH_NUMPY_VENV", "")
+        exe = os.path.join(venv, "bin", "python") if venv else ""
+        if exe and os.path.exists(exe):
+            os.environ["OPENBLAS_NUM_THREADS"] = "1"
+            numpy_interp = Interp("3.12.1 + numpy 2.3.5", exe)
+            self.group(numpy_interp, "numpy_mix", 1000, TOOLS_NATIVE, reps, kind="native")
+        else:
+            log("native: PYPERCH_NUMPY_VENV is not set: the numpy workload is not measured")
 
     def sec_switches(self, interp, interp315):
         """Issue 11's context-switch costs: `--mode wall` on the token workload (about 20,000

@@ -184,7 +184,10 @@ pub fn run(p: &Paths, args: &[String]) -> Result<()> {
         String::new()
     };
 
-    // 4. The driver.
+    // 4. numpy for the native section's native-heavy workload (issue #31).
+    let numpy_venv = crate::fixtures::setup_numpy_venv(p);
+
+    // 5. The driver.
     let mut command_line = String::from("cargo xtask bench");
     if !args.is_empty() {
         command_line.push_str(" -- ");
@@ -192,8 +195,12 @@ pub fn run(p: &Paths, args: &[String]) -> Result<()> {
     }
     let driver = root.join("bench/driver.py");
     say(format!("driver: {} {}", python.display(), driver.display()));
+    let mut driver_command = Command::new(&python);
+    if let Some(venv) = &numpy_venv {
+        driver_command.env("PYPERCH_NUMPY_VENV", venv);
+    }
     run_checked(
-        Command::new(&python)
+        driver_command
             .arg(&driver)
             .arg("--pyperch")
             .arg(&pyperch)

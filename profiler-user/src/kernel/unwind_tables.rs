@@ -53,18 +53,26 @@ struct Extent {
     users: u32,
 }
 
-struct State {
-    rows: RowsMapping,
-    processes: BpfHashMap<MapData, u32, UnwindProcess>,
-    /// Extents in use, by the address of their rows.
-    extents: HashMap<usize, Extent>,
-    /// Each process's owner and the extents it uses.
-    users: HashMap<u32, (u64, Vec<usize>)>,
+/// Which slots of the rows map are free. Invariant: `free` holds disjoint, non-adjacent
+/// ranges below `next`, sorted by start; a range in `cooling` is in neither.
+#[derive(Debug, Default)]
+struct RowSpace {
+    slots: u32,
     /// Free `(first, len)` ranges below `next`, sorted by `first`.
     free: Vec<(u32, u32)>,
     /// Freed ranges not to be reused before their time.
     cooling: Vec<(Instant, u32, u32)>,
     next: u32,
+}
+
+struct State {
+    rows: RowsMapping,
+    space: RowSpace,
+    processes: BpfHashMap<MapData, u32, UnwindProcess>,
+    /// Extents in use, by the address of their rows.
+    extents: HashMap<usize, Extent>,
+    /// Each process's owner and the extents it uses.
+    users: HashMap<u32, (u64, Vec<usize>)>,
 }
 
 /// The kernel's tables, shared by the threads that complete samples.
@@ -90,12 +98,10 @@ impl Tables {
         }
         let state = State {
             rows: RowsMapping { base: base as *mut UnwindRow, slots: slots as usize },
+            space: RowSpace { slots, ..RowSpace::default() },
             processes,
             extents: HashMap::new(),
             users: HashMap::new(),
-            free: Vec::new(),
-            cooling: Vec::new(),
-            next: 0,
         };
         Ok(Self { state: Mutex::new(state), no_room: AtomicU64::new(0), over_modules: AtomicU64::new(0), map_errors: AtomicU64::new(0) })
     }
@@ -105,10 +111,9 @@ impl Tables {
     }
 }
 
-impl State {
+impl RowSpace {
     /// A range of `len` free slots: cooled ranges first, then fresh ones past `next`.
-    fn allocate(&mut self, len: u32) -> Option<u32> {
-        let now = Instant::now();
+    fn allocate(&mut self, len: u32, now: Instant) -> Option<u32> {
         let cooled: Vec<(u32, u32)> =
             self.cooling.iter().filter(|(at, _, _)| now >= *at).map(|&(_, first, len)| (first, len)).collect();
         self.cooling.retain(|(at, _, _)| now < *at);
@@ -125,7 +130,7 @@ impl State {
             return Some(first);
         }
         let end = self.next.checked_add(len)?;
-        if end as usize > self.rows.slots {
+        if end > self.slots {
             return None;
         }
         let first = self.next;
@@ -148,6 +153,14 @@ impl State {
         }
     }
 
+    /// Frees `(first, len)` for reuse from `at` on.
+    fn cool(&mut self, first: u32, len: u32, at: Instant) {
+        self.cooling.push((at, first, len));
+    }
+}
+
+impl State {
+
     /// The extent of `rows`, written now if it is not in the map yet; `None` without room.
     fn extent(&mut self, rows: &std::sync::Arc<[UnwindRow]>) -> Option<(usize, u32)> {
         let key = rows.as_ptr() as usize;
@@ -156,7 +169,7 @@ impl State {
             return Some((key, e.first));
         }
         let len = u32::try_from(rows.len()).ok()?;
-        let first = self.allocate(len)?;
+        let first = self.space.allocate(len, Instant::now())?;
         // SAFETY: `[first, first + len)` lies inside the mapping (`allocate`), and no process
         // entry points at it (free, or past every extent handed out).
         unsafe { std::ptr::copy_nonoverlapping(rows.as_ptr(), self.rows.base.add(first as usize), rows.len()) };
@@ -173,7 +186,7 @@ impl State {
                 let len = e.rows.len() as u32;
                 let first = e.first;
                 self.extents.remove(key);
-                self.cooling.push((Instant::now() + REUSE_AFTER, first, len));
+                self.space.cool(first, len, Instant::now() + REUSE_AFTER);
             }
         }
     }
@@ -242,5 +255,31 @@ impl TableSink for Tables {
             MAX_UNWIND_MODULES,
             self.map_errors.load(Ordering::Relaxed),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Extents come from fresh space, then from freed ranges once cooled (merged with their
+    /// neighbours); never beyond the map.
+    #[test]
+    fn row_space_reuses_cooled_ranges_only() {
+        let t0 = Instant::now();
+        let mut s = RowSpace { slots: 100, ..RowSpace::default() };
+        assert_eq!(s.allocate(40, t0), Some(0));
+        assert_eq!(s.allocate(40, t0), Some(40));
+        assert_eq!(s.allocate(30, t0), None, "past the map");
+        s.cool(0, 40, t0 + REUSE_AFTER);
+        s.cool(40, 40, t0 + REUSE_AFTER);
+        assert_eq!(s.allocate(30, t0), None, "still cooling");
+        // Cooled: the two ranges merge into one of 80.
+        assert_eq!(s.allocate(70, t0 + REUSE_AFTER), Some(0));
+        assert_eq!(s.free, vec![(70, 10)]);
+        assert_eq!(s.allocate(10, t0 + REUSE_AFTER), Some(70));
+        assert!(s.free.is_empty());
+        assert_eq!(s.allocate(20, t0 + REUSE_AFTER), Some(80));
+        assert_eq!(s.allocate(1, t0 + REUSE_AFTER), None);
     }
 }

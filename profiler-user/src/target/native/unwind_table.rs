@@ -260,6 +260,28 @@ mod tests {
 
     use super::*;
 
+    /// The kernel's form refuses what it cannot hold instead of wrapping it.
+    #[test]
+    fn compact_rows_refuse_what_does_not_fit() {
+        use profiler_common::{cfa_kind, rbp_kind};
+        let rows = [
+            Row { pc: 0x1000, cfa: Cfa::Rsp(8), rbp: SavedRbp::Same },
+            Row { pc: 0x1004, cfa: Cfa::Rsp(70_000), rbp: SavedRbp::AtCfa(-16) },
+            Row { pc: 0x1008, cfa: Cfa::Rbp(16), rbp: SavedRbp::AtCfa(-12) },
+            Row { pc: 0x100c, cfa: Cfa::Rsp(-8), rbp: SavedRbp::AtCfa(-4096) },
+            Row { pc: 0x1010, cfa: Cfa::Outermost, rbp: SavedRbp::Unknown },
+        ];
+        let c = compact(&rows).expect("fits");
+        assert_eq!((c[0].cfa_kind(), c[0].cfa_offset, c[0].rbp_kind()), (cfa_kind::RSP, 8, rbp_kind::SAME));
+        assert_eq!((c[1].cfa_kind(), c[1].rbp_kind(), c[1].rbp_words), (cfa_kind::UNSUPPORTED, rbp_kind::AT_CFA, -2));
+        assert_eq!((c[2].cfa_kind(), c[2].cfa_offset, c[2].rbp_kind()), (cfa_kind::RBP, 16, rbp_kind::UNKNOWN));
+        assert_eq!((c[3].cfa_kind(), c[3].rbp_kind()), (cfa_kind::UNSUPPORTED, rbp_kind::UNKNOWN));
+        assert_eq!(c[4].cfa_kind(), cfa_kind::OUTERMOST);
+        let high = [Row { pc: 1 << 32, cfa: Cfa::Rsp(8), rbp: SavedRbp::Same }];
+        assert_eq!(compact(&high), Err(TableError::HighAddress));
+    }
+
+
     /// (rows, symbol → address) of the file at `path`; `None` when it is not here.
     fn table_of(path: &str) -> Option<(Vec<Row>, std::collections::HashMap<String, u64>)> {
         let data = std::fs::read(path).ok()?;
