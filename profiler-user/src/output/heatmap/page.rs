@@ -49,8 +49,8 @@ pub fn percent(part: u64, whole: u64) -> String {
     format!("{:.2}%", part as f64 * 100.0 / whole as f64)
 }
 
-/// The background of a row whose total is `share` (0..=1) of its page's hottest line: none
-/// for nothing, then from pale yellow to red.
+/// The background of a row whose value is `share` (0..=1) of the hottest one: none for
+/// nothing, then from pale yellow to red.
 fn heat(share: f64) -> String {
     if share <= 0.0 {
         return String::new();
@@ -85,12 +85,15 @@ fn head(out: &mut String, title: &str) {
     );
 }
 
+/// Background of a line that is on stacks but never the innermost (self 0, total > 0).
+const ON_STACK: &str = " style=\"background:#e6eefa\"";
+
 fn legend(out: &mut String) {
-    out.push_str("<p class=\"meta legend\">colour: a line's total, from ");
+    out.push_str("<p class=\"meta legend\">colour: a line's self samples, from ");
     for share in [0.05, 0.25, 0.5, 0.75, 1.0] {
         let _ = write!(out, "<span{}></span>", heat(share));
     }
-    out.push_str(" the page's hottest line</p>\n");
+    let _ = writeln!(out, " the page's hottest line; <span{ON_STACK}></span> on the stack only (self 0)</p>");
 }
 
 /// One file's page and what it needs.
@@ -118,12 +121,13 @@ pub fn file_page(p: &FilePage<'_>) -> String {
     let _ = writeln!(out, "<h1>{path}</h1>");
     let _ = writeln!(
         out,
-        "<p class=\"meta\">{unit}: self {} ({}), total {} ({}) of {}</p>",
+        "<p class=\"meta\">{unit}: self {} ({}), total {} ({}) of {}{}</p>",
         amount(p.mode, p.file.self_value),
         percent(p.file.self_value, p.total),
         amount(p.mode, p.file.total_value),
         percent(p.file.total_value, p.total),
         amount(p.mode, p.total),
+        hottest_line(p.file).map(|n| format!("; hottest line: <a href=\"#L{n}\">{n}</a>")).unwrap_or_default(),
         unit = unit(p.mode),
     );
     let _ = match p.root {
@@ -152,9 +156,10 @@ pub fn file_page(p: &FilePage<'_>) -> String {
         }
     };
     legend(&mut out);
-    let hottest = p.file.lines.values().map(|l| l.total_value).max().unwrap_or(0);
+    let hottest = p.file.lines.values().map(|l| l.self_value).max().unwrap_or(0);
+    let _ = writeln!(out, "<table data-profile-total=\"{}\">", p.total);
     out.push_str(
-        "<table>\n<tr><th>line</th><th>self</th><th>self %</th><th>total</th><th>total %</th><th class=\"src\">source</th><th class=\"src\">functions</th></tr>\n",
+        "<tr><th>line</th><th>self</th><th>self %</th><th>total</th><th>total %</th><th class=\"src\">source</th><th class=\"src\">functions</th></tr>\n",
     );
     let empty = LineCounts::default();
     let shown = lines.len();
@@ -169,16 +174,27 @@ pub fn file_page(p: &FilePage<'_>) -> String {
     out
 }
 
-/// One line's row; `text` is `None` for a line not shown from the file.
+/// The line with the most self value (the first on ties), if any has some.
+fn hottest_line(file: &FileCounts) -> Option<u32> {
+    let most = file.lines.values().map(|l| l.self_value).max().filter(|&v| v > 0)?;
+    file.lines.iter().find(|(_, l)| l.self_value == most).map(|(n, _)| *n)
+}
+
+/// One line's row, coloured by its self value's share of the page's `hottest` self value;
+/// `text` is `None` for a line not shown from the file.
 fn row(out: &mut String, p: &FilePage<'_>, number: u32, text: Option<&str>, counts: &LineCounts, hottest: u64) {
-    let share = if hottest == 0 { 0.0 } else { counts.total_value as f64 / hottest as f64 };
+    let background = match (counts.self_value, counts.total_value) {
+        (0, 0) => String::new(),
+        (0, _) => ON_STACK.to_string(),
+        (s, _) => heat(s as f64 / hottest.max(1) as f64),
+    };
     let class = if text.is_none() { " class=\"past\"" } else { "" };
     let _ = write!(
         out,
         "<tr id=\"L{number}\"{class} data-line=\"{number}\" data-self=\"{}\" data-total=\"{}\"{}><td class=\"no\">{number}</td>",
         counts.self_value,
         counts.total_value,
-        heat(share)
+        background
     );
     if counts.total_value > 0 {
         let _ = write!(
@@ -219,8 +235,9 @@ pub fn index_page(counts: &Counts, pages: &[Option<String>], mode: TimeMode, tit
     if pages.iter().any(Option::is_none) {
         let _ = writeln!(out, "<p class=\"note\">only the busiest {} files have a page</p>", super::MAX_PAGES);
     }
+    let _ = writeln!(out, "<table data-profile-total=\"{}\">", counts.total);
     out.push_str(
-        "<table>\n<tr><th>#</th><th class=\"src\">file</th><th>self</th><th>self %</th><th>total</th><th>total %</th></tr>\n",
+        "<tr><th>#</th><th class=\"src\">file</th><th>self</th><th>self %</th><th>total</th><th>total %</th></tr>\n",
     );
     let hottest = counts.files.first().map_or(0, |f| f.total_value);
     for (i, file) in counts.files.iter().enumerate() {

@@ -84,11 +84,8 @@ impl Reader {
     /// The text of `path` as process `pid` sees it (see the module docs), and where it was
     /// looked for.
     pub fn read(&mut self, pid: u32, path: &str) -> (Source, Root) {
-        let root = if rustix::fs::access(format!("/proc/{pid}/root"), rustix::fs::Access::EXISTS).is_ok() {
-            Root::Process(pid)
-        } else {
-            Root::Host
-        };
+        // Where a refusal before any read says it would have looked.
+        let root = Root::Process(pid);
         if !path.starts_with('/') {
             return (Source::Unreadable("the path is not absolute".into()), root);
         }
@@ -108,18 +105,18 @@ impl Reader {
         let spawned = std::thread::Builder::new()
             .name("pyperch-source".into())
             .spawn(move || {
-                let _ = tx.send(read_file(root, &owned, limit));
+                let _ = tx.send(read_file(pid, &owned, limit));
             });
         if let Err(e) = spawned {
             return (Source::Unreadable(format!("no thread to read it: {e}")), root);
         }
         let wait = FILE_DEADLINE.min(left);
         match rx.recv_timeout(wait) {
-            Ok(Ok(text)) => {
+            Ok((Ok(text), root)) => {
                 self.bytes_left = self.bytes_left.saturating_sub(text.len() as u64);
                 (Source::Text(text), root)
             }
-            Ok(Err(why)) => (Source::Unreadable(why), root),
+            Ok((Err(why), root)) => (Source::Unreadable(why), root),
             Err(_) => {
                 self.hung += 1;
                 (Source::Unreadable(format!("no answer within {:.1} s (a stalled file system?)", wait.as_secs_f64())), root)
@@ -128,21 +125,33 @@ impl Reader {
     }
 }
 
-/// Opens and reads `path` inside `root`, at most `limit` bytes (see the module docs).
-fn read_file(root: Root, path: &str, limit: u64) -> Result<String, String> {
-    let root_path = match root {
-        Root::Process(pid) => format!("/proc/{pid}/root"),
-        Root::Host => "/".to_owned(),
+fn io(e: rustix::io::Errno) -> String {
+    std::io::Error::from(e).to_string()
+}
+
+/// Opens and reads `path` inside the root of process `pid` (the host's `/` once it has
+/// exited), at most `limit` bytes (see the module docs); also says which root that was.
+fn read_file(pid: u32, path: &str, limit: u64) -> (Result<String, String>, Root) {
+    let dir = |path: &str| rustix::fs::open(path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty());
+    let (root_fd, root) = match dir(&format!("/proc/{pid}/root")) {
+        Ok(fd) => (fd, Root::Process(pid)),
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::SRCH) => match dir("/") {
+            Ok(fd) => (fd, Root::Host),
+            Err(e) => return (Err(format!("cannot open /: {}", io(e))), Root::Host),
+        },
+        Err(e) => return (Err(format!("cannot open the process's root: {}", io(e))), Root::Process(pid)),
     };
-    let io = |e: rustix::io::Errno| std::io::Error::from(e).to_string();
-    let root_fd = rustix::fs::open(root_path.as_str(), OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| format!("cannot open the process's root: {}", io(e)))?;
+    (read_in(&root_fd, root, path, limit), root)
+}
+
+/// Reads `path` inside the directory `root_fd` (the root `root`), at most `limit` bytes.
+fn read_in(root_fd: &OwnedFd, root: Root, path: &str, limit: u64) -> Result<String, String> {
     let relative = path.trim_start_matches('/');
     let relative = if relative.is_empty() { "." } else { relative };
     let mut attempt = 0;
     let path_fd: OwnedFd = loop {
         match rustix::fs::openat2(
-            &root_fd,
+            root_fd,
             relative,
             OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
