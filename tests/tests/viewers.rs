@@ -8,7 +8,8 @@
 //!
 //! The heatmap (`--format heatmap`, a directory of HTML pages) is opened in the same
 //! Chromium: its page's rendered text has the hot line with its share, its screenshot is a
-//! real image; a hostile target's names are escaped and a FIFO for a source does not block.
+//! real image; a hostile target's names are escaped, a FIFO or a stalled FUSE file for a
+//! source does not block, and a chrooted process's source is read inside its root.
 //!
 //! The Firefox Profiler's own processing code is not published on npm (there is no
 //! `firefox-profiler` package), so the Gecko file is checked against the Gecko profile format
@@ -688,4 +689,104 @@ fn viewers_heatmap_hostile_names_and_sources() {
     // The DOM keeps `<` and `>` of text escaped; the names read back as text.
     assert!(dom.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "the rendered page does not show {NAME} as text: {text}");
     assert!(text.contains("source not readable: it is a FIFO"), "the rendered page lacks the note: {text}");
+}
+
+/// A source file on a FUSE file system whose server is stopped (`fuse_stall.py`, in a
+/// mount namespace of its own; `heatmap_fuse.py` runs the file's code from there): the
+/// heatmap's read of it never answers. pyperch still ends within its per-file deadline
+/// (2 s) of the recording's end, and the file's page is written with its counted lines and
+/// `source not readable: no answer within ...`.
+#[test]
+fn viewers_heatmap_source_on_stalled_fuse() {
+    /// The `while` and the arithmetic line of SOURCE's spin.
+    const SPIN_LINES: [u32; 2] = [5, 6];
+    const SOURCE: &str = "import time\n\ndef spin(deadline):\n    x = 0\n    while time.monotonic() < deadline:\n        x = (x * 7 + 1) % 65521\n    return x\n";
+    if !is_root() {
+        skip("needs root (FUSE mount)");
+        return;
+    }
+    if !Path::new("/dev/fuse").exists() {
+        skip("/dev/fuse does not exist on this machine: the stalled file cannot be made");
+        return;
+    }
+    // Debian's static interpreter: discovery finds Python in its executable and never looks
+    // at the mapped file of the stalled mount.
+    let exe = PathBuf::from("/usr/bin/python3.11");
+    if !exe.is_file() {
+        skip("Debian's python3.11 (/usr/bin/python3.11) is not installed");
+        return;
+    }
+    let py = Python { label: "debian-3.11-heatmap".into(), major: 3, minor: 11, exe, rootfs: None };
+    let dir = WorkDir::new(&py, "heatmap-fuse").unwrap_or_else(|e| panic!("{e:#}"));
+    let (mnt, warm, source) = (dir.host_path("mnt"), dir.host_path("warm"), dir.host_path("spin_source.py"));
+    fs::create_dir_all(&mnt).expect("cannot create the mount point");
+    fs::write(&source, SOURCE).expect("cannot write the source");
+    let served = mnt.join("lib.so");
+    let server = Workload::spawn(
+        &py,
+        "fuse_stall.py",
+        &[
+            &mnt.to_string_lossy(),
+            &format!("@{}", source.display()),
+            &py.exe.to_string_lossy(),
+            &workload_source("heatmap_fuse.py").to_string_lossy(),
+            &served.to_string_lossy(),
+            &warm.to_string_lossy(),
+            "60",
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let fields = server.ready_fields();
+    let pid_of = |k: &str| fields.get(k).and_then(|v| v.parse::<u32>().ok()).unwrap_or_else(|| panic!("{k}= in {fields:?}"));
+    let (server_pid, pid) = (pid_of("server"), pid_of("mapper"));
+    let cleanup = KillPids(vec![server_pid, pid]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !warm.is_file() {
+        assert!(std::time::Instant::now() < deadline, "the workload never ran the source from the FUSE mount");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) of the server our workload forked.
+    unsafe { libc::kill(server_pid as libc::pid_t, libc::SIGSTOP) };
+    note("the FUSE server holding the source is stopped: reading it hangs");
+
+    let out = dir.host_path("heatmap");
+    let (out_str, pid_arg) = (out.to_string_lossy().into_owned(), pid.to_string());
+    let run = pyperch(&["record", "--pid", &pid_arg, "--duration", "2", "--format", "heatmap", "-o", &out_str], Duration::from_secs(60));
+    drop(cleanup);
+    drop(server);
+    let d = run.diag();
+    assert_eq!(run.code(), Some(0), "pyperch failed or hung{d}");
+    // Start-up on a loaded 2-core machine, the 2 s recording, the 2 s read deadline.
+    assert!(run.elapsed <= Duration::from_secs(20), "pyperch took {:?}{d}", run.elapsed);
+    let index = fs::read_to_string(out.join("index.html")).unwrap_or_else(|e| panic!("no index.html: {e}{d}"));
+    let served_str = served.to_string_lossy();
+    let page_name = heatmap_page_of(&index, &served_str).unwrap_or_else(|| panic!("index.html links no page for {served_str}:\n{index}"));
+    let page = fs::read_to_string(out.join(&page_name)).unwrap_or_default();
+    assert!(page.contains("source not readable: no answer within"), "the page does not say the source did not answer:\n{page}");
+    let said = page.lines().find(|l| l.contains("source not readable")).unwrap_or_default();
+    note(format!("pyperch took {:.1} s; the page says: {said}", run.elapsed.as_secs_f64()));
+    let rows = heatmap_rows(&page);
+    assert!(rows.iter().any(|r| SPIN_LINES.contains(&r.0) && r.1 > 0), "the page lacks the spinning line's count: {rows:?}");
+}
+
+/// A chrooted interpreter (sid 3.15, as a container's process sees its own tree): its
+/// source's path exists only inside its root, and the heatmap reads it there
+/// (`/proc/PID/root`): the page shows the workload's hot line, not "source not readable".
+#[test]
+fn viewers_heatmap_reads_sources_inside_the_process_root() {
+    let Some(py) = python("sid-3.15") else { return };
+    assert!(py.is_chroot(), "{} is expected to run chrooted", py.describe());
+    let w = Workload::spawn(&py, "two_lines.py", &["60"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let guest = w.dir.guest_path("two_lines.py");
+    assert!(!Path::new(&guest).exists(), "{guest} exists on the host too: the test would prove nothing");
+    let out = w.dir.host_path("heatmap");
+    let (out_str, pid) = (out.to_string_lossy().into_owned(), w.pid.to_string());
+    let run = pyperch(&["record", "--pid", &pid, "--duration", "2", "--format", "heatmap", "-o", &out_str], Duration::from_secs(90));
+    let d = run.diag();
+    assert_eq!(run.code(), Some(0), "{}: pyperch failed{d}", py.describe());
+    let index = fs::read_to_string(out.join("index.html")).unwrap_or_else(|e| panic!("no index.html: {e}{d}"));
+    let page_name = heatmap_page_of(&index, &guest).unwrap_or_else(|| panic!("index.html links no page for {guest}:\n{index}"));
+    let page = fs::read_to_string(out.join(&page_name)).unwrap_or_default();
+    assert!(page.contains(&format!("source read inside the root of process {}", w.pid)), "{page}");
+    assert!(!page.contains("source not readable") && page.contains("x = (x * 31 + i) % 65521"), "the source was not read inside the process's root:\n{page}");
 }
