@@ -159,23 +159,20 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
         Some(path) => {
             // A whole-host recording holds every process's code: its file is its owner's only.
             let host_wide = options.pids.is_empty() && options.command.is_empty();
+            // A heatmap is a directory of pages (written by its module through output::file).
             if options.format == Format::Heatmap {
                 output::heatmap::write_dir(shown, &title, path, host_wide).map_err(|e| match e {
                     output::heatmap::HeatmapError::Output(e) => output_error(path, e),
                     e => write_error(e.into()),
                 })?;
-            }
-            let fill = |file: &mut std::fs::File| output::write_profile(shown, options.format, &title, file);
-            let written = match options.format {
-                Format::Heatmap => Ok(()),
-                _ if host_wide => output_file::write_private(path, fill),
-                _ => output_file::write(path, fill),
-            };
-            written
-                .map_err(|e| match e {
+            } else {
+                let fill = |file: &mut std::fs::File| output::write_profile(shown, options.format, &title, file);
+                let written = if host_wide { output_file::write_private(path, fill) } else { output_file::write(path, fill) };
+                written.map_err(|e| match e {
                     output_file::OutputFileError::Io(e) => output_error(path, e),
                     output_file::OutputFileError::Content(e) => write_error(e),
                 })?;
+            }
         }
         None => write_stdout(shown, options.format, &title).map_err(write_error)?,
     }

@@ -99,7 +99,7 @@ impl Format {
     }
 
     /// The conventional file extension, without the dot. [`Format::from_path`] maps it back
-    /// to `self`.
+    /// to `self`, except for [`Format::Heatmap`] (a directory, whose format is never inferred).
     pub fn extension(&self) -> &'static str {
         match self {
             Format::Collapsed => "txt",

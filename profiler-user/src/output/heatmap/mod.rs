@@ -22,6 +22,9 @@
 //!
 //! Sources are read as [`source`] describes (never blocking, regular files only, bounded);
 //! a page whose file is not read still lists its counted lines, with a one-line note why.
+//! A relative path (`python script.py` on 3.8) is taken relative to the process's working
+//! directory as it was when the process was labelled. The pages show at most
+//! [`MAX_LINES_TOTAL`] lines of source in all.
 //! At most [`MAX_PAGES`] files get a page; the others are listed in the index without one.
 
 pub mod page;
@@ -44,6 +47,9 @@ pub const MAX_PAGES: usize = 500;
 pub const MAX_FUNCTIONS_PER_LINE: usize = 6;
 /// Lines of a source file shown at most (counted lines past it are still shown).
 pub const MAX_LINES_SHOWN: usize = 50_000;
+/// Lines of source shown over all the pages (each line is a table row, about 150 bytes of
+/// HTML besides its text): past it, pages show only their counted lines.
+pub const MAX_LINES_TOTAL: usize = 2_000_000;
 
 /// Why the heatmap could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -182,18 +188,33 @@ pub fn write_dir(profile: &Profile, title: &str, dir: &Path, private: bool) -> R
     let mode = profile.time_mode();
     let mut reader = source::Reader::new();
     let mut entries = Vec::new();
+    let mut lines_left = MAX_LINES_TOTAL;
     for (i, file) in counts.files.iter().enumerate() {
         let page = (i < MAX_PAGES).then(|| page_name(i));
         if let Some(name) = &page {
             let pid = file.busiest_pid().unwrap_or(0);
-            let (text, root) = reader.read(pid, &file.path);
-            let html = page::file_page(&page::FilePage { file, total: counts.total, mode, source: &text, root, pid, title });
+            let cwd = profile.process(pid).and_then(|l| l.cwd.as_deref());
+            let (text, root) = reader.read(pid, &absolute(&file.path, cwd));
+            let view = page::FilePage { file, total: counts.total, mode, source: &text, root, pid, title, max_lines: lines_left };
+            let (html, shown) = page::file_page(&view);
+            lines_left = lines_left.saturating_sub(shown);
             write_page(dir, name, &html, private)?;
         }
         entries.push(page);
     }
     let html = page::index_page(&counts, &entries, mode, title, &super::recording_line(profile));
     write_page(dir, "index.html", &html, private)
+}
+
+/// `path` made absolute against the process's working directory `cwd` (as the process sees
+/// it) when it is relative and `cwd` is known; else unchanged.
+fn absolute<'a>(path: &'a str, cwd: Option<&str>) -> std::borrow::Cow<'a, str> {
+    match cwd {
+        Some(cwd) if !path.starts_with('/') && cwd.starts_with('/') => {
+            std::borrow::Cow::Owned(format!("{}/{path}", cwd.trim_end_matches('/')))
+        }
+        _ => std::borrow::Cow::Borrowed(path),
+    }
 }
 
 fn write_page(dir: &Path, name: &str, html: &str, private: bool) -> Result<(), HeatmapError> {

@@ -109,11 +109,14 @@ pub struct FilePage<'a> {
     pub pid: u32,
     /// The recording's title.
     pub title: &'a str,
+    /// Lines of source this page may show at most (besides the counted lines past them).
+    pub max_lines: usize,
 }
 
-/// The HTML page of one source file: every line numbered with its source text, its self
-/// and total values and shares, coloured by its total, and the functions seen on it.
-pub fn file_page(p: &FilePage<'_>) -> String {
+/// The HTML page of one source file: every line numbered with its source text (up to
+/// `max_lines` and [`MAX_LINES_SHOWN`]), its self and total values and shares, coloured by
+/// its self value, and the functions seen on it; also how many lines of source it shows.
+pub fn file_page(p: &FilePage<'_>) -> (String, usize) {
     let mut out = String::new();
     let path = escape(&p.file.path);
     head(&mut out, &format!("{} - pyperch heatmap", p.file.path));
@@ -144,9 +147,10 @@ pub fn file_page(p: &FilePage<'_>) -> String {
             if lines.last() == Some(&"") {
                 lines.pop();
             }
-            if lines.len() > MAX_LINES_SHOWN {
-                let _ = writeln!(out, "<p class=\"note\">only the first {MAX_LINES_SHOWN} lines are shown (and the counted ones after)</p>");
-                lines.truncate(MAX_LINES_SHOWN);
+            let cap = MAX_LINES_SHOWN.min(p.max_lines);
+            if lines.len() > cap {
+                let _ = writeln!(out, "<p class=\"note\">only the first {cap} lines of the file are shown (and the counted lines after them)</p>");
+                lines.truncate(cap);
             }
             lines
         }
@@ -171,7 +175,7 @@ pub fn file_page(p: &FilePage<'_>) -> String {
         row(&mut out, p, number, None, counts, hottest);
     }
     out.push_str("</table>\n</body></html>\n");
-    out
+    (out, shown)
 }
 
 /// The line with the most self value (the first on ties), if any has some.

@@ -62,7 +62,9 @@ fn pages_escape_what_the_target_names() {
         root: source::Root::Host,
         pid: 1,
         title: "t\"itle",
-    });
+        max_lines: usize::MAX,
+    })
+    .0;
     assert!(!html.contains("<script") && !html.contains("<img"), "{html}");
     assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{html}");
     assert!(html.contains("b = &#39;&lt;/td&gt;&lt;script&gt;"), "{html}");
@@ -79,7 +81,9 @@ fn pages_escape_what_the_target_names() {
         root: source::Root::Process(1),
         pid: 1,
         title: "t",
-    });
+        max_lines: usize::MAX,
+    })
+    .0;
     assert!(html.contains("source not readable: it is a FIFO &lt;x&gt;"), "{html}");
     assert!(html.contains("id=\"L2\""), "a counted line is listed without its source: {html}");
     assert!(html.contains("0.000 s"), "time modes show seconds: {html}");
@@ -108,5 +112,38 @@ fn writes_a_directory_and_refuses_files_and_links() {
     assert_eq!(fs::read_to_string(&file).expect("read"), "keep");
     std::os::unix::fs::symlink(&out, dir.join("link")).expect("symlink");
     assert!(write_dir(&p, "t", &dir.join("link"), false).is_err());
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// A relative file name is read against the process's working directory; a page shows at
+/// most `max_lines` lines of source, and its counted lines past them.
+#[test]
+fn relative_paths_and_the_line_budget() {
+    let dir = scratch("relative");
+    fs::write(dir.join("rel.py"), "a = 1\nb = 2\nc = 3\n").expect("write");
+    let mut p = Profile::new();
+    let f = frame(&mut p, "f", "rel.py", 3);
+    let pid = std::process::id();
+    p.set_process(pid, crate::sample::aggregate::ProcessLabel { cwd: Some(dir.to_string_lossy().into_owned()), ..Default::default() });
+    p.add(pid, None, &[f], 2);
+    let out = dir.join("heat");
+    write_dir(&p, "t", &out, false).expect("written");
+    let page = fs::read_to_string(out.join("file-0001.html")).expect("page");
+    assert!(page.contains("c = 3") && !page.contains("not readable"), "{page}");
+    let c = count(&p);
+    let text = source::Source::Text("a = 1\nb = 2\nc = 3\n".into());
+    let (html, shown) = page::file_page(&page::FilePage {
+        file: &c.files[0],
+        total: c.total,
+        mode: crate::time_mode::TimeMode::Cpu,
+        source: &text,
+        root: source::Root::Host,
+        pid,
+        title: "t",
+        max_lines: 1,
+    });
+    assert_eq!(shown, 1);
+    assert!(html.contains("a = 1") && !html.contains("b = 2") && html.contains("id=\"L3\""), "{html}");
+    assert!(html.contains("only the first 1 lines"), "{html}");
     let _ = fs::remove_dir_all(&dir);
 }
