@@ -112,6 +112,13 @@ fn writes_a_directory_and_refuses_files_and_links() {
     assert_eq!(fs::read_to_string(&file).expect("read"), "keep");
     std::os::unix::fs::symlink(&out, dir.join("link")).expect("symlink");
     assert!(write_dir(&p, "t", &dir.join("link"), false).is_err());
+    // A whole-host heatmap is its owner's only.
+    use std::os::unix::fs::PermissionsExt;
+    let private = dir.join("private");
+    write_dir(&p, "t", &private, true).expect("written");
+    let mode = |path: &std::path::Path| fs::metadata(path).expect("meta").permissions().mode() & 0o777;
+    assert_eq!(mode(&private) & 0o077, 0, "the directory is private");
+    assert_eq!((mode(&private.join("index.html")), mode(&private.join("file-0001.html"))), (0o600, 0o600));
     let _ = fs::remove_dir_all(&dir);
 }
 
