@@ -9,9 +9,10 @@
 //! - No target: CPython refuses; pyperch profiles every Python on the host (whole_host.rs).
 //! - `-a/--all-threads`: pyperch always samples every thread (the mode tests below rely on
 //!   it: their workers are not the main thread).
-//! - Formats: no pstats, jsonl, heatmap or binary (pstats is a per-function table of call
-//!   counts pyperch cannot know from samples; `pyperch top` shows the function table, the
-//!   other three are CPython's own files); the flame graph is an SVG, not HTML; collapsed
+//! - Formats: no pstats, jsonl or binary (pstats is a per-function table of call counts
+//!   pyperch cannot know from samples; `pyperch top` shows the function table, the other two
+//!   are CPython's own files); `--heatmap` is `--format heatmap -o DIR` (viewers.rs: plain
+//!   HTML pages, without CPython's call-graph navigation); the flame graph is an SVG, not HTML; collapsed
 //!   stacks without `-o` go to standard output, not to `collapsed.PID.txt`.
 //! - `--live` is `pyperch top` (top.rs); `dump` is `pyperch dump` (dump.rs); `--native` shows
 //!   the real native frames instead of one `<native>` marker (native.rs); `<GC>` frames are

@@ -6,6 +6,11 @@
 //! keeps a screenshot under `target/tmp/viewers/` (its path is printed). `cargo xtask test`
 //! installs Chromium and speedscope; without them the tests print SKIP.
 //!
+//! The heatmap (`--format heatmap`, a directory of HTML pages) is opened in the same
+//! Chromium: its page's rendered text has the hot line with its share, its screenshot is a
+//! real image; a hostile target's names are escaped, a FIFO or a stalled FUSE file for a
+//! source does not block, and a chrooted process's source is read inside its root.
+//!
 //! The Firefox Profiler's own processing code is not published on npm (there is no
 //! `firefox-profiler` package), so the Gecko file is checked against the Gecko profile format
 //! version it declares (31) by a schema test here, and imported by speedscope.
@@ -486,4 +491,302 @@ fn viewers_gecko_one_track_per_thread() {
     }
     let pids: std::collections::BTreeSet<u64> = threads.iter().filter_map(|t| t["pid"].as_u64()).collect();
     assert_eq!(pids.into_iter().collect::<Vec<_>>(), vec![u64::from(w.pid)], "{}: tracks of other processes{d}", py.describe());
+}
+
+/// The `data-line`, `data-self` and `data-total` numbers of every row of a heatmap page.
+fn heatmap_rows(html: &str) -> Vec<(u32, u64, u64)> {
+    let attr = |row: &str, name: &str| -> Option<u64> {
+        let at = row.find(&format!(" {name}=\""))? + name.len() + 3;
+        row[at..].split('"').next()?.parse().ok()
+    };
+    html.split("<tr ")
+        .skip(1)
+        .filter_map(|row| Some((u32::try_from(attr(row, "data-line")?).ok()?, attr(row, "data-self")?, attr(row, "data-total")?)))
+        .collect()
+}
+
+/// The profile's total as a heatmap page states it (`data-profile-total`).
+fn heatmap_profile_total(html: &str) -> Option<u64> {
+    let at = html.find("data-profile-total=\"")? + "data-profile-total=\"".len();
+    html[at..].split('"').next()?.parse().ok()
+}
+
+/// The page `index.html` links for the file named (HTML-escaped) `escaped`.
+fn heatmap_page_of(index: &str, escaped: &str) -> Option<String> {
+    let link = index.find(&format!("\">{escaped}</a>"))?;
+    let start = index[..link].rfind("<a href=\"")? + "<a href=\"".len();
+    Some(index[start..link].to_string())
+}
+
+/// `part` of `whole` as the heatmap shows shares: two decimals and `%`.
+fn heatmap_percent(part: u64, whole: u64) -> String {
+    format!("{:.2}%", part as f64 * 100.0 / whole as f64)
+}
+
+/// Whether `png` is a PNG of `width` x `height` (its signature and IHDR chunk).
+fn png_size(png: &[u8]) -> Option<(u32, u32)> {
+    if png.len() < 24 || &png[..8] != b"\x89PNG\r\n\x1a\n" || &png[12..16] != b"IHDR" {
+        return None;
+    }
+    let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    Some((be(&png[16..20]), be(&png[20..24])))
+}
+
+/// The 1-based number of the first line of the workload `script` that contains `text`.
+fn line_of(script: &str, text: &str) -> u32 {
+    let source = fs::read_to_string(workload_source(script)).expect("the workload's source");
+    let i = source.lines().position(|l| l.contains(text)).unwrap_or_else(|| panic!("{script} has no line with {text:?}"));
+    i as u32 + 1
+}
+
+/// `--format heatmap -o DIR` of two_lines.py (3 s): index.html links the workload's page;
+/// its rows agree with each other (every line's total at least its self, the self values of
+/// all pages at most the profile's total, main's call line on the stack of every sample of
+/// two_lines_work), the two arithmetic lines hold most of the samples; Chromium renders the
+/// page with the hot line's source text and its share, and its screenshot is a real
+/// 1600x1000 image larger than that of a blank page.
+#[test]
+fn viewers_heatmap_pages_in_chromium() {
+    let Some(py) = first_python(&PYTHONS) else {
+        skip("no Python interpreter is available");
+        return;
+    };
+    let w = Workload::spawn(&py, "two_lines.py", &["60"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let out = w.dir.host_path("heatmap");
+    let out_str = out.to_string_lossy().into_owned();
+    let pid = w.pid.to_string();
+    let run = pyperch(&["record", "--pid", &pid, "--duration", "3", "--format", "heatmap", "-o", &out_str], Duration::from_secs(90));
+    let d = run.diag();
+    assert_eq!(run.code(), Some(0), "{}: pyperch failed{d}", py.describe());
+    let read = |name: &str| fs::read_to_string(out.join(name)).unwrap_or_else(|e| panic!("{}: no {name} in the heatmap: {e}{d}", py.describe()));
+    let index = read("index.html");
+    let total = heatmap_profile_total(&index).unwrap_or_else(|| panic!("index.html states no profile total{d}"));
+    let guest = w.dir.guest_path("two_lines.py");
+    let page_name = heatmap_page_of(&index, &guest).unwrap_or_else(|| panic!("index.html links no page for {guest}:\n{index}"));
+    assert!(page_name.starts_with("file-") && page_name.ends_with(".html") && !page_name.contains('/'), "{page_name}");
+    let page = read(&page_name);
+    assert!(!page.contains("source not readable"), "the workload's own source was not shown:\n{page}");
+    // The workload still runs: its file is read inside its root (as it sees its paths).
+    assert!(page.contains(&format!("source read inside the root of process {}", w.pid)), "the page does not say where its source was read:\n{page}");
+    let rows = heatmap_rows(&page);
+
+    // Internal consistency, over every page.
+    let mut selves = 0;
+    for entry in fs::read_dir(&out).expect("the heatmap directory").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("file-") {
+            let html = fs::read_to_string(entry.path()).unwrap_or_default();
+            assert_eq!(heatmap_profile_total(&html), Some(total), "{name}: another profile total");
+            for (line, s, t) in heatmap_rows(&html) {
+                assert!(s <= t && t <= total, "{name}: line {line} has self {s}, total {t} of {total}");
+                selves += s;
+            }
+        }
+    }
+    assert!(selves <= total, "the pages' self values add up to {selves}, over the profile's {total}");
+
+    let row = |line: u32| rows.iter().find(|r| r.0 == line).copied().unwrap_or((line, 0, 0));
+    let (start, end) = function_lines("two_lines.py", WORK).expect("two_lines_work's lines");
+    let work_self: u64 = rows.iter().filter(|r| (start..=end).contains(&r.0)).map(|r| r.1).sum();
+    let call = row(line_of("two_lines.py", "two_lines_work(time.monotonic()"));
+    assert!(call.2 >= work_self, "main's call line (total {}) is on the stack of every two_lines_work sample ({work_self})", call.2);
+    let hot = [line_of("two_lines.py", "x * 31 + i"), line_of("two_lines.py", "x * 17 + i")].map(row);
+    let hot_self = hot[0].1 + hot[1].1;
+    note(format!("{}: profile total {total}; two_lines_work self {work_self}; hot lines {hot:?}", py.describe()));
+    assert!(
+        hot_self * 2 >= total && hot.iter().all(|h| h.1 * 10 >= total),
+        "the two arithmetic lines {hot:?} should hold most of the {total} samples"
+    );
+    // Every line of the file is shown, numbered.
+    let lines = fs::read_to_string(workload_source("two_lines.py")).unwrap_or_default().lines().count() as u32;
+    assert!((1..=lines).all(|n| page.contains(&format!("id=\"L{n}\""))), "not every line of two_lines.py is on its page");
+
+    if !have_chromium() {
+        return;
+    }
+    let hottest = hot.iter().max_by_key(|h| h.1).copied().unwrap_or_default();
+    let hot_text = if hottest.0 == hot[0].0 { "x = (x * 31 + i) % 65521" } else { "x = (x * 17 + i) % 65519" };
+    let png = screenshot_dir().join("heatmap.png");
+    let work = w.dir.host_path("");
+    let dom = dom_and_screenshot(&format!("file://{}", out.join(&page_name).display()), &png, &work).unwrap_or_else(|e| panic!("{e}"));
+    let text = visible_text(&dom);
+    let share = heatmap_percent(hottest.1, total);
+    assert!(text.contains(hot_text), "the rendered page lacks the hot line {hot_text:?}: {}", &text[..text.len().min(1500)]);
+    assert!(
+        text.contains(&format!("{} {share} {}", hottest.1, hottest.2)),
+        "the rendered page lacks line {}'s self {} ({share}) and total {}",
+        hottest.0,
+        hottest.1,
+        hottest.2
+    );
+    let blank = screenshot_dir().join("heatmap-blank.png");
+    let shot = format!("--screenshot={}", blank.display());
+    chromium("about:blank", &[shot.as_str()], &work).unwrap_or_else(|e| panic!("{e}"));
+    let (page_png, blank_png) = (fs::read(&png).unwrap_or_default(), fs::read(&blank).unwrap_or_default());
+    assert_eq!(png_size(&page_png), Some((1600, 1000)), "{} is not a 1600x1000 PNG", png.display());
+    assert!(png_size(&blank_png).is_some(), "{} is not a PNG", blank.display());
+    assert!(
+        page_png.len() > blank_png.len() * 3 && page_png.len() > 10_000,
+        "the heatmap's screenshot ({} bytes) is no larger than a blank page's ({} bytes)",
+        page_png.len(),
+        blank_png.len()
+    );
+    // The index renders its link to the page too.
+    let index_dom = chromium(&format!("file://{}", out.join("index.html").display()), &["--dump-dom"], &work).unwrap_or_else(|e| panic!("{e}"));
+    assert!(index_dom.contains(&format!("href=\"{page_name}\"")), "the rendered index has no link to {page_name}");
+}
+
+/// A heatmap of a process whose function is named `<script>alert(1)</script>` and whose
+/// source file (`gone<b>&"x.py`) was replaced by a FIFO nobody writes: pyperch ends in time,
+/// the page is written with the file's counted lines and "source not readable", every name
+/// is escaped, and Chromium shows the names as text (no script element). Also: an existing
+/// regular file and standard output are refused as heatmap destinations in one sentence.
+#[test]
+fn viewers_heatmap_hostile_names_and_sources() {
+    const NAME: &str = "<script>alert(1)</script>";
+    let Some(py) = first_python(&PYTHONS) else {
+        skip("no Python interpreter is available");
+        return;
+    };
+    let w = Workload::spawn(&py, "heatmap_hostile.py", &["{dir}", "60"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let pid = w.pid.to_string();
+    let regular = w.dir.host_path("a-file");
+    fs::write(&regular, "keep").expect("cannot write a file");
+    let regular_str = regular.to_string_lossy().into_owned();
+    for dest in [regular_str.as_str(), "-"] {
+        let run = pyperch(&["record", "--pid", &pid, "--duration", "1", "--format", "heatmap", "-o", dest], Duration::from_secs(60));
+        run.assert_clear_error();
+        assert!(run.stderr.contains("directory"), "-o {dest}: the refusal does not say a directory is needed{}", run.diag());
+    }
+    assert_eq!(fs::read_to_string(&regular).unwrap_or_default(), "keep");
+
+    let out = w.dir.host_path("heatmap");
+    let out_str = out.to_string_lossy().into_owned();
+    let run = pyperch(&["record", "--pid", &pid, "--duration", "2", "--format", "heatmap", "-o", &out_str], Duration::from_secs(60));
+    let d = run.diag();
+    assert_eq!(run.code(), Some(0), "{}: pyperch failed or hung{d}", py.describe());
+    let index = fs::read_to_string(out.join("index.html")).unwrap_or_else(|e| panic!("no index.html: {e}{d}"));
+    let escaped_path = format!("{}/gone&lt;b&gt;&amp;&quot;x.py", w.dir.guest_path("").trim_end_matches('/'));
+    let page_name = heatmap_page_of(&index, &escaped_path).unwrap_or_else(|| panic!("index.html links no page for {escaped_path}:\n{index}"));
+    let page = fs::read_to_string(out.join(&page_name)).unwrap_or_default();
+    for html in [&index, &page] {
+        assert!(!html.contains("<script") && !html.contains("<b>"), "a name went into the HTML unescaped:\n{html}");
+    }
+    assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "the page does not name the function:\n{page}");
+    assert!(page.contains("source not readable: it is a FIFO"), "the page does not say why its source is missing:\n{page}");
+    let spin_line = 4; // `x = (x * 7 + 1) % 65521` in the workload's SOURCE
+    let rows = heatmap_rows(&page);
+    assert!(rows.iter().any(|r| r.0 == spin_line && r.1 > 0), "the page lacks the spinning line's count: {rows:?}");
+
+    if !have_chromium() {
+        return;
+    }
+    let png = screenshot_dir().join("heatmap-hostile.png");
+    let dom = dom_and_screenshot(&format!("file://{}", out.join(&page_name).display()), &png, &w.dir.host_path(""))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!dom.contains("<script"), "Chromium's DOM has a script element");
+    let text = visible_text(&dom);
+    // The DOM keeps `<` and `>` of text escaped; the names read back as text.
+    assert!(dom.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "the rendered page does not show {NAME} as text: {text}");
+    assert!(text.contains("source not readable: it is a FIFO"), "the rendered page lacks the note: {text}");
+}
+
+/// A source file on a FUSE file system whose server is stopped (`fuse_stall.py`, in a
+/// mount namespace of its own; `heatmap_fuse.py` runs the file's code from there): the
+/// heatmap's read of it never answers. pyperch still ends within its per-file deadline
+/// (2 s) of the recording's end, and the file's page is written with its counted lines and
+/// `source not readable: no answer within ...`.
+#[test]
+fn viewers_heatmap_source_on_stalled_fuse() {
+    /// The `while` and the arithmetic line of SOURCE's spin.
+    const SPIN_LINES: [u32; 2] = [5, 6];
+    const SOURCE: &str = "import time\n\ndef spin(deadline):\n    x = 0\n    while time.monotonic() < deadline:\n        x = (x * 7 + 1) % 65521\n    return x\n";
+    if !is_root() {
+        skip("needs root (FUSE mount)");
+        return;
+    }
+    if !Path::new("/dev/fuse").exists() {
+        skip("/dev/fuse does not exist on this machine: the stalled file cannot be made");
+        return;
+    }
+    // Debian's static interpreter: discovery finds Python in its executable and never looks
+    // at the mapped file of the stalled mount.
+    let exe = PathBuf::from("/usr/bin/python3.11");
+    if !exe.is_file() {
+        skip("Debian's python3.11 (/usr/bin/python3.11) is not installed");
+        return;
+    }
+    let py = Python { label: "debian-3.11-heatmap".into(), major: 3, minor: 11, exe, rootfs: None };
+    let dir = WorkDir::new(&py, "heatmap-fuse").unwrap_or_else(|e| panic!("{e:#}"));
+    let (mnt, warm, source) = (dir.host_path("mnt"), dir.host_path("warm"), dir.host_path("spin_source.py"));
+    fs::create_dir_all(&mnt).expect("cannot create the mount point");
+    fs::write(&source, SOURCE).expect("cannot write the source");
+    let served = mnt.join("lib.so");
+    let server = Workload::spawn(
+        &py,
+        "fuse_stall.py",
+        &[
+            &mnt.to_string_lossy(),
+            &format!("@{}", source.display()),
+            &py.exe.to_string_lossy(),
+            &workload_source("heatmap_fuse.py").to_string_lossy(),
+            &served.to_string_lossy(),
+            &warm.to_string_lossy(),
+            "60",
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let fields = server.ready_fields();
+    let pid_of = |k: &str| fields.get(k).and_then(|v| v.parse::<u32>().ok()).unwrap_or_else(|| panic!("{k}= in {fields:?}"));
+    let (server_pid, pid) = (pid_of("server"), pid_of("mapper"));
+    let cleanup = KillPids(vec![server_pid, pid]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !warm.is_file() {
+        assert!(std::time::Instant::now() < deadline, "the workload never ran the source from the FUSE mount");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) of the server our workload forked.
+    unsafe { libc::kill(server_pid as libc::pid_t, libc::SIGSTOP) };
+    note("the FUSE server holding the source is stopped: reading it hangs");
+
+    let out = dir.host_path("heatmap");
+    let (out_str, pid_arg) = (out.to_string_lossy().into_owned(), pid.to_string());
+    let run = pyperch(&["record", "--pid", &pid_arg, "--duration", "2", "--format", "heatmap", "-o", &out_str], Duration::from_secs(60));
+    drop(cleanup);
+    drop(server);
+    let d = run.diag();
+    assert_eq!(run.code(), Some(0), "pyperch failed or hung{d}");
+    // Start-up on a loaded 2-core machine, the 2 s recording, the 2 s read deadline.
+    assert!(run.elapsed <= Duration::from_secs(20), "pyperch took {:?}{d}", run.elapsed);
+    let index = fs::read_to_string(out.join("index.html")).unwrap_or_else(|e| panic!("no index.html: {e}{d}"));
+    let served_str = served.to_string_lossy();
+    let page_name = heatmap_page_of(&index, &served_str).unwrap_or_else(|| panic!("index.html links no page for {served_str}:\n{index}"));
+    let page = fs::read_to_string(out.join(&page_name)).unwrap_or_default();
+    assert!(page.contains("source not readable: no answer within"), "the page does not say the source did not answer:\n{page}");
+    let said = page.lines().find(|l| l.contains("source not readable")).unwrap_or_default();
+    note(format!("pyperch took {:.1} s; the page says: {said}", run.elapsed.as_secs_f64()));
+    let rows = heatmap_rows(&page);
+    assert!(rows.iter().any(|r| SPIN_LINES.contains(&r.0) && r.1 > 0), "the page lacks the spinning line's count: {rows:?}");
+}
+
+/// A chrooted interpreter (sid 3.15, as a container's process sees its own tree): its
+/// source's path exists only inside its root, and the heatmap reads it there
+/// (`/proc/PID/root`): the page shows the workload's hot line, not "source not readable".
+#[test]
+fn viewers_heatmap_reads_sources_inside_the_process_root() {
+    let Some(py) = python("sid-3.15") else { return };
+    assert!(py.is_chroot(), "{} is expected to run chrooted", py.describe());
+    let w = Workload::spawn(&py, "two_lines.py", &["60"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let guest = w.dir.guest_path("two_lines.py");
+    assert!(!Path::new(&guest).exists(), "{guest} exists on the host too: the test would prove nothing");
+    let out = w.dir.host_path("heatmap");
+    let (out_str, pid) = (out.to_string_lossy().into_owned(), w.pid.to_string());
+    let run = pyperch(&["record", "--pid", &pid, "--duration", "2", "--format", "heatmap", "-o", &out_str], Duration::from_secs(90));
+    let d = run.diag();
+    assert_eq!(run.code(), Some(0), "{}: pyperch failed{d}", py.describe());
+    let index = fs::read_to_string(out.join("index.html")).unwrap_or_else(|e| panic!("no index.html: {e}{d}"));
+    let page_name = heatmap_page_of(&index, &guest).unwrap_or_else(|| panic!("index.html links no page for {guest}:\n{index}"));
+    let page = fs::read_to_string(out.join(&page_name)).unwrap_or_default();
+    assert!(page.contains(&format!("source read inside the root of process {}", w.pid)), "{page}");
+    assert!(!page.contains("source not readable") && page.contains("x = (x * 31 + i) % 65521"), "the source was not read inside the process's root:\n{page}");
 }

@@ -423,11 +423,14 @@ pub(crate) struct RecordArgs {
     /// Output format (`raw` is py-spy's name for collapsed). Default: from the output file's
     /// extension (.svg flamegraph, .json speedscope, .txt/.folded collapsed, .pb.gz pprof,
     /// .trace.json chrometrace, .gecko.json gecko), else flamegraph (collapsed on standard
-    /// output).
+    /// output). heatmap writes a directory (never inferred from the name): index.html and
+    /// one HTML page per source file, each line with its self and total samples.
     #[arg(short, long, value_enum)]
     pub(crate) format: Option<Format>,
     /// Where to write the profile. Default: pyperch.svg for a flamegraph, pyperch.json for
-    /// speedscope, standard output for collapsed stacks. Use - for standard output.
+    /// speedscope, standard output for collapsed stacks, the directory pyperch-heatmap for a
+    /// heatmap (with --format heatmap, FILE names a directory, new or existing). Use - for
+    /// standard output.
     #[arg(short, long, value_name = "FILE")]
     pub(crate) output: Option<PathBuf>,
     /// Keep threads apart: each stack starts with its process, then `thread <tid>`.

@@ -201,6 +201,9 @@ pub fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         Commands::Record(args) => {
             let time = args.modes.time()?;
             let (format, output) = resolve_output(args.format, args.output);
+            if format == Format::Heatmap && output.is_none() {
+                return Err("--format heatmap writes a directory of HTML pages, not standard output; name one with -o DIR".into());
+            }
             let duration = match args.duration {
                 Some(d) if !(d > 0.0 && d.is_finite()) => {
                     return Err(format!("--duration must be a positive number of seconds (got {d})").into());
@@ -248,6 +251,7 @@ fn resolve_output(format: Option<Format>, output: Option<PathBuf>) -> (Format, O
     let output = match output {
         Some(p) => Some(p),
         None if to_stdout || format == Format::Collapsed => None,
+        None if format == Format::Heatmap => Some(PathBuf::from("pyperch-heatmap")),
         None => Some(PathBuf::from(format!("pyperch.{}", format.extension()))),
     };
     (format, output)

@@ -110,7 +110,8 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     // Fail on an unwritable output before sampling starts, leaving an existing file alone.
     let output_error = |path: &std::path::Path, source| RecordError::Output { path: text::decode(path.as_os_str().as_bytes()), source };
     if let Some(path) = &options.output {
-        output_file::check(path).map_err(|e| output_error(path, e))?;
+        let checked = if options.format == Format::Heatmap { output::heatmap::check(path) } else { output_file::check(path) };
+        checked.map_err(|e| output_error(path, e))?;
     }
     let mut started_session = builder.start()?;
 
@@ -140,9 +141,10 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     let plural = if processes == 1 { "" } else { "es" };
     let title = format!("pyperch: {} samples of {processes} Python process{plural} at {} Hz", totals.ok(), options.rate);
     let write_error = |e: output::OutputError| RecordError::Format(e.to_string());
-    // Short file names for people; pprof and OTLP keep full paths (their readers shorten them).
+    // Short file names for people; pprof and OTLP keep full paths (their readers shorten them),
+    // and a heatmap reads the files by their paths.
     let short;
-    let shown = if options.full_filenames || matches!(options.format, Format::Pprof | Format::Otlp) {
+    let shown = if options.full_filenames || matches!(options.format, Format::Pprof | Format::Otlp | Format::Heatmap) {
         &session.profile
     } else {
         short = crate::output::filenames::with_short_names(&session.profile);
@@ -157,13 +159,20 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
         Some(path) => {
             // A whole-host recording holds every process's code: its file is its owner's only.
             let host_wide = options.pids.is_empty() && options.command.is_empty();
-            let fill = |file: &mut std::fs::File| output::write_profile(shown, options.format, &title, file);
-            let written = if host_wide { output_file::write_private(path, fill) } else { output_file::write(path, fill) };
-            written
-                .map_err(|e| match e {
+            // A heatmap is a directory of pages (written by its module through output::file).
+            if options.format == Format::Heatmap {
+                output::heatmap::write_dir(shown, &title, path, host_wide).map_err(|e| match e {
+                    output::heatmap::HeatmapError::Output(e) => output_error(path, e),
+                    e => write_error(e.into()),
+                })?;
+            } else {
+                let fill = |file: &mut std::fs::File| output::write_profile(shown, options.format, &title, file);
+                let written = if host_wide { output_file::write_private(path, fill) } else { output_file::write(path, fill) };
+                written.map_err(|e| match e {
                     output_file::OutputFileError::Io(e) => output_error(path, e),
                     output_file::OutputFileError::Content(e) => write_error(e),
                 })?;
+            }
         }
         None => write_stdout(shown, options.format, &title).map_err(write_error)?,
     }

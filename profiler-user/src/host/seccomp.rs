@@ -4,7 +4,8 @@
 //!
 //! Invariants:
 //! - [`AFTER_START`] is every system call sampling, symbolization, `--native`, `--async`,
-//!   the agent's uploads over TLS, `top` and the end of a recording make once pyperch has
+//!   the agent's uploads over TLS, `top` and the end of a recording (with `--format heatmap`
+//!   creating its directory: mkdir) make once pyperch has
 //!   attached (measured with `strace -f` on each of them, see tests/README.md). Anything
 //!   else fails with EPERM: never a silent kill, so a missing entry is an error message
 //!   naming what failed, not a dead profiler. Each refusal is also counted (a SIGSYS
@@ -62,7 +63,7 @@ mod libc_sys {
         fcntl => SYS_fcntl, dup => SYS_dup, dup2 => SYS_dup2, dup3 => SYS_dup3, ioctl => SYS_ioctl,
         pipe2 => SYS_pipe2, fsync => SYS_fsync, fdatasync => SYS_fdatasync, ftruncate => SYS_ftruncate,
         rename => SYS_rename, renameat => SYS_renameat, renameat2 => SYS_renameat2, unlink => SYS_unlink,
-        unlinkat => SYS_unlinkat, fchmod => SYS_fchmod, copy_file_range => SYS_copy_file_range,
+        unlinkat => SYS_unlinkat, mkdir => SYS_mkdir, mkdirat => SYS_mkdirat, fchmod => SYS_fchmod, copy_file_range => SYS_copy_file_range,
         sendfile => SYS_sendfile, splice => SYS_splice,
         mmap => SYS_mmap, mprotect => SYS_mprotect, munmap => SYS_munmap, mremap => SYS_mremap,
         madvise => SYS_madvise, brk => SYS_brk,
@@ -103,7 +104,7 @@ pub const AFTER_START: &[(&str, i64)] = syscalls![
     read, write, readv, writev, pread64, pwrite64, lseek, close, close_range, open, openat, openat2,
     stat, fstat, lstat, newfstatat, statx, statfs, fstatfs, access, faccessat, faccessat2, readlink,
     readlinkat, getdents64, getcwd, fcntl, dup, dup2, dup3, ioctl, pipe2, fsync, fdatasync, ftruncate,
-    rename, renameat, renameat2, unlink, unlinkat, fchmod, copy_file_range, sendfile, splice,
+    rename, renameat, renameat2, unlink, unlinkat, mkdir, mkdirat, fchmod, copy_file_range, sendfile, splice,
     mmap, mprotect, munmap, mremap, madvise, brk,
     futex, sched_yield, sched_getaffinity, set_robust_list, get_robust_list, rseq, set_tid_address,
     clone, clone3, exit, exit_group, restart_syscall, rt_sigaction, rt_sigprocmask, rt_sigreturn,

@@ -4,7 +4,9 @@
 //! - [`collapsed`]: Brendan Gregg's folded stacks, one `frame;frame;frame count` line per stack;
 //! - [`speedscope`]: the JSON file format of <https://www.speedscope.app>;
 //! - [`flamegraph`]: an interactive SVG flame graph drawn by `inferno` from the folded stacks;
-//! - [`otlp`]: an OpenTelemetry `ExportProfilesServiceRequest` (OTLP profiles, protobuf).
+//! - [`otlp`]: an OpenTelemetry `ExportProfilesServiceRequest` (OTLP profiles, protobuf);
+//! - [`heatmap`]: a directory of HTML pages, one per source file, lines coloured by their
+//!   share of the samples (the one format written to a directory, not a stream).
 //!
 //! Every writer is deterministic: the same profile always produces the same bytes (stacks are
 //! sorted, never emitted in hash-map order).
@@ -15,6 +17,7 @@ pub mod file;
 pub mod filenames;
 pub mod flamegraph;
 pub mod gecko;
+pub mod heatmap;
 pub mod otlp;
 pub mod pprof;
 pub mod speedscope;
@@ -57,6 +60,10 @@ pub enum Format {
     /// The Gecko profile format (JSON), one track per thread with each sample's time; open it
     /// in the Firefox Profiler (profiler.firefox.com).
     Gecko,
+    /// A directory (`-o DIR`) of HTML pages: `index.html` lists the source files by
+    /// samples, and each file's page shows every line with its self and total samples,
+    /// coloured by its share; open `DIR/index.html` in a web browser.
+    Heatmap,
 }
 
 impl Format {
@@ -92,7 +99,7 @@ impl Format {
     }
 
     /// The conventional file extension, without the dot. [`Format::from_path`] maps it back
-    /// to `self`.
+    /// to `self`, except for [`Format::Heatmap`] (a directory, whose format is never inferred).
     pub fn extension(&self) -> &'static str {
         match self {
             Format::Collapsed => "txt",
@@ -102,6 +109,8 @@ impl Format {
             Format::Chrometrace => "trace.json",
             Format::Otlp => "otlp.pb",
             Format::Gecko => "gecko.json",
+            // A directory name (`pyperch-heatmap` by default), never inferred from a path.
+            Format::Heatmap => "heatmap",
         }
     }
 
@@ -121,6 +130,7 @@ impl Format {
             Format::Chrometrace => "chrometrace",
             Format::Otlp => "otlp",
             Format::Gecko => "gecko",
+            Format::Heatmap => "heatmap",
         }
     }
 }
@@ -153,6 +163,12 @@ pub enum OutputError {
     /// inferno rejected the folded stacks or failed while drawing.
     #[error("inferno could not draw the flame graph: {0}")]
     Flamegraph(io::Error),
+    /// The heatmap is a directory of pages, not one stream.
+    #[error("--format heatmap writes a directory of HTML pages, not one stream; name a directory with -o DIR")]
+    NeedsDirectory,
+    /// A heatmap page or its directory could not be written.
+    #[error(transparent)]
+    Heatmap(#[from] heatmap::HeatmapError),
 }
 
 impl OutputError {
@@ -181,6 +197,7 @@ pub fn write_profile(
         Format::Otlp => otlp::write(profile, &otlp::ResourceInfo::of_this_host(), out)
             .map_err(OutputError::write(Format::Otlp)),
         Format::Gecko => gecko::write(profile, out),
+        Format::Heatmap => Err(OutputError::NeedsDirectory),
         Format::Pprof => {
             let timing = profile
                 .timing()
