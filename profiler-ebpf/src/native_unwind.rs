@@ -53,10 +53,12 @@ pub struct WalkState {
     pub bp_valid: u32,
 }
 
-/// Where the walk writes: `frames` points at room for `MAX_WALKED_FRAMES` entries.
+/// Where the walk writes (`frames` points at room for `MAX_WALKED_FRAMES` entries), and the
+/// process's mappings, looked up once per walk.
 pub struct WalkTarget {
     pub state: *mut WalkState,
     pub frames: *mut u8,
+    pub process: *const UnwindProcess,
 }
 
 /// Walks the current thread's native stack from `state` (registers set, `n` 0) into
@@ -65,7 +67,14 @@ pub fn walk(state: &mut WalkState, frames: *mut u8) {
     state.n = 0;
     state.end = walk_end::DEPTH;
     state.bp_valid = 1;
-    let mut target = WalkTarget { state: state as *mut WalkState, frames };
+    // SAFETY: a map lookup; the value stays valid for this program run.
+    let Some(process) = (unsafe { UNWIND_PROCESSES.get(&state.pid) }) else {
+        write_frame(frames, 0, state.ip, 0);
+        state.n = 1;
+        state.end = walk_end::NO_PROCESS;
+        return;
+    };
+    let mut target = WalkTarget { state: state as *mut WalkState, frames, process: process as *const UnwindProcess };
     // SAFETY: bpf_loop calls the callback with a pointer to `target`, which outlives the call.
     unsafe {
         generated::bpf_loop(
@@ -82,7 +91,9 @@ extern "C" fn step_callback(_index: u64, context: *mut c_void) -> i64 {
     let target = unsafe { &*(context as *const WalkTarget) };
     // SAFETY: as above: the state is this CPU's scratch value.
     let state = unsafe { &mut *target.state };
-    match step(state, target.frames) {
+    // SAFETY: as above: a map value looked up by `walk`, valid for this program run.
+    let process = unsafe { &*target.process };
+    match step(state, target.frames, process) {
         Ok(()) => 0,
         Err(end) => {
             state.end = end;
@@ -102,6 +113,21 @@ fn read_user(address: u64) -> Option<u64> {
     (ret == 0).then_some(value)
 }
 
+/// `rbp_at` values that are not addresses (no stack lies at the first or last page).
+const RBP_SAME: u64 = 0;
+const RBP_UNKNOWN: u64 = u64::MAX;
+
+/// Reads two consecutive u64s of the current thread's user memory.
+#[inline(always)]
+fn read_user_pair(address: u64) -> Option<[u64; 2]> {
+    let mut value = [0u64; 2];
+    // SAFETY: a probe read into a local; it fails cleanly on a bad address.
+    let ret = unsafe {
+        generated::bpf_probe_read_user(value.as_mut_ptr() as *mut c_void, 16, address as *const c_void)
+    };
+    (ret == 0).then_some(value)
+}
+
 /// Writes frame `n`'s entry (its ip, and its CFA offset, 0 until known).
 #[inline(always)]
 fn write_frame(frames: *mut u8, n: usize, ip: u64, cfa_offset: u32) {
@@ -115,7 +141,7 @@ fn write_frame(frames: *mut u8, n: usize, ip: u64, cfa_offset: u32) {
 
 /// One frame: writes it, finds its rules, and moves the registers to its caller.
 #[inline(always)]
-fn step(s: &mut WalkState, frames: *mut u8) -> Result<(), u32> {
+fn step(s: &mut WalkState, frames: *mut u8, process: &UnwindProcess) -> Result<(), u32> {
     let n = s.n as usize;
     if n >= MAX_WALKED_FRAMES {
         return Err(walk_end::DEPTH);
@@ -124,8 +150,6 @@ fn step(s: &mut WalkState, frames: *mut u8) -> Result<(), u32> {
     s.n += 1;
     // A return address points after its call: look up the call itself.
     let lookup = if n == 0 { s.ip } else { s.ip.wrapping_sub(1) };
-    // SAFETY: a map lookup; the value stays valid for this program run.
-    let process = unsafe { UNWIND_PROCESSES.get(&s.pid) }.ok_or(walk_end::NO_PROCESS)?;
     let count = if process.count as usize > MAX_UNWIND_MODULES { MAX_UNWIND_MODULES as u32 } else { process.count };
     let (mut lo, mut hi) = (0u32, count);
     for _ in 0..MODULE_STEPS {
@@ -146,7 +170,8 @@ fn step(s: &mut WalkState, frames: *mut u8) -> Result<(), u32> {
     if lookup >= module.end {
         return Err(walk_end::NO_MODULE);
     }
-    let (cfa, caller_bp) = match module.state {
+    // Where the caller's rbp is: `RBP_SAME`, `RBP_UNKNOWN`, or its address.
+    let (cfa, rbp_at) = match module.state {
         module_state::READY => {
             let row = find_row(module.first_row, module.rows, lookup.wrapping_sub(module.bias))?;
             let cfa = match row.cfa_kind() {
@@ -157,20 +182,14 @@ fn step(s: &mut WalkState, frames: *mut u8) -> Result<(), u32> {
                 cfa_kind::OUTERMOST => return Err(walk_end::OUTERMOST),
                 _ => return Err(walk_end::UNSUPPORTED),
             };
-            let caller_bp = match row.rbp_kind() {
-                rbp_kind::SAME => Some(s.bp),
-                rbp_kind::AT_CFA => {
-                    let at = cfa.wrapping_add((row.rbp_words as i64 * 8) as u64);
-                    Some(read_user(at).ok_or(walk_end::READ_FAULT)?)
-                }
-                _ => None,
+            let rbp_at = match row.rbp_kind() {
+                rbp_kind::SAME => RBP_SAME,
+                rbp_kind::AT_CFA => cfa.wrapping_add((row.rbp_words as i64 * 8) as u64),
+                _ => RBP_UNKNOWN,
             };
-            (cfa, caller_bp)
+            (cfa, rbp_at)
         }
-        module_state::FRAME_POINTERS if s.bp_valid != 0 => {
-            let cfa = s.bp.wrapping_add(16);
-            (cfa, Some(read_user(s.bp).ok_or(walk_end::READ_FAULT)?))
-        }
+        module_state::FRAME_POINTERS if s.bp_valid != 0 => (s.bp.wrapping_add(16), s.bp),
         module_state::FRAME_POINTERS => return Err(walk_end::UNSUPPORTED),
         _ => return Err(walk_end::LOADING),
     };
@@ -181,7 +200,20 @@ fn step(s: &mut WalkState, frames: *mut u8) -> Result<(), u32> {
     if offset > u32::MAX as u64 {
         return Err(walk_end::NOT_GROWING);
     }
-    let ra = read_user(cfa - 8).ok_or(walk_end::READ_FAULT)?;
+    // The return address, and the caller's rbp: one read of both when it was pushed right
+    // below the return address (the usual `push rbp` prologue, and frame pointers).
+    let (ra, caller_bp) = if rbp_at == cfa.wrapping_sub(16) {
+        let [bp, ra] = read_user_pair(rbp_at).ok_or(walk_end::READ_FAULT)?;
+        (ra, Some(bp))
+    } else {
+        let ra = read_user(cfa - 8).ok_or(walk_end::READ_FAULT)?;
+        let bp = match rbp_at {
+            RBP_SAME => Some(s.bp),
+            RBP_UNKNOWN => None,
+            at => Some(read_user(at).ok_or(walk_end::READ_FAULT)?),
+        };
+        (ra, bp)
+    };
     write_frame(frames, n, s.ip, offset as u32);
     if ra == 0 {
         return Err(walk_end::OUTERMOST);
