@@ -48,6 +48,9 @@ pub mod cfa_kind {
     pub const UNSUPPORTED: u8 = 4;
     /// The return address is undefined: the outermost frame.
     pub const OUTERMOST: u8 = 5;
+    /// Not in any file's rows: the kernel's own marker for a mapping walked with frame
+    /// pointers (`rbp + 16` is the CFA, the caller's `rbp` at `rbp`).
+    pub const FRAME_POINTERS: u8 = 6;
 }
 
 /// Where the caller's `rbp` is (`UnwindRow::rbp_kind`).

@@ -13,7 +13,7 @@ use core::ffi::c_void;
 use aya_ebpf::{
     helpers::generated,
     macros::map,
-    maps::{Array, HashMap},
+    maps::{Array, HashMap, PerCpuArray},
 };
 use profiler_common::{
     MAX_UNWIND_MODULES, MAX_WALKED_FRAMES, UnwindProcess, UnwindRow, WALKED_FRAME_SIZE, cfa_kind, module_state,
@@ -30,6 +30,27 @@ pub static UNWIND_ROWS: Array<UnwindRow> = Array::with_max_entries(1, BPF_F_MMAP
 /// Each profiled process's executable mappings, by tgid (its size is set at load time).
 #[map]
 pub static UNWIND_PROCESSES: HashMap<u32, UnwindProcess> = HashMap::with_max_entries(1, 0);
+
+/// Bumped by userspace after every change to `UNWIND_PROCESSES`: a cached row of an older
+/// generation is not used.
+#[map]
+pub static UNWIND_GENERATION: Array<u32> = Array::with_max_entries(1, 0);
+
+/// A row found for (process, instruction address) by an earlier walk on this CPU.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CachedRow {
+    pc: u64,
+    pid: u32,
+    generation: u32,
+    row: UnwindRow,
+}
+
+/// Rows cached per CPU, direct-mapped by address: samples of one program repeat the same
+/// return addresses, and a hit skips both binary searches.
+const ROW_CACHE_SLOTS: u32 = 4096;
+#[map]
+static ROW_CACHE: PerCpuArray<CachedRow> = PerCpuArray::with_max_entries(ROW_CACHE_SLOTS, 0);
 
 /// Steps of the binary searches: `MAX_UNWIND_MODULES` mappings, and up to 2^24 rows a file.
 const MODULE_STEPS: usize = 8;
@@ -51,6 +72,9 @@ pub struct WalkState {
     pub end: u32,
     /// 0 once a frame's saved `rbp` could not be found: no later CFA may come from `rbp`.
     pub bp_valid: u32,
+    /// `UNWIND_GENERATION` when the walk started.
+    pub generation: u32,
+    pub _pad: u32,
 }
 
 /// Where the walk writes (`frames` points at room for `MAX_WALKED_FRAMES` entries), and the
@@ -67,6 +91,7 @@ pub fn walk(state: &mut WalkState, frames: *mut u8) {
     state.n = 0;
     state.end = walk_end::DEPTH;
     state.bp_valid = 1;
+    state.generation = UNWIND_GENERATION.get(0).copied().unwrap_or(0);
     // SAFETY: a map lookup; the value stays valid for this program run.
     let Some(process) = (unsafe { UNWIND_PROCESSES.get(&state.pid) }) else {
         write_frame(frames, 0, state.ip, 0);
@@ -150,48 +175,30 @@ fn step(s: &mut WalkState, frames: *mut u8, process: &UnwindProcess) -> Result<(
     s.n += 1;
     // A return address points after its call: look up the call itself.
     let lookup = if n == 0 { s.ip } else { s.ip.wrapping_sub(1) };
-    let count = if process.count as usize > MAX_UNWIND_MODULES { MAX_UNWIND_MODULES as u32 } else { process.count };
-    let (mut lo, mut hi) = (0u32, count);
-    for _ in 0..MODULE_STEPS {
-        if lo >= hi {
-            break;
+    let (slot, cached) = cached_row(s, lookup);
+    let row = match cached {
+        Some(row) => row,
+        None => {
+            let row = module_row(process, lookup)?;
+            if let Some(entry) = ROW_CACHE.get_ptr_mut(slot) {
+                // SAFETY: this CPU's value; this program does not run reentrantly on one CPU.
+                unsafe { *entry = CachedRow { pc: lookup, pid: s.pid, generation: s.generation, row } };
+            }
+            row
         }
-        let mid = (lo + hi) / 2;
-        if process.modules[mid as usize & (MAX_UNWIND_MODULES - 1)].start <= lookup {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    if lo == 0 {
-        return Err(walk_end::NO_MODULE);
-    }
-    let module = &process.modules[(lo - 1) as usize & (MAX_UNWIND_MODULES - 1)];
-    if lookup >= module.end {
-        return Err(walk_end::NO_MODULE);
-    }
+    };
     // Where the caller's rbp is: `RBP_SAME`, `RBP_UNKNOWN`, or its address.
-    let (cfa, rbp_at) = match module.state {
-        module_state::READY => {
-            let row = find_row(module.first_row, module.rows, lookup.wrapping_sub(module.bias))?;
-            let cfa = match row.cfa_kind() {
-                cfa_kind::RSP => s.sp.wrapping_add(row.cfa_offset as u64),
-                cfa_kind::RBP if s.bp_valid != 0 => s.bp.wrapping_add(row.cfa_offset as u64),
-                cfa_kind::PLT => s.sp + 8 + if (s.ip & 15) >= 11 { 8 } else { 0 },
-                cfa_kind::NONE => return Err(walk_end::NO_ROW),
-                cfa_kind::OUTERMOST => return Err(walk_end::OUTERMOST),
-                _ => return Err(walk_end::UNSUPPORTED),
-            };
-            let rbp_at = match row.rbp_kind() {
-                rbp_kind::SAME => RBP_SAME,
-                rbp_kind::AT_CFA => cfa.wrapping_add((row.rbp_words as i64 * 8) as u64),
-                _ => RBP_UNKNOWN,
-            };
-            (cfa, rbp_at)
+    let (cfa, rbp_at) = match row.cfa_kind() {
+        cfa_kind::RSP => (s.sp.wrapping_add(row.cfa_offset as u64), rbp_rule(&row, s.sp.wrapping_add(row.cfa_offset as u64))),
+        cfa_kind::RBP if s.bp_valid != 0 => (s.bp.wrapping_add(row.cfa_offset as u64), rbp_rule(&row, s.bp.wrapping_add(row.cfa_offset as u64))),
+        cfa_kind::PLT => {
+            let cfa = s.sp + 8 + if (s.ip & 15) >= 11 { 8 } else { 0 };
+            (cfa, rbp_rule(&row, cfa))
         }
-        module_state::FRAME_POINTERS if s.bp_valid != 0 => (s.bp.wrapping_add(16), s.bp),
-        module_state::FRAME_POINTERS => return Err(walk_end::UNSUPPORTED),
-        _ => return Err(walk_end::LOADING),
+        cfa_kind::FRAME_POINTERS if s.bp_valid != 0 => (s.bp.wrapping_add(16), s.bp),
+        cfa_kind::NONE => return Err(walk_end::NO_ROW),
+        cfa_kind::OUTERMOST => return Err(walk_end::OUTERMOST),
+        _ => return Err(walk_end::UNSUPPORTED),
     };
     if cfa <= s.sp {
         return Err(walk_end::NOT_GROWING);
@@ -225,6 +232,60 @@ fn step(s: &mut WalkState, frames: *mut u8, process: &UnwindProcess) -> Result<(
     s.ip = ra;
     s.sp = cfa;
     Ok(())
+}
+
+/// The cache slot of `lookup` in this walk's process, and its row if cached.
+#[inline(always)]
+fn cached_row(s: &WalkState, lookup: u64) -> (u32, Option<UnwindRow>) {
+    let slot = ((lookup ^ (lookup >> 12) ^ s.pid as u64) as u32) & (ROW_CACHE_SLOTS - 1);
+    let hit = ROW_CACHE
+        .get(slot)
+        .filter(|e| e.pc == lookup && e.pid == s.pid && e.generation == s.generation)
+        .map(|e| e.row);
+    (slot, hit)
+}
+
+/// The row of `lookup` from the process's mappings: a binary search for the mapping, then
+/// one for the row in its file's table (a `cfa_kind::FRAME_POINTERS` row for a mapping
+/// walked with frame pointers).
+#[inline(always)]
+fn module_row(process: &UnwindProcess, lookup: u64) -> Result<UnwindRow, u32> {
+    let count = if process.count as usize > MAX_UNWIND_MODULES { MAX_UNWIND_MODULES as u32 } else { process.count };
+    let (mut lo, mut hi) = (0u32, count);
+    for _ in 0..MODULE_STEPS {
+        if lo >= hi {
+            break;
+        }
+        let mid = (lo + hi) / 2;
+        if process.modules[mid as usize & (MAX_UNWIND_MODULES - 1)].start <= lookup {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    if lo == 0 {
+        return Err(walk_end::NO_MODULE);
+    }
+    let module = &process.modules[(lo - 1) as usize & (MAX_UNWIND_MODULES - 1)];
+    if lookup >= module.end {
+        return Err(walk_end::NO_MODULE);
+    }
+    match module.state {
+        module_state::READY => find_row(module.first_row, module.rows, lookup.wrapping_sub(module.bias)),
+        module_state::FRAME_POINTERS => Ok(UnwindRow::new(0, cfa_kind::FRAME_POINTERS, 0, rbp_kind::SAME, 0)),
+        _ => Err(walk_end::LOADING),
+    }
+}
+
+/// Where the caller's rbp is under `row` with this CFA: `RBP_SAME`, `RBP_UNKNOWN`, or its
+/// address.
+#[inline(always)]
+fn rbp_rule(row: &UnwindRow, cfa: u64) -> u64 {
+    match row.rbp_kind() {
+        rbp_kind::SAME => RBP_SAME,
+        rbp_kind::AT_CFA => cfa.wrapping_add((row.rbp_words as i64 * 8) as u64),
+        _ => RBP_UNKNOWN,
+    }
 }
 
 /// The row of file address `pc` among `rows` rows from `first`: the last whose `pc` is at

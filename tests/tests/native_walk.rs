@@ -53,12 +53,32 @@ fn has_line(stack: &Stack, func: &str) -> bool {
     stack.frames.iter().any(|f| f.starts_with(&format!("{func} (")))
 }
 
+/// A native function's name as both tools can agree on it: C++ return types, parameters,
+/// template arguments and GCC's clone suffixes left out (`void ns::f<T>(int) [clone .isra.0]`
+/// and py-spy's `ns::f<T>` are both `ns::f`).
+fn base_name(name: &str) -> String {
+    let mut depth = 0i32;
+    let mut out = String::new();
+    for c in name.chars() {
+        match c {
+            // The parameters: the name is what came before.
+            '(' if depth == 0 && !out.is_empty() => break,
+            '<' | '(' | '[' => depth += 1,
+            '>' | ')' | ']' => depth -= 1,
+            ' ' if depth == 0 => out.clear(),
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Leaf function names of `stacks` weighted by count, heaviest first.
 fn leaves<'a>(stacks: impl Iterator<Item = (&'a [String], u64)>) -> Vec<(String, u64)> {
     let mut by: BTreeMap<String, u64> = BTreeMap::new();
     for (frames, count) in stacks {
         if let Some(leaf) = frames.last() {
-            *by.entry(function(leaf).to_string()).or_default() += count;
+            *by.entry(base_name(function(leaf))).or_default() += count;
         }
     }
     let mut v: Vec<(String, u64)> = by.into_iter().collect();
@@ -121,10 +141,28 @@ fn numpy_matmul_and_fft_whole_beside_py_spy_3_12() {
         ));
         assert!(walked >= 100, "{line}: only {walked} walked samples{d}");
         assert!(loading * 4 <= on_line, "{line}: {loading} of {on_line} samples waited for tables{d}");
-        assert!(whole_count == walked, "{line}: {whole_count} of {walked} walked samples are whole (want all){d}");
+        let broken: Vec<String> = mine
+            .stacks
+            .iter()
+            .filter(|s| has_line(s, line) && !s.frames.iter().any(|f| f == LOADING) && !whole(s))
+            .map(|s| s.frames.join(";"))
+            .collect();
+        assert!(whole_count == walked, "{line}: {whole_count} of {walked} walked samples are whole (want all); the others:\n{}{d}", broken.join("\n"));
         assert!(spy_total >= 50, "{line}: py-spy has only {spy_total} samples");
-        let (mine_top, spy_top) = (&my_leaves[0].0, &spy_leaves[0].0);
-        assert_eq!(mine_top, spy_top, "{line}: pyperch's top native function is not py-spy's{d}");
+        // The same top native function as py-spy where py-spy has a clear one (20 % ahead of its
+        // second); where two are close, each tool's top is among the other's first two.
+        let top2 = |v: &[(String, u64)]| v.iter().take(2).map(|(n, _)| n.clone()).collect::<Vec<_>>();
+        let spy_clear = spy_leaves.get(1).is_none_or(|second| spy_leaves[0].1 * 5 >= second.1 * 6);
+        if spy_clear {
+            assert_eq!(my_leaves[0].0, spy_leaves[0].0, "{line}: pyperch's top native function is not py-spy's{d}");
+        } else {
+            assert!(
+                top2(&spy_leaves).contains(&my_leaves[0].0) && top2(&my_leaves).contains(&spy_leaves[0].0),
+                "{line}: the top native functions disagree: pyperch {:?}, py-spy {:?}{d}",
+                top2(&my_leaves),
+                top2(&spy_leaves)
+            );
+        }
         // The share of the line's time in the BLAS / pocketfft library, as py-spy sees it.
         let (a, b) = (in_kernel as f64 / whole_count.max(1) as f64, spy_in_kernel as f64 / spy_total as f64);
         assert!((a - b).abs() <= 0.1, "{line}: {:.1} % in {kernel_lib} against py-spy's {:.1} %{d}", a * 100.0, b * 100.0);

@@ -368,10 +368,11 @@ impl KernelProgram {
         let stack_bytes = u64::from(native.stack_bytes.min(profiler_common::MAX_NATIVE_STACK_BYTES as u32));
         let kernel_stack = u64::from(native.kernel);
         let walk_in_kernel = stack_bytes != 0 && native.walk == crate::target::native::NativeWalk::Kernel;
-        let (row_slots, unwind_process_slots) = if walk_in_kernel {
-            (crate::kernel::unwind_tables::ROW_SLOTS, crate::kernel::unwind_tables::PROCESS_SLOTS)
+        // The walk's maps take memory only when it runs (the row cache: 96 KiB per CPU).
+        let (row_slots, unwind_process_slots, row_cache_slots) = if walk_in_kernel {
+            (crate::kernel::unwind_tables::ROW_SLOTS, crate::kernel::unwind_tables::PROCESS_SLOTS, ROW_CACHE_SLOTS)
         } else {
-            (1, 1)
+            (1, 1, 1)
         };
         let native_walk = u64::from(walk_in_kernel);
         let off_cpu = time.mode.off_cpu();
@@ -403,6 +404,7 @@ impl KernelProgram {
             .override_global("NATIVE_WALK", &native_walk, true)
             .map_max_entries(UNWIND_ROWS, row_slots)
             .map_max_entries(UNWIND_PROCESSES, unwind_process_slots)
+            .map_max_entries("ROW_CACHE", row_cache_slots)
             .override_global("BENCH_STOP_AFTER", &bench_stop, true)
             .map_max_entries("PROCESSES", slots)
             .map_max_entries(OFF_CPU_KERNEL_STACKS, kernel_stack_slots)
@@ -814,6 +816,10 @@ pub fn monotonic_ns() -> u64 {
 /// The native walk's maps: rows (mapped into this process) and processes.
 const UNWIND_ROWS: &str = "UNWIND_ROWS";
 const UNWIND_PROCESSES: &str = "UNWIND_PROCESSES";
+const UNWIND_GENERATION: &str = "UNWIND_GENERATION";
+/// Slots of the kernel walk's per-CPU row cache (`ROW_CACHE` in profiler-ebpf's
+/// native_unwind.rs, which indexes it with the same power of two).
+const ROW_CACHE_SLOTS: u32 = 4096;
 
 fn take_unwind_tables(ebpf: &mut Ebpf, row_slots: u32) -> Result<crate::kernel::unwind_tables::Tables, LoadError> {
     let processes = BpfHashMap::try_from(ebpf.take_map(UNWIND_PROCESSES).ok_or(LoadError::MissingMap(UNWIND_PROCESSES))?)
@@ -822,7 +828,9 @@ fn take_unwind_tables(ebpf: &mut Ebpf, row_slots: u32) -> Result<crate::kernel::
         aya::maps::Map::Array(data) => data,
         _ => return Err(LoadError::Load(format!("{UNWIND_ROWS} is not an array map"))),
     };
-    crate::kernel::unwind_tables::Tables::new(&rows, row_slots, processes)
+    let generation = aya::maps::Array::try_from(ebpf.take_map(UNWIND_GENERATION).ok_or(LoadError::MissingMap(UNWIND_GENERATION))?)
+        .map_err(|e| LoadError::Load(error_chain(&e)))?;
+    crate::kernel::unwind_tables::Tables::new(&rows, row_slots, processes, generation)
         .map_err(|e| LoadError::Load(format!("cannot map {UNWIND_ROWS} into memory: {e}")))
 }
 

@@ -69,6 +69,10 @@ struct State {
     rows: RowsMapping,
     space: RowSpace,
     processes: BpfHashMap<MapData, u32, UnwindProcess>,
+    /// `UNWIND_GENERATION`: bumped after every change to `processes`, so that the kernel's
+    /// per-CPU cache of rows forgets the rows of mappings that changed.
+    generation: aya::maps::Array<MapData, u32>,
+    generation_value: u32,
     /// Extents in use, by the address of their rows.
     extents: HashMap<usize, Extent>,
     /// Each process's owner and the extents it uses.
@@ -85,7 +89,12 @@ pub struct Tables {
 
 impl Tables {
     /// Maps the rows map (created `BPF_F_MMAPABLE` with `slots` entries) into this process.
-    pub fn new(rows: &MapData, slots: u32, processes: BpfHashMap<MapData, u32, UnwindProcess>) -> std::io::Result<Self> {
+    pub fn new(
+        rows: &MapData,
+        slots: u32,
+        processes: BpfHashMap<MapData, u32, UnwindProcess>,
+        generation: aya::maps::Array<MapData, u32>,
+    ) -> std::io::Result<Self> {
         use std::os::fd::{AsFd, AsRawFd};
         let len = slots as usize * size_of::<UnwindRow>();
         let fd = rows.fd().as_fd().as_raw_fd();
@@ -100,6 +109,8 @@ impl Tables {
             rows: RowsMapping { base: base as *mut UnwindRow, slots: slots as usize },
             space: RowSpace { slots, ..RowSpace::default() },
             processes,
+            generation,
+            generation_value: 0,
             extents: HashMap::new(),
             users: HashMap::new(),
         };
@@ -160,6 +171,12 @@ impl RowSpace {
 }
 
 impl State {
+    /// Tells the kernel's row cache that mappings changed.
+    fn bump_generation(&mut self) -> bool {
+        self.generation_value = self.generation_value.wrapping_add(1);
+        self.generation.set(0, self.generation_value, 0).is_ok()
+    }
+
 
     /// The extent of `rows`, written now if it is not in the map yet; `None` without room.
     fn extent(&mut self, rows: &std::sync::Arc<[UnwindRow]>) -> Option<(usize, u32)> {
@@ -225,6 +242,9 @@ impl TableSink for Tables {
             state.unuse(&used);
             used.clear();
         }
+        if !state.bump_generation() {
+            self.map_errors.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some((_, old)) = state.users.insert(pid, (owner, used)) {
             state.unuse(&old);
         }
@@ -236,6 +256,9 @@ impl TableSink for Tables {
             return;
         }
         let _ = state.processes.remove(&pid);
+        if !state.bump_generation() {
+            self.map_errors.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some((_, old)) = state.users.remove(&pid) {
             state.unuse(&old);
         }

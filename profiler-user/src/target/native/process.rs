@@ -523,7 +523,11 @@ impl ProcessNative {
             let ip = u64::from_le_bytes(f[..8].try_into().unwrap_or_default());
             if out.is_empty() { ip } else { ip.wrapping_sub(1) }
         });
-        let kernel_waits = matches!(end, walk_end::LOADING | walk_end::NO_PROCESS);
+        // Outside every mapping the kernel had, and every one read here: a library mapped
+        // since the maps were last read (`dlopen`), not code outside any file (JIT code lies in
+        // a mapping read here): its table is on its way.
+        let new_mapping = end == walk_end::NO_MODULE && stopped.is_some_and(|a| self.mapping_at(a).is_none());
+        let kernel_waits = matches!(end, walk_end::LOADING | walk_end::NO_PROCESS) || new_mapping;
         let mut waits = kernel_waits;
         let addresses: Vec<u64> = out.iter().map(|f| f.address).chain(stopped).collect();
         for a in addresses {
