@@ -2,7 +2,9 @@
 //! `cargo xtask test`, which builds it first), installed offline into a fresh venv of the
 //! system's Python, gives a `pyperch` command that profiles on its own: no other file of the
 //! repository or the build is needed. `auditwheel show` agrees with the platform tag the
-//! wheel's file name claims (`PYPERCH_AUDITWHEEL`: xtask's pinned auditwheel).
+//! wheel's file name claims (`PYPERCH_AUDITWHEEL`: xtask's pinned auditwheel); the default
+//! wheel is pyperch statically linked against musl, also tagged musllinux, and that claim is
+//! checked here (no shared library, no versioned symbol, and it runs in an empty root).
 //!
 //! This stands for py-spy's `pip install py-spy` and Austin's `austin-dist` wheels: the way a
 //! Python user gets a native profiler, with no compiler and no clone.
@@ -151,30 +153,71 @@ fn wheel_installs_a_pyperch_command_that_profiles() {
     );
 }
 
+/// `auditwheel show --json WHEEL` with `$PYPERCH_AUDITWHEEL`, or `None` (skip) when unset.
+fn auditwheel_show(wheel: &Path) -> Option<serde_json::Value> {
+    let Some(auditwheel) = env::var_os("PYPERCH_AUDITWHEEL").filter(|a| !a.is_empty()) else {
+        skip("PYPERCH_AUDITWHEEL is not set (`cargo xtask test` sets it to its pinned auditwheel)");
+        return None;
+    };
+    let mut show = Command::new(auditwheel);
+    show.args(["show", "--json"]).arg(wheel);
+    let shown = run(show, Duration::from_secs(120));
+    assert!(shown.success(), "auditwheel show failed{}", shown.diag());
+    Some(serde_json::from_str(&shown.stdout).unwrap_or_else(|e| panic!("auditwheel printed no JSON: {e}{}", shown.diag())))
+}
+
 #[test]
 fn auditwheel_agrees_with_the_wheel_name() {
     let Some(wheel) = wheel() else { return };
-    let Some(auditwheel) = env::var_os("PYPERCH_AUDITWHEEL").filter(|a| !a.is_empty()) else {
-        skip("PYPERCH_AUDITWHEEL is not set (`cargo xtask test` sets it to its pinned auditwheel)");
-        return;
-    };
+    let Some(audit) = auditwheel_show(&wheel) else { return };
     let (_, claimed) = name_fields(&wheel);
-    let mut show = Command::new(auditwheel);
-    show.arg("show").arg(&wheel);
-    let shown = run(show, Duration::from_secs(120));
-    let d = shown.diag();
-    assert!(shown.success(), "auditwheel show failed{d}");
-    // "... is consistent with the following platform tag: "TAG"." (wrapped over lines).
-    let words = shown.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
-    let tag = words
-        .split("consistent with the following platform tag: ")
-        .nth(1)
-        .and_then(|rest| rest.trim_start_matches('"').split('"').next())
-        .unwrap_or_else(|| panic!("auditwheel named no platform tag{d}"));
+    let tag = audit["overall_tag"].as_str().unwrap_or_else(|| panic!("auditwheel gave no overall_tag: {audit}"));
     note(format!("auditwheel: {} is consistent with {tag}", wheel.display()));
     assert!(
         claimed.iter().any(|c| c == tag),
-        "auditwheel finds the wheel consistent with {tag}, but its name claims {}{d}",
+        "auditwheel finds the wheel consistent with {tag}, but its name claims {}: {audit}",
         claimed.join(".")
+    );
+    // A musllinux claim holds only for a binary that needs nothing of any C library:
+    // auditwheel analyses a wheel for one libc (glibc when it cannot tell), so it is checked
+    // here: no shared library, no versioned symbol, and the binary runs where no C library
+    // exists at all (an empty root).
+    if claimed.iter().any(|c| c.starts_with("musllinux")) {
+        for key in ["external_libs", "versioned_symbols"] {
+            assert!(
+                audit[key].as_object().is_some_and(|o| o.is_empty()),
+                "the wheel claims musllinux but its binary needs {key} {}",
+                audit[key]
+            );
+        }
+        runs_in_an_empty_root(&wheel);
+    }
+}
+
+/// The wheel's `pyperch` alone in an otherwise empty folder, run there with `chroot`: no
+/// dynamic loader, no C library, no /proc. `--version` must answer.
+fn runs_in_an_empty_root(wheel: &Path) {
+    if !is_root() {
+        skip("chroot needs root");
+        return;
+    }
+    let dir = Scratch::new("wheel-empty-root");
+    let extract = "import sys, zipfile\n\
+                   z = zipfile.ZipFile(sys.argv[1])\n\
+                   name = next(n for n in z.namelist() if n.endswith('.data/scripts/pyperch'))\n\
+                   open(sys.argv[2], 'wb').write(z.read(name))\n";
+    let bin = dir.0.join("pyperch");
+    let mut unzip = Command::new("python3");
+    unzip.args(["-c", extract]).arg(wheel).arg(&bin);
+    let unzipped = run(unzip, Duration::from_secs(60));
+    assert!(unzipped.success(), "cannot take pyperch out of the wheel{}", unzipped.diag());
+    fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod pyperch");
+    let mut chrooted = Command::new("chroot");
+    chrooted.arg(&dir.0).args(["/pyperch", "--version"]);
+    let shown = run(chrooted, Duration::from_secs(30));
+    assert!(
+        shown.success() && shown.stdout.starts_with("pyperch "),
+        "the wheel's pyperch does not run in a root holding nothing else{}",
+        shown.diag()
     );
 }

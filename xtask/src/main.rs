@@ -18,9 +18,11 @@
 //! - `image [-- --name NAME] [--stage-only]`  the agent's OCI image from `deploy/Containerfile`
 //!   (FROM scratch: the stripped binary and the shared libraries it needs), built offline
 //!   with podman or docker; prints its name and size.
-//! - `wheel [--out DIR]`  the `pyperch` wheel (maturin's binary bindings, pinned maturin and
-//!   auditwheel in `$HOME/.cache/pyperch/wheel-tools`), its platform tags checked with
-//!   `auditwheel show`; `test` builds it too, for tests/tests/wheel.rs (see `wheel.rs`).
+//! - `wheel [--out DIR] [--libc musl|glibc]`  the `pyperch` wheel (maturin's binary bindings,
+//!   pinned maturin and auditwheel in `$HOME/.cache/pyperch/wheel-tools`; by default pyperch
+//!   statically linked against musl, for glibc and musl hosts alike), its platform tags
+//!   checked with `auditwheel show`; `test` builds it too, for tests/tests/wheel.rs (see
+//!   `wheel.rs`).
 //! - `bench [-- OPTIONS]`  pyperch beside py-spy, Austin and CPython's own profiler; writes
 //!   `BENCHMARKS.md` and `bench/results.json` (see `bench/README.md`).
 //!
@@ -116,6 +118,10 @@ enum Cmd {
         /// The folder to write the wheel into (default: target/wheels).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// musl: statically linked, one wheel for glibc and musl hosts; glibc: the release
+        /// build of `cargo xtask build`, tagged by the glibc it needs.
+        #[arg(long, value_enum, default_value_t = wheel::Libc::Musl)]
+        libc: wheel::Libc,
     },
     /// Benchmarks against py-spy, Austin and CPython's profiler (writes BENCHMARKS.md).
     Bench {
@@ -141,7 +147,7 @@ fn main() {
         Cmd::TestKernels => Paths::new().and_then(|p| test_kernels::run(&p, test_kernels::Scope::Full)),
         Cmd::Soak { args } => Paths::new().and_then(|p| soak(&p, soak_minutes(&args)?)),
         Cmd::Image { args } => Paths::new().and_then(|p| image::image(&p, &args)),
-        Cmd::Wheel { out } => Paths::new().and_then(|p| wheel::wheel(&p, out)),
+        Cmd::Wheel { out, libc } => Paths::new().and_then(|p| wheel::wheel(&p, out, libc)),
         Cmd::Bench { args } => Paths::new().and_then(|p| {
             bench::run(&p, &args.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>())
         }),
@@ -413,8 +419,8 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     setup_openssl();
     k8s_tools::setup_kubernetes_tests(p);
     setup_tmux();
-    // Before `build_only`: maturin's stripped link replaces target/release/pyperch, and
-    // `build_only` puts the unstripped one back for the tests.
+    // The wheel (musl, its own build: target/x86_64-unknown-linux-musl) before `build_only`,
+    // so that pyperch's build is the last word on target/release/pyperch.
     let wheel_env = wheel::wheel_for_tests(p);
     let bin = build_only(p)?;
     let bin = fs::canonicalize(&bin).unwrap_or(bin);

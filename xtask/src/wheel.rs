@@ -1,20 +1,27 @@
-//! `cargo xtask wheel [--out DIR]`: the `pyperch` wheel, so that `pip install pyperch` gives a
-//! `pyperch` command (as `pip install py-spy` does).
+//! `cargo xtask wheel [--out DIR] [--libc musl|glibc]`: the `pyperch` wheel, so that `pip
+//! install pyperch` gives a `pyperch` command (as `pip install py-spy` does).
 //!
 //! maturin's binary bindings (`bindings = "bin"`, the repository's `pyproject.toml`) package
 //! the release binary, which carries its kernel programs inside (`include_bytes_aligned!` of
-//! profiler-user's build.rs), so the wheel needs no other file. maturin builds with the
-//! same profile and target directory as `cargo xtask build`: only the final link differs
-//! (`--strip`), and cargo keeps both links apart, so the wheel costs seconds after a build.
-//! The one visible effect: `target/release/pyperch` is the stripped copy until the next
-//! `cargo build` puts the unstripped one back (cargo relinks nothing, it links the kept file).
+//! profiler-user's build.rs), so the wheel needs no other file. Two builds ([`FLAVOURS`]):
+//! - `musl` (the default, the one to publish): pyperch statically linked against musl for
+//!   `x86_64-unknown-linux-musl`, with no shared library and no C library of the host's, so
+//!   one wheel runs on glibc and musl hosts alike; tagged `manylinux_2_5` (auditwheel's
+//!   most compatible glibc policy, which it verifies) and `musllinux_1_1` (which it cannot
+//!   analyse: see [`check_policy`]). Its own build of the workspace (its target's folder),
+//!   without debug information since the wheel's binary is stripped.
+//! - `glibc`: the release build of `cargo xtask build` itself, so it costs seconds after one;
+//!   maturin picks its manylinux tag from the glibc symbol versions it needs. The one visible
+//!   effect: maturin's stripped link replaces `target/release/pyperch` until the next `cargo
+//!   build` puts the unstripped one back (cargo keeps both links; neither is redone).
 //!
 //! Invariants:
 //! - maturin and auditwheel are the pinned [`WHEEL_TOOLS`], in their own venv under the
 //!   per-user cache (`~/.cache/pyperch/wheel-tools`), installed only when missing.
 //! - The wheel returned is the only `pyperch-*.whl` in the output folder (older ones are
 //!   removed first), and `auditwheel show` found it consistent with every platform tag its
-//!   file name claims: a wheel claiming a policy it does not meet is an error.
+//!   file name claims (see [`check_policy`]): a wheel claiming a policy it does not meet is
+//!   an error.
 
 use std::{
     env,
@@ -31,6 +38,47 @@ use super::*;
 /// The PyPI packages that build and check the wheel, with their pinned versions.
 pub(crate) const WHEEL_TOOLS: [(&str, &str); 2] = [("maturin", "1.16.0"), ("auditwheel", "6.8.2")];
 
+/// Which C library the wheel's binary is built against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Libc {
+    /// Statically linked against musl: one wheel for glibc and musl hosts.
+    Musl,
+    /// Dynamically linked against the build machine's glibc (manylinux_2_XX from its symbols).
+    Glibc,
+}
+
+/// How one [`Libc`]'s wheel is built.
+pub(crate) struct Flavour {
+    pub libc: Libc,
+    /// maturin's `--target` (`None`: the host's, i.e. the build of `cargo xtask build`).
+    pub target: Option<&'static str>,
+    /// maturin's `--compatibility` (empty: maturin picks the tag from the symbols it sees).
+    pub compatibility: &'static [&'static str],
+    /// Environment for maturin's cargo.
+    pub env: &'static [(&'static str, &'static str)],
+    /// Debian packages the build needs, by a program each provides.
+    pub apt: &'static [(&'static str, &'static str)],
+}
+
+/// The builds, by [`Libc`].
+pub(crate) const FLAVOURS: [Flavour; 2] = [
+    Flavour {
+        libc: Libc::Musl,
+        target: Some("x86_64-unknown-linux-musl"),
+        compatibility: &["manylinux_2_5", "musllinux_1_1"],
+        // The stripped wheel keeps no debug information: the build makes none.
+        env: &[("CARGO_PROFILE_RELEASE_DEBUG", "0")],
+        // musl-gcc for the C parts of dependencies (ring).
+        apt: &[("x86_64-linux-musl-gcc", "musl-tools")],
+    },
+    Flavour { libc: Libc::Glibc, target: None, compatibility: &[], env: &[], apt: &[] },
+];
+
+/// The [`Flavour`] of `libc`.
+pub(crate) fn flavour(libc: Libc) -> &'static Flavour {
+    FLAVOURS.iter().find(|f| f.libc == libc).expect("FLAVOURS has every Libc")
+}
+
 /// The venv holding [`WHEEL_TOOLS`].
 pub(crate) fn wheel_tools_venv(p: &Paths) -> PathBuf {
     p.cache.join("wheel-tools")
@@ -41,57 +89,34 @@ pub(crate) fn auditwheel(p: &Paths) -> PathBuf {
     wheel_tools_venv(p).join("bin/auditwheel")
 }
 
-/// `cargo xtask wheel [--out DIR]` (default `target/wheels`).
-pub(crate) fn wheel(p: &Paths, out: Option<PathBuf>) -> Result<()> {
+/// `cargo xtask wheel [--out DIR] [--libc LIBC]` (default `target/wheels`, musl).
+pub(crate) fn wheel(p: &Paths, out: Option<PathBuf>, libc: Libc) -> Result<()> {
     let out = match out {
         Some(dir) if dir.is_relative() => env::current_dir()?.join(dir),
         Some(dir) => dir,
         None => p.target.join("wheels"),
     };
+    let flavour = flavour(libc);
     setup(p)?;
     setup_wheel_tools(p)?;
-    let wheel = build_wheel(p, &out)?;
+    setup_flavour(p, flavour)?;
+    let wheel = build_wheel(p, flavour, &out)?;
     step(format!("wheel: install it with `pip install {}`", wheel.display()));
     Ok(())
 }
 
-/// Builds the wheel into `out` and checks its platform tags with auditwheel; returns its
-/// path. Needs [`setup_wheel_tools`] and what `cargo xtask setup` installs (bpf-linker).
-pub(crate) fn build_wheel(p: &Paths, out: &Path) -> Result<PathBuf> {
-    fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    remove_old_wheels(out)?;
-    step(format!("wheel: maturin build --release --strip --out {}", out.display()));
-    run_checked(
-        Command::new(wheel_tools_venv(p).join("bin/maturin"))
-            .current_dir(&p.root)
-            .args(["build", "--release", "--strip", "--out"])
-            .arg(out)
-            .env("CARGO_TARGET_DIR", &p.target),
-        "building the wheel with maturin",
-    )?;
-    let wheel = only_wheel(out)?;
-    let claimed = platform_tags(&wheel)?;
-    let consistent = auditwheel_show(p, &wheel)?;
-    check_policy(&claimed, &consistent)?;
-    step(format!(
-        "wheel: {} (auditwheel: consistent with {consistent}; claims {})",
-        wheel.display(),
-        claimed.join(", ")
-    ));
-    Ok(wheel)
-}
-
-/// The wheel for tests/tests/wheel.rs, as the environment of the end-to-end tests:
-/// `PYPERCH_WHEEL` and `PYPERCH_AUDITWHEEL` when it was built and checked; when the tools
-/// cannot be installed (PyPI unreachable) nothing, and the test skips; when the build or the
-/// policy check fails, `PYPERCH_WHEEL_ERROR` with the sentence, and the test fails with it.
-/// Runs before `build_only`, which puts the unstripped `target/release/pyperch` back.
+/// The wheel for tests/tests/wheel.rs (the default, musl one), as the environment of the
+/// end-to-end tests: `PYPERCH_WHEEL` and `PYPERCH_AUDITWHEEL` when it was built and checked;
+/// when its tools cannot be installed (PyPI, rustup or apt unreachable) nothing, and the test
+/// skips; when the build or the policy check fails, `PYPERCH_WHEEL_ERROR` with the sentence,
+/// and the test fails with it.
 pub(crate) fn wheel_for_tests(p: &Paths) -> Vec<(&'static str, Option<OsString>)> {
-    if let Err(err) = setup_wheel_tools(p) {
+    let flavour = flavour(Libc::Musl);
+    if let Err(err) = setup_wheel_tools(p).and_then(|()| setup_flavour(p, flavour)) {
         warn(format!("{err:#}; the wheel test (tests/tests/wheel.rs) will skip"));
         return vec![("PYPERCH_WHEEL", None), ("PYPERCH_WHEEL_ERROR", None)];
     }
-    match build_wheel(p, &p.target.join("wheels")) {
+    match build_wheel(p, flavour, &p.target.join("wheels")) {
         Ok(wheel) => vec![
             ("PYPERCH_WHEEL", Some(wheel.into())),
             ("PYPERCH_AUDITWHEEL", Some(auditwheel(p).into())),
@@ -104,12 +129,47 @@ pub(crate) fn wheel_for_tests(p: &Paths) -> Vec<(&'static str, Option<OsString>)
     }
 }
 
+/// Builds `flavour`'s wheel into `out` and checks its platform tags with auditwheel; returns
+/// its path. Needs [`setup_wheel_tools`], [`setup_flavour`] and what `cargo xtask setup`
+/// installs (bpf-linker).
+pub(crate) fn build_wheel(p: &Paths, flavour: &Flavour, out: &Path) -> Result<PathBuf> {
+    fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    remove_old_wheels(out)?;
+    let mut maturin = Command::new(wheel_tools_venv(p).join("bin/maturin"));
+    maturin.current_dir(&p.root).args(["build", "--release", "--strip", "--out"]).arg(out);
+    if let Some(target) = flavour.target {
+        maturin.args(["--target", target]);
+    }
+    if !flavour.compatibility.is_empty() {
+        maturin.arg("--compatibility").args(flavour.compatibility);
+    }
+    maturin.env("CARGO_TARGET_DIR", &p.target).envs(flavour.env.iter().copied());
+    step(format!("wheel ({:?}): {}", flavour.libc, shown(&maturin)));
+    run_checked(&mut maturin, "building the wheel with maturin")?;
+    let wheel = only_wheel(out)?;
+    let claimed = platform_tags(&wheel)?;
+    let audit = auditwheel_show(p, &wheel)?;
+    check_policy(&claimed, &audit)?;
+    step(format!(
+        "wheel: {} (auditwheel: consistent with {}, {}; claims {})",
+        wheel.display(),
+        audit.overall_tag,
+        if audit.is_self_contained() { "no shared library needed" } else { "needs the system's C library" },
+        claimed.join(", ")
+    ));
+    Ok(wheel)
+}
+
+/// A command's program (file name only) and arguments, for the step line.
+fn shown(cmd: &Command) -> String {
+    let program = Path::new(cmd.get_program()).file_name().unwrap_or_default().to_string_lossy().into_owned();
+    std::iter::once(program).chain(cmd.get_args().map(|a| a.to_string_lossy().into_owned())).collect::<Vec<_>>().join(" ")
+}
+
 /// Whether the tools venv holds exactly the pinned [`WHEEL_TOOLS`].
 fn wheel_tools_present(python: &Path) -> bool {
     let names: Vec<&str> = WHEEL_TOOLS.iter().map(|(name, _)| *name).collect();
-    let script = format!(
-        "import importlib.metadata as m; print(' '.join(m.version(n) for n in {names:?}))"
-    );
+    let script = format!("import importlib.metadata as m; print(' '.join(m.version(n) for n in {names:?}))");
     let wanted: Vec<&str> = WHEEL_TOOLS.iter().map(|(_, version)| *version).collect();
     Command::new(python)
         .args(["-c", &script])
@@ -141,6 +201,51 @@ pub(crate) fn setup_wheel_tools(p: &Paths) -> Result<()> {
         bail!("{} still does not hold {} after installing them", venv.display(), pins.join(" and "));
     }
     Ok(())
+}
+
+/// What `flavour`'s build needs beyond `cargo xtask setup`: its Rust target's standard
+/// library (`rustup target add`) and its Debian packages, each installed when missing.
+pub(crate) fn setup_flavour(p: &Paths, flavour: &Flavour) -> Result<()> {
+    if let Some(target) = flavour.target {
+        ensure_rust_target(&p.root, target)?;
+    }
+    for (program, package) in flavour.apt {
+        if find_program(program).is_some() {
+            step(format!("{program} ({package}): present"));
+            continue;
+        }
+        if !is_root() {
+            bail!("{program} is missing and installing Debian's {package} needs root");
+        }
+        step(format!("{program}: missing, running `apt-get install -y {package}`"));
+        let mut install = Command::new("apt-get");
+        install.args(["install", "-y", package]).env("DEBIAN_FRONTEND", "noninteractive");
+        let what = format!("installing {package}");
+        if !status_of(&mut install, &what)?.success() {
+            run_checked(Command::new("apt-get").arg("update"), "apt-get update")?;
+            run_checked(&mut install, &what)?;
+        }
+    }
+    Ok(())
+}
+
+/// `rustup target add TARGET` for the toolchain that builds pyperch in `root`, unless
+/// installed.
+fn ensure_rust_target(root: &Path, target: &str) -> Result<()> {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .current_dir(root)
+        .output()
+        .context("could not run `rustup target list --installed`")?;
+    if String::from_utf8_lossy(&installed.stdout).lines().any(|l| l.trim() == target) {
+        step(format!("Rust target {target}: present"));
+        return Ok(());
+    }
+    step(format!("Rust target {target}: missing, running `rustup target add {target}`"));
+    run_checked(
+        Command::new("rustup").args(["target", "add", target]).current_dir(root),
+        &format!("installing the Rust standard library for {target}"),
+    )
 }
 
 /// The `pyperch-*.whl` files in `dir`.
@@ -188,14 +293,44 @@ pub(crate) fn platform_tags(wheel: &Path) -> Result<Vec<String>> {
     Ok(platform.split('.').map(str::to_string).collect())
 }
 
-/// `auditwheel show WHEEL`: the most compatible platform tag the wheel is consistent with.
-fn auditwheel_show(p: &Paths, wheel: &Path) -> Result<String> {
+/// What `auditwheel show --json` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Audit {
+    /// The most compatible platform tag the wheel is consistent with.
+    pub overall_tag: String,
+    /// Shared libraries the wheel's ELF files need from the system.
+    pub external_libs: usize,
+    /// Libraries whose versioned symbols they reference.
+    pub versioned_symbols: usize,
+}
+
+impl Audit {
+    /// Needs no shared library and no versioned symbol: statically linked, so no C library
+    /// of the host's is involved (auditwheel cannot tell glibc from musl then, and says so).
+    pub fn is_self_contained(&self) -> bool {
+        self.external_libs == 0 && self.versioned_symbols == 0
+    }
+
+    /// Reads `auditwheel show --json`'s output.
+    pub fn parse(json: &str) -> Result<Audit> {
+        let v: serde_json::Value =
+            serde_json::from_str(json).map_err(|e| anyhow!("`auditwheel show --json` printed no JSON: {e}"))?;
+        let overall_tag = v["overall_tag"]
+            .as_str()
+            .ok_or_else(|| anyhow!("`auditwheel show --json` gave no overall_tag"))?
+            .to_string();
+        let count = |key: &str| v[key].as_object().map_or(0, |o| o.len());
+        Ok(Audit { overall_tag, external_libs: count("external_libs"), versioned_symbols: count("versioned_symbols") })
+    }
+}
+
+/// `auditwheel show --json WHEEL`.
+fn auditwheel_show(p: &Paths, wheel: &Path) -> Result<Audit> {
     let out = Command::new(auditwheel(p))
-        .arg("show")
+        .args(["show", "--json"])
         .arg(wheel)
         .output()
         .map_err(|e| anyhow!("could not run {}: {e}", auditwheel(p).display()))?;
-    let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         bail!(
             "`auditwheel show {}` failed ({}): {}",
@@ -204,16 +339,7 @@ fn auditwheel_show(p: &Paths, wheel: &Path) -> Result<String> {
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    consistent_tag(&text).ok_or_else(|| anyhow!("`auditwheel show` named no platform tag the wheel is consistent with: {}", text.trim()))
-}
-
-/// The tag of auditwheel's sentence `... is consistent with the following platform tag:
-/// "TAG".` (auditwheel wraps its lines, so the words are joined first).
-pub(crate) fn consistent_tag(show_output: &str) -> Option<String> {
-    let words = show_output.split_whitespace().collect::<Vec<_>>().join(" ");
-    let rest = words.split("consistent with the following platform tag: ").nth(1)?;
-    let tag = rest.trim_start_matches('"').split('"').next()?;
-    (!tag.is_empty()).then(|| tag.to_string())
+    Audit::parse(&String::from_utf8_lossy(&out.stdout))
 }
 
 /// A Linux platform tag's C library family and version: `manylinux_2_17_x86_64` →
@@ -232,16 +358,24 @@ pub(crate) fn policy(tag: &str) -> Option<(&'static str, u32, u32)> {
     Some((family, major, minor))
 }
 
-/// Every tag the wheel claims must be a Linux policy no older than the one auditwheel found
-/// it consistent with, in the same C library family (a wheel needing glibc 2.34 may not
-/// claim manylinux_2_17).
-pub(crate) fn check_policy(claimed: &[String], consistent: &str) -> Result<()> {
-    let (family, major, minor) =
-        policy(consistent).ok_or_else(|| anyhow!("auditwheel named {consistent:?}, which is no manylinux or musllinux tag"))?;
+/// Every tag the wheel claims must be a policy it meets: a manylinux tag no older than the
+/// one auditwheel found (a wheel needing glibc 2.34 may not claim manylinux_2_17); a
+/// musllinux tag only for a self-contained wheel ([`Audit::is_self_contained`]), which
+/// needs nothing of any C library (auditwheel analyses one libc per wheel and reports the
+/// glibc policy then).
+pub(crate) fn check_policy(claimed: &[String], audit: &Audit) -> Result<()> {
+    let found = &audit.overall_tag;
+    let (family, major, minor) = policy(found)
+        .filter(|(family, ..)| *family == "manylinux" || audit.is_self_contained())
+        .ok_or_else(|| anyhow!("auditwheel found the wheel consistent with {found:?}, which is no manylinux tag"))?;
     for tag in claimed {
-        match policy(tag) {
-            Some((f, ma, mi)) if f == family && (ma, mi) >= (major, minor) => {}
-            _ => bail!("the wheel claims the platform tag {tag}, but auditwheel finds it consistent only with {consistent}"),
+        let ok = match policy(tag) {
+            Some(("musllinux", ..)) => audit.is_self_contained(),
+            Some((f, ma, mi)) => f == family && (ma, mi) >= (major, minor),
+            None => false,
+        };
+        if !ok {
+            bail!("the wheel claims the platform tag {tag}, but auditwheel finds it consistent only with {found}");
         }
     }
     Ok(())
@@ -251,6 +385,15 @@ pub(crate) fn check_policy(claimed: &[String], consistent: &str) -> Result<()> {
 mod tests {
     use super::*;
 
+    fn claims(tags: &[&str]) -> Vec<String> {
+        tags.iter().map(|t| t.to_string()).collect()
+    }
+
+    fn audit(tag: &str, self_contained: bool) -> Audit {
+        let n = usize::from(!self_contained);
+        Audit { overall_tag: tag.to_string(), external_libs: n, versioned_symbols: n }
+    }
+
     #[test]
     fn platform_tags_come_from_the_file_name() {
         let tags = platform_tags(Path::new("/x/pyperch-0.1.0-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl")).unwrap();
@@ -259,20 +402,35 @@ mod tests {
     }
 
     #[test]
-    fn auditwheel_sentence_is_read_across_wrapped_lines() {
-        let out = "pyperch-0.1.0-py3-none-manylinux_2_34_x86_64.whl is consistent with\nthe following platform tag: \"manylinux_2_34_x86_64\".\n\nThe wheel references ...";
-        assert_eq!(consistent_tag(out).as_deref(), Some("manylinux_2_34_x86_64"));
-        assert_eq!(consistent_tag("nothing here"), None);
+    fn auditwheel_json_is_read() {
+        let glibc = r#"{"version": 1, "overall_tag": "manylinux_2_34_x86_64", "external_libs": {},
+            "versioned_symbols": {"libc.so.6": ["GLIBC_2.34"], "libgcc_s.so.1": ["GCC_3.0"]}}"#;
+        assert_eq!(Audit::parse(glibc).unwrap(), Audit { overall_tag: "manylinux_2_34_x86_64".into(), external_libs: 0, versioned_symbols: 2 });
+        let static_musl = r#"{"overall_tag": "manylinux_2_5_x86_64", "external_libs": {}, "versioned_symbols": {}}"#;
+        assert!(Audit::parse(static_musl).unwrap().is_self_contained());
+        assert!(Audit::parse("not json").is_err());
+        assert!(Audit::parse("{}").is_err());
     }
 
     #[test]
     fn a_wheel_may_claim_only_policies_it_meets() {
-        let claims = |tags: &[&str]| tags.iter().map(|t| t.to_string()).collect::<Vec<_>>();
-        assert!(check_policy(&claims(&["manylinux_2_34_x86_64"]), "manylinux_2_34_x86_64").is_ok());
-        assert!(check_policy(&claims(&["manylinux_2_17_x86_64", "manylinux2014_x86_64"]), "manylinux_2_17_x86_64").is_ok());
-        assert!(check_policy(&claims(&["manylinux_2_17_x86_64"]), "manylinux_2_34_x86_64").is_err());
-        assert!(check_policy(&claims(&["manylinux1_x86_64"]), "manylinux_2_17_x86_64").is_err());
-        assert!(check_policy(&claims(&["musllinux_1_2_x86_64"]), "manylinux_2_17_x86_64").is_err());
-        assert!(check_policy(&claims(&["linux_x86_64"]), "manylinux_2_34_x86_64").is_err());
+        let glibc_2_34 = audit("manylinux_2_34_x86_64", false);
+        assert!(check_policy(&claims(&["manylinux_2_34_x86_64"]), &glibc_2_34).is_ok());
+        assert!(check_policy(&claims(&["manylinux_2_17_x86_64"]), &glibc_2_34).is_err());
+        assert!(check_policy(&claims(&["manylinux1_x86_64"]), &glibc_2_34).is_err());
+        assert!(check_policy(&claims(&["musllinux_1_2_x86_64"]), &glibc_2_34).is_err());
+        assert!(check_policy(&claims(&["linux_x86_64"]), &glibc_2_34).is_err());
+        let glibc_2_17 = audit("manylinux_2_17_x86_64", false);
+        assert!(check_policy(&claims(&["manylinux_2_17_x86_64", "manylinux2014_x86_64"]), &glibc_2_17).is_ok());
+        let static_binary = audit("manylinux_2_5_x86_64", true);
+        let musl_wheel = ["manylinux1_x86_64", "manylinux_2_5_x86_64", "musllinux_1_1_x86_64"];
+        assert!(check_policy(&claims(&musl_wheel), &static_binary).is_ok());
+    }
+
+    #[test]
+    fn every_libc_has_a_flavour() {
+        for libc in [Libc::Musl, Libc::Glibc] {
+            assert_eq!(flavour(libc).libc, libc);
+        }
     }
 }
