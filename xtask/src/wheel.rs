@@ -63,6 +63,8 @@ pub(crate) const FLAVOURS: [Flavour; 2] = [
     Flavour {
         libc: Libc::Musl,
         target: Some("x86_64-unknown-linux-musl"),
+        // maturin warns that the Rust compiler does not support manylinux_2_5: true of its
+        // glibc targets, not of a static binary, which needs no glibc at all.
         compatibility: &["manylinux_2_5", "musllinux_1_1"],
         // musl-gcc for the C parts of dependencies (ring).
         apt: &[("x86_64-linux-musl-gcc", "musl-tools")],
@@ -140,7 +142,7 @@ pub(crate) fn build_wheel(p: &Paths, flavour: &Flavour, out: &Path) -> Result<Pa
         maturin.arg("--compatibility").args(flavour.compatibility);
     }
     maturin.env("CARGO_TARGET_DIR", &p.target);
-    step(format!("wheel ({:?}): {}", flavour.libc, shown(&maturin)));
+    step(format!("wheel ({}): {}", format!("{:?}", flavour.libc).to_lowercase(), shown(&maturin)));
     run_checked(&mut maturin, "building the wheel with maturin")?;
     let wheel = only_wheel(out)?;
     let claimed = platform_tags(&wheel)?;
