@@ -5,7 +5,8 @@
 //! - `build`  setup, then `cargo build --release -p profiler-user` (→ `target/release/pyperch`).
 //! - `run -- ARGS`  build, then run `target/release/pyperch ARGS` (its exit status is ours).
 //! - `test [-- FILTER...]`  setup, test fixtures (the Debian sid root filesystem with
-//!   python3.13/3.14/3.15, and pinned aiohttp/uvicorn/Starlette for its 3.14 and 3.15), build,
+//!   python3.13/3.14/3.15, and pinned aiohttp/uvicorn/Starlette for its 3.14 and 3.15), the
+//!   wheel (`wheel::TEST_WHEEL`, for tests/tests/wheel.rs), build,
 //!   unit tests (the crates', then the benchmark package's `bench/tests` with `python3 -m
 //!   unittest`), then the end-to-end tests (`--test-threads=1`; the files listed in
 //!   `e2e::SIDE_BY_SIDE` two at a time first, then every other file alone; see `e2e.rs`); then
@@ -419,8 +420,8 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     setup_openssl();
     k8s_tools::setup_kubernetes_tests(p);
     setup_tmux();
-    // The wheel (musl, its own build: target/x86_64-unknown-linux-musl) before `build_only`,
-    // so that pyperch's build is the last word on target/release/pyperch.
+    // The wheel (wheel::TEST_WHEEL) before `build_only`, so that pyperch's own build is the
+    // last word on target/release/pyperch (a glibc wheel's stripped link is uplifted there).
     let wheel_env = wheel::wheel_for_tests(p);
     let bin = build_only(p)?;
     let bin = fs::canonicalize(&bin).unwrap_or(bin);
