@@ -31,7 +31,7 @@ use crate::{cargo, describe, step, warn};
 /// The files run two at a time (see the module's comment for what qualifies one), the
 /// longest first. Their longest waits are idle (the agent's outage and network faults, the
 /// soak's fixed length), which is where running side by side saves the most.
-pub(crate) const SIDE_BY_SIDE: [&str; 16] = [
+pub(crate) const SIDE_BY_SIDE: [&str; 17] = [
     "agent",
     "soak",
     "agent_auth",
@@ -48,6 +48,7 @@ pub(crate) const SIDE_BY_SIDE: [&str; 16] = [
     "task_events",
     "threads",
     "viewers",
+    "wheel",
 ];
 
 /// Tests of a side-by-side file that run in the alone phase instead (by name prefix): the

@@ -5,7 +5,8 @@
 //! - `build`  setup, then `cargo build --release -p profiler-user` (→ `target/release/pyperch`).
 //! - `run -- ARGS`  build, then run `target/release/pyperch ARGS` (its exit status is ours).
 //! - `test [-- FILTER...]`  setup, test fixtures (the Debian sid root filesystem with
-//!   python3.13/3.14/3.15, and pinned aiohttp/uvicorn/Starlette for its 3.14 and 3.15), build,
+//!   python3.13/3.14/3.15, and pinned aiohttp/uvicorn/Starlette for its 3.14 and 3.15), the
+//!   wheel (`wheel::TEST_WHEEL`, for tests/tests/wheel.rs), build,
 //!   unit tests (the crates', then the benchmark package's `bench/tests` with `python3 -m
 //!   unittest`), then the end-to-end tests (`--test-threads=1`; the files listed in
 //!   `e2e::SIDE_BY_SIDE` two at a time first, then every other file alone; see `e2e.rs`); then
@@ -18,6 +19,11 @@
 //! - `image [-- --name NAME] [--stage-only]`  the agent's OCI image from `deploy/Containerfile`
 //!   (FROM scratch: the stripped binary and the shared libraries it needs), built offline
 //!   with podman or docker; prints its name and size.
+//! - `wheel [--out DIR] [--libc musl|glibc]`  the `pyperch` wheel (maturin's binary bindings,
+//!   pinned maturin and auditwheel in `$HOME/.cache/pyperch/wheel-tools`; by default pyperch
+//!   statically linked against musl, for glibc and musl hosts alike), its platform tags
+//!   checked with `auditwheel show`; `test` builds it too, for tests/tests/wheel.rs (see
+//!   `wheel.rs`).
 //! - `bench [-- OPTIONS]`  pyperch beside py-spy, Austin and CPython's own profiler; writes
 //!   `BENCHMARKS.md` and `bench/results.json` (see `bench/README.md`).
 //!
@@ -48,6 +54,7 @@ mod layers;
 mod stack_check;
 mod test_kernels;
 mod toolchain;
+mod wheel;
 
 use fixtures::*;
 use toolchain::*;
@@ -56,7 +63,7 @@ use toolchain::*;
 #[command(
     name = "cargo xtask",
     bin_name = "cargo xtask",
-    about = "pyperch's developer tasks: setup, build, run, test, test-kernels, fixtures, fuzz, soak, image, bench."
+    about = "pyperch's developer tasks: setup, build, run, test, test-kernels, fixtures, fuzz, soak, image, wheel, bench."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -106,6 +113,17 @@ enum Cmd {
     /// Boots Debian 11's (5.10) and Debian 12's (6.1) kernels under qemu and checks that
     /// pyperch loads and gives correct stacks in each (downloads and caches the kernels).
     TestKernels,
+    /// The `pyperch` wheel (maturin, binary bindings) checked with auditwheel: `pip install
+    /// target/wheels/pyperch-*.whl` gives a `pyperch` command.
+    Wheel {
+        /// The folder to write the wheel into (default: target/wheels).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// musl: statically linked, one wheel for glibc and musl hosts; glibc: the release
+        /// build of `cargo xtask build`, tagged by the glibc it needs.
+        #[arg(long, value_enum, default_value_t = wheel::Libc::Musl)]
+        libc: wheel::Libc,
+    },
     /// Benchmarks against py-spy, Austin and CPython's profiler (writes BENCHMARKS.md).
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -130,6 +148,7 @@ fn main() {
         Cmd::TestKernels => Paths::new().and_then(|p| test_kernels::run(&p, test_kernels::Scope::Full)),
         Cmd::Soak { args } => Paths::new().and_then(|p| soak(&p, soak_minutes(&args)?)),
         Cmd::Image { args } => Paths::new().and_then(|p| image::image(&p, &args)),
+        Cmd::Wheel { out, libc } => Paths::new().and_then(|p| wheel::wheel(&p, out, libc)),
         Cmd::Bench { args } => Paths::new().and_then(|p| {
             bench::run(&p, &args.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>())
         }),
@@ -402,6 +421,9 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
     setup_openssl();
     k8s_tools::setup_kubernetes_tests(p);
     setup_tmux();
+    // The wheel (wheel::TEST_WHEEL) before `build_only`, so that pyperch's own build is the
+    // last word on target/release/pyperch (a glibc wheel's stripped link is uplifted there).
+    let wheel_env = wheel::wheel_for_tests(p);
     let bin = build_only(p)?;
     let bin = fs::canonicalize(&bin).unwrap_or(bin);
     // The agent image's root filesystem, for the Kubernetes tests' agent container.
@@ -443,6 +465,7 @@ fn test(p: &Paths, filters: &[OsString]) -> Result<()> {
         ("PYPERCH_SPEEDSCOPE_DIR", Some(speedscope_dir(p).into())),
         ("PYPERCH_SID_ROOTFS", rootfs.clone().map(Into::into)),
     ];
+    env.extend(wheel_env);
     if let Some(rootfs) = &image_rootfs {
         env.push(("PYPERCH_IMAGE_ROOTFS", Some(rootfs.clone().into())));
     }
