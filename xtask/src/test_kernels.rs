@@ -81,6 +81,10 @@ struct Run<'a> {
     /// `--mode wall` (kernels with `bpf_loop` only): the scheduler-switch program, loaded only
     /// in the off-CPU modes, must pass this kernel's verifier too.
     wall_mode: bool,
+    /// `--native` (kernels with `bpf_loop` only): the native walk from unwind tables must pass
+    /// this kernel's verifier and walk whole stacks (3.11 runs the recursion in one evaluation
+    /// call, so its native stack is short enough to end at `_start`).
+    native_mode: bool,
 }
 
 impl Run<'_> {
@@ -94,6 +98,9 @@ impl Run<'_> {
         }
         if self.exception_mode {
             name.push_str("-exception");
+        }
+        if self.native_mode {
+            name.push_str("-native");
         }
         if self.wall_mode {
             name.push_str("-wall");
@@ -143,21 +150,23 @@ pub(crate) fn run(p: &Paths, scope: Scope) -> Result<()> {
         let kernel = fetch_kernel(p, suite).with_context(|| format!("getting {release}'s kernel ({suite})"))?;
         let has_bpf_loop = kernel.version() >= (5, 17);
         let mut runs: Vec<Run> =
-            interpreters.iter().map(|i| Run { interpreter: i, forced_walk: None, whole_host: false, exception_mode: false, wall_mode: false }).collect();
+            interpreters.iter().map(|i| Run { interpreter: i, forced_walk: None, whole_host: false, exception_mode: false, wall_mode: false, native_mode: false }).collect();
         // The whole host too (one event per CPU instead of per-task events).
-        runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: true, exception_mode: false, wall_mode: false });
+        runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: true, exception_mode: false, wall_mode: false, native_mode: false });
         // `--mode exception`: its chain walk (bpf_loop, or the bounded loop without it).
-        runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: false, exception_mode: true, wall_mode: false });
+        runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: false, exception_mode: true, wall_mode: false, native_mode: false });
         if has_bpf_loop {
             // The walk without bpf_loop, on a kernel that has it too: both walks, same checks.
             runs.extend(
                 interpreters
                     .iter()
-                    .map(|i| Run { interpreter: i, forced_walk: Some("bounded"), whole_host: false, exception_mode: false, wall_mode: false }),
+                    .map(|i| Run { interpreter: i, forced_walk: Some("bounded"), whole_host: false, exception_mode: false, wall_mode: false, native_mode: false }),
             );
-            runs.push(Run { interpreter: &interpreters[0], forced_walk: Some("bounded"), whole_host: false, exception_mode: true, wall_mode: false });
+            runs.push(Run { interpreter: &interpreters[0], forced_walk: Some("bounded"), whole_host: false, exception_mode: true, wall_mode: false, native_mode: false });
             // `--mode wall` (5.17+): the scheduler-switch program is loaded only then.
-            runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: false, exception_mode: false, wall_mode: true });
+            runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: false, exception_mode: false, wall_mode: true, native_mode: false });
+            // `--native` (5.17+): the native walk from unwind tables.
+            runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: false, exception_mode: false, wall_mode: false, native_mode: true });
         }
         let out = work.join(suite);
         fs::create_dir_all(&out)?;
@@ -182,9 +191,13 @@ pub(crate) fn run(p: &Paths, scope: Scope) -> Result<()> {
             if r.wall_mode {
                 walk.push_str(", --mode wall");
             }
+            if r.native_mode {
+                walk.push_str(", --native");
+            }
             let outcome = match &boot {
                 Ok(()) if r.exception_mode => judge_exception_mode(&out, &r.name()),
                 Ok(()) if r.wall_mode => judge_wall_mode(&out, &r.name()),
+                Ok(()) if r.native_mode => judge_native_mode(&out, &r.name()),
                 Ok(()) => judge(&out, &r.name(), &workload),
                 Err(e) => Err(anyhow!("{e:#}")),
             };
@@ -270,6 +283,9 @@ fn guest_script(pyperch: &Path, workload: &Path, out: &Path, runs: &[Run]) -> St
         if r.wall_mode {
             scope.push_str("--mode wall ");
         }
+        if r.native_mode {
+            scope.push_str("--native ");
+        }
         s.push_str(&format!(
             "echo \"run {name}\"
 {py} {workload} > /tmp/{name}.ready 2>&1 &
@@ -341,6 +357,31 @@ fn judge_wall_mode(out: &Path, name: &str) -> Result<String> {
         bail!("no stack in the collapsed output");
     }
     Ok(format!("{stacks} stacks, {waits} of them off-CPU"))
+}
+
+/// Reads one `--native` run's results: pyperch exited 0 (the native walk verified), walks
+/// reached the outermost frame, and at least half of the samples are whole from `_start` to
+/// the workload's frames.
+fn judge_native_mode(out: &Path, name: &str) -> Result<String> {
+    let stats = finished_run(out, name)?;
+    let outermost = stats
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("native walk in the kernel ended: at the outermost frame ")?.split(';').next()?.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let collapsed = fs::read_to_string(out.join(format!("{name}.collapsed"))).context("no collapsed output")?;
+    let (mut total, mut whole) = (0u64, 0u64);
+    for line in collapsed.lines() {
+        let Some((stack, count)) = line.rsplit_once(' ') else { continue };
+        let Ok(count) = count.parse::<u64>() else { continue };
+        total += count;
+        if stack.contains(";_start") && stack.contains("deep") && !stack.contains("<native unwind stopped") {
+            whole += count;
+        }
+    }
+    if outermost == 0 || whole * 2 < total {
+        bail!("{whole} of {total} samples whole from _start, {outermost} walks at the outermost frame (--stats: {})", stats.trim());
+    }
+    Ok(format!("{whole} of {total} samples whole from _start, {outermost} walks at the outermost frame"))
 }
 
 /// Reads one `--mode exception` run's results: pyperch exited 0 (its programs loaded, the
