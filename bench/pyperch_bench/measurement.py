@@ -12,19 +12,36 @@ from .children import sh
 # Measuring a process from outside.
 
 
-def sched_ns(pid):
-    """CPU time (user + system) of every live thread of pid, in ns, from schedstat."""
-    total = 0
+def thread_sched_ns(pid):
+    """CPU time (user + system) of each live thread of pid, in ns, from schedstat: {tid: ns}."""
+    out = {}
     try:
         for tid in os.listdir("/proc/%d/task" % pid):
             try:
                 with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
-                    total += int(f.read().split()[0])
+                    out[tid] = int(f.read().split()[0])
             except (OSError, ValueError, IndexError):
                 pass
     except OSError:
         return None
-    return total
+    return out
+
+
+def sched_ns(pid):
+    """CPU time (user + system) of every live thread of pid, in ns, from schedstat."""
+    threads = thread_sched_ns(pid)
+    return None if threads is None else sum(threads.values())
+
+
+def window_sched_ns(before, after):
+    """CPU time between two `thread_sched_ns` readings: per thread alive at the second, its
+    time since the first (all of it for a thread started since). A thread that ended in
+    between is left out: its time before the window must not count against the window (the
+    sum over live threads would then fall), and its time inside it is lost (short: the
+    threads that end are pyperch's file readers, which do their work before the window)."""
+    if before is None or after is None:
+        return None
+    return sum(ns - before.get(tid, 0) for tid, ns in after.items())
 
 
 def ctx_switches(pid):

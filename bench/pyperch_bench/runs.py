@@ -11,7 +11,8 @@ from . import first_contact, walk_parts
 from .accuracy import LEAF_LABELS, accuracy
 from .children import kill_tree, reap, sh, spawn
 from .common import BASE_TOOL, HERE, INSIDE, SHORT, SWITCH_RATE, TOOLS_312, TOOLS_315, TOOLS_KERNEL, TOOLS_NATIVE, TOOLS_SWITCH_312, TOOLS_SWITCH_315, WORK, log
-from .measurement import bpf_prog_stats, bpf_progs, cpu_delta, ctx_switches, rate_between, rate_per_cpu, sched_ns, stat_ticks_s, switches_between, vm_hwm_kb
+from .measurement import (bpf_prog_stats, bpf_progs, cpu_delta, ctx_switches, rate_between, rate_per_cpu, sched_ns, stat_ticks_s,
+                          switches_between, thread_sched_ns, vm_hwm_kb, window_sched_ns)
 from .peers import parse_profile, parse_tool_stderr
 from .figures import fmt, pct
 from .workloads import Interp, Target, discover_interps
@@ -121,7 +122,7 @@ class Bench(object):
         last_bpf = [None]
 
         def mark():
-            m = {"t": time.monotonic(), "sched_ns": sched_ns(p.pid), "ticks_s": stat_ticks_s(p.pid),
+            m = {"t": time.monotonic(), "sched_ns": sched_ns(p.pid), "thread_ns": thread_sched_ns(p.pid), "ticks_s": stat_ticks_s(p.pid),
                  "bpf": bpf_prog_stats(p.pid) if tool.startswith("pyperch") else None,
                  "target_sched_ns": [sched_ns(t.pid) for t in targets]}
             h = vm_hwm_kb(p.pid)
@@ -192,8 +193,9 @@ class Bench(object):
             w0, w1 = marks["w0"], marks["w1"]
             wlen = w1["t"] - w0["t"]
             win["seconds"] = wlen
-            if w0["sched_ns"] is not None and w1["sched_ns"] is not None and wlen > 0:
-                win["cpu_s"] = (w1["sched_ns"] - w0["sched_ns"]) / 1e9
+            window_ns = window_sched_ns(w0.get("thread_ns"), w1.get("thread_ns"))
+            if window_ns is not None and wlen > 0:
+                win["cpu_s"] = window_ns / 1e9
             if w0["bpf"] and w1["bpf"]:
                 win["bpf_ns"] = w1["bpf"][0] - w0["bpf"][0]
                 win["bpf_runs"] = w1["bpf"][1] - w0["bpf"][1]

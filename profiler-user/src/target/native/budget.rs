@@ -48,9 +48,12 @@ pub enum Refusal {
     /// What would be kept of the file passes its share of the cache (symbols and lines
     /// then left out; unwind data alone still over: the file is not used).
     OverShare,
+    /// The kernel walk's rows (`.eh_frame` past `MAX_TABLE_ROWS` address ranges, code above
+    /// 4 GiB, or CFI that does not parse): the file is walked with frame pointers.
+    UnwindRows,
 }
 
-const REASONS: usize = 6;
+const REASONS: usize = 7;
 static REFUSED: [AtomicU64; REASONS] = [const { AtomicU64::new(0) }; REASONS];
 
 impl Refusal {
@@ -66,6 +69,7 @@ impl Refusal {
             Refusal::TooMany => "too many headers or symbols",
             Refusal::LineRows => "line programs past their row budget",
             Refusal::OverShare => "past a file's share of the cache",
+            Refusal::UnwindRows => "unwind rows the kernel walk cannot use (walked with frame pointers)",
         }
     }
 
@@ -94,6 +98,7 @@ pub fn report() -> String {
         Refusal::TooMany,
         Refusal::LineRows,
         Refusal::OverShare,
+        Refusal::UnwindRows,
     ];
     let parts: Vec<String> =
         reasons.iter().filter(|r| refused(**r) > 0).map(|r| format!("{} {}", refused(*r), r.describe())).collect();

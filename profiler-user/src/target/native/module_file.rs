@@ -237,8 +237,15 @@ pub(super) fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
     let eh_frame_hdr = unwind(".eh_frame_hdr");
     let debug_frame = unwind(".debug_frame").map(|(_, d)| d);
     let unwind_rows: Option<Arc<[profiler_common::UnwindRow]>> = eh_frame.as_ref().and_then(|(range, data)| {
-        let rows = super::unwind_table::rows(&data.0, range.start, text.as_ref().map(|t| t.start), MAX_TABLE_ROWS).ok()?;
-        super::unwind_table::compact(&rows).ok().map(Arc::from)
+        let built = super::unwind_table::rows(&data.0, range.start, text.as_ref().map(|t| t.start), MAX_TABLE_ROWS)
+            .and_then(|rows| super::unwind_table::compact(&rows));
+        match built {
+            Ok(rows) => Some(Arc::from(rows)),
+            Err(_) => {
+                Refusal::UnwindRows.count();
+                None
+            }
+        }
     });
     bytes += unwind_rows.as_ref().map_or(0, |r| r.len() * size_of::<profiler_common::UnwindRow>());
     // Program headers: the loadable segments.
