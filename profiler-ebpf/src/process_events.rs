@@ -1,5 +1,10 @@
 //! Process events: fork, exit and exec tracepoints keep `PROCESSES` true to the living
 //! processes.
+//!
+//! Diagnostics (`aya-log`, at debug level): the rare events that change what is sampled, a
+//! registered process exiting or exec'ing, one line each. They cost nothing unless userspace
+//! enables them (`AYA_LOG_LEVEL` is frozen at 0 without `RUST_LOG`, and the verifier drops
+//! the dead branch); each is one ring-buffer record, at most one per process lifetime.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel},
@@ -7,6 +12,8 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use profiler_common::counter;
+
+use aya_log_ebpf::debug;
 
 use crate::maps::{PROCESSES, bump};
 
@@ -30,12 +37,13 @@ pub fn pyperch_process_event(_ctx: RawTracePointContext) -> i32 {
 /// gone removes the process from `PROCESSES`. The slot is free at once (the map never fills
 /// with dead processes), and a PID reused later is not sampled with the old layout.
 #[raw_tracepoint]
-pub fn pyperch_process_exit(_ctx: RawTracePointContext) -> i32 {
+pub fn pyperch_process_exit(ctx: RawTracePointContext) -> i32 {
     bump(counter::PROCESS_EVENTS);
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     if thread_group_dead(pid_tgid as u32 == tgid) && PROCESSES.remove(&tgid).is_ok() {
         bump(counter::REGISTERED_EXITS);
+        debug!(&ctx, "registered process {} exited: its kernel slot is free", tgid);
     }
     0
 }
@@ -64,11 +72,12 @@ fn thread_group_dead(is_leader: bool) -> bool {
 /// Attached to `sched_process_exec`: counts it, and stops sampling the process if it was
 /// registered, since the registered layout described the program it just replaced.
 #[raw_tracepoint]
-pub fn pyperch_process_exec(_ctx: RawTracePointContext) -> i32 {
+pub fn pyperch_process_exec(ctx: RawTracePointContext) -> i32 {
     bump(counter::PROCESS_EVENTS);
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if PROCESSES.remove(&tgid).is_ok() {
         bump(counter::REGISTERED_EXECS);
+        debug!(&ctx, "registered process {} exec'd: not sampled until discovery looks at it again", tgid);
     }
     0
 }

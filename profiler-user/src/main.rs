@@ -11,6 +11,11 @@ fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
         eprintln!("error: internal error in pyperch ({}); please report it", pyperch::text::lines(&info.to_string()));
     }));
+    // RUST_LOG turns on pyperch's own diagnostics, the kernel programs' among them
+    // (`kernel::loader` enables aya-log's records at that level).
+    if std::env::var_os("RUST_LOG").is_some_and(|v| !v.is_empty()) {
+        env_logger::Builder::from_env("RUST_LOG").format_timestamp_millis().init();
+    }
     let cli = Cli::parse();
     let code = match run(cli) {
         Ok(code) => code,

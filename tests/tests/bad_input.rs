@@ -260,3 +260,29 @@ fn huge_durations_and_a_fifo_output_are_clear_errors() {
     note(format!("FIFO at --output: {} after {:.2?}", run.error_line(), run.elapsed));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue #32 item 6: the kernel programs' own diagnostics (aya-log) reach pyperch's log under
+/// `RUST_LOG` (as with `cargo xtask run -- ...`): a registered process exiting is said by the
+/// exit tracepoint's program, at debug level; without `RUST_LOG` nothing is said.
+#[test]
+fn kernel_log_says_a_registered_process_exited() {
+    let Some(py) = first_python(&HOST_PREFERENCE) else {
+        return;
+    };
+    let expected = |pid: u32| format!("registered process {pid} exited: its kernel slot is free");
+    for (env, wanted) in [(&[("RUST_LOG", "profiler=debug,pyperch=info")][..], true), (&[][..], false)] {
+        let mut w = Workload::spawn(&py, "exit_early.py", &["1"]).unwrap_or_else(|e| panic!("{e:#}"));
+        let pid = w.pid.to_string();
+        let run = RecordRun::start_env(&["--pid", &pid, "--duration", "120", "--rate", "99"], env);
+        let sampling = run.wait_until_sampling(Duration::from_secs(60));
+        // SAFETY: kill(2) with the pid of a child we spawned; no memory effects.
+        unsafe { libc::kill(w.pid as libc::pid_t, libc::SIGUSR1) };
+        let rec = run.finish();
+        assert!(sampling, "pyperch did not start sampling within 60 s{}", rec.diag());
+        let _ = w.wait_exit(Duration::from_secs(30));
+        rec.assert_ok();
+        let said = rec.run.stderr.contains(&expected(w.pid));
+        note(format!("RUST_LOG {:?}: the kernel's line {}", env.first().map(|e| e.1), if said { "shown" } else { "not shown" }));
+        assert_eq!(said, wanted, "RUST_LOG {env:?}: the kernel's exit line {}{}", if wanted { "is missing" } else { "appears" }, rec.diag());
+    }
+}

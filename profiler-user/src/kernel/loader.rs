@@ -216,6 +216,8 @@ pub struct KernelProgram {
     task_ids_known: bool,
     /// `--native` walked in the kernel: its unwind tables.
     unwind_tables: Option<Arc<crate::kernel::unwind_tables::Tables>>,
+    /// With `RUST_LOG`: the kernel programs' aya-log records, until `start_kernel_log`.
+    kernel_log: Option<Arc<Mutex<aya_log::EbpfLogger<&'static dyn log::Log>>>>,
 }
 
 /// Opens per-task CPU-clock events running the sampling program (see
@@ -375,6 +377,7 @@ impl KernelProgram {
             (1, 1, 1)
         };
         let native_walk = u64::from(walk_in_kernel);
+        let log_level = kernel_log_level();
         let off_cpu = time.mode.off_cpu();
         let kernel_stack_slots = if native.kernel && off_cpu { OFF_CPU_KERNEL_STACK_SLOTS } else { 1 };
         // The scheduler-switch program's per-thread map is preallocated (36 MB to zero): only
@@ -402,6 +405,7 @@ impl KernelProgram {
             .override_global("NATIVE_STACK_BYTES", &stack_bytes, true)
             .override_global("KERNEL_STACK", &kernel_stack, true)
             .override_global("NATIVE_WALK", &native_walk, true)
+            .override_global("AYA_LOG_LEVEL", &log_level, true)
             .map_max_entries(UNWIND_ROWS, row_slots)
             .map_max_entries(UNWIND_PROCESSES, unwind_process_slots)
             .map_max_entries("ROW_CACHE", row_cache_slots)
@@ -446,6 +450,18 @@ impl KernelProgram {
         .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let task_index = BpfHashMap::try_from(ebpf.take_map("TASK_OF_COROUTINE").ok_or(LoadError::MissingMap("TASK_OF_COROUTINE"))?)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
+        // The kernel's records go to `log` (env_logger under RUST_LOG); a failure only loses them.
+        let kernel_log = if log_level > 0 {
+            match aya_log::EbpfLogger::init(&mut ebpf) {
+                Ok(logger) => Some(Arc::new(Mutex::new(logger))),
+                Err(e) => {
+                    log::warn!("the kernel programs' log records cannot be read: {}", error_chain(&e));
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let unwind_tables = if walk_in_kernel { Some(Arc::new(take_unwind_tables(&mut ebpf, row_slots)?)) } else { None };
         let registry = Arc::new(Registry {
             processes: Mutex::new(processes),
@@ -465,6 +481,7 @@ impl KernelProgram {
             attached_cpus: 0,
             task_ids_known: offsets.task_pid != 0 && offsets.task_tgid != 0,
             unwind_tables,
+            kernel_log,
         })
     }
 
@@ -648,6 +665,23 @@ impl KernelProgram {
         self.attached_cpus
     }
 
+    /// With `RUST_LOG`: a thread that writes the kernel programs' log records (aya-log) to the
+    /// log every 100 ms. Started after the privilege drop (which wants one thread); never the
+    /// drain thread. Without `RUST_LOG` nothing runs (the programs' log calls are compiled out
+    /// by the verifier: their level is frozen at 0).
+    pub fn start_kernel_log(&mut self) {
+        let Some(logger) = self.kernel_log.clone() else { return };
+        let spawned = std::thread::Builder::new().name("pyperch-klog".into()).spawn(move || {
+            loop {
+                logger.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).flush();
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        });
+        if let Err(e) = spawned {
+            log::warn!("the kernel programs' log records will not be shown: {e}");
+        }
+    }
+
     /// The kernel's unwind tables, when `--native` walks in the kernel.
     pub fn unwind_tables(&self) -> Option<Arc<dyn crate::target::native::tables::TableSink>> {
         self.unwind_tables.clone().map(|t| t as Arc<dyn crate::target::native::tables::TableSink>)
@@ -662,6 +696,10 @@ impl KernelProgram {
     /// Detaches from every CPU: no sample is produced after this returns.
     pub fn detach(&mut self) {
         self.task_events.clear();
+        // The kernel's last log records (an exit that ended the recording) before the end.
+        if let Some(logger) = &self.kernel_log {
+            logger.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).flush();
+        }
         if let Ok(program) = program_mut::<PerfEvent>(&mut self.ebpf, self.walk.entry_program()) {
             let _ = program.unload();
         }
@@ -811,6 +849,19 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime writes the struct we pass.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+/// aya-log's level for the kernel programs (`AYA_LOG_LEVEL`: 0 off, 1 error ... 5 trace),
+/// from the level `RUST_LOG` set for the log (off without it).
+fn kernel_log_level() -> u8 {
+    match log::max_level() {
+        log::LevelFilter::Off => 0,
+        log::LevelFilter::Error => 1,
+        log::LevelFilter::Warn => 2,
+        log::LevelFilter::Info => 3,
+        log::LevelFilter::Debug => 4,
+        log::LevelFilter::Trace => 5,
+    }
 }
 
 /// The native walk's maps: rows (mapped into this process) and processes.

@@ -169,6 +169,7 @@ impl SessionBuilder {
         }
         // Attached and launched: keep only what sampling needs (before any other thread starts).
         privileges::drop_after_attach(&privileges::Keep { output: self.output.clone(), command: child.is_some() })?;
+        session.kernel.start_kernel_log();
         let initial = if self.subprocesses {
             // The given processes need not be Python, nor match the filters: their descendants may.
             let mut ready = Vec::new();
