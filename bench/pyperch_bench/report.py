@@ -367,7 +367,7 @@ class Report(object):
         w("## Free-threaded CPython 3.14t (pyperch only)")
         w()
         if not groups:
-            w("Not measured in this run: %s (a free-threaded CPython is built by hand; see the README)." % r["freethreaded_skipped"])
+            w("Not measured in this run: %s (a free-threaded CPython is built by hand; see docs/free-threaded.md)." % r["freethreaded_skipped"])
             w()
             return
         main = self.meta["python_main"]

@@ -1094,7 +1094,7 @@ fn agent_sigterm_during_an_outage_reports_what_was_not_delivered() {
 
 /// The agent's overall deadline for one upload attempt (see profiler-user/src/export/upload/http.rs).
 const UPLOAD_DEADLINE: Duration = Duration::from_secs(10);
-/// The agent's grace for draining its queue at exit (see README, `pyperch agent`).
+/// The agent's grace for draining its queue at exit (see docs/agent.md).
 const FINAL_DRAIN: Duration = Duration::from_secs(10);
 
 /// A Python server fixture that prints `port N ...` first and logs one JSON line per

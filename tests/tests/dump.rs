@@ -380,7 +380,7 @@ fn dump_measured(pid: u32, args: &[&str], out: &std::path::Path) -> (std::proces
     (std::process::ExitStatus::from_raw(status), usage.ru_maxrss as u64 * 1024, started.elapsed())
 }
 
-/// The documented bound on `dump`'s peak RSS (README, *pyperch dump*): its 64 MiB of held
+/// The documented bound on `dump`'s peak RSS (docs/commands.md, *pyperch dump*): its 64 MiB of held
 /// frames, names and locals, the binary and the output buffers.
 const DUMP_PEAK_RSS: u64 = 200 << 20;
 

@@ -38,7 +38,7 @@ const END_MARGIN: Duration = Duration::from_secs(8);
 /// How long pyperch may take to exit after SIGTERM (issue #28: honoured within 1 s
 /// whatever a target does; the drain thread answers it, measured 0.04-0.1 s).
 const SIGTERM_GRACE: Duration = Duration::from_secs(1);
-/// pyperch's peak RSS in every case (README, "Safety on a hostile host": 256 MiB).
+/// pyperch's peak RSS in every case (docs/safety.md: 256 MiB).
 const PEAK_RSS_KB: u64 = 256 * 1024;
 /// Host interpreters for the benign process, preferred first.
 const HOST_PYTHONS: [&str; 6] = ["3.12", "3.11", "3.10", "3.9", "3.13", "3.8"];
@@ -230,7 +230,7 @@ fn record_beside_after(benign: &Workload, leaf: &str, scenario: &str, first_scan
         cpu_ticks(pyperch_pid),
     );
     let own_window = (t1 - t0).as_secs_f64();
-    // Its peak RSS so far (read while it still runs: the README's fault table).
+    // Its peak RSS so far (read while it still runs: docs/safety.md's fault table).
     let peak_kb = status_kb(pyperch_pid, "VmHWM").unwrap_or(0);
     let rec = run.finish();
     let elapsed = started.elapsed();
@@ -277,7 +277,7 @@ fn record_beside_after(benign: &Workload, leaf: &str, scenario: &str, first_scan
     );
     assert!(
         peak_kb < PEAK_RSS_KB,
-        "{scenario}: pyperch's peak RSS was {peak_kb} kB, over the {PEAK_RSS_KB} kB the README states{d}"
+        "{scenario}: pyperch's peak RSS was {peak_kb} kB, over the {PEAK_RSS_KB} kB docs/safety.md states{d}"
     );
     for other in OTHER_LEAVES.iter().filter(|o| **o != leaf) {
         assert_eq!(

@@ -1,10 +1,10 @@
 //! `deploy/kubernetes/` stays valid and honest:
-//! - it validates in strict mode against the oldest and the newest Kubernetes versions the
-//!   README names (`Supported Kubernetes versions: A to B`), with PyPI's
+//! - it validates in strict mode against the oldest and the newest Kubernetes versions
+//!   docs/kubernetes.md names (`Supported Kubernetes versions: A to B`), with PyPI's
 //!   `kubernetes-validate` (installed in the test venv by `cargo xtask test`);
 //! - upload credentials come only from the Secret mounted as files, through `--upload-*-file`
 //!   flags that `pyperch agent --help` lists;
-//! - the memory limit is the soak test's measured peak (README, *Memory*) plus the margin
+//! - the memory limit is the soak test's measured peak (docs/safety.md, *Memory*) plus the margin
 //!   the manifest states;
 //! - the image is the one `cargo xtask image` builds (`localhost/pyperch:<version>`).
 
@@ -69,13 +69,13 @@ fn agent_container(python: &Path) -> Value {
     panic!("no DaemonSet in deploy/kubernetes/");
 }
 
-/// `(oldest, newest)` from the README's line `Supported Kubernetes versions: 1.A to 1.B`.
+/// `(oldest, newest)` from docs/kubernetes.md's line `Supported Kubernetes versions: 1.A to 1.B`.
 fn supported_versions() -> (String, String) {
-    let readme = fs::read_to_string(repo_root().join("README.md")).expect("README.md");
+    let readme = fs::read_to_string(repo_root().join("docs/kubernetes.md")).expect("docs/kubernetes.md");
     let line = readme
         .lines()
         .find_map(|l| l.split_once("Supported Kubernetes versions:").map(|(_, r)| r.to_string()))
-        .expect("the README names the supported Kubernetes versions (`Supported Kubernetes versions: 1.A to 1.B`)");
+        .expect("docs/kubernetes.md names the supported Kubernetes versions (`Supported Kubernetes versions: 1.A to 1.B`)");
     let words: Vec<&str> = line.split_whitespace().map(|w| w.trim_matches(|c: char| !c.is_ascii_digit() && c != '.')).collect();
     let versions: Vec<&str> = words.iter().copied().filter(|w| w.starts_with("1.")).collect();
     assert!(versions.len() >= 2, "cannot read the versions in {line:?}");
@@ -158,17 +158,17 @@ fn number_after(text: &str, marker: &str) -> Option<f64> {
 #[test]
 fn manifest_memory_limit_is_the_soak_peak_plus_a_stated_margin() {
     let Some(python) = validator_python() else { return };
-    let readme = fs::read_to_string(repo_root().join("README.md")).expect("README.md");
-    let memory = &readme[readme.find("Soak test").expect("the README's soak test paragraph")..];
-    let peak = number_after(memory, "peak ").expect("the README states the soak peak (`peak N MiB`)");
+    let readme = fs::read_to_string(repo_root().join("docs/safety.md")).expect("docs/safety.md");
+    let memory = &readme[readme.find("Soak test").expect("docs/safety.md's soak test paragraph")..];
+    let peak = number_after(memory, "peak ").expect("docs/safety.md states the soak peak (`peak N MiB`)");
     let text = fs::read_to_string(repo_root().join("deploy/kubernetes/daemonset.yaml")).unwrap();
     let stated_peak = number_after(&text, "soak peak ").expect("the manifest states the soak peak it uses");
     let margin = number_after(&text, "margin ").expect("the manifest states its margin");
-    assert_eq!(stated_peak, peak.ceil(), "the manifest's soak peak is not the README's measured {peak} MiB (rounded up)");
+    assert_eq!(stated_peak, peak.ceil(), "the manifest's soak peak is not docs/safety.md's measured {peak} MiB (rounded up)");
     let spec = agent_container(&python);
     let limit = spec["containers"][0]["resources"]["limits"]["memory"].as_str().expect("a memory limit");
     let limit_mib: f64 = limit.strip_suffix("Mi").and_then(|n| n.parse().ok()).expect("the limit in Mi");
-    note(format!("memory limit {limit} = soak peak {stated_peak} MiB (README: {peak}) + margin {margin} MiB"));
+    note(format!("memory limit {limit} = soak peak {stated_peak} MiB (docs/safety.md: {peak}) + margin {margin} MiB"));
     assert_eq!(limit_mib, stated_peak + margin, "the limit {limit} is not soak peak {stated_peak} + margin {margin} MiB");
 }
 
@@ -183,6 +183,6 @@ fn manifest_image_is_the_one_cargo_xtask_image_builds() {
     let spec = agent_container(&python);
     let image = spec["containers"][0]["image"].as_str().expect("image");
     assert_eq!(image, format!("localhost/pyperch:{version}"), "the manifest's image is not the name `cargo xtask image` gives");
-    let readme = fs::read_to_string(repo_root().join("README.md")).expect("README.md");
-    assert!(readme.contains(image), "the README does not name the image {image}");
+    let readme = fs::read_to_string(repo_root().join("docs/kubernetes.md")).expect("docs/kubernetes.md");
+    assert!(readme.contains(image), "docs/kubernetes.md does not name the image {image}");
 }

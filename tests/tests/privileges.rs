@@ -29,7 +29,7 @@ const CAP_BPF: u32 = 39;
 const CAP_CHECKPOINT_RESTORE: u32 = 40;
 
 /// What pyperch documents it keeps after attaching, on this kernel, when the output's
-/// directory is its own (README, "Privileges"): CAP_BPF only on kernels before 5.19 with
+/// directory is its own (docs/safety.md, "Privileges after start"): CAP_BPF only on kernels before 5.19 with
 /// kernel.unprivileged_bpf_disabled set.
 fn documented_kept_set() -> u64 {
     let mut set = 1 << CAP_DAC_READ_SEARCH | 1 << CAP_SYS_PTRACE | 1 << CAP_CHECKPOINT_RESTORE;
@@ -190,7 +190,7 @@ fn privileges_record_drops_capabilities_and_still_profiles() {
     assert!(run.wait_until_sampling(Duration::from_secs(60)), "pyperch never started sampling");
     let tasks = wait_for_drop(run.pid());
     // The tests' scratch folder is root's (0755): nobody can write the output there only
-    // with CAP_DAC_OVERRIDE, which is kept for it (README, "Privileges").
+    // with CAP_DAC_OVERRIDE, which is kept for it (docs/safety.md, "Privileges after start").
     let expected_set = documented_kept_set() | 1 << CAP_DAC_OVERRIDE;
     assert_reduced(&tasks, expected_set, "pyperch record while sampling");
 

@@ -19,10 +19,10 @@ use std::{
 
 use pyperch_tests::*;
 
-/// The documented peak budget (README, "Memory").
+/// The documented peak budget (docs/safety.md, "Memory").
 const PEAK_BUDGET_MIB: f64 = 256.0;
 /// Growth allowed after warm-up. A short run's fit is noisy (allocator steps), so the bound
-/// is generous; the long run's measured figure is what the README states.
+/// is generous; the long run's measured figure is what docs/safety.md states.
 const MAX_GROWTH_MIB_PER_HOUR: f64 = 64.0;
 const DEFAULT_SECONDS: u64 = 75;
 

@@ -18,7 +18,7 @@ use anyhow::{Context, Result, anyhow, bail};
 
 use super::*;
 
-/// The image's name as the README and the manifest give it (`localhost/` is podman's
+/// The image's name as docs/kubernetes.md and the manifest give it (`localhost/` is podman's
 /// prefix for images that come from no registry).
 pub(crate) fn default_image_name() -> String {
     format!("localhost/pyperch:{}", env!("CARGO_PKG_VERSION"))
