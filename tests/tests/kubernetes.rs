@@ -214,9 +214,11 @@ impl Drop for RuncContainer {
 }
 
 /// containerd's state directory below a node's root: kubeadm's (and containerd's default),
-/// and k3s's and RKE2's.
+/// k3s's and RKE2's, microk8s's (the snap's), and docker's embedded containerd's.
 const STATE_KUBEADM: &str = "run/containerd";
 const STATE_K3S: &str = "run/k3s/containerd";
+const STATE_MICROK8S: &str = "var/snap/microk8s/common/run/containerd";
+const STATE_DOCKER: &str = "var/run/docker/containerd/daemon";
 
 /// Where containerd's runc shim keeps a container's bundle, relative to its state directory
 /// (`/run/containerd` on a node).
@@ -233,7 +235,7 @@ const TASK_DIR: &str = "io.containerd.runtime.v2.task/k8s.io";
 struct Containerd {
     dir: PathBuf,
     node: PathBuf,
-    /// The state directory below `<node>` ([`STATE_KUBEADM`] or [`STATE_K3S`]).
+    /// The state directory below `<node>` (one of the `STATE_*` layouts).
     state: &'static str,
     socket: PathBuf,
     child: std::process::Child,
@@ -932,4 +934,18 @@ fn kubernetes_containerd_systemd_driver_under_daemonset_privileges() {
 #[test]
 fn kubernetes_containerd_k3s_state_directory_under_daemonset_privileges() {
     kubernetes_case(Driver::Cgroupfs, STATE_K3S);
+}
+
+/// microk8s's layout (issue #32): containerd's state under the snap's directory,
+/// `<node>/var/snap/microk8s/common/run/containerd`; found from the shim as for k3s.
+#[test]
+fn kubernetes_containerd_microk8s_state_directory_under_daemonset_privileges() {
+    kubernetes_case(Driver::Cgroupfs, STATE_MICROK8S);
+}
+
+/// docker's embedded containerd's layout (issue #32): its state directory
+/// `<node>/var/run/docker/containerd/daemon`; found from the shim as for k3s.
+#[test]
+fn kubernetes_containerd_docker_embedded_state_directory_under_daemonset_privileges() {
+    kubernetes_case(Driver::Cgroupfs, STATE_DOCKER);
 }
