@@ -188,10 +188,9 @@ pub fn native_part(bytes: &[u8]) -> Option<(NativeTrailer, &[u8], &[u8])> {
         return None;
     }
     // Walked frames: whole entries, at most the kernel's count, a known end.
-    if trailer.walk_end != crate::walk_end::COPY
-        && (u % crate::WALKED_FRAME_SIZE != 0
-            || u / crate::WALKED_FRAME_SIZE > crate::MAX_WALKED_FRAMES
-            || trailer.walk_end > crate::walk_end::LAST)
+    if trailer.walk_end > crate::walk_end::LAST
+        || (!crate::walk_end::is_copy(trailer.walk_end)
+            && (u % crate::WALKED_FRAME_SIZE != 0 || u / crate::WALKED_FRAME_SIZE > crate::MAX_WALKED_FRAMES))
     {
         return None;
     }

@@ -137,6 +137,14 @@ pub mod walk_end {
     pub const DEPTH: u32 = 8;
     /// The process's mapping list is not in the kernel yet.
     pub const NO_PROCESS: u32 = 9;
+    /// The walk could not start (`LOADING` or `NO_PROCESS`): the record holds a copy of the
+    /// stack instead, as with `COPY`, for userspace to unwind once it has read the files.
+    pub const COPY_WHILE_LOADING: u32 = 10;
     /// Highest value.
-    pub const LAST: u32 = 9;
+    pub const LAST: u32 = 10;
+
+    /// Whether the user part of a record with this end is a stack copy (else walked frames).
+    pub const fn is_copy(end: u32) -> bool {
+        end == COPY || end == COPY_WHILE_LOADING
+    }
 }

@@ -17,7 +17,7 @@ use aya_ebpf::{
 };
 use profiler_common::{
     MAX_KERNEL_FRAMES, MAX_NATIVE_STACK_BYTES, MAX_WALKED_FRAMES, NATIVE_TRAILER_SIZE, WALKED_FRAME_SIZE, NativeTrailer, SampleHeader, native_regs,
-    record_kind,
+    record_kind, walk_end,
 };
 
 use crate::maps::output_record;
@@ -127,7 +127,8 @@ pub fn emit(ctx: &PerfEventContext, record: *const c_void, len: usize) {
 
     // SAFETY: a plain read of a global the loader froze.
     let walk_here = unsafe { core::ptr::read_volatile(&NATIVE_WALK) } != 0;
-    if walk_here && stack_bytes != 0 && s.trailer.regs != native_regs::NONE {
+    let mut copy = stack_bytes != 0 && s.trailer.regs != native_regs::NONE;
+    if walk_here && copy {
         let at = offset & OFFSET_MASK;
         s.walk.ip = s.trailer.ip;
         s.walk.sp = s.trailer.sp;
@@ -138,12 +139,21 @@ pub fn emit(ctx: &PerfEventContext, record: *const c_void, len: usize) {
         // SAFETY: `at` plus the walk's largest write lies inside the buffer (see BUFFER_SIZE).
         let frames = unsafe { s.buffer.as_mut_ptr().add(at) };
         native_unwind::walk(&mut s.walk, frames);
-        let n = s.walk.n as usize & (MAX_WALKED_FRAMES * 2 - 1);
-        let n = if n > MAX_WALKED_FRAMES { MAX_WALKED_FRAMES } else { n };
-        s.trailer.user_stack_len = (n * WALKED_FRAME_SIZE) as u32;
-        s.trailer.walk_end = s.walk.end;
-        offset += n * WALKED_FRAME_SIZE;
-    } else if stack_bytes != 0 && s.trailer.regs != native_regs::NONE {
+        if s.walk.end == walk_end::LOADING || s.walk.end == walk_end::NO_PROCESS {
+            // The process's tables are not in the kernel yet (its first second or so): a copy
+            // of the stack instead (over the frames), which userspace unwinds once it has read
+            // the files, as with `--native-walk copy`.
+            s.trailer.walk_end = walk_end::COPY_WHILE_LOADING;
+        } else {
+            let n = s.walk.n as usize & (MAX_WALKED_FRAMES * 2 - 1);
+            let n = if n > MAX_WALKED_FRAMES { MAX_WALKED_FRAMES } else { n };
+            s.trailer.user_stack_len = (n * WALKED_FRAME_SIZE) as u32;
+            s.trailer.walk_end = s.walk.end;
+            offset += n * WALKED_FRAME_SIZE;
+            copy = false;
+        }
+    }
+    if copy {
         let mut want = stack_bytes as usize;
         if want > MAX_NATIVE_STACK_BYTES {
             want = MAX_NATIVE_STACK_BYTES;

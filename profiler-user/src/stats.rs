@@ -391,6 +391,7 @@ const WALK_END_LABELS: [&str; profiler_common::walk_end::LAST as usize + 1] = [
     "at a frame not above its callee",
     "at the depth limit",
     "before the process's mappings were loaded",
+    "not started, its tables loading (the stack copied and unwound by pyperch)",
 ];
 
 pub fn walk_end_label(end: u32) -> &'static str {

@@ -96,6 +96,11 @@ fn import_loop(label: &str) {
             // `<string>` also holds namedtuple's `__new__`, made by `eval` of a lambda.
             let ran = if f.file == "<string>" {
                 f.name == "<module>" || f.name == "<lambda>"
+            } else if f.file == "<frozen getpath>" {
+                // 3.11+: the interpreter runs the frozen getpath module while it starts (it
+                // computes sys.path), before any import the workload can list; sampled from
+                // the first instruction, a launch may catch it.
+                f.name == "<module>"
             } else {
                 let mut known = codes.iter().filter(|(file, _)| **file == f.file || file.ends_with(&suffix));
                 match f.line {

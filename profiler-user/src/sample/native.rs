@@ -106,11 +106,16 @@ impl NativeSampler {
             Some(unwinder) => {
                 let mut unwound = std::mem::take(&mut self.unwound);
                 let end = match self.context.io.as_ref() {
-                    Some(io) if trailer.walk_end != profiler_common::walk_end::COPY => {
+                    Some(io) if !profiler_common::walk_end::is_copy(trailer.walk_end) => {
                         counters.native_walk_ends[(trailer.walk_end as usize).min(profiler_common::walk_end::LAST as usize)] += 1;
                         unwinder.walked(user, trailer.walk_end, trailer.sp, io, &mut unwound)
                     }
-                    Some(io) => unwinder.unwind(trailer.ip, trailer.sp, trailer.bp, user, io, &mut unwound),
+                    Some(io) => {
+                        if trailer.walk_end == profiler_common::walk_end::COPY_WHILE_LOADING {
+                            counters.native_walk_ends[profiler_common::walk_end::COPY_WHILE_LOADING as usize] += 1;
+                        }
+                        unwinder.unwind(trailer.ip, trailer.sp, trailer.bp, user, io, &mut unwound)
+                    }
                     None => UnwindEnd::Loading,
                 };
                 if unwinder.removals != self.removals {
@@ -146,6 +151,8 @@ impl NativeSampler {
                     let groups = merge::groups(&walked_leaf_first, self.grouping);
                     let truncated = match trailer.walk_end {
                         profiler_common::walk_end::COPY => self.marker(profile, "<truncated native>")?,
+                        // Unwound from a copy because the process's tables were still loading.
+                        profiler_common::walk_end::COPY_WHILE_LOADING => self.marker(profile, "<truncated native (tables loading)>")?,
                         end => self.marker(profile, &format!("<native unwind stopped {}>", crate::stats::walk_end_label(end)))?,
                     };
                     let merged = groups.and_then(|g| merge::merge(&g, &native, end == UnwindEnd::Complete, truncated));
