@@ -243,10 +243,7 @@ impl ProcessNative {
     /// when a frame lies in code whose file or mapping is still being read.
     pub fn unwind(&mut self, ip: u64, sp: u64, bp: u64, stack: &[u8], io: &NativeIo, out: &mut Vec<UnwoundFrame>) -> UnwindEnd {
         out.clear();
-        self.poll();
-        if self.deferred || self.reload_due() {
-            self.refresh(io);
-        }
+        self.take_answers(io);
         if self.waits_for(ip, io) {
             return UnwindEnd::Loading;
         }
@@ -295,15 +292,26 @@ impl ProcessNative {
             }
         }
         let addresses: Vec<u64> = out.iter().map(|f| f.address).chain(stopped_at).collect();
-        let mut waits = false;
-        for a in addresses {
-            waits |= self.waits_for(a, io);
-        }
-        if waits {
+        if self.waits_for_any(&addresses, io) {
             out.clear();
             return UnwindEnd::Loading;
         }
         end
+    }
+
+    /// A sample's start: takes in the answers that arrived, and asks for the maps again when
+    /// files were put off or evicted (never waits).
+    fn take_answers(&mut self, io: &NativeIo) {
+        self.poll();
+        if self.deferred || self.reload_due() {
+            self.refresh(io);
+        }
+    }
+
+    /// Whether any of `addresses` waits for its mapping or file ([`Self::waits_for`], asked of
+    /// every one: each may start a maps read).
+    fn waits_for_any(&mut self, addresses: &[u64], io: &NativeIo) -> bool {
+        addresses.iter().fold(false, |waits, &a| self.waits_for(a, io) | waits)
     }
 
     /// Asks for the maps again, at most every `REFRESH_INTERVAL` and one request at a time;
@@ -496,26 +504,25 @@ impl ProcessNative {
     pub fn walked(&mut self, frames: &[u8], end: u32, sp: u64, io: &NativeIo, out: &mut Vec<UnwoundFrame>) -> UnwindEnd {
         use profiler_common::{WALKED_FRAME_SIZE, walk_end};
         out.clear();
-        self.poll();
-        if self.deferred || self.reload_due() {
-            self.refresh(io);
-        }
+        self.take_answers(io);
         let mut low = sp;
         let n = frames.len() / WALKED_FRAME_SIZE;
         for (i, f) in frames.chunks_exact(WALKED_FRAME_SIZE).enumerate() {
             let ip = u64::from_le_bytes(f[..8].try_into().unwrap_or_default());
             let cfa = u32::from_le_bytes(f[8..12].try_into().unwrap_or_default());
-            let high = match (cfa, end) {
-                (0, _) if i + 1 == n && end == walk_end::OUTERMOST => u64::MAX,
+            // The outermost frame reaches the top of the stack.
+            let outermost = end == walk_end::OUTERMOST && i + 1 == n;
+            let high = match cfa {
+                0 if outermost => u64::MAX,
                 // The frame the walk stopped in: its extent is unknown.
-                (0, _) => break,
-                _ => sp.saturating_add(u64::from(cfa)),
+                0 => break,
+                cfa => sp.saturating_add(u64::from(cfa)),
             };
             if high <= low {
                 break;
             }
             let address = if i == 0 { ip } else { ip.wrapping_sub(1) };
-            out.push(UnwoundFrame { address, low, high: if end == walk_end::OUTERMOST && i + 1 == n { u64::MAX } else { high } });
+            out.push(UnwoundFrame { address, low, high: if outermost { u64::MAX } else { high } });
             low = high;
         }
         // The frame where the walk stopped (or the last one), for the loading check.
@@ -528,12 +535,8 @@ impl ProcessNative {
         // a mapping read here): its table is on its way.
         let new_mapping = end == walk_end::NO_MODULE && stopped.is_some_and(|a| self.mapping_at(a).is_none());
         let kernel_waits = matches!(end, walk_end::LOADING | walk_end::NO_PROCESS) || new_mapping;
-        let mut waits = kernel_waits;
         let addresses: Vec<u64> = out.iter().map(|f| f.address).chain(stopped).collect();
-        for a in addresses {
-            waits |= self.waits_for(a, io);
-        }
-        if waits {
+        if self.waits_for_any(&addresses, io) || kernel_waits {
             out.clear();
             return UnwindEnd::Loading;
         }
