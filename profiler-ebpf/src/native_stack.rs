@@ -6,6 +6,11 @@
 //! registers with the files' unwind rows (`native_unwind`, the default), or a bounded copy of
 //! the top of the user stack for userspace to unwind (`--native-walk copy`); all sent as one
 //! `CPU_SAMPLE_NATIVE` record. The Python frames are never changed here.
+//!
+//! Two builds of [`emit`]: the `bpf_loop` sampler's (5.17+), and the bounded sampler's
+//! (`BOUNDED`, for 5.10 to 5.16): the latter finds the user registers without the 5.11/5.15
+//! helpers (from the task's kernel stack, see [`user_registers`]) and drives the walk's steps
+//! from a bounded loop of calls to a global function instead of `bpf_loop`.
 
 use core::ffi::c_void;
 
@@ -33,6 +38,13 @@ static NATIVE_WALK: u64 = 0;
 /// Non-zero: record the kernel stack (`--kernel`). Frozen at load time.
 #[unsafe(no_mangle)]
 static KERNEL_STACK: u64 = 0;
+/// The offset of `task_struct.stack` (from BTF; 0: unknown) and of the user registers a task
+/// saved on entering the kernel from the bottom of that stack (x86_64: `THREAD_SIZE -
+/// sizeof(struct pt_regs)`). Frozen at load time; read only by the bounded sampler.
+#[unsafe(no_mangle)]
+static TASK_STACK_OFFSET: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_PT_REGS_OFFSET: u64 = 0;
 
 /// Every offset into the buffer is masked with this (for the verifier). The real offsets are
 /// far below: header and full frames at most 2112 bytes, trailer 40, kernel stack 1016.
@@ -75,8 +87,9 @@ fn enabled() -> (u64, bool) {
 }
 
 /// Sends the record (`len` bytes at `record`, a `SampleHeader` and its full frames), with
-/// native context when a flag asks for it.
-pub fn emit(ctx: &PerfEventContext, record: *const c_void, len: usize) {
+/// native context when a flag asks for it. `BOUNDED`: the caller may not use `bpf_loop`
+/// (nor the helpers of 5.11+).
+pub fn emit<const BOUNDED: bool>(ctx: &PerfEventContext, record: *const c_void, len: usize) {
     let (stack_bytes, kernel) = enabled();
     if stack_bytes == 0 && !kernel {
         output_record(record, len);
@@ -104,7 +117,7 @@ pub fn emit(ctx: &PerfEventContext, record: *const c_void, len: usize) {
     }
 
     s.trailer = NativeTrailer::default();
-    user_registers(ctx, s);
+    user_registers::<BOUNDED>(ctx, s);
     let mut offset = python_len + NATIVE_TRAILER_SIZE;
 
     if kernel {
@@ -136,9 +149,13 @@ pub fn emit(ctx: &PerfEventContext, record: *const c_void, len: usize) {
         s.walk.sp0 = s.trailer.sp;
         // SAFETY: a helper without arguments.
         s.walk.pid = (unsafe { generated::bpf_get_current_pid_tgid() } >> 32) as u32;
-        // SAFETY: `at` plus the walk's largest write lies inside the buffer (see BUFFER_SIZE).
-        let frames = unsafe { s.buffer.as_mut_ptr().add(at) };
-        native_unwind::walk(&mut s.walk, frames);
+        if BOUNDED {
+            walk_bounded(at);
+        } else {
+            // SAFETY: `at` plus the walk's largest write lies inside the buffer (see BUFFER_SIZE).
+            let frames = unsafe { s.buffer.as_mut_ptr().add(at) };
+            native_unwind::walk(&mut s.walk, frames);
+        }
         if s.walk.end == walk_end::LOADING || s.walk.end == walk_end::NO_PROCESS {
             // The process's tables are not in the kernel yet (its first second or so): a copy
             // of the stack instead (over the frames), which userspace unwinds once it has read
@@ -205,9 +222,47 @@ pub fn emit(ctx: &PerfEventContext, record: *const c_void, len: usize) {
     output_record(s.buffer.as_ptr() as *const c_void, total);
 }
 
+/// The walk without `bpf_loop`: [`native_unwind::begin`], then one call of the global
+/// function [`pyperch_native_step`] per frame, at most `MAX_WALKED_FRAMES` + 1 (the last
+/// one says the walk is too deep). The frames go to the buffer at `at`.
+#[inline(always)]
+fn walk_bounded(at: usize) {
+    let Some(s) = NATIVE_SCRATCH.get_ptr_mut(0) else { return };
+    // SAFETY: this CPU's scratch value; this program does not run reentrantly on one CPU.
+    let s = unsafe { &mut *s };
+    // SAFETY: `at` is masked and the walk's largest write lies inside the buffer.
+    let frames = unsafe { s.buffer.as_mut_ptr().add(at & OFFSET_MASK) };
+    if native_unwind::begin(&mut s.walk, frames).is_none() {
+        return;
+    }
+    for _ in 0..MAX_WALKED_FRAMES + 1 {
+        if pyperch_native_step(at as u64) == 0 {
+            break;
+        }
+    }
+}
+
+/// One frame of the bounded walk, as a global function: the kernel verifies it once, on its
+/// own, so the loop above costs the verifier a few instructions per iteration (5.10's
+/// verifier would otherwise explore the binary searches of every frame). Global functions
+/// take scalars only: the walk's state is this CPU's scratch, `at` the frames' offset in its
+/// buffer. Returns 1 while the walk goes on, 0 once it ended.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn pyperch_native_step(at: u64) -> i64 {
+    let Some(s) = NATIVE_SCRATCH.get_ptr_mut(0) else { return 0 };
+    // SAFETY: as in `walk_bounded`.
+    let s = unsafe { &mut *s };
+    // SAFETY: the masked offset plus the walk's largest write lies inside the buffer.
+    let frames = unsafe { s.buffer.as_mut_ptr().add(at as usize & OFFSET_MASK) };
+    native_unwind::step_frame(&mut s.walk, frames) as i64
+}
+
 /// The interrupted thread's user registers into the trailer: from the perf event when it hit
-/// user mode, else the registers the thread saved when it entered the kernel.
-fn user_registers(ctx: &PerfEventContext, s: &mut NativeScratch) {
+/// user mode, else the registers the thread saved when it entered the kernel (found with the
+/// 5.11/5.15 helpers, or, `BOUNDED`, at their fixed place below the top of the task's kernel
+/// stack). Either way only registers whose code segment is user mode's are taken.
+fn user_registers<const BOUNDED: bool>(ctx: &PerfEventContext, s: &mut NativeScratch) {
     let regs = ctx.ctx as *const u64;
     // SAFETY: the perf-event context starts with the interrupted `pt_regs`.
     let cs = unsafe { core::ptr::read_volatile(regs.add(REG_CS)) };
@@ -221,16 +276,16 @@ fn user_registers(ctx: &PerfEventContext, s: &mut NativeScratch) {
         s.trailer.regs = native_regs::FROM_CONTEXT;
         return;
     }
-    // SAFETY: the helpers return the current task and its saved user registers (kernel memory,
-    // read with a probe that fails cleanly).
-    let ret = unsafe {
-        let task = generated::bpf_get_current_task_btf();
-        let user = generated::bpf_task_pt_regs(task) as *const c_void;
-        generated::bpf_probe_read_kernel(
-            s.regs.as_mut_ptr() as *mut c_void,
-            (PT_REGS_WORDS * 8) as u32,
-            user,
-        )
+    let ret = if BOUNDED {
+        saved_user_registers(&mut s.regs)
+    } else {
+        // SAFETY: the helpers return the current task and its saved user registers (kernel
+        // memory, read with a probe that fails cleanly).
+        unsafe {
+            let task = generated::bpf_get_current_task_btf();
+            let user = generated::bpf_task_pt_regs(task) as *const c_void;
+            generated::bpf_probe_read_kernel(s.regs.as_mut_ptr() as *mut c_void, (PT_REGS_WORDS * 8) as u32, user)
+        }
     };
     if ret != 0 || s.regs[REG_CS] & 3 != 3 {
         return;
@@ -239,4 +294,36 @@ fn user_registers(ctx: &PerfEventContext, s: &mut NativeScratch) {
     s.trailer.sp = s.regs[REG_SP];
     s.trailer.bp = s.regs[REG_BP];
     s.trailer.regs = native_regs::FROM_TASK;
+}
+
+/// The current task's saved user registers without the 5.11+ helpers: `task->stack` (its
+/// offset from BTF) plus the frozen offset of `pt_regs` at the top of that stack. Returns the
+/// probe read's result (0: read), or -1 when the offsets are unknown.
+#[inline(always)]
+fn saved_user_registers(regs: &mut [u64; PT_REGS_WORDS]) -> i64 {
+    // SAFETY: plain reads of globals the loader froze.
+    let (stack_offset, regs_offset) =
+        unsafe { (core::ptr::read_volatile(&TASK_STACK_OFFSET), core::ptr::read_volatile(&TASK_PT_REGS_OFFSET)) };
+    if stack_offset == 0 || regs_offset == 0 {
+        return -1;
+    }
+    let mut stack = 0u64;
+    // SAFETY: probe reads of kernel memory (the running task, then its stack) into locals;
+    // they fail cleanly on a bad address.
+    unsafe {
+        let task = generated::bpf_get_current_task() as *const u8;
+        let ret = generated::bpf_probe_read_kernel(
+            &mut stack as *mut u64 as *mut c_void,
+            8,
+            task.add(stack_offset as usize) as *const c_void,
+        );
+        if ret != 0 || stack == 0 {
+            return -1;
+        }
+        generated::bpf_probe_read_kernel(
+            regs.as_mut_ptr() as *mut c_void,
+            (PT_REGS_WORDS * 8) as u32,
+            stack.wrapping_add(regs_offset) as *const c_void,
+        )
+    }
 }

@@ -86,19 +86,11 @@ pub struct WalkTarget {
 }
 
 /// Walks the current thread's native stack from `state` (registers set, `n` 0) into
-/// `frames`; `state.n` and `state.end` say what was written and why it stopped.
+/// `frames`; `state.n` and `state.end` say what was written and why it stopped. Needs
+/// `bpf_loop` (5.17+); kernels without it drive [`begin`] and [`step_frame`] from a bounded
+/// loop (`native_stack`).
 pub fn walk(state: &mut WalkState, frames: *mut u8) {
-    state.n = 0;
-    state.end = walk_end::DEPTH;
-    state.bp_valid = 1;
-    state.generation = UNWIND_GENERATION.get(0).copied().unwrap_or(0);
-    // SAFETY: a map lookup; the value stays valid for this program run.
-    let Some(process) = (unsafe { UNWIND_PROCESSES.get(&state.pid) }) else {
-        write_frame(frames, 0, state.ip, 0);
-        state.n = 1;
-        state.end = walk_end::NO_PROCESS;
-        return;
-    };
+    let Some(process) = begin(state, frames) else { return };
     let mut target = WalkTarget { state: state as *mut WalkState, frames, process: process as *const UnwindProcess };
     // SAFETY: bpf_loop calls the callback with a pointer to `target`, which outlives the call.
     unsafe {
@@ -108,6 +100,44 @@ pub fn walk(state: &mut WalkState, frames: *mut u8) {
             &mut target as *mut WalkTarget as *mut c_void,
             0,
         );
+    }
+}
+
+/// Starts a walk: resets `state`'s progress and looks up its process's mappings. `None`
+/// when the process has none in the kernel yet: the walk then already ended
+/// (`walk_end::NO_PROCESS`, its first frame written).
+#[inline(always)]
+pub fn begin(state: &mut WalkState, frames: *mut u8) -> Option<&'static UnwindProcess> {
+    state.n = 0;
+    state.end = walk_end::DEPTH;
+    state.bp_valid = 1;
+    state.generation = UNWIND_GENERATION.get(0).copied().unwrap_or(0);
+    // SAFETY: a map lookup; the value stays valid for this program run.
+    let process = unsafe { UNWIND_PROCESSES.get(&state.pid) };
+    if process.is_none() {
+        write_frame(frames, 0, state.ip, 0);
+        state.n = 1;
+        state.end = walk_end::NO_PROCESS;
+    }
+    process
+}
+
+/// One frame of a walk [`begin`] started, for a bounded loop: looks the process up again
+/// (a loop body cannot keep a map value's pointer across calls). Returns false once the walk
+/// ended (`state.end` says why).
+#[inline(always)]
+pub fn step_frame(state: &mut WalkState, frames: *mut u8) -> bool {
+    // SAFETY: a map lookup; the value stays valid for this program run.
+    let Some(process) = (unsafe { UNWIND_PROCESSES.get(&state.pid) }) else {
+        state.end = walk_end::NO_PROCESS;
+        return false;
+    };
+    match step(state, frames, process) {
+        Ok(()) => true,
+        Err(end) => {
+            state.end = end;
+            false
+        }
     }
 }
 
@@ -187,19 +217,17 @@ fn step(s: &mut WalkState, frames: *mut u8, process: &UnwindProcess) -> Result<(
             row
         }
     };
-    // Where the caller's rbp is: `RBP_SAME`, `RBP_UNKNOWN`, or its address.
-    let (cfa, rbp_at) = match row.cfa_kind() {
-        cfa_kind::RSP => (s.sp.wrapping_add(row.cfa_offset as u64), rbp_rule(&row, s.sp.wrapping_add(row.cfa_offset as u64))),
-        cfa_kind::RBP if s.bp_valid != 0 => (s.bp.wrapping_add(row.cfa_offset as u64), rbp_rule(&row, s.bp.wrapping_add(row.cfa_offset as u64))),
-        cfa_kind::PLT => {
-            let cfa = s.sp + 8 + if (s.ip & 15) >= 11 { 8 } else { 0 };
-            (cfa, rbp_rule(&row, cfa))
-        }
-        cfa_kind::FRAME_POINTERS if s.bp_valid != 0 => (s.bp.wrapping_add(16), s.bp),
+    let cfa = match row.cfa_kind() {
+        cfa_kind::RSP => s.sp.wrapping_add(row.cfa_offset as u64),
+        cfa_kind::RBP if s.bp_valid != 0 => s.bp.wrapping_add(row.cfa_offset as u64),
+        cfa_kind::PLT => s.sp + 8 + if (s.ip & 15) >= 11 { 8 } else { 0 },
+        cfa_kind::FRAME_POINTERS if s.bp_valid != 0 => s.bp.wrapping_add(16),
         cfa_kind::NONE => return Err(walk_end::NO_ROW),
         cfa_kind::OUTERMOST => return Err(walk_end::OUTERMOST),
         _ => return Err(walk_end::UNSUPPORTED),
     };
+    // Where the caller's rbp is: `RBP_SAME`, `RBP_UNKNOWN`, or its address.
+    let rbp_at = rbp_rule(&row, cfa);
     if cfa <= s.sp {
         return Err(walk_end::NOT_GROWING);
     }
@@ -246,8 +274,8 @@ fn cached_row(s: &WalkState, lookup: u64) -> (u32, Option<UnwindRow>) {
 }
 
 /// The row of `lookup` from the process's mappings: a binary search for the mapping, then
-/// one for the row in its file's table (a `cfa_kind::FRAME_POINTERS` row for a mapping
-/// walked with frame pointers).
+/// one for the row in its file's table (a `cfa_kind::FRAME_POINTERS` row, the caller's rbp
+/// at CFA - 16, for a mapping walked with frame pointers).
 #[inline(always)]
 fn module_row(process: &UnwindProcess, lookup: u64) -> Result<UnwindRow, u32> {
     let count = if process.count as usize > MAX_UNWIND_MODULES { MAX_UNWIND_MODULES as u32 } else { process.count };
@@ -272,7 +300,8 @@ fn module_row(process: &UnwindProcess, lookup: u64) -> Result<UnwindRow, u32> {
     }
     match module.state {
         module_state::READY => find_row(module.first_row, module.rows, lookup.wrapping_sub(module.bias)),
-        module_state::FRAME_POINTERS => Ok(UnwindRow::new(0, cfa_kind::FRAME_POINTERS, 0, rbp_kind::SAME, 0)),
+        // The caller's rbp was pushed right below the return address: at CFA - 16.
+        module_state::FRAME_POINTERS => Ok(UnwindRow::new(0, cfa_kind::FRAME_POINTERS, 0, rbp_kind::AT_CFA, -2)),
         _ => Err(walk_end::LOADING),
     }
 }

@@ -21,7 +21,7 @@ use profiler_common::{
 use crate::frame_walk::{CheckCache, FrameBlock, FrameBlocks, WalkState, read_frame_blocked, walk_code_check};
 use crate::gil::GilAddressCache;
 use crate::interp_window::InterpWindow;
-use crate::maps::{PROCESSES, add, bump, output_record};
+use crate::maps::{PROCESSES, add, bump};
 use crate::thread_state::{
     TstateBytes, current_fsbase_btf, find_thread_state_into, interpreter_of_with, running_task_of,
     several_interpreters_and_next_id,
@@ -95,7 +95,7 @@ pub fn pyperch_sample(ctx: PerfEventContext) -> u32 {
     if let Some((scratch, n_full)) = walk_stages(info, tgid, tid, record_kind::CPU_SAMPLE, stop) {
         if stop == bench_stop::NONE {
             crate::task_chain::send_chain(info, scratch);
-            emit_sample(&ctx, scratch, n_full);
+            emit_sample::<false>(&ctx, scratch, n_full);
         }
     }
     0
@@ -120,7 +120,7 @@ pub(crate) fn wanted_sample(bounded: bool) -> Option<(&'static ProcessInfo, u32,
 
 /// Walks the Python stack of the running thread `tid` of process `tgid` into this CPU's
 /// scratch record: fills the header (with `kind`) and the full frames. Returns the scratch and
-/// the number of full frames for the caller to send (see [`emit`]); `None` only if the
+/// the number of full frames for the caller to send (see [`emit_sample`]); `None` only if the
 /// per-CPU scratch is unavailable. The running thread's memory must be the current one.
 /// Needs `bpf_loop` (5.17+); `sampling_bounded` drives the same steps without it.
 pub fn walk_current_stack(info: &ProcessInfo, tgid: u32, tid: u32, kind: u32) -> Option<(&'static mut Scratch, usize)> {
@@ -402,14 +402,10 @@ fn hashed_frame_on(s: &mut Scratch) -> i64 {
 }
 
 /// Sends a CPU sample: the header and the first `n_full` frames, with native context when
-/// `--native` / `--kernel` ask for it (`native_stack`).
-fn emit_sample(ctx: &PerfEventContext, scratch: &Scratch, n_full: usize) {
-    crate::native_stack::emit(ctx, &scratch.record as *const Record as *const c_void, record_len(n_full, 0));
-}
-
-/// Sends the header, the first `n_full` frames and `trailer_slots` (0 or 1) slots after them.
-pub fn emit(scratch: &Scratch, n_full: usize, trailer_slots: usize) {
-    output_record(&scratch.record as *const Record as *const c_void, record_len(n_full, trailer_slots));
+/// `--native` / `--kernel` ask for it (`native_stack`). `BOUNDED`: from the sampler without
+/// `bpf_loop` (`sampling_bounded`).
+pub(crate) fn emit_sample<const BOUNDED: bool>(ctx: &PerfEventContext, scratch: &Scratch, n_full: usize) {
+    crate::native_stack::emit::<BOUNDED>(ctx, &scratch.record as *const Record as *const c_void, record_len(n_full, 0));
 }
 
 /// Bytes of a record with the header, `n_full` frames (at most `MAX_FULL_FRAMES`) and

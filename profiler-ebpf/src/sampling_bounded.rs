@@ -18,7 +18,7 @@ use profiler_common::{MAX_FULL_FRAMES, MAX_HASHED_FRAMES, record_kind, sample_st
 
 use crate::thread_state::current_fsbase;
 use crate::sampling::{
-    emit, finish_walk, full_frame_step, hashed_frame_step, scratch_mut, start_tail, start_walk, wanted_sample,
+    emit_sample, finish_walk, full_frame_step, hashed_frame_step, scratch_mut, start_tail, start_walk, wanted_sample,
 };
 
 /// Hashed frames per run of `pyperch_sample_tail`.
@@ -41,7 +41,7 @@ pub fn pyperch_sample_bounded(ctx: PerfEventContext) -> u32 {
         return 0;
     };
     if !start_walk(info, ((tgid as u64) << 32) | tid as u64, record_kind::CPU_SAMPLE, current_fsbase(), scratch) {
-        emit(scratch, 0, 0);
+        emit_sample::<true>(&ctx, scratch, 0);
         return 0;
     }
     for index in 0..MAX_FULL_FRAMES {
@@ -57,7 +57,7 @@ pub fn pyperch_sample_bounded(ctx: PerfEventContext) -> u32 {
         // The tail call failed (the slot is empty): the walk ends here, truncated.
     }
     let n_full = finish_walk(scratch);
-    emit(scratch, n_full, 0);
+    emit_sample::<true>(&ctx, scratch, n_full);
     0
 }
 
@@ -100,6 +100,6 @@ pub fn pyperch_sample_tail(ctx: PerfEventContext) -> u32 {
     }
     let Some(scratch) = scratch_mut() else { return 0 };
     let n_full = finish_walk(scratch);
-    emit(scratch, n_full, 0);
+    emit_sample::<true>(&ctx, scratch, n_full);
     0
 }

@@ -81,8 +81,8 @@ struct Run<'a> {
     /// `--mode wall` (kernels with `bpf_loop` only): the scheduler-switch program, loaded only
     /// in the off-CPU modes, must pass this kernel's verifier too.
     wall_mode: bool,
-    /// `--native` (kernels with `bpf_loop` only): the native walk from unwind tables must pass
-    /// this kernel's verifier and walk whole stacks (3.11 runs the recursion in one evaluation
+    /// `--native`: the native walk from unwind tables (with `bpf_loop`, or the bounded loop of
+    /// global-function calls without it) must pass this kernel's verifier and walk whole stacks (3.11 runs the recursion in one evaluation
     /// call, so its native stack is short enough to end at `_start`).
     native_mode: bool,
 }
@@ -155,6 +155,8 @@ pub(crate) fn run(p: &Paths, scope: Scope) -> Result<()> {
         runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: true, exception_mode: false, wall_mode: false, native_mode: false });
         // `--mode exception`: its chain walk (bpf_loop, or the bounded loop without it).
         runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: false, exception_mode: true, wall_mode: false, native_mode: false });
+        // `--native`: the native walk from unwind tables (bpf_loop, or the bounded loop).
+        runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: false, exception_mode: false, wall_mode: false, native_mode: true });
         if has_bpf_loop {
             // The walk without bpf_loop, on a kernel that has it too: both walks, same checks.
             runs.extend(
@@ -165,8 +167,8 @@ pub(crate) fn run(p: &Paths, scope: Scope) -> Result<()> {
             runs.push(Run { interpreter: &interpreters[0], forced_walk: Some("bounded"), whole_host: false, exception_mode: true, wall_mode: false, native_mode: false });
             // `--mode wall` (5.17+): the scheduler-switch program is loaded only then.
             runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: false, exception_mode: false, wall_mode: true, native_mode: false });
-            // `--native` (5.17+): the native walk from unwind tables.
-            runs.push(Run { interpreter: &interpreters[0], forced_walk: None, whole_host: false, exception_mode: false, wall_mode: false, native_mode: true });
+            // `--native` with the bounded sampler forced.
+            runs.push(Run { interpreter: &interpreters[0], forced_walk: Some("bounded"), whole_host: false, exception_mode: false, wall_mode: false, native_mode: true });
         }
         let out = work.join(suite);
         fs::create_dir_all(&out)?;

@@ -110,14 +110,24 @@ pub fn has_capabilities() -> bool {
 
 /// The `(struct, member)` pairs whose offsets [`kernel_offsets`] reads, in the order of its
 /// results.
-pub(crate) const KERNEL_MEMBERS: [(&str, &str); 6] = [
+pub(crate) const KERNEL_MEMBERS: [(&str, &str); 7] = [
     ("task_struct", "thread"),
     ("thread_struct", "fsbase"),
     ("task_struct", "signal"),
     ("signal_struct", "live"),
     ("task_struct", "pid"),
     ("task_struct", "tgid"),
+    ("task_struct", "stack"),
 ];
+
+/// Where a task's saved user registers lie from the bottom of its kernel stack on x86_64:
+/// `THREAD_SIZE` (16 KiB: `PAGE_SIZE << 2`, kernels without KASAN) minus `sizeof(struct
+/// pt_regs)` (168), as the kernel's `task_pt_regs()` computes it (no top-of-stack padding on
+/// x86_64). The bounded sampler reads them there (`profiler-ebpf`'s `native_stack`), where
+/// `bpf_task_pt_regs` (5.15) is missing, and takes them only when their code segment is user
+/// mode's: on a kernel built otherwise (KASAN's 32 KiB stacks) the samples lose their native
+/// frames, never gain wrong ones.
+const TASK_PT_REGS_OFFSET: u64 = 16384 - 168;
 
 /// Offsets of `thread.fsbase` (required), `signal` and `signal_struct.live` (optional) in
 /// `struct task_struct`, from the running kernel's BTF (one pass over it, see `kernel_btf`).
@@ -130,8 +140,8 @@ pub fn kernel_offsets() -> Result<KernelOffsets, LoadError> {
     // Optional: without them the kernel program treats the group leader's exit as the
     // process's (see `pyperch_process_exit`), and off-CPU time cannot be measured
     // (`--mode wall/off-cpu` refused).
-    let [signal, live, task_pid, task_tgid] = [found[2], found[3], found[4], found[5]].map(|o| o.unwrap_or(0));
-    Ok(KernelOffsets { fsbase: thread_offset + fsbase_offset, task_signal: signal, signal_live: live, task_pid, task_tgid })
+    let [signal, live, task_pid, task_tgid, task_stack] = [found[2], found[3], found[4], found[5], found[6]].map(|o| o.unwrap_or(0));
+    Ok(KernelOffsets { fsbase: thread_offset + fsbase_offset, task_signal: signal, signal_live: live, task_pid, task_tgid, task_stack })
 }
 
 /// Kernel structure offsets the kernel program needs, from BTF.
@@ -146,6 +156,8 @@ pub struct KernelOffsets {
     /// `task_struct.pid` and `task_struct.tgid` (0: unknown).
     pub task_pid: u64,
     pub task_tgid: u64,
+    /// `task_struct.stack` (0: unknown; the bounded sampler then sends no native frames).
+    pub task_stack: u64,
 }
 
 /// Slots of the kernel's process map (`PROCESSES`): registered processes at once. The
@@ -402,6 +414,8 @@ impl KernelProgram {
             .override_global("EXCEPTION_ONLY", &exception_only, true)
             .override_global("TASK_PID_OFFSET", &offsets.task_pid, true)
             .override_global("TASK_TGID_OFFSET", &offsets.task_tgid, true)
+            .override_global("TASK_STACK_OFFSET", &offsets.task_stack, true)
+            .override_global("TASK_PT_REGS_OFFSET", &TASK_PT_REGS_OFFSET, true)
             .override_global("NATIVE_STACK_BYTES", &stack_bytes, true)
             .override_global("KERNEL_STACK", &kernel_stack, true)
             .override_global("NATIVE_WALK", &native_walk, true)
@@ -417,10 +431,10 @@ impl KernelProgram {
             .load(KERNEL_PROGRAM)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let walk = Walk::for_this_kernel();
-        // Native context is sent by the bpf_loop sampler only (its registers come from
-        // bpf_task_pt_regs, 5.15+).
-        if walk == Walk::Bounded && (stack_bytes != 0 || kernel_stack != 0) {
-            return Err(LoadError::NeedsBpfLoop { what: "--native and --kernel" });
+        // Kernel stacks are recorded by the bpf_loop sampler only; `--native` by both (the
+        // bounded sampler walks with a bounded loop and finds the user registers itself).
+        if walk == Walk::Bounded && kernel_stack != 0 {
+            return Err(LoadError::NeedsBpfLoop { what: "--kernel" });
         }
         let sample: &mut PerfEvent = program_mut(&mut ebpf, walk.entry_program())?;
         sample.load().map_err(|e| LoadError::Load(error_chain(&e)))?;
