@@ -257,7 +257,7 @@ impl ProcessNative {
         let mut end = UnwindEnd::Truncated;
         // The frame whose unwinding failed, if any.
         let mut stopped_at = None;
-        let (unwinder, cache) = (&self.unwinder, &mut self.cache);
+        let (unwinder, cache, modules) = (&self.unwinder, &mut self.cache, &self.modules);
         // The unwind tables come from the target's files: should the unwinder panic on one,
         // the sample keeps the frames found so far, as a truncated stack.
         let mut step = |address: FrameAddress, regs: &mut UnwindRegsX86_64| {
@@ -268,6 +268,13 @@ impl ProcessNative {
         };
         while out.len() < MAX_NATIVE_FRAMES {
             let low = regs.sp();
+            if without_rule(modules, address.address_for_lookup()) {
+                // Shown, with an empty extent (its size is unknown), and no further: the
+                // unwinder's guesses there (frame pointers, a return address at the stack
+                // pointer) read registers such code uses for anything.
+                out.push(UnwoundFrame { address: address.address_for_lookup(), low, high: low });
+                break;
+            }
             match step(address, &mut regs) {
                 Ok(Some(return_address)) => {
                     out.push(UnwoundFrame { address: address.address_for_lookup(), low, high: regs.sp() });
@@ -514,7 +521,7 @@ impl ProcessNative {
             let outermost = end == walk_end::OUTERMOST && i + 1 == n;
             let high = match cfa {
                 0 if outermost => u64::MAX,
-                // The frame the walk stopped in: its extent is unknown.
+                // The frame the walk stopped in: its extent is unknown (added below).
                 0 => break,
                 cfa => sp.saturating_add(u64::from(cfa)),
             };
@@ -540,8 +547,30 @@ impl ProcessNative {
             out.clear();
             return UnwindEnd::Loading;
         }
-        if end == walk_end::OUTERMOST { UnwindEnd::Complete } else { UnwindEnd::Truncated }
+        if end == walk_end::OUTERMOST {
+            return UnwindEnd::Complete;
+        }
+        // The frame the walk stopped in ran at its address (the sampled one, or a return
+        // address its callee's rule found): shown, with an empty extent (it holds no shim the
+        // merge could pair, its size being unknown).
+        if let Some(address) = stopped {
+            out.push(UnwoundFrame { address, low, high: low });
+        }
+        UnwindEnd::Truncated
     }
+}
+
+/// Whether `address` lies in a file whose unwind rows cover none of it: code without CFI
+/// (hand-written assembly, such as OpenBLAS's kernels) in a file that has CFI elsewhere. Both
+/// unwinds stop there, the kernel's (its rows say so) and the copy's, instead of guessing. A
+/// file without any rows is walked with frame pointers by both.
+fn without_rule(modules: &[LoadedModule], address: u64) -> bool {
+    let i = modules.partition_point(|m| m.start <= address);
+    let Some(m) = i.checked_sub(1).and_then(|i| modules.get(i)).filter(|m| address < m.end) else { return false };
+    let (Some(rows), Some(at)) = (m.file.unwind_rows.as_ref(), m.file_address(address)) else { return false };
+    let Ok(pc) = u32::try_from(at) else { return false };
+    let i = rows.partition_point(|r| r.pc <= pc);
+    i.checked_sub(1).and_then(|i| rows.get(i)).is_none_or(|r| r.cfa_kind() == profiler_common::cfa_kind::NONE)
 }
 
 #[cfg(test)]
