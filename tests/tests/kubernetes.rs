@@ -3,7 +3,10 @@
 //! `io.containerd.runc.v2`), driven through `ctr run --config <full OCI spec>` as the CRI
 //! plugin drives it for a kubelet. Where containerd cannot start or run a probe container
 //! here, the test says why (the exact error) and runs the same specs with Debian's `runc`
-//! directly, on bundles laid out where containerd's shim keeps them.
+//! directly, on bundles laid out where containerd's shim keeps them. On a CRI-O node (Debian
+//! packages no CRI-O, in any suite), the test plays CRI-O's part with the programs CRI-O runs
+//! containers with: Debian's `conmon`, started with CRI-O's arguments in the bundle directory
+//! (`<node>/<runroot>/overlay-containers/<id>/userdata`, a custom `runroot`), and `runc`.
 //!
 //! - A Python workload runs in a container whose bundle containerd's shim writes itself
 //!   (`<state>/io.containerd.runtime.v2.task/k8s.io/<id>/config.json`, the state directory
@@ -15,6 +18,14 @@
 //!   driver `/kubepods/burstable/pod<uid>/<64-hex id>`, or the systemd driver's
 //!   `kubepods.slice/.../kubepods-burstable-pod<uid>.slice/cri-containerd-<id>.scope`
 //!   (as a path: no systemd runs here).
+//! - On a CRI-O node, the workload's bundle is CRI-O's run directory under a custom
+//!   `runroot`, `<node>/run/custom-containers/storage/overlay-containers/<id>/userdata` (and
+//!   its persistent copy under `<node>/var/lib/custom-containers/storage`), with the
+//!   annotations CRI-O writes (`io.kubernetes.pod.name`, `.namespace`, `.uid`,
+//!   `io.kubernetes.container.name`, `io.kubernetes.cri-o.*`...), in `/kubepods/burstable/pod<uid>/crio-<id>`
+//!   or `kubepods-burstable-pod<uid>.slice/crio-<id>.scope`, conmon in `crio-conmon-<id>`
+//!   beside it; pyperch finds the bundle from conmon only. A conmon whose bundle is not
+//!   CRI-O's layout is refused (counted by `--stats`), its container unnamed.
 //! - pyperch runs in a second container with exactly the privileges
 //!   `deploy/kubernetes/daemonset.yaml` grants, read from the manifest: the host's PID
 //!   namespace, only the manifest's capabilities (bounding, effective and permitted sets),
@@ -378,18 +389,49 @@ impl Drop for Containerd {
     }
 }
 
+/// The node's container runtime and where it keeps its state below the node's root.
+#[derive(Clone, Copy, Debug)]
+enum Node {
+    /// containerd, with its state directory (one of the `STATE_*` layouts).
+    Containerd(&'static str),
+    /// CRI-O with its own `runroot` and `root` ([`CRIO_RUNROOT`], [`CRIO_ROOT`]); each
+    /// container's bundle is `<runroot>/overlay-containers/<id>/userdata`
+    /// ([`CrioBundle::Crio`]), or, for the refusal case, a directory of no runtime's layout.
+    CriO(CrioBundle),
+}
+
+/// Where the test's CRI-O part puts a container's bundle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CrioBundle {
+    /// CRI-O's own place: `<node>/<CRIO_RUNROOT>/overlay-containers/<id>/userdata`.
+    Crio,
+    /// `<node>/bundles/<id>`: no CRI-O layout, so pyperch refuses it (and counts it).
+    Elsewhere,
+}
+
 /// The runtime the containers run with: containerd through `ctr`, or, where containerd
 /// cannot run here (said in the output with the exact error), runc directly on bundles laid
-/// out where containerd's shim keeps them.
+/// out where containerd's shim keeps them; on a CRI-O node, conmon and runc started as CRI-O
+/// starts them (no CRI-O package exists in Debian: the test plays CRI-O's part).
 enum Runtime {
     Containerd(Containerd),
     Runc,
+    CriO(CrioNode),
 }
 
 impl Runtime {
     /// containerd when its daemon starts and runs a probe container through its runc shim;
-    /// runc otherwise, with the exact reason printed.
-    fn pick(dir: &Path, rootfs: &Path, state: &'static str) -> Runtime {
+    /// runc otherwise, with the exact reason printed. A CRI-O node needs conmon: `Err` (the
+    /// reason to skip) without it.
+    fn pick(dir: &Path, rootfs: &Path, node: Node) -> Result<Runtime, String> {
+        let state = match node {
+            Node::Containerd(state) => state,
+            Node::CriO(_) => return CrioNode::new(dir).map(Runtime::CriO),
+        };
+        Ok(Self::pick_containerd(dir, rootfs, state))
+    }
+
+    fn pick_containerd(dir: &Path, rootfs: &Path, state: &'static str) -> Runtime {
         if Command::new("ctr").arg("--version").stdout(Stdio::null()).status().is_err() {
             note("runtime: runc directly, because `ctr` is not installed (`cargo xtask test` installs Debian's containerd)");
             return Runtime::Runc;
@@ -446,10 +488,11 @@ impl Drop for CtrContainer<'_> {
     }
 }
 
-/// The workload's container, under either runtime.
+/// The workload's container, under any runtime.
 enum Workload<'a> {
     Containerd(CtrContainer<'a>),
     Runc(RuncContainer),
+    CriO(ConmonContainer),
 }
 
 impl Workload<'_> {
@@ -457,6 +500,7 @@ impl Workload<'_> {
         match self {
             Workload::Containerd(c) => c.pid,
             Workload::Runc(c) => c.pid(),
+            Workload::CriO(c) => c.pid,
         }
     }
 
@@ -464,8 +508,176 @@ impl Workload<'_> {
         match self {
             Workload::Containerd(c) => &mut c.cleanup,
             Workload::Runc(c) => &mut c.cleanup,
+            Workload::CriO(c) => &mut c.cleanup,
         }
     }
+}
+
+/// CRI-O's `runroot` and `root` on a node whose crio.conf moves them off containers/storage's
+/// defaults (`/run/containers/storage`, `/var/lib/containers/storage`, the fixed places
+/// pyperch also looks): below the node's root.
+const CRIO_RUNROOT: &str = "run/custom-containers/storage";
+const CRIO_ROOT: &str = "var/lib/custom-containers/storage";
+
+/// A CRI-O node of the test's own: `<dir>/node` as the node's root (the agent is given it as
+/// such), conmon's and runc's state below it where CRI-O keeps them (`/var/run/crio` for exit
+/// files and attach sockets, `/run/runc` as runc's root, `/var/log/pods` for logs).
+struct CrioNode {
+    node: PathBuf,
+    conmon: String,
+}
+
+impl CrioNode {
+    /// `Err` (why the test skips) when conmon is not installed.
+    fn new(dir: &Path) -> Result<Self, String> {
+        let out = Command::new("conmon")
+            .arg("--version")
+            .output()
+            .map_err(|e| format!("conmon is not installed ({e}; `cargo xtask test` installs Debian's conmon)"))?;
+        let conmon = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").trim().to_string();
+        note(format!("runtime: {conmon} and runc, started with the arguments CRI-O gives them (no CRI-O package in Debian: the test plays CRI-O's part); the agent's container runs with runc directly"));
+        Ok(CrioNode { node: dir.join("node"), conmon })
+    }
+
+    fn runc_root(&self) -> PathBuf {
+        self.node.join("run/runc")
+    }
+}
+
+/// A container started as CRI-O starts one (cri-o `internal/oci/runtime_oci.go`
+/// `CreateContainer`, `StartContainer`): its `config.json` written into the bundle directory
+/// and, as CRI-O does, into its persistent directory `<node>/<CRIO_ROOT>/overlay-containers/<id>/userdata`;
+/// conmon started in the bundle directory with CRI-O's arguments and its two socket pairs
+/// (`_OCI_SYNCPIPE`, `_OCI_STARTPIPE`), moved into its cgroup (`crio-conmon-<id>` beside the
+/// container's) before it may go on, its first process reaped once it has forked; then
+/// `runc start`. The container is killed and deleted, and conmon gone, on drop.
+struct ConmonContainer {
+    id: String,
+    runc_root: PathBuf,
+    /// The container's init process, as conmon reports it on the sync pipe.
+    pid: Option<u32>,
+    /// The conmon process that stays the container's parent.
+    conmon_pid: Option<u32>,
+    cleanup: Vec<PathBuf>,
+}
+
+impl ConmonContainer {
+    /// `parents`: the cgroup directories above conmon's (the pod's first), removed after it
+    /// when empty, even when the start fails.
+    #[allow(clippy::too_many_arguments)]
+    fn start(node: &CrioNode, id: &str, bundle: &Path, config: &serde_json::Value, log: &Path, name: &str, conmon_cgroup: &str, parents: &[String]) -> Result<Self, String> {
+        use std::io::{BufRead, Write};
+        use std::os::{fd::AsRawFd, unix::process::CommandExt};
+        let persist = node.node.join(CRIO_ROOT).join("overlay-containers").join(id).join("userdata");
+        let exits = node.node.join("var/run/crio/exits");
+        let sockets = node.node.join("var/run/crio");
+        for d in [bundle, &persist, &exits, &sockets, &node.runc_root(), log.parent().unwrap()] {
+            fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        }
+        let spec = serde_json::to_vec_pretty(config).unwrap();
+        for d in [bundle, &persist] {
+            fs::write(d.join("config.json"), &spec).map_err(|e| e.to_string())?;
+        }
+        let mut cleanup = cgroup_dirs(conmon_cgroup, 0);
+        let conmon_dirs = cleanup.clone();
+        cleanup.extend(parents.iter().flat_map(|p| cgroup_dirs(p, 0)));
+        let mut container = ConmonContainer { id: id.into(), runc_root: node.runc_root(), pid: None, conmon_pid: None, cleanup };
+        let path = |p: &Path| p.display().to_string();
+        let args = vec![
+            "-b".to_string(), path(bundle), "-c".into(), id.into(), "--exit-dir".into(), path(&exits), "-l".into(), path(log),
+            "--log-level".into(), "info".into(), "-n".into(), name.into(), "-P".into(), path(&bundle.join("conmon-pidfile")),
+            "-p".into(), path(&bundle.join("pidfile")), "--persist-dir".into(), path(&persist), "-r".into(), "/usr/sbin/runc".into(),
+            "--runtime-arg".into(), format!("--root={}", path(&node.runc_root())), "--socket-dir-path".into(), path(&sockets),
+            "--syslog".into(), "-u".into(), id.into(), "--log-size-max".into(), "-1".into(),
+        ];
+        let (sync_parent, sync_child) = std::os::unix::net::UnixStream::pair().map_err(|e| e.to_string())?;
+        let (mut start_parent, start_child) = std::os::unix::net::UnixStream::pair().map_err(|e| e.to_string())?;
+        let (sync_fd, start_fd) = (sync_child.as_raw_fd(), start_child.as_raw_fd());
+        let out = fs::File::create(node.node.join(format!("conmon-{id}.out"))).map_err(|e| e.to_string())?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let mut cmd = Command::new("conmon");
+        cmd.args(&args).current_dir(bundle).env_clear().env("_OCI_SYNCPIPE", "3").env("_OCI_STARTPIPE", "4").stdin(Stdio::null()).stdout(out).stderr(err);
+        // SAFETY: only async-signal-safe calls (fcntl, dup2) between fork and exec; the two
+        // descriptors are first moved above 4 so that neither dup2 overwrites the other.
+        unsafe {
+            cmd.pre_exec(move || {
+                let sync = libc::fcntl(sync_fd, libc::F_DUPFD_CLOEXEC, 10);
+                let start = libc::fcntl(start_fd, libc::F_DUPFD_CLOEXEC, 10);
+                if sync < 0 || start < 0 || libc::dup2(sync, 3) < 0 || libc::dup2(start, 4) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut first = cmd.spawn().map_err(|e| format!("conmon: {e}"))?;
+        drop((sync_child, start_child));
+        let conmon_out = || fs::read_to_string(node.node.join(format!("conmon-{id}.out"))).unwrap_or_default();
+        // As CRI-O's cgroup manager does before letting conmon go on: conmon into its own
+        // cgroup in every hierarchy that takes it (a v1 cpuset with no CPUs yet does not).
+        for dir in &conmon_dirs {
+            if cgroup_hierarchy_of(dir).is_some() && fs::create_dir_all(dir).is_ok() {
+                let _ = fs::write(dir.join("cgroup.procs"), first.id().to_string());
+            }
+        }
+        start_parent.write_all(&[0]).map_err(|e| format!("conmon's start pipe: {e}: {}", conmon_out()))?;
+        let status = first.wait().map_err(|e| e.to_string())?;
+        if !status.success() {
+            return Err(format!("conmon exited {status}: {}", conmon_out()));
+        }
+        sync_parent.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(&sync_parent).read_line(&mut line);
+        let sync: serde_json::Value = serde_json::from_str(&line).map_err(|e| format!("conmon's sync pipe gave {line:?} ({e}): {}", conmon_out()))?;
+        container.conmon_pid = fs::read_to_string(bundle.join("conmon-pidfile")).ok().and_then(|p| p.trim().parse().ok());
+        match sync["pid"].as_i64() {
+            Some(pid) if pid > 0 => container.pid = Some(pid as u32),
+            _ => return Err(format!("conmon could not create the container: {line}: {}", conmon_out())),
+        }
+        let started = Command::new("runc").arg("--root").arg(&container.runc_root).args(["start", id]).output().map_err(|e| format!("runc: {e}"))?;
+        if !started.status.success() {
+            return Err(format!("runc start {id}: {}{}", String::from_utf8_lossy(&started.stdout), String::from_utf8_lossy(&started.stderr)));
+        }
+        Ok(container)
+    }
+
+    /// Whether conmon `pid` still runs this container (a recycled pid is never signalled).
+    fn conmon_alive(&self, pid: u32) -> bool {
+        fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.split(|b| *b == 0).any(|w| w == self.id.as_bytes()))
+    }
+}
+
+impl Drop for ConmonContainer {
+    fn drop(&mut self) {
+        let runc = |args: &[&str]| {
+            Command::new("runc").arg("--root").arg(&self.runc_root).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+        };
+        runc(&["kill", &self.id, "KILL"]);
+        for _ in 0..50 {
+            if runc(&["delete", "--force", &self.id]) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // conmon exits once its container has; if it has not within 5 s, it is killed.
+        if let Some(pid) = self.conmon_pid {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while self.conmon_alive(pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if self.conmon_alive(pid) {
+                // SAFETY: a plain kill(2) of the conmon this container started (checked above).
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+        }
+        for dir in &self.cleanup {
+            let _ = fs::remove_dir(dir);
+        }
+    }
+}
+
+/// The mounted cgroup hierarchy (a directory holding `cgroup.procs`) `dir` lies in, if any.
+fn cgroup_hierarchy_of(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors().skip(1).find(|a| a.join("cgroup.procs").is_file()).map(Path::to_path_buf)
 }
 
 /// Every cgroup directory `path` (a cgroupfs path) has under the mounted hierarchies, deepest
@@ -561,16 +773,21 @@ fn agent_rootfs(dir: &Path) -> PathBuf {
     root
 }
 
-/// The agent's environment: `PATH`, and `PYPERCH_HOST_ROOT`: under this test's containerd,
-/// its `<node>` directory (holding `run/containerd/...` as a node's root does), reached
+/// The agent's environment: `PATH`, and `PYPERCH_HOST_ROOT`: under this test's containerd
+/// or on its CRI-O node, its `<node>` directory (holding `run/containerd/...` as a node's root does), reached
 /// through this test's own process as the agent (host PID namespace) reaches `/proc/1/root`;
 /// under runc, only where the node's PID 1 cannot be opened even by root (a sandbox whose
 /// PID 1 is not the node's init): the node's root is then reached through this test's own
 /// process.
 fn agent_env(rt: &Runtime) -> Vec<String> {
     let mut env = vec!["PATH=/usr/local/bin".to_string()];
-    if let Runtime::Containerd(d) = rt {
-        env.push(format!("PYPERCH_HOST_ROOT=/proc/{}/root{}", std::process::id(), d.node.display()));
+    let node = match rt {
+        Runtime::Containerd(d) => Some(&d.node),
+        Runtime::CriO(n) => Some(&n.node),
+        Runtime::Runc => None,
+    };
+    if let Some(node) = node {
+        env.push(format!("PYPERCH_HOST_ROOT=/proc/{}/root{}", std::process::id(), node.display()));
         return env;
     }
     if fs::read_dir("/proc/1/root").is_err() {
@@ -637,7 +854,7 @@ fn agent_run_in(s: &Setup, rt: &Runtime, dir: &Path, rootfs: &Path, scratch: &Pa
             d.remove(&id);
             run
         }
-        Runtime::Runc => {
+        Runtime::Runc | Runtime::CriO(_) => {
             let bundle = dir.join(&id);
             fs::create_dir_all(&bundle).unwrap();
             fs::write(bundle.join("config.json"), serde_json::to_vec_pretty(&config).unwrap()).unwrap();
@@ -662,26 +879,104 @@ enum Driver {
     Systemd,
 }
 
-/// The cgroup path a kubelet with containerd gives a Burstable pod's container, and the
-/// directories it adds above the container's.
-fn kubelet_cgroup(driver: Driver, uid: &str, id: &str) -> (String, Vec<String>) {
+/// The cgroup path a kubelet gives a Burstable pod's container `leaf` (see [`container_leaf`]),
+/// and the directories it adds above the container's (the pod's first).
+fn kubelet_cgroup(driver: Driver, uid: &str, leaf: &str) -> (String, Vec<String>) {
     match driver {
         Driver::Cgroupfs => {
             let pod = format!("/kubepods/burstable/pod{uid}");
-            (format!("{pod}/{id}"), vec![pod, "/kubepods/burstable".into(), "/kubepods".into()])
+            (format!("{pod}/{leaf}"), vec![pod, "/kubepods/burstable".into(), "/kubepods".into()])
         }
         Driver::Systemd => {
             let u = uid.replace('-', "_");
             let pod = format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice");
-            (
-                format!("{pod}/cri-containerd-{id}.scope"),
-                vec![pod, "/kubepods.slice/kubepods-burstable.slice".into(), "/kubepods.slice".into()],
-            )
+            (format!("{pod}/{leaf}"), vec![pod, "/kubepods.slice/kubepods-burstable.slice".into(), "/kubepods.slice".into()])
         }
     }
 }
 
-fn kubernetes_case(driver: Driver, state: &'static str) {
+/// The last segment of the cgroup of container `id` (or of CRI-O's conmon for it, when
+/// `conmon`) under a kubelet's cgroup driver: containerd's `<id>` (cgroupfs) or
+/// `cri-containerd-<id>.scope` (systemd); CRI-O's `crio-<id>` or `crio-<id>.scope`, and
+/// `crio-conmon-<id>` or `crio-conmon-<id>.scope` for its conmon (cri-o
+/// `internal/config/cgmgr`).
+fn container_leaf(driver: Driver, node: Node, id: &str, conmon: bool) -> String {
+    let prefix = match (node, conmon) {
+        (Node::Containerd(_), _) => match driver {
+            Driver::Cgroupfs => "",
+            Driver::Systemd => "cri-containerd-",
+        },
+        (Node::CriO(_), false) => "crio-",
+        (Node::CriO(_), true) => "crio-conmon-",
+    };
+    let suffix = if matches!(driver, Driver::Systemd) { ".scope" } else { "" };
+    format!("{prefix}{id}{suffix}")
+}
+
+/// The runtime spec's annotations for the workload: those containerd's CRI plugin writes, or
+/// those CRI-O writes (cri-o `internal/factory/container/container.go`
+/// `SpecAddAnnotations`: its own `io.kubernetes.cri-o.*` keys, then the kubelet's annotations
+/// and labels as they are, `io.kubernetes.pod.name`, `.namespace`, `.uid` and
+/// `io.kubernetes.container.name` among the labels).
+fn workload_annotations(node: Node, id: &str, uid: &str, pod_name: &str, rootfs: &Path, log: &Path) -> serde_json::Value {
+    let sandbox = random_hex(64);
+    match node {
+        Node::Containerd(_) => json!({
+            "io.kubernetes.cri.container-type": "container",
+            "io.kubernetes.cri.container-name": CONTAINER_NAME,
+            "io.kubernetes.cri.image-name": "registry.example/shop/checkout:1.0",
+            "io.kubernetes.cri.sandbox-id": sandbox,
+            "io.kubernetes.cri.sandbox-name": pod_name,
+            "io.kubernetes.cri.sandbox-namespace": NAMESPACE,
+            "io.kubernetes.cri.sandbox-uid": uid
+        }),
+        Node::CriO(_) => {
+            let labels = json!({
+                "io.kubernetes.container.name": CONTAINER_NAME,
+                "io.kubernetes.pod.name": pod_name,
+                "io.kubernetes.pod.namespace": NAMESPACE,
+                "io.kubernetes.pod.uid": uid
+            });
+            let kube_annotations = json!({
+                "io.kubernetes.container.hash": "6c8cf1d3",
+                "io.kubernetes.container.restartCount": "0",
+                "io.kubernetes.container.terminationMessagePath": "/dev/termination-log",
+                "io.kubernetes.container.terminationMessagePolicy": "File",
+                "io.kubernetes.pod.terminationGracePeriod": "30"
+            });
+            let mut a = json!({
+                "io.container.manager": "cri-o",
+                "io.kubernetes.cri-o.Annotations": kube_annotations.to_string(),
+                "io.kubernetes.cri-o.ContainerID": id,
+                "io.kubernetes.cri-o.ContainerType": "container",
+                "io.kubernetes.cri-o.Created": "2026-11-28T10:00:00.000000000Z",
+                "io.kubernetes.cri-o.ImageName": "registry.example/shop/checkout:1.0",
+                "io.kubernetes.cri-o.ImageRef": random_hex(64),
+                "io.kubernetes.cri-o.Labels": labels.to_string(),
+                "io.kubernetes.cri-o.LogPath": log,
+                "io.kubernetes.cri-o.Metadata": json!({"name": CONTAINER_NAME}).to_string(),
+                "io.kubernetes.cri-o.MountPoint": rootfs,
+                "io.kubernetes.cri-o.Name": format!("k8s_{CONTAINER_NAME}_{pod_name}_{NAMESPACE}_{uid}_0"),
+                "io.kubernetes.cri-o.ResolvPath": "",
+                "io.kubernetes.cri-o.SandboxID": sandbox,
+                "io.kubernetes.cri-o.SandboxName": format!("k8s_{pod_name}_{NAMESPACE}_{uid}_0"),
+                "io.kubernetes.cri-o.SeccompProfilePath": "RuntimeDefault",
+                "io.kubernetes.cri-o.Stdin": "false",
+                "io.kubernetes.cri-o.StdinOnce": "false",
+                "io.kubernetes.cri-o.TTY": "false",
+                "io.kubernetes.cri-o.Volumes": "[]",
+                "kubernetes.io/config.seen": "2026-11-28T10:00:00.000000000Z",
+                "kubernetes.io/config.source": "api"
+            });
+            for (k, v) in kube_annotations.as_object().unwrap().iter().chain(labels.as_object().unwrap()) {
+                a[k] = v.clone();
+            }
+            a
+        }
+    }
+}
+
+fn kubernetes_case(driver: Driver, node: Node) {
     let Some(s) = setup() else { return };
     note(format!(
         "agent container: host PID namespace, capabilities {} only (bounding/effective/permitted), no new privileges, seccomp {}, uid 0 (65534 once attached), read-only root, scratch /tmp (0777), /sys/kernel/btf and /sys/fs/cgroup read-only, memory limit {} MiB",
@@ -698,18 +993,39 @@ fn kubernetes_case(driver: Driver, state: &'static str) {
     fs::create_dir_all(&scratch).unwrap();
     // As the kubelet creates an emptyDir volume: mode 0777 (pyperch writes there as nobody).
     fs::set_permissions(&scratch, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let rt = Runtime::pick(&dir, &s.rootfs, state);
-    if state != STATE_KUBEADM && matches!(rt, Runtime::Runc) {
+    let rt = match Runtime::pick(&dir, &s.rootfs, node) {
+        Ok(rt) => rt,
+        Err(why) => {
+            let _ = fs::remove_dir_all(&dir);
+            return skip(why);
+        }
+    };
+    if let Node::Containerd(state) = node
+        && state != STATE_KUBEADM
+        && matches!(rt, Runtime::Runc)
+    {
         // Without containerd there is no shim to find the bundle from.
         let _ = fs::remove_dir_all(&dir);
         return skip(format!("the state directory {state} needs containerd's shim, and containerd does not run here (above)"));
     }
 
-    // The workload: a Burstable pod's container as containerd's CRI plugin creates it.
+    // The workload: a Burstable pod's container as containerd's CRI plugin, or CRI-O,
+    // creates it.
     let id = random_hex(64);
     let uid = random_pod_uid();
     let pod_name = format!("checkout-{}-{}", random_hex(9), random_hex(5));
-    let (cgroup, parents) = kubelet_cgroup(driver, &uid, &id);
+    let (cgroup, parents) = kubelet_cgroup(driver, &uid, &container_leaf(driver, node, &id, false));
+    // CRI-O's bundle, and its log where the kubelet asks for it
+    // (`/var/log/pods/<namespace>_<pod>_<uid>/<container>/<restart>.log`).
+    let crio_bundle = match (&rt, node) {
+        (Runtime::CriO(n), Node::CriO(CrioBundle::Crio)) => n.node.join(CRIO_RUNROOT).join("overlay-containers").join(&id).join("userdata"),
+        (Runtime::CriO(n), _) => n.node.join("bundles").join(&id),
+        _ => PathBuf::new(),
+    };
+    let log = match &rt {
+        Runtime::CriO(n) => n.node.join(format!("var/log/pods/{NAMESPACE}_{pod_name}_{uid}/{CONTAINER_NAME}/0.log")),
+        _ => dir.join("workload.log"),
+    };
     let config = json!({
         "ociVersion": "1.1.0",
         "process": {
@@ -731,15 +1047,7 @@ fn kubernetes_case(driver: Driver, state: &'static str) {
             {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
             {"destination": "/app", "type": "bind", "source": app, "options": ["rbind", "ro"]}
         ],
-        "annotations": {
-            "io.kubernetes.cri.container-type": "container",
-            "io.kubernetes.cri.container-name": CONTAINER_NAME,
-            "io.kubernetes.cri.image-name": "registry.example/shop/checkout:1.0",
-            "io.kubernetes.cri.sandbox-id": random_hex(64),
-            "io.kubernetes.cri.sandbox-name": pod_name,
-            "io.kubernetes.cri.sandbox-namespace": NAMESPACE,
-            "io.kubernetes.cri.sandbox-uid": uid
-        },
+        "annotations": workload_annotations(node, &id, &uid, &pod_name, &s.rootfs, &log),
         "linux": {
             "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "network"}],
             "cgroupsPath": cgroup,
@@ -747,9 +1055,16 @@ fn kubernetes_case(driver: Driver, state: &'static str) {
             "readonlyPaths": readonly_paths()
         }
     });
-    let log = dir.join("workload.log");
     let mut workload = match &rt {
         Runtime::Containerd(d) => Workload::Containerd(CtrContainer::start_detached(d, &id, &config, &log).unwrap_or_else(|e| panic!("{e}"))),
+        Runtime::CriO(n) => {
+            let (conmon_cgroup, conmon_parents) = kubelet_cgroup(driver, &uid, &container_leaf(driver, node, &id, true));
+            let name = format!("k8s_{CONTAINER_NAME}_{pod_name}_{NAMESPACE}_{uid}_0");
+            // No `-s` (CRI-O's systemd cgroup manager): it makes conmon run runc with
+            // `--systemd-cgroup`, and no systemd runs here; the systemd driver's paths are
+            // given as cgroupfs paths, as for containerd above.
+            Workload::CriO(ConmonContainer::start(n, &id, &crio_bundle, &config, &log, &name, &conmon_cgroup, &conmon_parents).unwrap_or_else(|e| panic!("{e}")))
+        }
         Runtime::Runc => {
             // The bundle where containerd's shim would keep it on a node.
             let bundle = Path::new("/run/containerd").join(TASK_DIR).join(&id);
@@ -786,6 +1101,22 @@ fn kubernetes_case(driver: Driver, state: &'static str) {
         fs::read_to_string(&log).unwrap_or_default()
     );
     assert!(host_cgroup.contains(&cgroup), "the workload is not in the kubelet-shaped cgroup {cgroup}{d0}");
+    if let (Runtime::CriO(n), Workload::CriO(c)) = (&rt, &workload) {
+        // conmon, not a fixed path, is what leads to the bundle: it is the workload's parent,
+        // outside its cgroup, and the bundle is nowhere pyperch looks by default.
+        let conmon = c.conmon_pid.expect("conmon wrote its pid file");
+        let parent = fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|st| st.rsplit_once(") ").and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok()));
+        assert_eq!(parent, Some(conmon), "the workload's parent is not conmon {conmon}{d0}");
+        let conmon_cgroup = fs::read_to_string(format!("/proc/{conmon}/cgroup")).unwrap_or_default();
+        assert!(!conmon_cgroup.contains(&cgroup), "conmon is in the container's cgroup:\n{conmon_cgroup}{d0}");
+        note(format!(
+            "{} (pid {conmon}) runs the workload from the bundle {} (its cwd and -b), persistent copy under {}; conmon's cgroups: {}",
+            n.conmon,
+            crio_bundle.display(),
+            n.node.join(CRIO_ROOT).display(),
+            conmon_cgroup.lines().collect::<Vec<_>>().join(" ")
+        ));
+    }
 
     let rootfs = agent_rootfs(&dir);
 
@@ -802,9 +1133,25 @@ fn kubernetes_case(driver: Driver, state: &'static str) {
         .collect();
     assert_eq!(row.get(6).copied(), Some(&id[..12]), "CONTAINER{d}");
     assert_eq!(row.get(7).copied(), Some(uid.as_str()), "POD{d}");
-    let want_name = format!("{NAMESPACE}/{pod_name}/{CONTAINER_NAME}");
+    let want_name = match node {
+        Node::CriO(CrioBundle::Elsewhere) => "(unannotated)".to_string(),
+        _ => format!("{NAMESPACE}/{pod_name}/{CONTAINER_NAME}"),
+    };
     assert_eq!(row.get(8).copied(), Some(want_name.as_str()), "NAME{d}");
     assert_eq!(row.get(9).copied(), Some("ok"), "STATUS{d}");
+
+    if let Node::CriO(CrioBundle::Elsewhere) = node {
+        // A conmon whose bundle is not CRI-O's layout: refused, counted, and no name shown
+        // (the annotations in it are valid and its pod UID is the cgroup's).
+        let rec = agent_run(&s, &rt, &dir, &rootfs, &scratch, &["record", "--duration", "2", "--pid", &pid.to_string(), "--output", "/tmp/refused.txt", "--stats"], Duration::from_secs(90));
+        let d = format!("{}{d0}", rec.diag());
+        assert!(rec.success(), "pyperch record failed in the agent's container{d}");
+        assert!(rec.stderr.contains("1 bundles refused"), "the conmon bundle outside CRI-O's layout is not counted as refused{d}");
+        drop(workload);
+        drop(rt);
+        let _ = fs::remove_dir_all(&dir);
+        return;
+    }
 
     // A pprof recording filtered by namespace and pod name.
     let pod_regex = format!("^{pod_name}$");
@@ -919,12 +1266,12 @@ fn kubernetes_case(driver: Driver, state: &'static str) {
 
 #[test]
 fn kubernetes_containerd_cgroupfs_driver_under_daemonset_privileges() {
-    kubernetes_case(Driver::Cgroupfs, STATE_KUBEADM);
+    kubernetes_case(Driver::Cgroupfs, Node::Containerd(STATE_KUBEADM));
 }
 
 #[test]
 fn kubernetes_containerd_systemd_driver_under_daemonset_privileges() {
-    kubernetes_case(Driver::Systemd, STATE_KUBEADM);
+    kubernetes_case(Driver::Systemd, Node::Containerd(STATE_KUBEADM));
 }
 
 /// k3s's (and RKE2's) layout (issue #32, "pods named on every node layout"): containerd's
@@ -933,19 +1280,45 @@ fn kubernetes_containerd_systemd_driver_under_daemonset_privileges() {
 /// check above holds.
 #[test]
 fn kubernetes_containerd_k3s_state_directory_under_daemonset_privileges() {
-    kubernetes_case(Driver::Cgroupfs, STATE_K3S);
+    kubernetes_case(Driver::Cgroupfs, Node::Containerd(STATE_K3S));
 }
 
 /// microk8s's layout (issue #32): containerd's state under the snap's directory,
 /// `<node>/var/snap/microk8s/common/run/containerd`; found from the shim as for k3s.
 #[test]
 fn kubernetes_containerd_microk8s_state_directory_under_daemonset_privileges() {
-    kubernetes_case(Driver::Cgroupfs, STATE_MICROK8S);
+    kubernetes_case(Driver::Cgroupfs, Node::Containerd(STATE_MICROK8S));
 }
 
 /// docker's embedded containerd's layout (issue #32): its state directory
 /// `<node>/var/run/docker/containerd/daemon`; found from the shim as for k3s.
 #[test]
 fn kubernetes_containerd_docker_embedded_state_directory_under_daemonset_privileges() {
-    kubernetes_case(Driver::Cgroupfs, STATE_DOCKER);
+    kubernetes_case(Driver::Cgroupfs, Node::Containerd(STATE_DOCKER));
+}
+
+/// CRI-O (issue #32): conmon and runc started as CRI-O starts them, the bundle in CRI-O's run
+/// directory under a custom `runroot` (`<node>/run/custom-containers/storage/overlay-containers/<id>/userdata`,
+/// where no fixed path of pyperch's looks), CRI-O's annotations, the cgroupfs driver's
+/// `/kubepods/burstable/pod<uid>/crio-<id>` (conmon in `.../pod<uid>/crio-conmon-<id>`):
+/// the bundle is found from conmon, and every name check above holds.
+#[test]
+fn kubernetes_crio_cgroupfs_driver_custom_runroot_under_daemonset_privileges() {
+    kubernetes_case(Driver::Cgroupfs, Node::CriO(CrioBundle::Crio));
+}
+
+/// CRI-O with the systemd driver's `kubepods-burstable-pod<uid>.slice/crio-<id>.scope` (as a
+/// cgroupfs path, conmon without `-s`: no systemd runs here; conmon in
+/// `crio-conmon-<id>.scope` beside it).
+#[test]
+fn kubernetes_crio_systemd_driver_custom_runroot_under_daemonset_privileges() {
+    kubernetes_case(Driver::Systemd, Node::CriO(CrioBundle::Crio));
+}
+
+/// A conmon whose bundle is not CRI-O's layout (`<node>/bundles/<id>`), holding valid CRI-O
+/// annotations whose pod UID is the cgroup's: pyperch refuses it (`--stats` counts it) and
+/// `list` shows no name.
+#[test]
+fn kubernetes_crio_bundle_outside_crio_layout_is_refused() {
+    kubernetes_case(Driver::Cgroupfs, Node::CriO(CrioBundle::Elsewhere));
 }

@@ -1,11 +1,12 @@
 //! What the Kubernetes tests (tests/tests/kubernetes.rs, tests/tests/manifest.rs) need:
 //! Debian's `containerd` (its `ctr` runs both containers of tests/tests/kubernetes.rs; the test
-//! starts its own daemon) and `runc` (the OCI runtime containerd's shim and CRI-O run
-//! containers with, and the test's fallback when containerd cannot run here), Debian's
-//! `podman` (tests/tests/image.rs builds the image from deploy/Containerfile with it), and
-//! PyPI's `kubernetes-validate` (pinned: its release fixes which Kubernetes schemas it
-//! ships) in the test venv. Each is installed only when missing; a failure makes those
-//! tests skip with the reason.
+//! starts its own daemon), `runc` (the OCI runtime containerd's shim and CRI-O run
+//! containers with, and the test's fallback when containerd cannot run here) and `conmon`
+//! (CRI-O's container monitor: the CRI-O cases start it as CRI-O does; Debian packages no
+//! CRI-O itself, in any suite), Debian's `podman` (tests/tests/image.rs builds the image
+//! from deploy/Containerfile with it), and PyPI's `kubernetes-validate` (pinned: its release
+//! fixes which Kubernetes schemas it ships) in the test venv. Each is installed only when
+//! missing; a failure makes those tests skip with the reason.
 
 use std::process::{Command, Stdio};
 
@@ -17,6 +18,7 @@ pub(crate) const KUBERNETES_VALIDATE_SPEC: &str = "kubernetes-validate==1.37.0";
 pub(crate) fn setup_kubernetes_tests(p: &Paths) {
     apt_install_if_missing("runc", "runc", "the Kubernetes runtime tests");
     apt_install_if_missing("ctr", "containerd", "the Kubernetes runtime tests through containerd");
+    apt_install_if_missing("conmon", "conmon", "the Kubernetes CRI-O tests");
     apt_install_if_missing("podman", "podman", "the image build test");
     let python = p.cache.join("test-venv/bin/python");
     let present = || {

@@ -4,25 +4,23 @@
 //! containerd's CRI plugin and CRI-O write the pod's and container's names into the
 //! `annotations` of every container's OCI runtime spec (`config.json`):
 //!
-//! | runtime | bundle (relative to the host's root) | keys |
-//! |---|---|---|
-//! | containerd | `run/containerd/io.containerd.runtime.v2.task/k8s.io/<id>/config.json` | `io.kubernetes.cri.sandbox-namespace`, `io.kubernetes.cri.sandbox-name`, `io.kubernetes.cri.container-name`, `io.kubernetes.cri.sandbox-uid` |
-//! | CRI-O | `run/containers/storage/overlay-containers/<id>/userdata/config.json` (its run dir) or the same under `var/lib/containers/storage` | `io.kubernetes.pod.namespace`, `io.kubernetes.pod.name`, `io.kubernetes.container.name`, `io.kubernetes.pod.uid` |
+//! | runtime | found from | fixed place (relative to the host's root) | keys |
+//! |---|---|---|---|
+//! | containerd | its shim (`containerd-shim*`): the sibling `<id>/config.json` of the shim's working directory, `<state>/io.containerd.runtime.v2.task/<namespace>/<id'>`, whatever the state directory (kubeadm's `/run/containerd`, k3s's and RKE2's `/run/k3s/containerd`, microk8s's, docker's embedded containerd's) | `run/containerd/io.containerd.runtime.v2.task/k8s.io/<id>/config.json` | `io.kubernetes.cri.sandbox-namespace`, `io.kubernetes.cri.sandbox-name`, `io.kubernetes.cri.container-name`, `io.kubernetes.cri.sandbox-uid` |
+//! | CRI-O | its monitor (`conmon`): `<bundle>/config.json`, the bundle named by conmon's `-b`/`--bundle` (else its working directory), which must be CRI-O's `<runroot>/<driver>-containers/<id>/userdata` whatever its `runroot` | `run/containers/storage/overlay-containers/<id>/userdata/config.json` (its run dir) or the same under `var/lib/containers/storage` | `io.kubernetes.pod.namespace`, `io.kubernetes.pod.name`, `io.kubernetes.container.name`, `io.kubernetes.pod.uid` (the kubelet's labels, which CRI-O copies into the annotations) |
 //!
-//! The bundle is first looked for where the container's own runtime keeps it, whatever its
-//! state directory (kubeadm's `/run/containerd`, k3s's and RKE2's `/run/k3s/containerd`,
-//! microk8s's, docker's embedded containerd): the container's first ancestor in pyperch's
-//! (the host's) PID namespace is its shim (`containerd-shim*`, outside the container's cgroup),
-//! whose working directory is a bundle directory of the same state directory
-//! (`<state>/io.containerd.runtime.v2.task/<namespace>/<id>`); the container's own
-//! `config.json` is the sibling `<id>/config.json`, opened inside the shim's root
-//! (`/proc/<shim>/root`). Then at the fixed places below, inside the host's root.
+//! The bundle is first looked for where the container's own runtime keeps it
+//! ([`crate::host::runtime_bundle`]): the container's first ancestor in pyperch's (the
+//! host's) PID namespace is its runtime's monitor (outside the container's cgroup), and the
+//! file is opened inside the monitor's root (`/proc/<monitor>/root`); a conmon bundle that is
+//! not an absolute plain path, or not CRI-O's layout for this container, is refused and
+//! counted. Then at the fixed places above, inside the host's root.
 //!
 //! The host's root is reached as `/proc/1/root` (the agent shares the host's PID namespace),
 //! or as the directory the environment variable `PYPERCH_HOST_ROOT` names (for hosts whose
 //! PID 1 is not the node's init).
 //! Invariants, the same as for every file a target can influence:
-//! - a bundle file is opened inside that root only (`openat2` with `RESOLVE_IN_ROOT |
+//! - a bundle file is opened inside its root only (the monitor's or the host's; `openat2` with `RESOLVE_IN_ROOT |
 //!   RESOLVE_NO_MAGICLINKS`, `O_NOFOLLOW` on the last component): no link leads out of it;
 //! - it is first opened `O_PATH` and checked to be a regular file (no FIFO or device is ever
 //!   opened for reading), then reopened `O_RDONLY | O_NONBLOCK` and checked to be the same
@@ -138,6 +136,8 @@ pub enum BundleError {
     PodMismatch { path: String, annotated: String, cgroup: String },
     #[error("{0}: {1}")]
     Io(String, io::Error),
+    #[error(transparent)]
+    Refused(#[from] crate::host::runtime_bundle::Refused),
 }
 
 /// The `annotations` of a runtime spec; everything else in it is ignored.
@@ -203,7 +203,8 @@ pub struct PodNameCache {
 struct CacheState {
     entries: HashMap<String, Entry>,
     last_sweep: Option<Instant>,
-    /// Bundles refused (not regular, too large, not JSON, invalid names, pod mismatch).
+    /// Bundles refused (not regular, too large, not JSON, invalid names, pod mismatch, a
+    /// monitor's bundle path not of its runtime's layout).
     refused: u64,
 }
 
@@ -244,7 +245,9 @@ impl PodNameCache {
     }
 
     /// Bundles found but refused: not a regular file, longer than [`MAX_CONFIG_BYTES`], not
-    /// JSON, a name that is not a Kubernetes name, or a pod UID other than the cgroup's.
+    /// JSON, a name that is not a Kubernetes name, a pod UID other than the cgroup's, or a
+    /// runtime monitor's bundle path that is not its runtime's layout
+    /// ([`crate::host::runtime_bundle::Refused`]).
     pub fn refused(&self) -> u64 {
         self.state().refused
     }
@@ -351,13 +354,13 @@ impl PodNameCache {
         }
     }
 
-    /// Reads the bundle file of container `id` (of `info`): where its shim keeps it, else
-    /// the first at a known place; its names, the pod UID of its annotations, and where it
+    /// Reads the bundle file of container `id` (of `info`): where its own runtime keeps it,
+    /// else the first at a known place; its names, the pod UID of its annotations, and where it
     /// was read (root and path).
     fn read(&self, info: &ContainerInfo, id: &str) -> Result<(PodNames, Option<String>, (PathBuf, String)), BundleError> {
-        let shim = shim_bundle(info, id).into_iter();
+        let own = crate::host::runtime_bundle::locate(info, id)?.into_iter();
         let fixed = BUNDLES.iter().map(|(prefix, suffix)| (self.root.clone(), format!("{prefix}{id}{suffix}")));
-        for (root, path) in shim.chain(fixed) {
+        for (root, path) in own.chain(fixed) {
             let bytes = match read_file(&root, &path) {
                 Ok(bytes) => bytes,
                 Err(BundleError::Io(_, e)) if e.kind() == io::ErrorKind::NotFound => continue,
@@ -370,44 +373,6 @@ impl PodNameCache {
         }
         Err(BundleError::NotFound)
     }
-}
-
-/// Ancestors of a container's process looked at for its shim.
-const MAX_ANCESTORS: usize = 32;
-
-/// Where the container's own runtime keeps its bundle file (see the module docs): the shim's
-/// root (`/proc/<shim>/root`) and the file's path inside it. `None` when the first ancestor
-/// in pyperch's PID namespace is not a containerd shim outside the container's cgroup, or its
-/// working directory is not a bundle directory.
-fn shim_bundle(info: &ContainerInfo, id: &str) -> Option<(PathBuf, String)> {
-    let own_ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
-    let mut current = *info.nspid.first()?;
-    for _ in 0..MAX_ANCESTORS {
-        current = crate::target::discovery::parent_pid(current).filter(|p| *p > 1)?;
-        if std::fs::read_link(format!("/proc/{current}/ns/pid")).ok()? != own_ns {
-            continue;
-        }
-        // The first ancestor in the host's PID namespace: the runtime's shim, or no answer.
-        // A process of the container itself (sharing the host's PID namespace) stays in
-        // the container's cgroup: it is never taken for the shim.
-        let exe = std::fs::read_link(format!("/proc/{current}/exe")).ok()?;
-        if !exe.file_name()?.to_str()?.starts_with("containerd-shim") {
-            return None;
-        }
-        let cgroup = crate::host::containers::for_process(current).cgroup_path;
-        let container = info.cgroup_path.as_str();
-        if container.is_empty() || cgroup.is_empty() || cgroup == container || cgroup.starts_with(&format!("{container}/")) {
-            return None;
-        }
-        let cwd = std::fs::read_link(format!("/proc/{current}/cwd")).ok()?;
-        let namespace_dir = cwd.parent()?;
-        if !cwd.is_absolute() || namespace_dir.parent()?.file_name()? != "io.containerd.runtime.v2.task" {
-            return None;
-        }
-        let path = namespace_dir.join(id).join("config.json");
-        return Some((PathBuf::from(format!("/proc/{current}/root")), path.to_str()?.trim_start_matches('/').to_owned()));
-    }
-    None
 }
 
 /// `path` (relative) opened `O_PATH` inside `root`, not following a final symlink.
@@ -635,15 +600,6 @@ mod tests {
         cache.state().last_sweep = None;
         assert_eq!(cache.lookup(&info(&format!("/kubepods/pod{UID}/{ID2}"))), None);
         assert!(!cache.state().entries.get(ID).is_some_and(|e| e.names.is_some()), "a gone container is forgotten");
-    }
-
-    #[test]
-    fn no_shim_no_shim_bundle() {
-        // This test's own ancestors hold no containerd shim: no answer, whatever the id.
-        let own = crate::host::containers::for_process(std::process::id());
-        assert_eq!(shim_bundle(&own, ID), None);
-        // No pid: no walk.
-        assert_eq!(shim_bundle(&ContainerInfo::default(), ID), None);
     }
 
     #[test]

@@ -137,7 +137,7 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
     }
     let _ = writeln!(
         s,
-        "  pod names (runtime annotations): {} containers named; {} bundles refused (not a regular file, over 1 MiB, not JSON, not Kubernetes names, or another pod's UID)",
+        "  pod names (runtime annotations): {} containers named; {} bundles refused (not a regular file, over 1 MiB, not JSON, not Kubernetes names, another pod's UID, or a runtime monitor's bundle path not of its runtime's layout)",
         crate::host::pod_names::named(),
         crate::host::pod_names::refused()
     );
