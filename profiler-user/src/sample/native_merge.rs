@@ -13,8 +13,8 @@
 //!
 //! Invariant: a result is produced only when every group is paired with one native frame,
 //! in order from the leaf, and every native frame named as the evaluation function got a
-//! group — except that when the copied stack ended before the bottom, the groups past its
-//! end follow a `<truncated native>` marker. Otherwise `None`, and the caller shows the
+//! group (but the frame an unwind stopped in, whose extent is unknown) — except that when the
+//! unwound stack ended before the bottom, the groups past its end follow a marker. Otherwise `None`, and the caller shows the
 //! Python frames alone with an `<unmerged native>` marker.
 
 use super::FrameId;
@@ -144,8 +144,10 @@ pub fn merge(groups: &[Group], native: &[NativeFrame], complete: bool, truncated
         }
         placed = next;
     }
-    // Every evaluation frame by name stands for a group.
-    if native.iter().zip(&owner).any(|(f, o)| f.is_eval && o.is_none()) {
+    // Every evaluation frame by name stands for a group; but for the frame a walk stopped in
+    // (an empty extent: its size is unknown), whose group, if any, lies past the unwound
+    // stack and follows the marker.
+    if native.iter().zip(&owner).any(|(f, o)| f.is_eval && o.is_none() && !(by_stack && f.low == f.high)) {
         return None;
     }
     if placed < groups.len() {
@@ -244,5 +246,9 @@ mod tests {
         let short = &native[..4];
         let more = vec![groups[0].clone(), groups[1].clone(), Group { ids: vec![4], shim: Some(0x100) }];
         assert_eq!(merge(&more, short, false, 999), Some(vec![50, 1, 2, 51, 3, 999, 4]));
+        // The walk stopped in an evaluation frame (empty extent): shown, its group after the
+        // marker.
+        let stopped = [native[0], native[1], native[2], n(61, true, 0x50, 0x50)];
+        assert_eq!(merge(&groups, &stopped, false, 999), Some(vec![50, 1, 2, 51, 61, 999, 3]));
     }
 }
