@@ -116,6 +116,16 @@ pub struct ProcessNative {
     tables: Option<Arc<dyn TableSink>>,
     owner: u64,
     tables_dirty: bool,
+    /// Where the last unwind ([`ProcessNative::unwind`] or [`ProcessNative::walked`]) stopped
+    /// before the bottom: the frame it could not unwind (not among its frames), if known.
+    stopped_at: Option<u64>,
+}
+
+/// The module of `modules` (sorted by start) holding `address`.
+fn module_at(modules: &[LoadedModule], address: u64) -> Option<&LoadedModule> {
+    let i = modules.partition_point(|m| m.start <= address);
+    let m = modules.get(i.checked_sub(1)?)?;
+    (address < m.end).then_some(m)
 }
 
 /// Owner ids for `TableSink` (a pid may be reused by a later `ProcessNative`).
@@ -169,6 +179,7 @@ impl ProcessNative {
             tables,
             owner: NEXT_OWNER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             tables_dirty: false,
+            stopped_at: None,
         };
         p.request(io);
         p
@@ -187,9 +198,7 @@ impl ProcessNative {
 
     /// The module containing `address`.
     pub fn module(&self, address: u64) -> Option<&LoadedModule> {
-        let i = self.modules.partition_point(|m| m.start <= address);
-        let m = self.modules.get(i.checked_sub(1)?)?;
-        (address < m.end).then_some(m)
+        module_at(&self.modules, address)
     }
 
     fn mapping_at(&self, address: u64) -> Option<&Mapped> {
@@ -243,6 +252,7 @@ impl ProcessNative {
     /// when a frame lies in code whose file or mapping is still being read.
     pub fn unwind(&mut self, ip: u64, sp: u64, bp: u64, stack: &[u8], io: &NativeIo, out: &mut Vec<UnwoundFrame>) -> UnwindEnd {
         out.clear();
+        self.stopped_at = None;
         self.take_answers(io);
         if self.waits_for(ip, io) {
             return UnwindEnd::Loading;
@@ -257,7 +267,7 @@ impl ProcessNative {
         let mut end = UnwindEnd::Truncated;
         // The frame whose unwinding failed, if any.
         let mut stopped_at = None;
-        let (unwinder, cache) = (&self.unwinder, &mut self.cache);
+        let (unwinder, cache, modules) = (&self.unwinder, &mut self.cache, &self.modules);
         // The unwind tables come from the target's files: should the unwinder panic on one,
         // the sample keeps the frames found so far, as a truncated stack.
         let mut step = |address: FrameAddress, regs: &mut UnwindRegsX86_64| {
@@ -268,6 +278,13 @@ impl ProcessNative {
         };
         while out.len() < MAX_NATIVE_FRAMES {
             let low = regs.sp();
+            // musl's libc has next to no unwind rows: framehop would guess its frames (the
+            // return address at the stack pointer, else frame pointers musl does not keep).
+            // The unwind stops there, as the kernel walk does.
+            if module_at(modules, address.address_for_lookup()).is_some_and(|m| m.file.musl_libc) {
+                stopped_at = Some(address.address_for_lookup());
+                break;
+            }
             match step(address, &mut regs) {
                 Ok(Some(return_address)) => {
                     out.push(UnwoundFrame { address: address.address_for_lookup(), low, high: regs.sp() });
@@ -292,11 +309,17 @@ impl ProcessNative {
             }
         }
         let addresses: Vec<u64> = out.iter().map(|f| f.address).chain(stopped_at).collect();
+        self.stopped_at = stopped_at.filter(|_| end != UnwindEnd::Complete);
         if self.waits_for_any(&addresses, io) {
             out.clear();
             return UnwindEnd::Loading;
         }
         end
+    }
+
+    /// Whether the last unwind stopped in musl's libc (see [`super::musl`]).
+    pub fn stopped_in_musl_libc(&self) -> bool {
+        self.stopped_at.and_then(|a| self.module(a)).is_some_and(|m| m.file.musl_libc)
     }
 
     /// A sample's start: takes in the answers that arrived, and asks for the maps again when
@@ -504,6 +527,7 @@ impl ProcessNative {
     pub fn walked(&mut self, frames: &[u8], end: u32, sp: u64, io: &NativeIo, out: &mut Vec<UnwoundFrame>) -> UnwindEnd {
         use profiler_common::{WALKED_FRAME_SIZE, walk_end};
         out.clear();
+        self.stopped_at = None;
         self.take_answers(io);
         let mut low = sp;
         let n = frames.len() / WALKED_FRAME_SIZE;
@@ -536,6 +560,7 @@ impl ProcessNative {
         let new_mapping = end == walk_end::NO_MODULE && stopped.is_some_and(|a| self.mapping_at(a).is_none());
         let kernel_waits = matches!(end, walk_end::LOADING | walk_end::NO_PROCESS) || new_mapping;
         let addresses: Vec<u64> = out.iter().map(|f| f.address).chain(stopped).collect();
+        self.stopped_at = stopped.filter(|_| end != walk_end::OUTERMOST);
         if self.waits_for_any(&addresses, io) || kernel_waits {
             out.clear();
             return UnwindEnd::Loading;
