@@ -380,6 +380,43 @@ pub fn free_threaded_python(var: &str, minor: u32) -> Option<Python> {
     Some(Python { label: format!("ft-3.{minor}"), major: 3, minor, exe, rootfs: None })
 }
 
+/// A CPython linked against musl (as in Alpine images), built by hand: no package these
+/// machines can install ships one, and its source and build recipe are never part of this
+/// project. Taken from `PYPERCH_MUSL_PYTHON`; `None` after a SKIP line that says the musl
+/// tests did not run. A variable naming an interpreter that is not musl-linked (its
+/// `sys.implementation._multiarch` does not end in `-musl`) is a mistake in the set-up: the
+/// test fails and says so. Labelled `musl-3.X`.
+pub fn musl_python() -> Option<Python> {
+    const VAR: &str = "PYPERCH_MUSL_PYTHON";
+    let Some(exe) = env::var_os(VAR).filter(|p| !p.is_empty()).map(PathBuf::from) else {
+        skip(format!("{VAR} is not set: the musl tests did not run (point it at a hand-built CPython linked against musl)"));
+        return None;
+    };
+    if !exe.is_file() {
+        panic!("{VAR} names {}, which does not exist", exe.display());
+    }
+    let probe = Command::new(&exe)
+        .args(["-c", "import sys; v = sys.version_info; print(v[0], v[1], getattr(sys.implementation, '_multiarch', ''))"])
+        .output()
+        .unwrap_or_else(|e| panic!("{VAR}: cannot run {}: {e}", exe.display()));
+    let out = String::from_utf8_lossy(&probe.stdout).to_string();
+    let fields: Vec<&str> = out.split_whitespace().collect();
+    match fields.as_slice() {
+        [major, minor, multiarch] if multiarch.ends_with("-musl") => {
+            let (Ok(major), Ok(minor)) = (major.parse(), minor.parse()) else {
+                panic!("{VAR}: {} printed an unreadable version: {}", exe.display(), out.trim())
+            };
+            Some(Python { label: format!("musl-{major}.{minor}"), major, minor, exe, rootfs: None })
+        }
+        _ => panic!(
+            "{VAR} names {}, which is not a CPython linked against musl (it says: major, minor, multiarch = {}{})",
+            exe.display(),
+            out.trim(),
+            String::from_utf8_lossy(&probe.stderr).trim()
+        ),
+    }
+}
+
 /// The interpreter with this label if it exists, silently.
 pub fn python_quiet(label: &str) -> Option<Python> {
     configured_pythons()

@@ -1,9 +1,9 @@
 //! One profiled process's native side: turns the native part of a sample into frames of the
 //! profile and merges them with the sample's (already validated) Python frames.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{borrow::Cow, collections::HashMap, sync::Arc};
 
-use profiler_common::native_regs;
+use profiler_common::{native_regs, walk_end};
 
 use super::{
     FrameId,
@@ -22,6 +22,33 @@ const MAX_CACHED_ADDRESSES: usize = 1 << 16;
 /// and their trampolines, a tracepoint's dispatch), as opposed to the traced thread's code.
 fn is_tracing_function(name: &str) -> bool {
     name.starts_with("bpf_") || name.starts_with("__bpf_") || name.starts_with("__traceiter_") || name.starts_with("trace_call_bpf")
+}
+
+/// The marker of a stop in musl's libc, whichever way the stack was unwound: musl keeps next
+/// to no unwind rows for its own code (`target::native::musl`).
+pub const MUSL_STOP_MARKER: &str = "<native unwind stopped in musl libc (no unwind tables)>";
+
+/// Markers of a stack unwound from a copy of it that ended first, by `walk_end`.
+const COPY_MARKERS: [(u32, &str); 2] = [
+    (walk_end::COPY, "<truncated native>"),
+    // Copied because the process's tables were still loading.
+    (walk_end::COPY_WHILE_LOADING, "<truncated native (tables loading)>"),
+];
+
+/// The marker where a native stack stopped before its bottom (placed where the unwound part
+/// ends: between Python frames, at the leaf, or at the root). `end` (a `walk_end`) is how
+/// the kernel ended its walk, or that it copied the stack; `in_musl`: the frame the unwind
+/// could not get past lies in musl's libc. A walk that ended there for want of rows (the
+/// kernel's), or a copy unwound by pyperch (which stops at musl's code), says musl's name;
+/// any other end says its own reason (`stats::walk_end_label`).
+fn stop_marker(end: u32, in_musl: bool) -> Cow<'static, str> {
+    if in_musl && (walk_end::is_copy(end) || end == walk_end::NO_ROW) {
+        return Cow::Borrowed(MUSL_STOP_MARKER);
+    }
+    match COPY_MARKERS.iter().find(|(e, _)| *e == end) {
+        Some((_, marker)) => Cow::Borrowed(marker),
+        None => Cow::Owned(format!("<native unwind stopped {}>", crate::stats::walk_end_label(end))),
+    }
 }
 
 /// The profile is at its byte budget and a new frame was needed.
@@ -118,6 +145,7 @@ impl NativeSampler {
                     }
                     None => UnwindEnd::Loading,
                 };
+                let in_musl = unwinder.stopped_in_musl_libc();
                 if unwinder.removals != self.removals {
                     self.removals = unwinder.removals;
                     self.names = HashMap::new();
@@ -149,12 +177,7 @@ impl NativeSampler {
                     }
                     let walked_leaf_first: Vec<WalkedFrame> = walked.iter().rev().copied().collect();
                     let groups = merge::groups(&walked_leaf_first, self.grouping);
-                    let truncated = match trailer.walk_end {
-                        profiler_common::walk_end::COPY => self.marker(profile, "<truncated native>")?,
-                        // Unwound from a copy because the process's tables were still loading.
-                        profiler_common::walk_end::COPY_WHILE_LOADING => self.marker(profile, "<truncated native (tables loading)>")?,
-                        end => self.marker(profile, &format!("<native unwind stopped {}>", crate::stats::walk_end_label(end)))?,
-                    };
+                    let truncated = self.marker(profile, &stop_marker(trailer.walk_end, in_musl))?;
                     let merged = groups.and_then(|g| merge::merge(&g, &native, end == UnwindEnd::Complete, truncated));
                     match merged {
                         Some(m) => {
@@ -271,5 +294,26 @@ impl NativeSampler {
         let id = profile.try_intern(FrameName { function: Arc::from(function), file: Arc::from(""), line: 0, native }).ok_or(ProfileFull)?;
         self.names.insert(address, (id, false));
         Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_markers_name_musl_where_its_libc_stopped_the_unwind() {
+        // The kernel walk found no rows, in musl's libc and elsewhere.
+        assert_eq!(stop_marker(walk_end::NO_ROW, true), MUSL_STOP_MARKER);
+        assert_eq!(stop_marker(walk_end::NO_ROW, false), "<native unwind stopped in code without unwind rows>");
+        // A copy unwound by pyperch stops at musl's code.
+        assert_eq!(stop_marker(walk_end::COPY, true), MUSL_STOP_MARKER);
+        assert_eq!(stop_marker(walk_end::COPY_WHILE_LOADING, true), MUSL_STOP_MARKER);
+        assert_eq!(stop_marker(walk_end::COPY, false), "<truncated native>");
+        assert_eq!(stop_marker(walk_end::COPY_WHILE_LOADING, false), "<truncated native (tables loading)>");
+        // Other ends keep their own reason, wherever the frame lies.
+        assert_eq!(stop_marker(walk_end::READ_FAULT, true), "<native unwind stopped at an unreadable stack word>");
+        assert_eq!(stop_marker(walk_end::DEPTH, false), "<native unwind stopped at the depth limit>");
+        assert!(MUSL_STOP_MARKER.starts_with("<native unwind stopped "));
     }
 }

@@ -14,8 +14,10 @@
 //! Invariant: a result is produced only when every group is paired with one native frame,
 //! in order from the leaf, and every native frame named as the evaluation function got a
 //! group (but the frame an unwind stopped in, whose extent is unknown) — except that when the
-//! unwound stack ended before the bottom, the groups past its end follow a marker. Otherwise `None`, and the caller shows the
-//! Python frames alone with an `<unmerged native>` marker.
+//! unwound stack ended before the bottom, the groups past its end follow a marker. Otherwise
+//! `None`, and the caller shows the Python frames alone with an `<unmerged native>` marker. A
+//! stack unwound short of its bottom always carries the marker: where Python groups remain,
+//! before them; else at the root, so that no such stack reads as whole.
 
 use super::FrameId;
 
@@ -165,11 +167,13 @@ pub fn merge(groups: &[Group], native: &[NativeFrame], complete: bool, truncated
             None => out.push(f.id),
         }
     }
-    if placed < groups.len() {
+    // Where the unwind stopped: before the groups it did not reach, else at the root (the
+    // native frames below it are not known: musl's libc below `main`, a copy that ended).
+    if placed < groups.len() || !complete {
         out.push(truncated);
-        for g in &groups[placed..] {
-            out.extend_from_slice(&g.ids);
-        }
+    }
+    for g in &groups[placed..] {
+        out.extend_from_slice(&g.ids);
     }
     Some(out)
 }
@@ -250,5 +254,22 @@ mod tests {
         // marker.
         let stopped = [native[0], native[1], native[2], n(61, true, 0x50, 0x50)];
         assert_eq!(merge(&groups, &stopped, false, 999), Some(vec![50, 1, 2, 51, 61, 999, 3]));
+    }
+
+    #[test]
+    fn a_stack_unwound_short_of_its_bottom_always_says_where() {
+        // musl: every group placed, the unwind stopped below them (in its libc, below
+        // `Py_BytesMain`): the marker at the root, never a stack that reads as whole.
+        let native = [n(50, false, 0, 0x10), n(60, false, 0x10, 0x40), n(52, false, 0x40, 0x50)];
+        let groups = vec![Group { ids: vec![1, 2], shim: Some(0x20) }];
+        assert_eq!(merge(&groups, &native, false, 999), Some(vec![50, 1, 2, 52, 999]));
+        assert_eq!(merge(&groups, &native, true, 999), Some(vec![50, 1, 2, 52]));
+        // Stopped at the leaf (a thread inside a system call in musl's libc): nothing
+        // unwound, the marker at the leaf and every Python frame below it.
+        assert_eq!(merge(&groups, &[], false, 999), Some(vec![999, 1, 2]));
+        // By name (3.8-3.11) likewise.
+        let by_name = [Group { ids: vec![1], shim: None }];
+        assert_eq!(merge(&by_name, &[n(50, false, 0, 0), n(900, true, 0, 0)], false, 999), Some(vec![50, 1, 999]));
+        assert_eq!(merge(&by_name, &[], false, 999), Some(vec![999, 1]));
     }
 }

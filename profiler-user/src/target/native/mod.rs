@@ -15,6 +15,7 @@ pub mod io;
 pub mod kallsyms;
 pub mod lines;
 pub mod module_file;
+mod musl;
 mod origin;
 pub mod process;
 pub mod tables;

@@ -78,6 +78,9 @@ pub struct Segment {
 pub struct ModuleFile {
     /// The file's base name, as shown in frames (`libz.so.1`).
     pub name: Arc<str>,
+    /// The file is musl's libc (by the path it was mapped at: `musl`), whose own code has
+    /// next to no unwind rows: native stacks stop in it.
+    pub musl_libc: bool,
     pub text: Option<Range<u64>>,
     pub got: Option<Range<u64>>,
     pub eh_frame: Option<(Range<u64>, SharedBytes)>,
@@ -103,6 +106,7 @@ impl ModuleFile {
     pub(super) fn empty(bytes: usize) -> ModuleFile {
         ModuleFile {
             name: Arc::from("x"),
+            musl_libc: false,
             text: None,
             got: None,
             eh_frame: None,
@@ -300,6 +304,7 @@ pub(super) fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
     bytes += symbols.iter().map(|s| s.name.len() + 48).sum::<usize>() + lines.as_ref().map_or(0, |l| l.bytes());
     Some(ModuleFile {
         name: Arc::from(name),
+        musl_libc: super::musl::is_musl_libc(path),
         text,
         got,
         eh_frame,

@@ -116,6 +116,16 @@ pub struct ProcessNative {
     tables: Option<Arc<dyn TableSink>>,
     owner: u64,
     tables_dirty: bool,
+    /// Where the last unwind ([`ProcessNative::unwind`] or [`ProcessNative::walked`]) stopped
+    /// before the bottom: the frame it could not unwind (not among its frames), if known.
+    stopped_at: Option<u64>,
+}
+
+/// The module of `modules` (sorted by start) holding `address`.
+fn module_at(modules: &[LoadedModule], address: u64) -> Option<&LoadedModule> {
+    let i = modules.partition_point(|m| m.start <= address);
+    let m = modules.get(i.checked_sub(1)?)?;
+    (address < m.end).then_some(m)
 }
 
 /// Owner ids for `TableSink` (a pid may be reused by a later `ProcessNative`).
@@ -169,6 +179,7 @@ impl ProcessNative {
             tables,
             owner: NEXT_OWNER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             tables_dirty: false,
+            stopped_at: None,
         };
         p.request(io);
         p
@@ -187,9 +198,7 @@ impl ProcessNative {
 
     /// The module containing `address`.
     pub fn module(&self, address: u64) -> Option<&LoadedModule> {
-        let i = self.modules.partition_point(|m| m.start <= address);
-        let m = self.modules.get(i.checked_sub(1)?)?;
-        (address < m.end).then_some(m)
+        module_at(&self.modules, address)
     }
 
     fn mapping_at(&self, address: u64) -> Option<&Mapped> {
@@ -243,6 +252,7 @@ impl ProcessNative {
     /// when a frame lies in code whose file or mapping is still being read.
     pub fn unwind(&mut self, ip: u64, sp: u64, bp: u64, stack: &[u8], io: &NativeIo, out: &mut Vec<UnwoundFrame>) -> UnwindEnd {
         out.clear();
+        self.stopped_at = None;
         self.take_answers(io);
         if self.waits_for(ip, io) {
             return UnwindEnd::Loading;
@@ -268,11 +278,15 @@ impl ProcessNative {
         };
         while out.len() < MAX_NATIVE_FRAMES {
             let low = regs.sp();
-            if without_rule(modules, address.address_for_lookup()) {
-                // Shown, with an empty extent (its size is unknown), and no further: the
-                // unwinder's guesses there (frame pointers, a return address at the stack
-                // pointer) read registers such code uses for anything.
-                out.push(UnwoundFrame { address: address.address_for_lookup(), low, high: low });
+            // Shown, with an empty extent (its size is unknown), and no further: code without
+            // CFI in a file that has CFI elsewhere, or musl's libc (next to no unwind rows).
+            // framehop's guesses there (the return address at the stack pointer, else frame
+            // pointers) read registers such code uses for anything. The kernel walk stops at
+            // the same places.
+            let lookup = address.address_for_lookup();
+            if module_at(modules, lookup).is_some_and(|m| m.file.musl_libc) || without_rule(modules, lookup) {
+                out.push(UnwoundFrame { address: lookup, low, high: low });
+                stopped_at = Some(lookup);
                 break;
             }
             match step(address, &mut regs) {
@@ -299,11 +313,17 @@ impl ProcessNative {
             }
         }
         let addresses: Vec<u64> = out.iter().map(|f| f.address).chain(stopped_at).collect();
+        self.stopped_at = stopped_at.filter(|_| end != UnwindEnd::Complete);
         if self.waits_for_any(&addresses, io) {
             out.clear();
             return UnwindEnd::Loading;
         }
         end
+    }
+
+    /// Whether the last unwind stopped in musl's libc (see [`super::musl`]).
+    pub fn stopped_in_musl_libc(&self) -> bool {
+        self.stopped_at.and_then(|a| self.module(a)).is_some_and(|m| m.file.musl_libc)
     }
 
     /// A sample's start: takes in the answers that arrived, and asks for the maps again when
@@ -511,6 +531,7 @@ impl ProcessNative {
     pub fn walked(&mut self, frames: &[u8], end: u32, sp: u64, io: &NativeIo, out: &mut Vec<UnwoundFrame>) -> UnwindEnd {
         use profiler_common::{WALKED_FRAME_SIZE, walk_end};
         out.clear();
+        self.stopped_at = None;
         self.take_answers(io);
         let mut low = sp;
         let n = frames.len() / WALKED_FRAME_SIZE;
@@ -543,6 +564,7 @@ impl ProcessNative {
         let new_mapping = end == walk_end::NO_MODULE && stopped.is_some_and(|a| self.mapping_at(a).is_none());
         let kernel_waits = matches!(end, walk_end::LOADING | walk_end::NO_PROCESS) || new_mapping;
         let addresses: Vec<u64> = out.iter().map(|f| f.address).chain(stopped).collect();
+        self.stopped_at = stopped.filter(|_| end != walk_end::OUTERMOST);
         if self.waits_for_any(&addresses, io) || kernel_waits {
             out.clear();
             return UnwindEnd::Loading;
@@ -565,8 +587,7 @@ impl ProcessNative {
 /// unwinds stop there, the kernel's (its rows say so) and the copy's, instead of guessing. A
 /// file without any rows is walked with frame pointers by both.
 fn without_rule(modules: &[LoadedModule], address: u64) -> bool {
-    let i = modules.partition_point(|m| m.start <= address);
-    let Some(m) = i.checked_sub(1).and_then(|i| modules.get(i)).filter(|m| address < m.end) else { return false };
+    let Some(m) = module_at(modules, address) else { return false };
     let (Some(rows), Some(at)) = (m.file.unwind_rows.as_ref(), m.file_address(address)) else { return false };
     let Ok(pc) = u32::try_from(at) else { return false };
     let i = rows.partition_point(|r| r.pc <= pc);
