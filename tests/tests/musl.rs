@@ -172,7 +172,7 @@ fn musl_native_frames_merged_copy() {
 
 /// A thread reading /dev/zero a byte at a time (most of its CPU time inside `read`, entered
 /// through musl's syscall code): its samples taken in the system call end at the leaf in
-/// musl's marker, right under `read_caller`'s line; `--stats` counts the kernel walk's stops
+/// musl's marker and the musl function the walk stopped in, right under `read_caller`'s line; `--stats` counts the kernel walk's stops
 /// as "in code without unwind rows", as for any file without rows.
 fn stops_in_musl_say_so(walk: &[&str]) {
     let Some(py) = musl_python() else { return };
@@ -190,9 +190,12 @@ fn stops_in_musl_say_so(walk: &[&str]) {
     let what = format!("{} --native {}", py.describe(), walk.join(" "));
     let reader = expected(&lines, &["<module>", "main", "run_syscalls", "read_caller"]);
     let under_reader = mine.count(|s| s.has_function("read_caller"));
-    // Stopped at the leaf: the workload's exact frames, then musl's marker, nothing else.
+    // Stopped at the leaf: the workload's exact frames, then musl's marker and the musl
+    // function the walk stopped in, nothing else.
+    let in_musl_libc = |f: &str| f.ends_with(" (libc.so)") || f.contains("ld-musl") || f.starts_with("libc.so+");
     let stopped_in_read = mine.count(|s| {
-        s.frames.len() == reader.len() + 2 && s.frames.last().is_some_and(|f| f == MUSL_STOP) && as_pairs(&script_frames(s)) == reader
+        let n = s.frames.len();
+        n == reader.len() + 3 && s.frames[n - 2] == MUSL_STOP && in_musl_libc(&s.frames[n - 1]) && as_pairs(&script_frames(s)) == reader
     });
     let not_on_musl: Vec<String> =
         mine.stacks.iter().filter(|s| s.frames.iter().any(|f| NOT_ON_MUSL.contains(&f.as_str()))).map(|s| s.frames.join(";")).collect();
