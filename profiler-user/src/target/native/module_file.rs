@@ -317,7 +317,8 @@ pub(super) fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
 /// `.debug_frame` (which rules `.eh_frame` meant to give is unknown).
 fn kernel_rows(eh_frame: Option<(&[u8], u64)>, debug_frame: Option<&[u8]>, text: Option<u64>) -> Option<Arc<[profiler_common::UnwindRow]>> {
     use super::unwind_table::{compact, debug_frame_rows, merge, rows};
-    let eh = match eh_frame.map(|(data, address)| rows(data, address, text, MAX_TABLE_ROWS)) {
+    // `.eh_frame`'s rows and their kernel form (each refusal counted once per file).
+    let eh = match eh_frame.map(|(data, address)| rows(data, address, text, MAX_TABLE_ROWS).and_then(|r| Ok((compact(&r)?, r)))) {
         Some(Ok(eh)) => Some(eh),
         Some(Err(_)) => {
             Refusal::UnwindRows.count();
@@ -326,7 +327,7 @@ fn kernel_rows(eh_frame: Option<(&[u8], u64)>, debug_frame: Option<&[u8]>, text:
         None => None,
     };
     if let Some(debug) = debug_frame {
-        let eh_rows = eh.as_deref().unwrap_or_default();
+        let eh_rows = eh.as_ref().map_or(&[][..], |(_, r)| &r[..]);
         match debug_frame_rows(debug, MAX_TABLE_ROWS).and_then(|d| merge(eh_rows, &d, MAX_TABLE_ROWS)).and_then(|m| compact(&m)) {
             Ok(merged) => return Some(Arc::from(merged)),
             Err(_) if eh_rows.is_empty() => {
@@ -336,13 +337,7 @@ fn kernel_rows(eh_frame: Option<(&[u8], u64)>, debug_frame: Option<&[u8]>, text:
             Err(_) => Refusal::DebugFrameRows.count(),
         }
     }
-    match compact(&eh?) {
-        Ok(rows) => Some(Arc::from(rows)),
-        Err(_) => {
-            Refusal::UnwindRows.count();
-            None
-        }
-    }
+    eh.map(|(compacted, _)| Arc::from(compacted))
 }
 
 /// The section headers and their names, within `MAX_SECTIONS` (extended numbering
@@ -696,7 +691,9 @@ mod tests {
         assert_eq!(pcs(kernel_rows(None, Some(&high), None)), None);
         assert_eq!(pcs(kernel_rows(Some((&[0u8; 0][..], 0x8000)), Some(&high), None)), None);
         assert_eq!(pcs(kernel_rows(Some((&[0xff; 64][..], 0x8000)), Some(&debug), None)), None);
-        assert!(refused(Refusal::UnwindRows) >= before.1 + 3);
+        let eh_high = cfi(false, &[(0x1_0000_0000, 0x10, &[])]);
+        assert_eq!(pcs(kernel_rows(Some((&eh_high, 0x8000)), Some(&debug), None)), None);
+        assert!(refused(Refusal::UnwindRows) >= before.1 + 4);
         // Neither section: no table; .eh_frame alone: as before.
         assert_eq!(pcs(kernel_rows(None, None, None)), None);
         assert_eq!(pcs(kernel_rows(Some((&eh, 0x8000)), None, None)), Some(vec![(0x1000, RSP), (0x1010, NONE)]));
