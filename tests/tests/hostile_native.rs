@@ -1,4 +1,5 @@
-//! `--native` and `--kernel` on a hostile host (issue #28, items 2 and 7).
+//! `--native` and `--kernel` on a hostile host (issue #28, items 2 and 7; issue #31's unwind
+//! tables).
 //!
 //! - Item 2: a Python process maps one page of a sparse ELF file whose section headers
 //!   claim a 2 GiB `.symtab` (and of a second one whose 40 MiB `.symtab` is within the cap
@@ -14,6 +15,11 @@
 //!   opentelemetry-proto's decoding shows no such location or mapping address, while the
 //!   kernel frames are still there by name. With `--kernel-addresses` (the control) the
 //!   same scan finds them. Whole-host outputs are mode 0600.
+//! - Issue #31: the hostile-ELF cases applied to the kernel walk's unwind tables
+//!   (`native_hostile_unwind_sections`): files whose `.eh_frame` or `.debug_frame` claims
+//!   4 GiB, is garbage, loops its CIE pointers, runs past its end, holds more rows than a
+//!   table may, or describes code above 4 GiB. On time, within the RSS budget, each refusal
+//!   counted, a bystander's stacks whole.
 
 use std::{
     fs::{self, File},
@@ -266,6 +272,251 @@ fn native_sparse_symtab_in_a_512_mib_memory_cgroup() {
     assert!(stats.contains("larger than the file on disk"), "--stats does not count the 40 MiB .symtab as not on disk: {stats:?}{d}");
     assert!(refused >= 2, "--stats counts {refused} refused tables: {stats:?}{d}");
     assert!(kept as f64 >= 0.9 * expected, "bystander: {kept} samples in leaf_red, want >= 90 % of ~{expected:.0}{d}");
+}
+
+/// Rows a file's unwind table may have (`MAX_TABLE_ROWS` in profiler-user's module_file.rs).
+const MAX_TABLE_ROWS: usize = 1 << 20;
+
+/// One call frame section (`.eh_frame` or `.debug_frame` form): a CIE (`rsp + 8`, return
+/// address at `CFA - 8`, no augmentation: FDE addresses are absolute 8-byte words), then
+/// `fdes` as `(address, length, instructions)`.
+fn cfi(debug: bool, fdes: &[(u64, u64, Vec<u8>)]) -> Vec<u8> {
+    fn pad(entry: &mut Vec<u8>) {
+        while (entry.len() + 4) % 8 != 0 {
+            entry.push(0); // DW_CFA_nop
+        }
+    }
+    let mut out = Vec::new();
+    let mut cie = if debug { 0xffff_ffffu32 } else { 0 }.to_le_bytes().to_vec();
+    cie.extend([1, 0, 1, 0x78, 16, 0x0c, 7, 8, 0x90, 1]);
+    pad(&mut cie);
+    out.extend((cie.len() as u32).to_le_bytes());
+    out.extend(cie);
+    for (address, len, instructions) in fdes {
+        // .eh_frame: the distance back to the CIE from this field; .debug_frame: its offset.
+        let pointer = if debug { 0 } else { out.len() as u32 + 4 };
+        let mut fde = pointer.to_le_bytes().to_vec();
+        fde.extend(address.to_le_bytes());
+        fde.extend(len.to_le_bytes());
+        fde.extend(instructions);
+        pad(&mut fde);
+        out.extend((fde.len() as u32).to_le_bytes());
+        out.extend(fde);
+    }
+    out
+}
+
+/// An FDE's instructions for `rows` rows: advance 1, CFA `rsp + 16`, advance 1, `rsp + 8`...
+fn many_rows(rows: usize) -> Vec<u8> {
+    (0..rows).flat_map(|i| [0x41, 0x0e, if i % 2 == 0 { 16 } else { 8 }]).collect()
+}
+
+/// Hostile contents of one call frame section, by name; `(bytes, claimed size)`.
+fn hostile_cfi(debug: bool, case: &str) -> (Vec<u8>, Option<u64>) {
+    let section = match case {
+        // The section header claims 4 GiB; the file has none of it on disk.
+        "claims-4gib" => return (Vec::new(), Some(4 << 30)),
+        "garbage" => {
+            let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+            (0..64 << 10)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect()
+        }
+        // FDEs whose CIE pointers lead to themselves and to each other, never to a CIE
+        // (`.eh_frame`'s pointers only lead backwards: there the second leads to the first).
+        "cie-loop" => {
+            let mut b = cfi(debug, &[]);
+            let first = b.len() as u32;
+            let (second, third) = (first + 28, first + 56);
+            for (at, target) in [(first, first), (second, if debug { third } else { first }), (third, second)] {
+                let pointer = if debug { target } else { at + 4 - target };
+                b.extend(24u32.to_le_bytes());
+                b.extend(pointer.to_le_bytes());
+                b.extend(0x410u64.to_le_bytes());
+                b.extend(0x10u64.to_le_bytes());
+                b.extend([0u8; 4]);
+            }
+            b
+        }
+        // An FDE whose length runs 2 GiB past the section's end.
+        "past-end" => {
+            let mut b = cfi(debug, &[(0x400, 0x10, vec![])]);
+            b.extend(0x7fff_fff0u32.to_le_bytes());
+            b.extend([0u8; 60]);
+            b
+        }
+        // One FDE describing more address ranges than a table may have.
+        "too-many-rows" => cfi(debug, &[(0x1000, 4 << 20, many_rows(MAX_TABLE_ROWS + 64))]),
+        // Code above 4 GiB (the kernel's rows hold 32-bit addresses).
+        "above-4gib" => cfi(debug, &[(0x400, 0x10, vec![]), (0x1_0000_0400, 0x40, vec![0x44, 0x0e, 16])]),
+        other => panic!("no hostile case {other}"),
+    };
+    (section, None)
+}
+
+/// Writes an x86_64 ELF shared object: one loadable R+X page of headers and `.text`, then
+/// each of `sections` (`(name, SHF_ALLOC?, bytes, claimed size)`) at the next page boundary,
+/// its header claiming `claimed` bytes where given; the file is then `len` bytes long
+/// (sparse past what was written) when that is longer.
+fn unwind_elf(path: &Path, sections: &[(&str, bool, Vec<u8>, Option<u64>)], len: u64) {
+    fn put(b: &mut Vec<u8>, at: usize, bytes: &[u8]) {
+        if b.len() < at + bytes.len() {
+            b.resize(at + bytes.len(), 0);
+        }
+        b[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+    let mut b = vec![0u8; 0x1000];
+    let count = sections.len() + 3; // null, .text, ..., .shstrtab
+    put(&mut b, 0, &[0x7f, b'E', b'L', b'F', 2, 1, 1]);
+    put(&mut b, 16, &3u16.to_le_bytes());
+    put(&mut b, 18, &62u16.to_le_bytes());
+    put(&mut b, 20, &1u32.to_le_bytes());
+    put(&mut b, 32, &64u64.to_le_bytes()); // e_phoff
+    put(&mut b, 40, &0x200u64.to_le_bytes()); // e_shoff
+    put(&mut b, 52, &64u16.to_le_bytes());
+    put(&mut b, 54, &56u16.to_le_bytes());
+    put(&mut b, 56, &1u16.to_le_bytes()); // e_phnum
+    put(&mut b, 58, &64u16.to_le_bytes());
+    put(&mut b, 60, &(count as u16).to_le_bytes()); // e_shnum
+    put(&mut b, 62, &((count - 1) as u16).to_le_bytes()); // e_shstrndx
+    put(&mut b, 64, &1u32.to_le_bytes()); // PT_LOAD
+    put(&mut b, 68, &5u32.to_le_bytes()); // R+X
+    put(&mut b, 64 + 32, &0x1000u64.to_le_bytes());
+    put(&mut b, 64 + 40, &0x1000u64.to_le_bytes());
+    let mut names = b"\0.text\0.shstrtab\0".to_vec();
+    let header = |b: &mut Vec<u8>, i: usize, name: usize, kind: u32, flags: u64, address: u64, offset: u64, size: u64| {
+        let at = 0x200 + 64 * i;
+        put(b, at, &(name as u32).to_le_bytes());
+        put(b, at + 4, &kind.to_le_bytes());
+        put(b, at + 8, &flags.to_le_bytes());
+        put(b, at + 16, &address.to_le_bytes());
+        put(b, at + 24, &offset.to_le_bytes());
+        put(b, at + 32, &size.to_le_bytes());
+        put(b, at + 48, &8u64.to_le_bytes());
+    };
+    header(&mut b, 1, 1, 1, 6, 0x400, 0x400, 0x100); // .text: PROGBITS, ALLOC|EXECINSTR
+    let mut offset = 0x1000u64;
+    for (i, (name, alloc, data, claimed)) in sections.iter().enumerate() {
+        let name_at = names.len();
+        names.extend(name.as_bytes());
+        names.push(0);
+        // An allocated section sits at the address of its file offset.
+        header(&mut b, i + 2, name_at, 1, if *alloc { 2 } else { 0 }, if *alloc { offset } else { 0 }, offset, claimed.unwrap_or(data.len() as u64));
+        put(&mut b, offset as usize, data);
+        offset = (offset + data.len() as u64).next_multiple_of(0x1000).max(offset + 0x1000);
+    }
+    header(&mut b, count - 1, 7, 3, 0, 0, 0x100, names.len() as u64);
+    assert!(names.len() <= 0x100, "section names overflow their slot");
+    put(&mut b, 0x100, &names);
+    let mut file = File::create(path).expect("create the hostile file");
+    file.write_all(&b).expect("write it");
+    if len > b.len() as u64 {
+        file.set_len(len).expect("make it sparse");
+    }
+}
+
+/// Hostile unwind sections (issue #31, the cases of issue #28 item 2 applied to the kernel
+/// walk's tables): a Python process maps one page each of ELF files whose `.eh_frame` or
+/// `.debug_frame` is hostile: a header claiming 4 GiB of a sparse file, 64 KiB of garbage,
+/// FDEs whose CIE pointers loop, an FDE running 2 GiB past the section's end, one FDE of
+/// more rows than a table may have (1,048,576), code above 4 GiB; and a file with a good
+/// `.eh_frame` whose `.debug_frame` has too many rows. `record --native --duration 5
+/// --stats` of the whole host ends on time, peaks under [`RSS_BUDGET_KIB`], counts the
+/// refusals (the sections over their cap; the tables the kernel walk cannot use; the
+/// `.debug_frame` left out beside a good `.eh_frame`), and a bystander spin.py keeps >= 90 %
+/// of its expected samples, each whole from `_start` to its Python leaf.
+#[test]
+fn native_hostile_unwind_sections() {
+    if !is_root() {
+        skip("pyperch needs root");
+        return;
+    }
+    let Some(py) = first_python(&HOST_PREFERENCE).filter(|p| !p.is_chroot()) else {
+        skip("no supported python outside a chroot is available");
+        return;
+    };
+    let dir = TempDir::new("hostile-unwind");
+    let mut paths = Vec::new();
+    for (debug, section) in [(false, ".eh_frame"), (true, ".debug_frame")] {
+        for case in ["claims-4gib", "garbage", "cie-loop", "past-end", "too-many-rows", "above-4gib"] {
+            let (bytes, claimed) = hostile_cfi(debug, case);
+            let path = dir.0.join(format!("lib{}-{case}.so", section.trim_start_matches('.')));
+            let len = if claimed.is_some() { (4 << 30) + (64 << 10) } else { 0 };
+            unwind_elf(&path, &[(section, !debug, bytes, claimed)], len);
+            paths.push(path);
+        }
+    }
+    // A good .eh_frame (the .text's one FDE) beside a .debug_frame of too many rows.
+    let both = dir.0.join("libgood-eh-frame-hostile-debug-frame.so");
+    let good = cfi(false, &[(0x400, 0x100, vec![0x44, 0x0e, 16])]);
+    unwind_elf(&both, &[(".eh_frame", true, good, None), (".debug_frame", false, hostile_cfi(true, "too-many-rows").0, None)], 0);
+    paths.push(both);
+    let mut args = vec!["120".to_string()];
+    args.extend(paths.iter().map(|p| p.to_string_lossy().into_owned()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut hostile = Workload::spawn(&py, "map_claiming.py", &args).unwrap_or_else(|e| panic!("{e:#}"));
+    let mut bystander = Workload::spawn(&py, "spin.py", &["leaf_red", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    note(format!("hostile: pid {} mapping {} files, bystander: pid {} ({})", hostile.pid, paths.len(), bystander.pid, py.describe()));
+
+    let output = dir.0.join("profile.collapsed");
+    let mut cmd = Command::new(pyperch_bin());
+    cmd.args(["record", "--format", "collapsed", "--output"]).arg(&output).args(["--native", "--duration", "5", "--rate", "199", "--stats"]);
+    let running = Running::start(cmd).expect("start pyperch");
+    let pid = running.pid();
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = watch_peak_rss(pid, done.clone());
+    let sampling = sampling_began(pid, Duration::from_secs(60));
+    let (started, ticks_before) = (Instant::now(), cpu_ticks(bystander.pid));
+    thread::sleep(Duration::from_secs_f64(DURATION_S - 0.5));
+    let (window, ticks_after) = (started.elapsed(), cpu_ticks(bystander.pid));
+    let run = running.finish(Duration::from_secs(90));
+    let to_end = started.elapsed().as_secs_f64();
+    done.store(true, Ordering::Relaxed);
+    let rss_peak = watcher.join().expect("watcher");
+    hostile.terminate();
+    bystander.terminate();
+    let profile = Profile::parse(&fs::read_to_string(&output).unwrap_or_default());
+    let d = format!("{}\n--- heaviest stacks:\n{}", run.diag(), profile.head(20));
+
+    assert!(!run.timed_out(), "pyperch record --duration 5 did not end within 90 s{d}");
+    assert!(run.success(), "pyperch record failed{d}");
+    assert!(sampling, "pyperch record did not start sampling within 60 s{d}");
+    let stats = run.stderr_lines().into_iter().find(|l| l.trim_start().starts_with("native files")).unwrap_or("").to_string();
+    let over_cap = count_before(&stats, "over their cap").unwrap_or(0);
+    let unusable = count_before(&stats, "unwind rows the kernel walk cannot use").unwrap_or(0);
+    let debug_left_out = count_before(&stats, ".debug_frame rows the kernel walk cannot use").unwrap_or(0);
+    let share = (ticks_after - ticks_before) as f64 / clock_ticks_per_second() / window.as_secs_f64();
+    let expected = 199.0 * DURATION_S * share.min(1.0);
+    let mine = profile.for_pid(bystander.pid);
+    // Its native stack whole: the process frame, then `_start`, and no marker of a stop.
+    const STOPPED: [&str; 5] = ["<native unwind stopped", "<truncated native", "<unmerged native>", "<no native stack>", "<loading native>"];
+    let whole = |s: &Stack| {
+        s.frames.get(1).is_some_and(|f| f.starts_with("_start (")) && !s.frames.iter().any(|f| STOPPED.iter().any(|m| f.starts_with(m)))
+    };
+    let in_leaf = |s: &Stack| s.frames.iter().rev().find(|f| f.contains(".py:")).is_some_and(|f| f.starts_with("leaf_red ("));
+    let kept = mine.count(in_leaf);
+    let exact = mine.count(|s| in_leaf(s) && whole(s));
+    let loading = mine.count(|s| s.frames.iter().any(|f| f == "<loading native>" || f == "<truncated native (tables loading)>"));
+    note(format!(
+        "record --native: {to_end:.1} s from sampling to exit ({:.1} s in all), peak {rss_peak} KiB resident (budget {RSS_BUDGET_KIB} KiB); bystander {kept} samples in leaf_red of ~{expected:.0} expected ({:.0} %, CPU share {share:.2}), {exact} of them whole from _start, {loading} taken while its tables loaded; hostile {} samples; {}",
+        run.elapsed.as_secs_f64(),
+        100.0 * kept as f64 / expected.max(1.0),
+        profile.for_pid(hostile.pid).total(),
+        stats.trim(),
+    ));
+    assert!(to_end <= DURATION_S + END_SLACK_S, "the recording ended {to_end:.1} s after sampling began (want <= {DURATION_S} + {END_SLACK_S} s){d}");
+    assert!(rss_peak <= RSS_BUDGET_KIB, "pyperch peaked at {rss_peak} KiB resident (budget {RSS_BUDGET_KIB} KiB){d}");
+    // Both 4 GiB claims; past-end, too-many-rows and above-4gib of either section.
+    assert!(over_cap >= 2, "--stats counts {over_cap} sections over their cap (want both 4 GiB claims): {stats:?}{d}");
+    assert!(unusable >= 6, "--stats counts {unusable} unusable unwind tables (want >= 6): {stats:?}{d}");
+    assert!(debug_left_out >= 1, "--stats does not count the .debug_frame left out beside a good .eh_frame: {stats:?}{d}");
+    assert!(kept as f64 >= 0.9 * expected, "bystander: {kept} samples in leaf_red, want >= 90 % of ~{expected:.0}{d}");
+    assert!(exact + loading >= kept, "bystander: {exact} of {kept} samples whole ({loading} while loading){d}");
 }
 
 /// Every 10-byte varint (the protobuf encoding of a value >= 2^63) in `bytes` that decodes to

@@ -16,11 +16,19 @@
 //!   holds 24 KiB, between two Python frames: the walk reaches `_start` through it, the copy
 //!   (`--native-walk copy`) cannot; the same with the sampler for kernels without `bpf_loop`
 //!   forced (`PYPERCH_KERNEL_WALK=bounded`).
+//! - A library whose call frame information is only in `.debug_frame` (workloads/debug_frame.c,
+//!   built with `gcc -g -fno-asynchronous-unwind-tables -fno-unwind-tables
+//!   -fomit-frame-pointer -O2`), alone and linked with a unit whose FDE is in `.eh_frame`:
+//!   every sample in it is walked whole from its leaf to `_start`. Before `.debug_frame` rows
+//!   (the same test against that binary), the first stopped at the frame pointers these
+//!   functions do not keep (`<loading native>`: the kernel walk ended in code outside any
+//!   mapped file), the second in the leaf (`<native unwind stopped in code without unwind
+//!   rows>`), in every sample.
 
 use std::{
     collections::BTreeMap,
     fs,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Command, Stdio},
 };
 
@@ -221,25 +229,41 @@ fn numpy_matmul_and_fft_whole_beside_py_spy_3_12() {
     assert!(rec.run.stderr.contains("native walk in the kernel ended"), "--stats has no walk line{d}");
 }
 
-/// Compiles big_frame.c (no frame pointers) for `py`; returns the directory and the library.
-fn build_big_frame(py: &Python) -> Result<(PathBuf, String), String> {
+/// Compiles workloads/`source` into `lib<stem>.so` with `flags` for `py` (inside its root);
+/// returns the directory on the host and the library's path as `py` sees it.
+fn build_library(py: &Python, source: &str, flags: &[&str]) -> Result<(PathBuf, String), String> {
+    build_library_with(py, source, flags, None)
+}
+
+/// [`build_library`], with one more translation unit linked in: C code `(text, flags)`.
+fn build_library_with(py: &Python, source: &str, flags: &[&str], other: Option<(&str, &[&str])>) -> Result<(PathBuf, String), String> {
     let cc = find_program("cc").or_else(|| find_program("gcc")).ok_or("no C compiler (cc or gcc) on PATH")?;
-    let guest = PathBuf::from("/tmp/pyperch-tests").join(format!("big-frame-{}-{}", std::process::id(), py.label));
+    let stem = source.trim_end_matches(".c");
+    let guest = PathBuf::from("/tmp/pyperch-tests").join(format!("{stem}-{}-{}", std::process::id(), py.label));
     let host = match &py.rootfs {
         Some(root) => root.join(guest.strip_prefix("/").map_err(|e| e.to_string())?),
         None => guest.clone(),
     };
     fs::create_dir_all(&host).map_err(|e| format!("cannot create {}: {e}", host.display()))?;
-    let status = Command::new(&cc)
-        .args(["-O2", "-g", "-fomit-frame-pointer", "-shared", "-fPIC", "-o"])
-        .arg(host.join("libbig_frame.so"))
-        .arg(workload_source("big_frame.c"))
-        .status()
-        .map_err(|e| format!("cannot run {}: {e}", cc.display()))?;
-    if !status.success() {
-        return Err(format!("{} failed to compile big_frame.c", cc.display()));
+    let library = format!("lib{stem}.so");
+    let run = |args: &mut Command| -> Result<(), String> {
+        let status = args.status().map_err(|e| format!("cannot run {}: {e}", cc.display()))?;
+        if status.success() { Ok(()) } else { Err(format!("{} failed to compile {source}", cc.display())) }
+    };
+    let mut objects = Vec::new();
+    if let Some((text, other_flags)) = other {
+        let (c, o) = (host.join("other.c"), host.join("other.o"));
+        fs::write(&c, text).map_err(|e| format!("cannot write {}: {e}", c.display()))?;
+        run(Command::new(&cc).args(other_flags).args(["-fPIC", "-c", "-o"]).arg(&o).arg(&c))?;
+        objects.push(o);
     }
-    Ok((host, guest.join("libbig_frame.so").to_string_lossy().into_owned()))
+    run(Command::new(&cc).args(flags).args(["-shared", "-fPIC", "-o"]).arg(host.join(&library)).arg(workload_source(source)).args(&objects))?;
+    Ok((host, guest.join(&library).to_string_lossy().into_owned()))
+}
+
+/// Compiles big_frame.c (no frame pointers) for `py`; returns the directory and the library.
+fn build_big_frame(py: &Python) -> Result<(PathBuf, String), String> {
+    build_library(py, "big_frame.c", &["-O2", "-g", "-fomit-frame-pointer"])
 }
 
 /// `walk`: the kernel's walk forced (`PYPERCH_KERNEL_WALK`), or `None` for this kernel's own.
@@ -306,4 +330,108 @@ fn big_frame_walked_past_24_kib_sid_3_15() {
 #[test]
 fn big_frame_walked_past_24_kib_bounded_walk_3_12() {
     big_frame("3.12", Some("bounded"));
+}
+
+/// The flags that leave a library's call frame information in `.debug_frame` only: no
+/// unwind tables (`.eh_frame` holds no FDE), no frame pointers, DWARF.
+const DEBUG_FRAME_ONLY: [&str; 5] = ["-g", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-fomit-frame-pointer", "-O2"];
+
+/// `(name, size)` of the sections `readelf -S` lists for `file`.
+fn readelf_sections(file: &Path) -> Vec<(String, u64)> {
+    let out = Command::new("readelf").args(["-S", "-W"]).arg(file).output().expect("run readelf -S (binutils, beside gcc)");
+    assert!(out.status.success(), "readelf -S {} failed", file.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            // "  [12] .eh_frame  PROGBITS  0000000000002000 002000 000004 00   A  0   0  8"
+            let words: Vec<&str> = l.split_once(']')?.1.split_whitespace().collect();
+            Some((words.first()?.to_string(), u64::from_str_radix(words.get(4)?, 16).ok()?))
+        })
+        .collect()
+}
+
+/// A library whose call frame information is only in `.debug_frame` (debug_frame.c, built
+/// with [`DEBUG_FRAME_ONLY`]), called through ctypes: the kernel walk goes from its leaf
+/// through both of its other functions back to the Python caller and on to `_start` in every
+/// sample. Without `.debug_frame` rows the file's (empty) `.eh_frame` gave no table and the
+/// kernel followed frame pointers, which these functions do not keep.
+fn debug_frame_only(label: &str) {
+    debug_frame_walked(label, None);
+}
+
+/// A C function built with unwind tables, linked into the library beside debug_frame.c:
+/// its FDE is in `.eh_frame`, the chain's in `.debug_frame`.
+const WITH_UNWIND_TABLES: &str = "int pyperch_df_with_unwind_tables(int x) { return x * 3 + 1; }\n";
+
+/// The library's `.debug_frame` chain (as [`debug_frame_only`]) in a file whose `.eh_frame`
+/// has an FDE too (another translation unit, built with unwind tables): the file's rows are
+/// `.eh_frame`'s with the ranges it leaves without a rule taken from `.debug_frame`. Without
+/// `.debug_frame` rows the walk stopped in the leaf, `<native unwind stopped in code without
+/// unwind rows>`.
+fn debug_frame_beside_eh_frame(label: &str) {
+    debug_frame_walked(label, Some((WITH_UNWIND_TABLES, &["-O2", "-g", "-fasynchronous-unwind-tables"])));
+}
+
+fn debug_frame_walked(label: &str, other: Option<(&str, &[&str])>) {
+    let Some(py) = python(label) else { return };
+    let (dir, lib) = match build_library_with(&py, "debug_frame.c", &DEBUG_FRAME_ONLY, other) {
+        Ok(built) => built,
+        Err(reason) => {
+            skip(format!("{}: {reason}", py.describe()));
+            return;
+        }
+    };
+    // As built: an .eh_frame of its terminator alone (no FDE) or of the other unit's FDE,
+    // the chain's CFI in .debug_frame.
+    let sections = readelf_sections(&dir.join("libdebug_frame.so"));
+    let size = |name: &str| sections.iter().find(|(n, _)| n == name).map(|(_, s)| *s);
+    match other {
+        None => assert!(size(".eh_frame").is_none_or(|s| s <= 4), "the library has FDEs in .eh_frame: {sections:?}"),
+        Some(_) => assert!(size(".eh_frame").is_some_and(|s| s > 4), "the other unit left no FDE in .eh_frame: {sections:?}"),
+    }
+    assert!(size(".debug_frame").is_some_and(|s| s > 0), "the library has no .debug_frame: {sections:?}");
+    let mut w = Workload::spawn(&py, "native_walk.py", &["debug_frame", "120", &lib]).unwrap_or_else(|e| panic!("{e:#}"));
+    let pid = w.pid.to_string();
+    let rec = record(&["--pid", &pid, "--native", "--duration", "5", "--rate", "199", "--stats"]);
+    w.terminate();
+    let _ = fs::remove_dir_all(&dir);
+    rec.assert_ok();
+    let d = rec.diag_pid(w.pid);
+    let chain = ["df_caller", "pyperch_df_outer", "pyperch_df_middle", "pyperch_df_leaf"];
+    let placed = |s: &Stack| {
+        let at: Vec<Option<usize>> = chain.iter().map(|name| s.frames.iter().position(|f| function(f) == *name)).collect();
+        at.windows(2).all(|w| matches!((w[0], w[1]), (Some(a), Some(b)) if a < b))
+    };
+    let mine = rec.profile.for_pid(w.pid);
+    let walked = mine.count(|s| !not_walked(s));
+    let in_c = mine.count(|s| !not_walked(s) && s.frames.iter().any(|f| function(f).starts_with("pyperch_df_")));
+    let good = mine.count(|s| !not_walked(s) && placed(s) && whole(s));
+    let broken: Vec<String> = mine
+        .stacks
+        .iter()
+        .filter(|s| !not_walked(s) && s.frames.iter().any(|f| function(f).starts_with("pyperch_df_")) && !(placed(s) && whole(s)))
+        .map(|s| format!("{} {}", s.frames.join(";"), s.count))
+        .collect();
+    note(format!(
+        "{}: {good} of {in_c} samples in the library's .debug_frame chain whole to _start with df_caller;pyperch_df_outer;pyperch_df_middle;pyperch_df_leaf ({walked} walked samples in all)",
+        py.describe()
+    ));
+    assert!(in_c >= 100, "{}: only {in_c} walked samples in the library{d}", py.describe());
+    assert!(in_c * 100 >= walked * 95, "{}: {in_c} of {walked} walked samples in the library{d}", py.describe());
+    assert!(good == in_c, "{}: {good} of {in_c} samples in the library whole (want all); the others:\n{}{d}", py.describe(), broken.join("\n"));
+}
+
+#[test]
+fn debug_frame_only_library_walked_3_12() {
+    debug_frame_only("3.12");
+}
+
+#[test]
+fn debug_frame_only_library_walked_sid_3_15() {
+    debug_frame_only("sid-3.15");
+}
+
+#[test]
+fn debug_frame_beside_eh_frame_walked_3_12() {
+    debug_frame_beside_eh_frame("3.12");
 }

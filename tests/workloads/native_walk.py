@@ -7,6 +7,9 @@ Usage: native_walk.py MODE MAX_SECONDS [LIBRARY]
   time in one line whose native stack goes down to the BLAS or pocketfft kernel.
 - `big_frame`: `big_caller` calls the C function pyperch_big_frame (big_frame.c, LIBRARY),
   whose frame holds 24 KiB, and which calls `big_callback` back; `big_callback` spins.
+- `debug_frame`: `df_caller` calls the C function pyperch_df_outer (debug_frame.c, LIBRARY,
+  whose call frame information is only in `.debug_frame`), which spins in
+  pyperch_df_leaf for a few hundred milliseconds per call.
 
 Prints "ready" once running; exits on SIGTERM or after MAX_SECONDS.
 """
@@ -62,4 +65,18 @@ def run_big_frame():
         big_caller(lib, callback)
 
 
-{"numpy": run_numpy, "big_frame": run_big_frame}[MODE]()
+def df_caller(lib):
+    return lib.pyperch_df_outer(300000000)
+
+
+def run_debug_frame():
+    lib = ctypes.CDLL(sys.argv[3])
+    lib.pyperch_df_outer.argtypes = [ctypes.c_uint64]
+    lib.pyperch_df_outer.restype = ctypes.c_uint64
+    print("ready", os.getpid(), flush=True)
+    end = time.monotonic() + MAX_SECONDS
+    while time.monotonic() < end:
+        df_caller(lib)
+
+
+{"numpy": run_numpy, "big_frame": run_big_frame, "debug_frame": run_debug_frame}[MODE]()

@@ -48,12 +48,16 @@ pub enum Refusal {
     /// What would be kept of the file passes its share of the cache (symbols and lines
     /// then left out; unwind data alone still over: the file is not used).
     OverShare,
-    /// The kernel walk's rows (`.eh_frame` past `MAX_TABLE_ROWS` address ranges, code above
-    /// 4 GiB, or CFI that does not parse): the file is walked with frame pointers.
+    /// The kernel walk's rows (`.eh_frame`, or `.debug_frame` in a file without `.eh_frame`
+    /// rows, past `MAX_TABLE_ROWS` address ranges, code above 4 GiB, or CFI that does not
+    /// parse): the file is walked with frame pointers.
     UnwindRows,
+    /// The rows of `.debug_frame` refused (as `UnwindRows`) in a file whose `.eh_frame` rows
+    /// are kept: the ranges only `.debug_frame` describes end the walk (no unwind rows).
+    DebugFrameRows,
 }
 
-const REASONS: usize = 7;
+const REASONS: usize = 8;
 static REFUSED: [AtomicU64; REASONS] = [const { AtomicU64::new(0) }; REASONS];
 
 impl Refusal {
@@ -70,6 +74,7 @@ impl Refusal {
             Refusal::LineRows => "line programs past their row budget",
             Refusal::OverShare => "past a file's share of the cache",
             Refusal::UnwindRows => "unwind rows the kernel walk cannot use (walked with frame pointers)",
+            Refusal::DebugFrameRows => ".debug_frame rows the kernel walk cannot use (.eh_frame rows alone)",
         }
     }
 
@@ -99,6 +104,7 @@ pub fn report() -> String {
         Refusal::LineRows,
         Refusal::OverShare,
         Refusal::UnwindRows,
+        Refusal::DebugFrameRows,
     ];
     let parts: Vec<String> =
         reasons.iter().filter(|r| refused(**r) > 0).map(|r| format!("{} {}", refused(*r), r.describe())).collect();

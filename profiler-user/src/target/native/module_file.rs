@@ -86,8 +86,8 @@ pub struct ModuleFile {
     pub eh_frame: Option<(Range<u64>, SharedBytes)>,
     pub eh_frame_hdr: Option<(Range<u64>, SharedBytes)>,
     pub debug_frame: Option<SharedBytes>,
-    /// The kernel walk's rows, from `.eh_frame` (`unwind_table`); `None` without a usable
-    /// table.
+    /// The kernel walk's rows, from `.eh_frame` and `.debug_frame` ([`kernel_rows`]);
+    /// `None` without a usable table.
     pub unwind_rows: Option<Arc<[profiler_common::UnwindRow]>>,
     pub segments: Vec<Segment>,
     /// The pprof mapping of each of `segments` (same index), at link addresses.
@@ -240,17 +240,11 @@ pub(super) fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
     let eh_frame = unwind(".eh_frame");
     let eh_frame_hdr = unwind(".eh_frame_hdr");
     let debug_frame = unwind(".debug_frame").map(|(_, d)| d);
-    let unwind_rows: Option<Arc<[profiler_common::UnwindRow]>> = eh_frame.as_ref().and_then(|(range, data)| {
-        let built = super::unwind_table::rows(&data.0, range.start, text.as_ref().map(|t| t.start), MAX_TABLE_ROWS)
-            .and_then(|rows| super::unwind_table::compact(&rows));
-        match built {
-            Ok(rows) => Some(Arc::from(rows)),
-            Err(_) => {
-                Refusal::UnwindRows.count();
-                None
-            }
-        }
-    });
+    let unwind_rows = kernel_rows(
+        eh_frame.as_ref().map(|(range, data)| (&data.0[..], range.start)),
+        debug_frame.as_deref(),
+        text.as_ref().map(|t| t.start),
+    );
     bytes += unwind_rows.as_ref().map_or(0, |r| r.len() * size_of::<profiler_common::UnwindRow>());
     // Program headers: the loadable segments.
     let phnum = usize::from(ehdr.e_phnum.get(LE));
@@ -317,6 +311,38 @@ pub(super) fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
         lines,
         bytes,
     })
+}
+
+/// The kernel walk's rows of a file from its `.eh_frame` (bytes, address) and
+/// `.debug_frame` (`unwind_table::merge`: `.eh_frame` wins, `.debug_frame` fills its gaps),
+/// `None` without either or when refused (counted: `Refusal::UnwindRows`, the file is then
+/// walked with frame pointers). A `.debug_frame` the walk cannot use (it does not parse, has
+/// too many rows alone or merged, or code above 4 GiB) leaves the `.eh_frame` rows alone
+/// (`Refusal::DebugFrameRows`); an `.eh_frame` it cannot use refuses the file whatever its
+/// `.debug_frame` (which rules `.eh_frame` meant to give is unknown).
+fn kernel_rows(eh_frame: Option<(&[u8], u64)>, debug_frame: Option<&[u8]>, text: Option<u64>) -> Option<Arc<[profiler_common::UnwindRow]>> {
+    use super::unwind_table::{compact, debug_frame_rows, merge, rows};
+    // `.eh_frame`'s rows and their kernel form (each refusal counted once per file).
+    let eh = match eh_frame.map(|(data, address)| rows(data, address, text, MAX_TABLE_ROWS).and_then(|r| Ok((compact(&r)?, r)))) {
+        Some(Ok(eh)) => Some(eh),
+        Some(Err(_)) => {
+            Refusal::UnwindRows.count();
+            return None;
+        }
+        None => None,
+    };
+    if let Some(debug) = debug_frame {
+        let eh_rows = eh.as_ref().map_or(&[][..], |(_, r)| &r[..]);
+        match debug_frame_rows(debug, MAX_TABLE_ROWS).and_then(|d| merge(eh_rows, &d, MAX_TABLE_ROWS)).and_then(|m| compact(&m)) {
+            Ok(merged) => return Some(Arc::from(merged)),
+            Err(_) if eh_rows.is_empty() => {
+                Refusal::UnwindRows.count();
+                return None;
+            }
+            Err(_) => Refusal::DebugFrameRows.count(),
+        }
+    }
+    eh.map(|(compacted, _)| Arc::from(compacted))
 }
 
 /// The section headers and their names, within `MAX_SECTIONS` (extended numbering
@@ -646,6 +672,36 @@ mod tests {
             static N: AtomicU64 = AtomicU64::new(0);
             N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         }
+    }
+
+    /// The kernel's rows of a file from both call frame sections: `.debug_frame` fills
+    /// `.eh_frame`'s gaps; one it cannot use is left out (counted) beside a usable
+    /// `.eh_frame`, refuses the file without one; an unusable `.eh_frame` refuses the file.
+    #[test]
+    fn kernel_rows_merge_or_refuse_by_section() {
+        use super::super::{budget::refused, unwind_table::debug_frame_tests::cfi};
+        let eh = cfi(false, &[(0x1000, 0x10, &[])]);
+        let debug = cfi(true, &[(0x1000, 0x40, &[0x44, 0x0e, 16]), (0x1020, 0x10, &[])]);
+        let high = cfi(true, &[(0x1_0000_0000, 0x10, &[])]);
+        let pcs = |rows: Option<Arc<[profiler_common::UnwindRow]>>| rows.map(|r| r.iter().map(|r| (r.pc, r.cfa_kind())).collect::<Vec<_>>());
+        use profiler_common::cfa_kind::{NONE, RSP};
+        // .eh_frame's FDE covers 0x1000..0x1010 (rsp + 8 throughout); .debug_frame's first FDE
+        // (rsp + 16 from 0x1004) fills on from there to 0x1040; its second lies inside the
+        // first and is ignored.
+        let merged = pcs(kernel_rows(Some((&eh, 0x8000)), Some(&debug), None)).expect("rows");
+        assert_eq!(merged, vec![(0x1000, RSP), (0x1010, RSP), (0x1040, NONE)]);
+        let before = (refused(Refusal::DebugFrameRows), refused(Refusal::UnwindRows));
+        assert_eq!(pcs(kernel_rows(Some((&eh, 0x8000)), Some(&high), None)), Some(vec![(0x1000, RSP), (0x1010, NONE)]));
+        assert!(refused(Refusal::DebugFrameRows) > before.0);
+        assert_eq!(pcs(kernel_rows(None, Some(&high), None)), None);
+        assert_eq!(pcs(kernel_rows(Some((&[0u8; 0][..], 0x8000)), Some(&high), None)), None);
+        assert_eq!(pcs(kernel_rows(Some((&[0xff; 64][..], 0x8000)), Some(&debug), None)), None);
+        let eh_high = cfi(false, &[(0x1_0000_0000, 0x10, &[])]);
+        assert_eq!(pcs(kernel_rows(Some((&eh_high, 0x8000)), Some(&debug), None)), None);
+        assert!(refused(Refusal::UnwindRows) >= before.1 + 4);
+        // Neither section: no table; .eh_frame alone: as before.
+        assert_eq!(pcs(kernel_rows(None, None, None)), None);
+        assert_eq!(pcs(kernel_rows(Some((&eh, 0x8000)), None, None)), Some(vec![(0x1000, RSP), (0x1010, NONE)]));
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! into the kernel's map by `kernel::unwind_tables` as [`compact`] rows. [`walk`] is the
 //! kernel's walk in userspace, for the tests.
 //!
-//! From a file's `.eh_frame` (gimli reads it), one [`Row`] per address range whose rules
+//! From a file's `.eh_frame` ([`rows`]) and `.debug_frame` ([`debug_frame_rows`]), which
+//! gimli reads, merged by [`merge`] (`.eh_frame` wins where both have an FDE, `.debug_frame`
+//! fills the ranges `.eh_frame` leaves without one), one [`Row`] per address range whose rules
 //! differ from the previous range's: where the canonical frame address (CFA) is (`rsp + n`,
 //! `rbp + n`, or the `.plt` expression), and where the caller's `rbp` was saved (`CFA + n`)
 //! or that it is unchanged. On x86_64 the return address is always at `CFA - 8`, so it needs
@@ -16,7 +18,8 @@
 //! an `i32` or the range's rule is [`Cfa::Unsupported`].
 
 use gimli::{
-    BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection, X86_64,
+    BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, EndianSlice, LittleEndian, RegisterRule, UnwindContext, UnwindSection,
+    X86_64,
 };
 
 /// Where the canonical frame address is.
@@ -59,9 +62,9 @@ pub struct Row {
 /// Why a file has no table.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TableError {
-    #[error("its .eh_frame does not parse: {0}")]
+    #[error("its call frame information does not parse: {0}")]
     Parse(String),
-    #[error("its .eh_frame describes more than {0} address ranges")]
+    #[error("its call frame information describes more than {0} address ranges")]
     TooManyRows(usize),
     #[error("its code lies above 4 GiB in the file's address space")]
     HighAddress,
@@ -108,17 +111,105 @@ pub fn rows(eh_frame: &[u8], eh_frame_address: u64, text_address: Option<u64>, m
     if let Some(text) = text_address {
         bases = bases.set_text(text);
     }
+    Ok(table(ranges(&section, &bases, |_| true, max_rows)?))
+}
+
+/// The rows of a file's `.debug_frame` (DWARF's own form of the same CFI, which `gcc -g`
+/// emits instead of `.eh_frame` for code built without unwind tables,
+/// `-fno-asynchronous-unwind-tables`): 64-bit addresses, little endian, FDE addresses are
+/// file addresses. FDEs of code the linker discarded (address 0, or a tombstone near
+/// `u64::MAX` whose range wraps) are skipped. At most `max_rows`.
+pub fn debug_frame_rows(debug_frame: &[u8], max_rows: usize) -> Result<Vec<Row>, TableError> {
+    let mut section = DebugFrame::new(debug_frame, LittleEndian);
+    section.set_address_size(8);
+    let kept = |fde: &gimli::FrameDescriptionEntry<EndianSlice<'_, LittleEndian>>| {
+        fde.initial_address() != 0 && fde.initial_address().checked_add(fde.len()).is_some()
+    };
+    Ok(table(ranges(&section, &BaseAddresses::default(), kept, max_rows)?))
+}
+
+/// `eh` (the rows of `.eh_frame`) with every range it leaves without a rule (`Cfa::None`,
+/// or outside its rows) taken from `debug` (the rows of `.debug_frame`): `.eh_frame` wins
+/// wherever it has an FDE. Both inputs keep the invariants of the module docs, and so does
+/// the result; more than `max_rows` rows are refused whole.
+pub fn merge(eh: &[Row], debug: &[Row], max_rows: usize) -> Result<Vec<Row>, TableError> {
+    // Every boundary of either table; between two, each table's rule is constant.
+    let mut pcs: Vec<u64> = eh.iter().chain(debug).map(|r| r.pc).collect();
+    pcs.sort_unstable();
+    pcs.dedup();
+    let none = Row { pc: 0, cfa: Cfa::None, rbp: SavedRbp::Unknown };
+    let mut out: Vec<Row> = Vec::with_capacity(eh.len().max(debug.len()).min(max_rows));
+    for pc in pcs {
+        let rule = match lookup(eh, pc) {
+            Some(r) if r.cfa != Cfa::None => r,
+            _ => lookup(debug, pc).unwrap_or(&none),
+        };
+        if out.is_empty() && rule.cfa == Cfa::None {
+            continue;
+        }
+        push(&mut out, Row { pc, ..*rule });
+        if out.len() > max_rows {
+            return Err(TableError::TooManyRows(max_rows));
+        }
+    }
+    Ok(out)
+}
+
+/// One range of an FDE's table: `[start, end)` with its rules.
+type Range = (u64, u64, Cfa, SavedRbp);
+
+/// The ranges of every FDE of `section` that `keep` accepts, in section order; more than
+/// `max_rows` are refused. The rows are counted before any is kept (a section claiming too
+/// many costs parsing, not memory), then read again into a vector of exactly their number.
+fn ranges<'a, S>(
+    section: &S,
+    bases: &BaseAddresses,
+    keep: impl Fn(&gimli::FrameDescriptionEntry<EndianSlice<'a, LittleEndian>>) -> bool,
+    max_rows: usize,
+) -> Result<Vec<Range>, TableError>
+where
+    S: UnwindSection<EndianSlice<'a, LittleEndian>>,
+{
     let mut context = Box::new(UnwindContext::new());
-    // (start, end, cfa, rbp) of every table row, in FDE order.
-    let mut ranges: Vec<(u64, u64, Cfa, SavedRbp)> = Vec::new();
-    let mut entries = section.entries(&bases);
+    let mut count = 0usize;
+    each_range(section, bases, &keep, &mut context, |_| {
+        count += 1;
+        if count > max_rows { Err(TableError::TooManyRows(max_rows)) } else { Ok(()) }
+    })?;
+    let mut ranges: Vec<Range> = Vec::with_capacity(count);
+    each_range(section, bases, &keep, &mut context, |range| {
+        // The section is the same bytes: this holds unless its reading changed.
+        if ranges.len() >= count {
+            return Err(TableError::TooManyRows(max_rows));
+        }
+        ranges.push(range);
+        Ok(())
+    })?;
+    Ok(ranges)
+}
+
+/// Calls `each` with every non-empty range of the FDEs of `section` that `keep` accepts.
+fn each_range<'a, S>(
+    section: &S,
+    bases: &BaseAddresses,
+    keep: &impl Fn(&gimli::FrameDescriptionEntry<EndianSlice<'a, LittleEndian>>) -> bool,
+    context: &mut UnwindContext<usize>,
+    mut each: impl FnMut(Range) -> Result<(), TableError>,
+) -> Result<(), TableError>
+where
+    S: UnwindSection<EndianSlice<'a, LittleEndian>>,
+{
+    let mut entries = section.entries(bases);
     while let Some(entry) = entries.next()? {
         let CieOrFde::Fde(partial) = entry else { continue };
         let Ok(fde) = partial.parse(|s, b, offset| s.cie_from_offset(b, offset)) else { continue };
-        let mut table = fde.rows(&section, &bases, &mut context)?;
+        if !keep(&fde) {
+            continue;
+        }
+        let mut table = fde.rows(section, bases, context)?;
         while let Some(row) = table.next_row()? {
-            if ranges.len() >= max_rows {
-                return Err(TableError::TooManyRows(max_rows));
+            if row.start_address() >= row.end_address() {
+                continue;
             }
             let cfa = match row.cfa() {
                 CfaRule::RegisterAndOffset { register, offset } => match i32::try_from(*offset) {
@@ -134,11 +225,14 @@ pub fn rows(eh_frame: &[u8], eh_frame_address: u64, text_address: Option<u64>, m
                 RegisterRule::Offset(n) => i32::try_from(n).map_or(SavedRbp::Unknown, SavedRbp::AtCfa),
                 _ => SavedRbp::Unknown,
             };
-            if row.start_address() < row.end_address() {
-                ranges.push((row.start_address(), row.end_address(), cfa, rbp));
-            }
+            each((row.start_address(), row.end_address(), cfa, rbp))?;
         }
     }
+    Ok(())
+}
+
+/// The rows of `ranges`: sorted, a `Cfa::None` row for every gap and after the last.
+fn table(mut ranges: Vec<Range>) -> Vec<Row> {
     ranges.sort_unstable_by_key(|r| r.0);
     let mut out: Vec<Row> = Vec::with_capacity(ranges.len());
     let mut covered_to = 0u64;
@@ -158,14 +252,17 @@ pub fn rows(eh_frame: &[u8], eh_frame_address: u64, text_address: Option<u64>, m
     if !out.is_empty() {
         push(&mut out, Row { pc: covered_to, cfa: Cfa::None, rbp: SavedRbp::Unknown });
     }
-    Ok(out)
+    out
 }
 
-/// Appends `row` unless it repeats the last one's rules.
+/// Appends `row` unless it repeats the last one's rules; a last row at the same `pc` (an
+/// empty range) is replaced.
 fn push(out: &mut Vec<Row>, row: Row) {
-    match out.last_mut() {
+    if out.last().is_some_and(|last| last.pc == row.pc) {
+        out.pop();
+    }
+    match out.last() {
         Some(last) if last.cfa == row.cfa && last.rbp == row.rbp => {}
-        Some(last) if last.pc == row.pc => *last = row,
         _ => out.push(row),
     }
 }
@@ -366,6 +463,264 @@ mod tests {
     }
 }
 
+
+/// `.debug_frame` rows and their merge with `.eh_frame`'s.
+#[cfg(test)]
+pub(crate) mod debug_frame_tests {
+    use object::{Object, ObjectSection, ObjectSymbol};
+
+    use super::*;
+
+    const RSP8: (Cfa, SavedRbp) = (Cfa::Rsp(8), SavedRbp::Same);
+
+    fn row(pc: u64, cfa: Cfa, rbp: SavedRbp) -> Row {
+        Row { pc, cfa, rbp }
+    }
+
+    fn none(pc: u64) -> Row {
+        row(pc, Cfa::None, SavedRbp::Unknown)
+    }
+
+    /// A call frame section of one CIE (`rsp + 8`, the return address at `CFA - 8`, no
+    /// augmentation) and `fdes` `(address, length, instructions)`, in `.eh_frame`'s form or
+    /// `.debug_frame`'s (CIE id and CIE pointers differ).
+    pub(crate) fn cfi(debug: bool, fdes: &[(u64, u64, &[u8])]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let pad = |entry: &mut Vec<u8>| {
+            while (entry.len() + 4) % 8 != 0 {
+                entry.push(0); // DW_CFA_nop
+            }
+        };
+        let mut cie: Vec<u8> = if debug { 0xffff_ffffu32 } else { 0 }.to_le_bytes().to_vec();
+        cie.extend([1, 0, 1, 0x78, 16]); // version 1, "", code 1, data -8, return address r16
+        cie.extend([0x0c, 7, 8, 0x90, 1]); // def_cfa rsp+8; r16 at cfa-8
+        pad(&mut cie);
+        out.extend((cie.len() as u32).to_le_bytes());
+        out.extend(cie);
+        for (address, len, instructions) in fdes {
+            let at = out.len();
+            // .eh_frame: the distance back to the CIE from this field; .debug_frame: its offset.
+            let pointer = if debug { 0 } else { at as u32 + 4 };
+            let mut fde = pointer.to_le_bytes().to_vec();
+            fde.extend(address.to_le_bytes());
+            fde.extend(len.to_le_bytes());
+            fde.extend(*instructions);
+            pad(&mut fde);
+            out.extend((fde.len() as u32).to_le_bytes());
+            out.extend(fde);
+        }
+        out
+    }
+
+    /// advance 4, CFA rsp+16; advance 8, CFA rsp+8.
+    const PUSH_POP: &[u8] = &[0x44, 0x0e, 16, 0x48, 0x0e, 8];
+
+    #[test]
+    fn debug_frame_gives_the_rows_eh_frame_would() {
+        let fdes: [(u64, u64, &[u8]); 2] = [(0x1000, 0x20, PUSH_POP), (0x1040, 0x10, &[])];
+        let want = vec![
+            row(0x1000, Cfa::Rsp(8), SavedRbp::Same),
+            row(0x1004, Cfa::Rsp(16), SavedRbp::Same),
+            row(0x100c, Cfa::Rsp(8), SavedRbp::Same),
+            none(0x1020),
+            row(0x1040, Cfa::Rsp(8), SavedRbp::Same),
+            none(0x1050),
+        ];
+        assert_eq!(debug_frame_rows(&cfi(true, &fdes), 100), Ok(want.clone()));
+        assert_eq!(rows(&cfi(false, &fdes), 0x8000, None, 100), Ok(want));
+        // Discarded code (address 0, a tombstone whose range wraps) is left out.
+        let discarded: [(u64, u64, &[u8]); 3] = [(0, 0x30, &[]), (u64::MAX, 0x10, &[]), (0x2000, 4, &[])];
+        assert_eq!(debug_frame_rows(&cfi(true, &discarded), 100), Ok(vec![row(0x2000, RSP8.0, RSP8.1), none(0x2004)]));
+        // Refused whole past the cap.
+        assert_eq!(debug_frame_rows(&cfi(true, &fdes), 3), Err(TableError::TooManyRows(3)));
+    }
+
+    #[test]
+    fn eh_frame_wins_and_debug_frame_fills_its_gaps() {
+        let a = (Cfa::Rsp(16), SavedRbp::AtCfa(-16));
+        let eh = vec![row(0x1000, a.0, a.1), none(0x1010), row(0x1040, RSP8.0, RSP8.1), none(0x1050)];
+        let b = (Cfa::Rbp(16), SavedRbp::AtCfa(-16));
+        // .debug_frame overlaps eh's first FDE, fills the gap partly, runs on past eh's last.
+        let debug = vec![row(0x0ff0, b.0, b.1), row(0x1020, RSP8.0, RSP8.1), none(0x1030), row(0x1048, b.0, b.1), none(0x1060)];
+        let merged = merge(&eh, &debug, 100).expect("fits");
+        assert_eq!(
+            merged,
+            vec![
+                row(0x0ff0, b.0, b.1),
+                row(0x1000, a.0, a.1),
+                row(0x1010, b.0, b.1),
+                row(0x1020, RSP8.0, RSP8.1),
+                none(0x1030),
+                row(0x1040, RSP8.0, RSP8.1),
+                row(0x1050, b.0, b.1),
+                none(0x1060),
+            ]
+        );
+        // Either alone is itself; neighbours that become equal are merged.
+        assert_eq!(merge(&eh, &[], 100), Ok(eh.clone()));
+        assert_eq!(merge(&[], &debug, 100), Ok(debug.clone()));
+        let joined = merge(&[row(0x10, RSP8.0, RSP8.1), none(0x20)], &[row(0x20, RSP8.0, RSP8.1), none(0x30)], 100);
+        assert_eq!(joined, Ok(vec![row(0x10, RSP8.0, RSP8.1), none(0x30)]));
+        // The cap holds for the result: refused, not cut.
+        assert_eq!(merge(&eh, &debug, 7), Err(TableError::TooManyRows(7)));
+        assert_eq!(merge(&eh, &debug, 8).map(|m| m.len()), Ok(8));
+    }
+
+    /// Builds `source` with `cc` and `flags`; the file's bytes.
+    fn built(dir: &std::path::Path, name: &str, source: &str, flags: &[&str]) -> Option<Vec<u8>> {
+        let src = dir.join(format!("{name}.c"));
+        std::fs::write(&src, source).ok()?;
+        let out = dir.join(format!("{name}.so"));
+        let ok = std::process::Command::new("cc").args(flags).args(["-shared", "-fPIC", "-o"]).arg(&out).arg(&src).status().is_ok_and(|s| s.success());
+        if ok { std::fs::read(&out).ok() } else { None }
+    }
+
+    /// The rules of `rows` within each function of `file`, relative to the function's start.
+    fn per_function(file: &object::File<'_>, rows: &[Row], names: &[&str]) -> Vec<(String, Vec<(u64, Cfa, SavedRbp)>)> {
+        names
+            .iter()
+            .map(|name| {
+                let sym = file.symbols().find(|s| s.name() == Ok(*name)).unwrap_or_else(|| panic!("no {name}"));
+                let (start, end) = (sym.address(), sym.address() + sym.size());
+                let mut rules: Vec<(u64, Cfa, SavedRbp)> = Vec::new();
+                let first = lookup(rows, start).unwrap_or_else(|| panic!("no row at {name}"));
+                rules.push((0, first.cfa, first.rbp));
+                rules.extend(rows.iter().filter(|r| r.pc > start && r.pc < end).map(|r| (r.pc - start, r.cfa, r.rbp)));
+                (name.to_string(), rules)
+            })
+            .collect()
+    }
+
+    /// The same C code built by gcc twice, once with `.eh_frame` (`-fasynchronous-unwind-tables`)
+    /// and once with its CFI in `.debug_frame` only (`-g -fno-asynchronous-unwind-tables
+    /// -fno-unwind-tables`): each function has the same rules from either section.
+    #[test]
+    fn gcc_debug_frame_rows_equal_its_eh_frame_rows() {
+        if !std::process::Command::new("cc").arg("--version").output().is_ok_and(|o| o.status.success()) {
+            eprintln!("skipping: no C compiler");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("pyperch-debug-frame-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let source = "#include <string.h>\n\
+            __attribute__((noipa)) unsigned long df_leaf(unsigned long n) { volatile unsigned long x = 0; for (unsigned long i = 0; i < n; i++) x += i; return x; }\n\
+            __attribute__((noipa)) unsigned long df_big(unsigned long n) { volatile char b[5000]; memset((void *)b, 1, sizeof b); return df_leaf(n + b[n % 5000]) + 1; }\n\
+            __attribute__((noipa)) unsigned long df_fp(unsigned long n) { volatile unsigned long a[n % 64 + 2]; a[n % 64] = n; return df_big(a[n % 64]) + 2; }\n";
+        let base = ["-O2", "-fomit-frame-pointer"];
+        let eh = built(&dir, "eh", source, &[&base[..], &["-fasynchronous-unwind-tables"]].concat());
+        let debug = built(&dir, "debug", source, &[&base[..], &["-g", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables"]].concat());
+        let _ = std::fs::remove_dir_all(&dir);
+        let (eh, debug) = (eh.expect("cc builds with .eh_frame"), debug.expect("cc builds with .debug_frame"));
+        let (eh_file, debug_file) = (object::File::parse(&*eh).expect("ELF"), object::File::parse(&*debug).expect("ELF"));
+        let eh_section = eh_file.section_by_name(".eh_frame").expect(".eh_frame");
+        let eh_rows = rows(eh_section.data().expect("data"), eh_section.address(), None, 1 << 20).expect("eh rows");
+        // The second file's .eh_frame holds no FDE for them: the rows come from .debug_frame.
+        let dh = debug_file.section_by_name(".eh_frame").map(|s| rows(s.data().unwrap_or_default(), s.address(), None, 1 << 20).expect("rows"));
+        let debug_rows = debug_frame_rows(debug_file.section_by_name(".debug_frame").expect(".debug_frame").data().expect("data"), 1 << 20).expect("debug rows");
+        let merged = merge(dh.as_deref().unwrap_or_default(), &debug_rows, 1 << 20).expect("merged");
+        for w in merged.windows(2) {
+            assert!(w[0].pc < w[1].pc && (w[0].cfa, w[0].rbp) != (w[1].cfa, w[1].rbp), "{:?}", w);
+        }
+        let names = ["df_leaf", "df_big", "df_fp"];
+        let (from_eh, from_debug) = (per_function(&eh_file, &eh_rows, &names), per_function(&debug_file, &merged, &names));
+        assert_eq!(from_eh, from_debug);
+        // df_big's 5000-byte frame and df_fp's variable-length array (CFA from rbp) are in there.
+        assert!(from_debug[1].1.iter().any(|r| matches!(r.1, Cfa::Rsp(n) if n > 5000)), "{from_debug:?}");
+        assert!(from_debug[2].1.iter().any(|r| matches!(r.1, Cfa::Rbp(16))), "{from_debug:?}");
+        let leaf = debug_file.symbols().find(|s| s.name() == Ok("df_leaf")).expect("df_leaf").address();
+        assert!(dh.as_deref().and_then(|r| lookup(r, leaf)).is_none_or(|r| r.cfa == Cfa::None), "df_leaf has .eh_frame rows");
+    }
+
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn rule() -> impl Strategy<Value = (Cfa, SavedRbp)> {
+            (
+                prop_oneof![Just(Cfa::None), Just(Cfa::Rsp(8)), Just(Cfa::Rsp(16)), Just(Cfa::Rbp(16)), Just(Cfa::Outermost)],
+                prop_oneof![Just(SavedRbp::Same), Just(SavedRbp::AtCfa(-16)), Just(SavedRbp::Unknown)],
+            )
+        }
+
+        /// A table keeping the invariants: sorted distinct `pc`s, a `None` row last.
+        fn table() -> impl Strategy<Value = Vec<Row>> {
+            prop::collection::vec((0u64..64, rule()), 0..12).prop_map(|steps| {
+                let mut out = Vec::new();
+                let mut pc = 0;
+                for (step, (cfa, rbp)) in steps {
+                    pc += step + 1;
+                    if !(out.is_empty() && cfa == Cfa::None) {
+                        push(&mut out, Row { pc, cfa, rbp });
+                    }
+                }
+                if !out.is_empty() {
+                    push(&mut out, none(pc + 1));
+                }
+                out
+            })
+        }
+
+        /// A mutated call frame section: a few real FDEs, then bytes flipped and cut.
+        fn section() -> impl Strategy<Value = (bool, Vec<u8>)> {
+            let fde = (0u64..0x1_0000_0000, 0u64..0x100, prop::collection::vec(prop_oneof![Just(0x44u8), Just(0x0e), Just(16), Just(0x0a), Just(0x0b), any::<u8>()], 0..24));
+            (any::<bool>(), prop::collection::vec(fde, 0..6), prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6), any::<Option<prop::sample::Index>>())
+                .prop_map(|(debug, fdes, flips, cut)| {
+                    let fdes: Vec<(u64, u64, &[u8])> = fdes.iter().map(|(a, l, i)| (*a, *l, &i[..])).collect();
+                    let mut bytes = cfi(debug, &fdes);
+                    for (at, v) in flips {
+                        let i = at.index(bytes.len());
+                        bytes[i] = v;
+                    }
+                    if let Some(cut) = cut {
+                        bytes.truncate(cut.index(bytes.len() + 1));
+                    }
+                    (debug, bytes)
+                })
+        }
+
+        fn check(rows: &[Row], max_rows: usize) {
+            // At most `max_rows` ranges, each with the gap after it.
+            assert!(rows.len() <= 2 * max_rows + 1, "{} rows", rows.len());
+            for w in rows.windows(2) {
+                assert!(w[0].pc < w[1].pc && (w[0].cfa, w[0].rbp) != (w[1].cfa, w[1].rbp), "{w:?}");
+            }
+        }
+
+        proptest! {
+            #![proptest_config(crate::fuzzing::config(256))]
+
+            /// Any `.eh_frame` or `.debug_frame` bytes: rows that keep the invariants, or an
+            /// error; never a panic.
+            #[test]
+            fn fuzz_unwind_rows_of_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..2048), max_rows in 1usize..64) {
+                if let Ok(r) = rows(&bytes, 0x4000, Some(0x1000), max_rows) { check(&r, max_rows); }
+                if let Ok(r) = debug_frame_rows(&bytes, max_rows) { check(&r, max_rows); }
+            }
+
+            #[test]
+            fn fuzz_unwind_rows_of_mutated_sections((debug, bytes) in section(), max_rows in 1usize..64) {
+                let built = if debug { debug_frame_rows(&bytes, max_rows) } else { rows(&bytes, 0x4000, None, max_rows) };
+                if let Ok(r) = built {
+                    check(&r, max_rows);
+                    let _ = compact(&r);
+                }
+            }
+
+            /// The merge keeps the invariants, and at every address gives `.eh_frame`'s rule
+            /// where it has one, else `.debug_frame`'s.
+            #[test]
+            fn merge_prefers_eh_frame_everywhere(eh in table(), debug in table(), probes in prop::collection::vec(0u64..1024, 1..32)) {
+                let merged = merge(&eh, &debug, 1 << 10).expect("under the cap");
+                check(&merged, 1 << 10);
+                let rule = |rows: &[Row], pc| lookup(rows, pc).map(|r| (r.cfa, r.rbp)).filter(|r| r.0 != Cfa::None);
+                for pc in probes {
+                    let want = rule(&eh, pc).or_else(|| rule(&debug, pc));
+                    prop_assert_eq!(rule(&merged, pc), want, "at {:#x}", pc);
+                }
+            }
+        }
+    }
+}
 
 #[cfg(test)]
 mod walk_tests {
