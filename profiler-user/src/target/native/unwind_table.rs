@@ -797,6 +797,7 @@ mod walk_tests {
     /// libc): level_c, level_b and level_a in order, and the walk goes on past them to the
     /// thread's start without a wrong turn (every address named by a symbol).
     #[test]
+    #[inline(never)]
     fn walks_its_own_stack() {
         let owned = own_modules();
         let modules: Vec<Module<'_>> = owned.iter().map(|(start, end, bias, rows)| Module { start: *start, end: *end, bias: *bias, rows }).collect();
