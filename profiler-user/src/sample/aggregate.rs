@@ -97,7 +97,7 @@ impl LineNumbers {
 }
 
 /// When and how fast a profile was sampled.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Timing {
     pub start: std::time::SystemTime,
     pub duration: std::time::Duration,
@@ -106,6 +106,8 @@ pub struct Timing {
     pub dropped: u64,
     /// Samples the kernel could not hand over (ring buffer full) in it.
     pub lost: u64,
+    /// `--max-cpu`: the budget and the effective rate in this recording or interval.
+    pub budget: Option<crate::session::cpu_budget::BudgetFacts>,
 }
 
 /// Identity of one counted stack.
