@@ -27,7 +27,7 @@ const RATE: &str = "20000";
 /// Percent of one CPU.
 const BUDGET: f64 = 2.0;
 /// How long the controller gets to settle after sampling began, then the measured window.
-const SETTLE: Duration = Duration::from_secs(5);
+const SETTLE: Duration = Duration::from_secs(7);
 const WINDOW: Duration = Duration::from_secs(10);
 /// The unbudgeted recording's length (after sampling began).
 const UNBUDGETED: Duration = Duration::from_secs(6);

@@ -10,7 +10,8 @@
 //!   [`MAX_RAISE`]-fold, aiming at [`AIM`] too: between the two thresholds it holds still
 //!   (hysteresis), so a steady load gives a steady rate;
 //! - the second after a change is not used (it mixes the old share's records, still being
-//!   processed, with the new one's), and smoothing restarts after it.
+//!   processed, with the new one's), and smoothing restarts after it; nor are the first
+//!   [`START_SECONDS`] (start-up's one-time work).
 
 /// The effective rate's floor: the divisor never exceeds rate ÷ this.
 pub(crate) const FLOOR_HZ: u64 = 1;
@@ -23,6 +24,9 @@ pub(crate) const RAISE_BELOW: f64 = 0.6;
 pub(crate) const CALM_SECONDS: u32 = 3;
 /// A raise at most multiplies the share by this.
 pub(crate) const MAX_RAISE: f64 = 2.0;
+/// Seconds not used at the start: the loop's first seconds hold the start-up's one-time work
+/// (the first discovery of the host's processes and their files), not the steady cost.
+pub(crate) const START_SECONDS: u32 = 2;
 /// Weight of the newest second in the smoothed cost (the rest is the previous smoothed
 /// value): one second's spike (an agent's upload) moves it half way.
 const SMOOTHING: f64 = 0.5;
@@ -46,7 +50,7 @@ impl Controller {
     /// every sample kept.
     pub(crate) fn new(budget_percent: f64, rate_hz: u64) -> Self {
         let max_divisor = u32::try_from((rate_hz / FLOOR_HZ).max(1)).unwrap_or(u32::MAX).min(profiler_common::sample_flags::MAX_WEIGHT);
-        Controller { budget: budget_percent, max_divisor, divisor: 1, smoothed: None, calm: 0, skip: 0 }
+        Controller { budget: budget_percent, max_divisor, divisor: 1, smoothed: None, calm: 0, skip: START_SECONDS }
     }
 
     /// The divisor in force.
@@ -189,6 +193,14 @@ mod tests {
         assert!(d > 1);
         let after = run(&mut c, 0.2, 1.0, 2);
         assert!(after.iter().all(|&x| x == d), "the second after a change is not used: {after:?}");
+    }
+
+    #[test]
+    fn the_start_up_burst_is_not_held_against_the_budget() {
+        let mut c = Controller::new(2.0, 99);
+        let first: Vec<u32> = [30.0, 10.0].iter().map(|&m| c.step(m)).collect();
+        assert_eq!(first, vec![1, 1]);
+        assert!(run(&mut c, 0.2, 1.0, 30).iter().all(|&d| d == 1));
     }
 
     #[test]
