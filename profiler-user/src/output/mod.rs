@@ -369,7 +369,7 @@ pub(crate) mod tests {
     /// (pprof comments, OTLP attributes, ...); the rate the values are at stays `rate_hz`.
     #[test]
     fn facts_carry_the_budget_and_effective_rate() {
-        use crate::session::cpu_budget::{BudgetFacts, RateSummary};
+        use crate::sample::aggregate::{BudgetFacts, RateSummary};
         let mut p = sample_profile();
         p.set_timing(crate::sample::aggregate::Timing {
             start: std::time::SystemTime::UNIX_EPOCH,

@@ -107,7 +107,26 @@ pub struct Timing {
     /// Samples the kernel could not hand over (ring buffer full) in it.
     pub lost: u64,
     /// `--max-cpu`: the budget and the effective rate in this recording or interval.
-    pub budget: Option<crate::session::cpu_budget::BudgetFacts>,
+    pub budget: Option<BudgetFacts>,
+}
+
+/// The effective rate (the requested rate ÷ the sampled share's divisor, see
+/// `session::cpu_budget`) over some time.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RateSummary {
+    pub min_hz: f64,
+    /// Weighted by the time each divisor was in force.
+    pub mean_hz: f64,
+    pub last_hz: f64,
+}
+
+/// What a profile says about `--max-cpu` (`output::recording_facts`): the values are those
+/// of the requested rate; the samples were kept at the effective rate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BudgetFacts {
+    /// `--max-cpu`, percent of one CPU.
+    pub max_cpu_percent: f64,
+    pub rate: RateSummary,
 }
 
 /// Identity of one counted stack.

@@ -25,22 +25,7 @@ use crate::kernel::loader::SampleShare;
 /// How often pyperch's CPU is measured and the share chosen.
 pub(crate) const TICK: Duration = Duration::from_secs(1);
 
-/// The effective rate (the requested rate ÷ the divisor) over some time.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct RateSummary {
-    pub min_hz: f64,
-    /// Weighted by the time each divisor was in force.
-    pub mean_hz: f64,
-    pub last_hz: f64,
-}
-
-/// What a profile says about the budget (`recording_facts`).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct BudgetFacts {
-    /// `--max-cpu`, percent of one CPU.
-    pub max_cpu_percent: f64,
-    pub rate: RateSummary,
-}
+pub use crate::sample::aggregate::{BudgetFacts, RateSummary};
 
 /// Time-weighted effective rates.
 #[derive(Clone, Copy, Debug, Default)]
