@@ -345,6 +345,20 @@ pub mod gc_check {
 pub mod sample_flags {
     /// A CPU sample taken while the sampled thread ran the garbage collector (see `gc_check`).
     pub const GC: u32 = 1;
+    /// Bits from here up: the sampled share's divisor in force when the CPU sample was taken
+    /// (`SAMPLE_SHARE`: the kernel kept one sample in that many, at random), so the sample
+    /// stands for that many samples at the requested rate. 0 (older records, other kinds)
+    /// means 1. See [`weight`].
+    pub const WEIGHT_SHIFT: u32 = 8;
+    /// The largest divisor the flags can carry.
+    pub const MAX_WEIGHT: u32 = u32::MAX >> WEIGHT_SHIFT;
+
+    /// How many samples at the requested rate a CPU sample with these flags stands for
+    /// (at least 1).
+    pub const fn weight(flags: u32) -> u32 {
+        let w = flags >> WEIGHT_SHIFT;
+        if w == 0 { 1 } else { w }
+    }
 }
 
 /// How a version tells which thread holds the GIL (`ProcessInfo::gil_check`).
@@ -413,10 +427,13 @@ pub mod counter {
     /// Code objects of sampled frames not snapshot: an object larger than its region, or
     /// unreadable.
     pub const CODE_SNAPSHOTS_SKIPPED: u32 = 18;
-    /// Number of slots.
     /// `--mode gil`: samples of free-threaded processes running without a GIL (dropped).
     pub const NO_GIL: u32 = 19;
-    pub const SLOTS: u32 = 20;
+    /// Samples of registered processes not taken because of the sampled share
+    /// (`--max-cpu`: the kernel keeps one in `SAMPLE_SHARE`'s divisor, at random).
+    pub const SHARE_SKIPPED: u32 = 20;
+    /// Number of slots.
+    pub const SLOTS: u32 = 21;
 }
 
 /// Kinds of records in the `SAMPLES` ring buffer; every record starts with a `SampleHeader`

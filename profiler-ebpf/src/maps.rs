@@ -5,7 +5,7 @@ use core::ffi::c_void;
 use aya_ebpf::{
     helpers::generated,
     macros::map,
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
 use profiler_common::{ProcessInfo, counter};
 
@@ -25,6 +25,31 @@ const WAKEUP_BYTES: u64 = 4 << 20;
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 const BPF_RB_AVAIL_DATA: u64 = 0;
+
+/// `--max-cpu`'s sampled share: slot 0 holds a divisor `d`; the CPU samplers keep one
+/// sample of a registered process in `d`, at random (0 and 1 keep every one). Written by
+/// userspace's budget controller; a kept sample carries `d` in its flags
+/// (`sample_flags::WEIGHT_SHIFT`), so it stands for `d` samples and profiles stay unbiased.
+#[map]
+pub static SAMPLE_SHARE: Array<u32> = Array::with_max_entries(1, 0);
+
+/// The sampled share's verdict for one CPU sample: `Some(divisor)` to take it (the divisor
+/// read once, so the weight is the one the choice was made with), `None` to skip it (counted
+/// `SHARE_SKIPPED`).
+#[inline(always)]
+pub fn share_keeps() -> Option<u32> {
+    let divisor = match SAMPLE_SHARE.get(0) {
+        Some(d) if *d > 1 => *d,
+        _ => return Some(1),
+    };
+    // SAFETY: a helper without arguments.
+    let draw = unsafe { generated::bpf_get_prandom_u32() };
+    if draw % divisor != 0 {
+        bump(counter::SHARE_SKIPPED);
+        return None;
+    }
+    Some(divisor)
+}
 
 /// Kernel-side counters, per CPU: see `profiler_common::counter`.
 #[map]

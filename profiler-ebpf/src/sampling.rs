@@ -21,7 +21,7 @@ use profiler_common::{
 use crate::frame_walk::{CheckCache, FrameBlock, FrameBlocks, WalkState, read_frame_blocked, walk_code_check};
 use crate::gil::GilAddressCache;
 use crate::interp_window::InterpWindow;
-use crate::maps::{PROCESSES, add, bump};
+use crate::maps::{PROCESSES, add, bump, share_keeps};
 use crate::thread_state::{
     TstateBytes, current_fsbase_btf, find_thread_state_into, interpreter_of_with, running_task_of,
     several_interpreters_and_next_id,
@@ -84,7 +84,7 @@ static BENCH_STOP_AFTER: u64 = 0;
 pub fn pyperch_sample(ctx: PerfEventContext) -> u32 {
     // Off-CPU records this CPU gathered go out within a sampling period (`off_cpu_batch`).
     crate::off_cpu_batch::send_if_old();
-    let Some((info, tgid, tid)) = wanted_sample(false) else {
+    let Some((info, tgid, tid, weight)) = wanted_sample(false) else {
         return 0;
     };
     // SAFETY: a plain read of a global the loader froze.
@@ -93,6 +93,7 @@ pub fn pyperch_sample(ctx: PerfEventContext) -> u32 {
         return 0;
     }
     if let Some((scratch, n_full)) = walk_stages(info, tgid, tid, record_kind::CPU_SAMPLE, stop) {
+        set_weight(scratch, weight);
         if stop == bench_stop::NONE {
             crate::task_chain::send_chain(info, scratch);
             emit_sample::<false>(&ctx, scratch, n_full);
@@ -102,20 +103,31 @@ pub fn pyperch_sample(ctx: PerfEventContext) -> u32 {
 }
 
 /// The start of every sampling program: the running thread's process registration, tgid and
-/// tid, when its process is registered (counted) and the mode wants this thread's sample
-/// (`--mode gil`, `--mode exception`); `None` otherwise (the early exit for the rest of the
-/// host is the one map lookup). `bounded`: the calling program may not use `bpf_loop`.
+/// tid, and the sample's weight (the sampled share's divisor, `maps::share_keeps`), when its
+/// process is registered, the sampled share keeps this sample (counted `SAMPLED` from there)
+/// and the mode wants this thread's sample (`--mode gil`, `--mode exception`); `None`
+/// otherwise (the early exit for the rest of the host is the one map lookup). `bounded`: the
+/// calling program may not use `bpf_loop`.
 #[inline(always)]
-pub(crate) fn wanted_sample(bounded: bool) -> Option<(&'static ProcessInfo, u32, u32)> {
+pub(crate) fn wanted_sample(bounded: bool) -> Option<(&'static ProcessInfo, u32, u32, u32)> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     // SAFETY: the map value is only read, and the kernel keeps it alive for this run.
     let info = unsafe { PROCESSES.get(&tgid) }?;
+    let weight = share_keeps()?;
     bump(counter::SAMPLED);
     if !crate::gil::sample_wanted(info, tid) || !crate::exception::sample_wanted(info, tid, bounded) {
         return None;
     }
-    Some((info, tgid, tid))
+    Some((info, tgid, tid, weight))
+}
+
+/// Writes a CPU sample's weight into its header's flags (`sample_flags::WEIGHT_SHIFT`), after
+/// `start_walk` cleared them.
+#[inline(always)]
+pub(crate) fn set_weight(scratch: &mut Scratch, weight: u32) {
+    let w = if weight > sample_flags::MAX_WEIGHT { sample_flags::MAX_WEIGHT } else { weight };
+    scratch.record.header.flags |= w << sample_flags::WEIGHT_SHIFT;
 }
 
 /// Walks the Python stack of the running thread `tid` of process `tgid` into this CPU's

@@ -18,7 +18,7 @@ use profiler_common::{MAX_FULL_FRAMES, MAX_HASHED_FRAMES, record_kind, sample_st
 
 use crate::thread_state::current_fsbase;
 use crate::sampling::{
-    emit_sample, finish_walk, full_frame_step, hashed_frame_step, scratch_mut, start_tail, start_walk, wanted_sample,
+    emit_sample, finish_walk, full_frame_step, hashed_frame_step, scratch_mut, set_weight, start_tail, start_walk, wanted_sample,
 };
 
 /// Hashed frames per run of `pyperch_sample_tail`.
@@ -34,13 +34,16 @@ static WALK_PROGRAMS: ProgramArray = ProgramArray::with_max_entries(1, 0);
 
 #[perf_event]
 pub fn pyperch_sample_bounded(ctx: PerfEventContext) -> u32 {
-    let Some((info, tgid, tid)) = wanted_sample(true) else {
+    let Some((info, tgid, tid, weight)) = wanted_sample(true) else {
         return 0;
     };
     let Some(scratch) = scratch_mut() else {
         return 0;
     };
-    if !start_walk(info, ((tgid as u64) << 32) | tid as u64, record_kind::CPU_SAMPLE, current_fsbase(), scratch) {
+    let started = start_walk(info, ((tgid as u64) << 32) | tid as u64, record_kind::CPU_SAMPLE, current_fsbase(), scratch);
+    // Kept in the scratch header through the tail calls.
+    set_weight(scratch, weight);
+    if !started {
         emit_sample::<true>(&ctx, scratch, 0);
         return 0;
     }

@@ -139,6 +139,12 @@ fn record_otlp(label: &str) {
     let request = decode(&decoder, &file);
     let d = format!("{d}\n--- decoded request: {request}");
     check_shape(&request, 199, &d);
+    // `record` has no CPU budget unless asked (`--max-cpu`): no effective rate is claimed.
+    for r in request["resources"].as_array().into_iter().flatten() {
+        for p in r["profiles"].as_array().into_iter().flatten() {
+            assert!(p["attributes"].get("pyperch.max_cpu_percent").is_none(), "a budget without --max-cpu{d}");
+        }
+    }
 
     // One resource: the workload, with the semantic conventions' attributes.
     let resources = request["resources"].as_array().cloned().unwrap_or_default();
@@ -291,6 +297,16 @@ fn otlp_agent_posts_requests() {
         let request = &e["request"];
         check_shape(request, 99, &format!("{d}\n--- request: {request}"));
         for r in request["resources"].as_array().into_iter().flatten() {
+            // The agent's CPU budget (on by default, issue #33) and the interval's effective
+            // rate, as the profile's attributes.
+            for p in r["profiles"].as_array().into_iter().flatten() {
+                let a = &p["attributes"];
+                assert_eq!(a["pyperch.max_cpu_percent"], "2", "the agent's default budget in {a}{d}");
+                for key in ["pyperch.rate_hz.effective.min", "pyperch.rate_hz.effective.mean", "pyperch.rate_hz.effective.last"] {
+                    let hz: f64 = a[key].as_str().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no {key} in {a}{d}"));
+                    assert!((1.0..=99.0).contains(&hz), "{key} {hz} outside 1-99 Hz{d}");
+                }
+            }
             let attrs = &r["attributes"];
             assert_eq!(attrs["process.pid"].as_u64(), Some(u64::from(w.pid)), "{r}{d}");
             assert_eq!(attrs["service.name"].as_str(), Some(app.as_str()), "{r}{d}");

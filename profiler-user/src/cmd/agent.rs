@@ -57,6 +57,9 @@ pub struct AgentOptions {
     pub interval: Duration,
     pub app_name: String,
     pub rate: u64,
+    /// `--max-cpu`: pyperch's CPU budget, percent of one CPU (`None`: off).
+    pub max_cpu: Option<f64>,
+
     pub threads: bool,
     pub stats: bool,
     pub pids: Vec<u32>,
@@ -228,6 +231,7 @@ pub fn agent(options: AgentOptions) -> Result<(), AgentError> {
     builder.async_stacks = options.async_stacks;
     builder.line_numbers = options.line_numbers;
     builder.profile_budget = Some(AGENT_INTERVAL_BUDGET);
+    builder.max_cpu = options.max_cpu;
     builder.preflight()?;
     let mut started = builder.start()?;
     let endpoint_text = [(endpoint.as_ref(), upload_settings.as_ref()), (otlp_endpoint.as_ref(), otlp_settings.as_ref())]
@@ -278,6 +282,7 @@ pub fn agent(options: AgentOptions) -> Result<(), AgentError> {
             rate_hz: options.rate,
             dropped: dropped.saturating_sub(dropped_before),
             lost: lost.saturating_sub(lost_before),
+            budget: session.cpu_budget.take_interval(),
         });
         (dropped_before, lost_before) = (dropped, lost);
         let mut queued = 0;
@@ -468,6 +473,7 @@ mod tests {
             interval: Duration::from_secs(15),
             app_name: app_name.unwrap_or("pyperch").into(),
             rate: 99,
+            max_cpu: None,
             threads: false,
             stats: false,
             pids: Vec::new(),

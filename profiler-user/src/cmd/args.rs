@@ -20,6 +20,9 @@ pub(crate) struct TopArgs {
     /// Samples per second per CPU (1 to 100000; 1k, 1khz, 500hz accepted).
     #[arg(long, default_value = "99", value_parser = parse_rate, value_name = "HZ")]
     pub(crate) rate: u64,
+    /// Hold pyperch's own CPU under PERCENT of one CPU (see `record --help`). Default: off.
+    #[arg(long, value_name = "PERCENT", value_parser = parse_max_cpu, default_value = "off")]
+    pub(crate) max_cpu: MaxCpu,
     /// Seconds in the sliding window the OWN% and TOTAL% columns cover (1 to 3600).
     #[arg(long, default_value_t = 10, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..=3600))]
     pub(crate) window: u32,
@@ -105,6 +108,20 @@ impl ModeArgs {
 }
 
 /// A duration with a unit (us, ms, s), or 0.
+/// The agent's default `--max-cpu`: 2 % of one CPU (see its `--help`).
+pub(crate) const AGENT_MAX_CPU: &str = "2";
+
+/// `--max-cpu`: a percentage of one CPU, or none (`off`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct MaxCpu(pub(crate) Option<f64>);
+
+pub(crate) fn parse_max_cpu(text: &str) -> Result<MaxCpu, String> {
+    if text.trim().eq_ignore_ascii_case("off") {
+        return Ok(MaxCpu(None));
+    }
+    crate::session::cpu_budget::parse_max_cpu(text).map(|p| MaxCpu(Some(p)))
+}
+
 pub(crate) fn parse_min_off_cpu(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text == "0" {
@@ -280,6 +297,14 @@ pub(crate) struct AgentArgs {
     /// Samples per second per CPU (1 to 100000; 1k, 1khz, 500hz accepted).
     #[arg(short, long, default_value = "99", value_parser = parse_rate, value_name = "HZ")]
     pub(crate) rate: u64,
+    /// Hold the agent's own CPU (its threads plus its kernel programs, measured every second)
+    /// under PERCENT of one CPU by sampling only a share of the perf events, each kept sample
+    /// counting for the skipped ones (profiles keep their values, only noisier; never below
+    /// 1 Hz), and back to the full rate when the load falls; `off` to turn it off. Default: 2,
+    /// twice what a fixed 20 Hz sampler (the OpenTelemetry profiler) costs: room for 99 Hz on
+    /// a few busy CPUs, a bound on a node with hundreds of busy threads.
+    #[arg(long, value_name = "PERCENT", value_parser = parse_max_cpu, default_value = AGENT_MAX_CPU)]
+    pub(crate) max_cpu: MaxCpu,
     /// Profile only this process (repeatable).
     #[arg(short, long = "pid", value_name = "PID")]
     pub(crate) pids: Vec<u32>,
@@ -420,6 +445,16 @@ pub(crate) struct RecordArgs {
     /// 1k, 1khz, 500hz).
     #[arg(short, long, default_value = "99", value_parser = parse_rate, value_name = "HZ")]
     pub(crate) rate: u64,
+    /// Hold pyperch's own CPU under PERCENT of one CPU (2 = 20 ms of CPU per second; above
+    /// 100 for several CPUs). Every second pyperch measures its threads' CPU plus its kernel
+    /// programs' run time and, over the budget, has the kernel keep only a share of the
+    /// samples, at random; each kept sample counts for the skipped ones, so the profile's
+    /// values stay those of --rate, only noisier. The share returns to all once the load
+    /// falls; the effective rate never drops below 1 Hz. --stats shows the measured CPU and
+    /// the effective rate (min, mean, last); pprof comments and OTLP attributes carry it.
+    /// `off` (the default) samples at --rate whatever it costs.
+    #[arg(long, value_name = "PERCENT", value_parser = parse_max_cpu, default_value = "off")]
+    pub(crate) max_cpu: MaxCpu,
     /// Output format (`raw` is py-spy's name for collapsed). Default: from the output file's
     /// extension (.svg flamegraph, .json speedscope, .txt/.folded collapsed, .pb.gz pprof,
     /// .trace.json chrometrace, .gecko.json gecko), else flamegraph (collapsed on standard

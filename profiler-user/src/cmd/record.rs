@@ -36,6 +36,8 @@ pub struct RecordOptions {
     /// Stop after this long; `None` = until the command exits or Ctrl-C.
     pub duration: Option<Duration>,
     pub rate: u64,
+    /// `--max-cpu`: pyperch's CPU budget, percent of one CPU (`None`: off).
+    pub max_cpu: Option<f64>,
     /// Separate stacks by thread.
     pub threads: bool,
     pub stats: bool,
@@ -106,6 +108,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
     builder.line_numbers = options.line_numbers;
     builder.container_root = options.by_container;
     builder.timeline = options.format.needs_timeline();
+    builder.max_cpu = options.max_cpu;
     builder.preflight()?;
     // Fail on an unwritable output before sampling starts, leaving an existing file alone.
     let output_error = |path: &std::path::Path, source| RecordError::Output { path: text::decode(path.as_os_str().as_bytes()), source };
@@ -132,6 +135,7 @@ pub fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
         rate_hz: options.rate,
         dropped: explain::dropped_samples(&totals),
         lost: kernel_counters.ringbuf_full,
+        budget: session.cpu_budget.facts(),
     });
 
     if !options.filter.is_empty() && session.registered == 0 {

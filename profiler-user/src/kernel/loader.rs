@@ -230,6 +230,20 @@ pub struct KernelProgram {
     unwind_tables: Option<Arc<crate::kernel::unwind_tables::Tables>>,
     /// With `RUST_LOG`: the kernel programs' aya-log records, until `start_kernel_log`.
     kernel_log: Option<Arc<Mutex<aya_log::EbpfLogger<&'static dyn log::Log>>>>,
+    /// The sampled share's divisor (`SAMPLE_SHARE`), until `take_sample_share`.
+    sample_share: Option<SampleShare>,
+}
+
+/// `--max-cpu`'s handle on the kernel's sampled share (`SAMPLE_SHARE`): the CPU samplers
+/// keep one sample of a registered process in the divisor written here, at random, and mark
+/// each kept sample with it (`sample_flags::WEIGHT_SHIFT`). Usable from any thread.
+pub struct SampleShare(aya::maps::Array<MapData, u32>);
+
+impl SampleShare {
+    /// Keeps one CPU sample in `divisor` from now on (1: every one).
+    pub fn set(&mut self, divisor: u32) -> Result<(), LoadError> {
+        self.0.set(0, divisor.max(1), 0).map_err(|e| LoadError::Load(error_chain(&e)))
+    }
 }
 
 /// Opens per-task CPU-clock events running the sampling program (see
@@ -329,8 +343,11 @@ fn split_off_cpu_thread(bytes: &OffCpuThreadBytes) -> (profiler_common::ThreadSw
 /// Kernel-side counters (summed over CPUs).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct KernelCounters {
-    /// Perf events that hit a registered process.
+    /// Perf events that hit a registered process and that the sampled share kept.
     pub sampled: u64,
+    /// Perf events that hit a registered process and that the sampled share skipped
+    /// (`--max-cpu`).
+    pub share_skipped: u64,
     /// Records dropped because the ring buffer was full.
     pub ringbuf_full: u64,
     /// Off-CPU intervals sent / summed as short / whose walked stack was not kept.
@@ -476,6 +493,9 @@ impl KernelProgram {
         } else {
             None
         };
+        let sample_share = aya::maps::Array::try_from(ebpf.take_map("SAMPLE_SHARE").ok_or(LoadError::MissingMap("SAMPLE_SHARE"))?)
+            .map(SampleShare)
+            .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let unwind_tables = if walk_in_kernel { Some(Arc::new(take_unwind_tables(&mut ebpf, row_slots)?)) } else { None };
         let registry = Arc::new(Registry {
             processes: Mutex::new(processes),
@@ -496,7 +516,25 @@ impl KernelProgram {
             task_ids_known: offsets.task_pid != 0 && offsets.task_tgid != 0,
             unwind_tables,
             kernel_log,
+            sample_share: Some(sample_share),
         })
+    }
+
+    /// The handle on the sampled share (`--max-cpu`), once.
+    pub fn take_sample_share(&mut self) -> Option<SampleShare> {
+        self.sample_share.take()
+    }
+
+    /// Descriptors of every loaded program (duplicates, owned by the caller), for reading
+    /// their run time (`/proc/self/fdinfo`: `run_time_ns`, counted while the kernel's BPF
+    /// statistics are on) from another thread.
+    pub fn program_fds(&self) -> Vec<std::os::fd::OwnedFd> {
+        use std::os::fd::AsFd;
+        self.ebpf
+            .programs()
+            .filter_map(|(_, program)| program.fd().ok())
+            .filter_map(|fd| fd.as_fd().try_clone_to_owned().ok())
+            .collect()
     }
 
     /// Attaches to the CPU clock of every online CPU, sampling at `hz`, and to the scheduler's
@@ -822,6 +860,7 @@ impl Registry {
             off_cpu_no_kernel_stack: self.counter_sum(counter::OFF_CPU_NO_KERNEL_STACK),
             not_gil_holder: self.counter_sum(counter::NOT_GIL_HOLDER),
             no_gil: self.counter_sum(counter::NO_GIL),
+            share_skipped: self.counter_sum(counter::SHARE_SKIPPED),
             gil_unknown: self.counter_sum(counter::GIL_UNKNOWN),
             not_handling_exception: self.counter_sum(counter::NOT_HANDLING_EXCEPTION),
             exception_unknown: self.counter_sum(counter::EXCEPTION_UNKNOWN),

@@ -223,6 +223,14 @@ pub fn recording_facts(profile: &Profile) -> Vec<(&'static str, String)> {
         facts.push(("pyperch.duration_s", format!("{:.3}", t.duration.as_secs_f64())));
         facts.push(("pyperch.samples.dropped", t.dropped.to_string()));
         facts.push(("pyperch.samples.lost", t.lost.to_string()));
+        if let Some(b) = t.budget {
+            // The values are those of `rate_hz` (each kept sample counts for the skipped
+            // ones); the rate samples were actually kept at is this.
+            facts.push(("pyperch.max_cpu_percent", format!("{}", b.max_cpu_percent)));
+            facts.push(("pyperch.rate_hz.effective.min", format!("{:.1}", b.rate.min_hz)));
+            facts.push(("pyperch.rate_hz.effective.mean", format!("{:.1}", b.rate.mean_hz)));
+            facts.push(("pyperch.rate_hz.effective.last", format!("{:.1}", b.rate.last_hz)));
+        }
     }
     facts
 }
@@ -239,6 +247,9 @@ pub fn recording_line(profile: &Profile) -> String {
             t.dropped,
             t.lost
         ));
+        if let Some(b) = t.budget {
+            line.push_str(&format!(", --max-cpu {}: effective {:.1} Hz mean, {:.1} min", b.max_cpu_percent, b.rate.mean_hz, b.rate.min_hz));
+        }
     }
     line
 }
@@ -354,6 +365,33 @@ pub(crate) mod tests {
 
     /// Two processes; pid 200 sampled per thread; a frame name holding `;` and a newline;
     /// an unknown line; a thread sampled outside Python; an unlabelled pid.
+    /// With `--max-cpu`, the budget and the effective rate go where the recording's facts go
+    /// (pprof comments, OTLP attributes, ...); the rate the values are at stays `rate_hz`.
+    #[test]
+    fn facts_carry_the_budget_and_effective_rate() {
+        use crate::sample::aggregate::{BudgetFacts, RateSummary};
+        let mut p = sample_profile();
+        p.set_timing(crate::sample::aggregate::Timing {
+            start: std::time::SystemTime::UNIX_EPOCH,
+            duration: std::time::Duration::from_secs(10),
+            rate_hz: 10_000,
+            dropped: 0,
+            lost: 0,
+            budget: Some(BudgetFacts { max_cpu_percent: 2.0, rate: RateSummary { min_hz: 1250.0, mean_hz: 2500.0, last_hz: 1250.0 } }),
+        });
+        let facts = recording_facts(&p);
+        for want in [
+            ("pyperch.rate_hz", "10000"),
+            ("pyperch.max_cpu_percent", "2"),
+            ("pyperch.rate_hz.effective.min", "1250.0"),
+            ("pyperch.rate_hz.effective.mean", "2500.0"),
+            ("pyperch.rate_hz.effective.last", "1250.0"),
+        ] {
+            assert!(facts.iter().any(|(k, v)| *k == want.0 && v == want.1), "{facts:?} lacks {want:?}");
+        }
+        assert!(recording_line(&p).contains("--max-cpu 2: effective 2500.0 Hz mean, 1250.0 min"), "{}", recording_line(&p));
+    }
+
     /// Every format with a place for it says how the profile was recorded (issue #26): the
     /// mode, rate, duration, pyperch's version and the dropped and lost counts.
     #[test]
@@ -366,6 +404,7 @@ pub(crate) mod tests {
             rate_hz: 199,
             dropped: 17,
             lost: 3,
+            budget: None,
         });
         let text = |format: Format| {
             let mut out = Vec::new();

@@ -97,7 +97,7 @@ impl LineNumbers {
 }
 
 /// When and how fast a profile was sampled.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Timing {
     pub start: std::time::SystemTime,
     pub duration: std::time::Duration,
@@ -106,6 +106,27 @@ pub struct Timing {
     pub dropped: u64,
     /// Samples the kernel could not hand over (ring buffer full) in it.
     pub lost: u64,
+    /// `--max-cpu`: the budget and the effective rate in this recording or interval.
+    pub budget: Option<BudgetFacts>,
+}
+
+/// The effective rate (the requested rate ÷ the sampled share's divisor, see
+/// `session::cpu_budget`) over some time.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RateSummary {
+    pub min_hz: f64,
+    /// Weighted by the time each divisor was in force.
+    pub mean_hz: f64,
+    pub last_hz: f64,
+}
+
+/// What a profile says about `--max-cpu` (`output::recording_facts`): the values are those
+/// of the requested rate; the samples were kept at the effective rate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BudgetFacts {
+    /// `--max-cpu`, percent of one CPU.
+    pub max_cpu_percent: f64,
+    pub rate: RateSummary,
 }
 
 /// Identity of one counted stack.

@@ -5,7 +5,8 @@
 //! 1. the given processes must exist (only `/proc/PID/stat` is read: no helper thread yet);
 //! 2. the kernel program is loaded, its ring buffer taken, kernel symbols read (they need
 //!    privileges that are dropped below);
-//! 3. the session is made and configured;
+//! 3. the session is made and configured (with `--max-cpu`, the kernel's BPF statistics
+//!    turned on, which needs the privileges dropped below);
 //! 4. the sampling programs are attached (per-task events for `--pid` alone where asked, none
 //!    before a held launch, every CPU otherwise; the scheduler switch in the off-CPU modes);
 //! 5. a command to launch is started (held before its exec until its events are open);
@@ -77,6 +78,8 @@ pub(crate) struct SessionBuilder {
     pub(crate) timeline: bool,
     /// How warnings begin (`pyperch`, `pyperch agent`).
     pub(crate) name: &'static str,
+    /// `--max-cpu`: pyperch's CPU budget, percent of one CPU (`cpu_budget`).
+    pub(crate) max_cpu: Option<f64>,
 }
 
 impl SessionBuilder {
@@ -101,6 +104,7 @@ impl SessionBuilder {
             profile_budget: None,
             timeline: false,
             name,
+            max_cpu: None,
         }
     }
 
@@ -143,6 +147,19 @@ impl SessionBuilder {
         }
         if self.timeline {
             session.profile.keep_timeline(1_000_000_000 / self.rate.max(1));
+        }
+        // Turning the kernel's BPF statistics on needs privileges dropped below.
+        if let Some(percent) = self.max_cpu {
+            let share = session.kernel.take_sample_share().ok_or_else(|| SessionError::Runtime("the sampled share was taken twice".into()))?;
+            let programs = session.kernel.program_fds();
+            let prepared = super::cpu_budget::Prepared::new(percent, self.rate, share, programs);
+            if !super::cpu_budget::lock(&prepared.state()).bpf_measured {
+                eprintln!(
+                    "{}: warning: the kernel's BPF statistics cannot be turned on: --max-cpu measures pyperch's threads only",
+                    self.name
+                );
+            }
+            session.cpu_budget.prepare(prepared);
         }
         // With chosen processes (and no --subprocesses) or a launched command, only their tasks
         // are interrupted (per-task events that follow new threads and children); otherwise

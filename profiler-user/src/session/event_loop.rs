@@ -79,6 +79,7 @@ pub(crate) fn run_loop(
 ) -> Result<LoopEnd, SessionError> {
     crate::target::memory::deadline::guard_this_thread();
     session.start_discovery(control.discovery_interval)?;
+    session.cpu_budget.start().map_err(|e| SessionError::Runtime(format!("could not start the CPU budget's thread: {e}")))?;
     let started = Instant::now();
     // Drains on the discovery beat at least (discovery runs on its own thread).
     let beat = control.discovery_interval;
@@ -162,6 +163,9 @@ pub(crate) fn run_loop(
         eprint!("\r\x1b[K");
     }
     session.stop_discovery();
+    // The budget's thread holds the programs' descriptors: it ends (its last second
+    // accounted) before they are unloaded.
+    session.cpu_budget.stop();
     // Sampling stops before the last drain, so that every record sent is read, and what
     // the CPUs still hold in their batches of off-CPU records is read after it.
     session.kernel.detach();

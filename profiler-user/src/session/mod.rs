@@ -5,6 +5,7 @@
 pub(crate) mod blocked_at_start;
 pub(crate) mod builder;
 mod cache_budget;
+pub(crate) mod cpu_budget;
 mod discoverer;
 pub mod error;
 pub(crate) mod drain;
@@ -197,6 +198,8 @@ pub(crate) struct Session {
     min_off_cpu_ns: u64,
     /// `--async` with wall or off-CPU time: the helper reading suspended tasks' waits.
     task_waits: Option<task_waits::TaskWaits>,
+    /// `--max-cpu`: pyperch's CPU held under a budget by a sampled share.
+    pub(crate) cpu_budget: cpu_budget::SessionBudget,
 }
 
 /// What one sample may read from its target (its walk's tail, code objects, names, line
@@ -261,6 +264,7 @@ impl Session {
             task_index: None,
             to_index: Vec::new(),
             task_waits: None,
+            cpu_budget: Default::default(),
         }
     }
 
@@ -693,7 +697,9 @@ impl Session {
             record_kind::CPU_SAMPLE | record_kind::CPU_SAMPLE_NATIVE if !self.time_mode.on_cpu() => return,
             record_kind::CPU_SAMPLE | record_kind::CPU_SAMPLE_NATIVE => {
                 let value = if self.time_mode.in_nanoseconds() { self.period_ns } else { 1 };
-                Charge::new(value, gc_leaf(&header))
+                // A sample kept by `--max-cpu`'s sampled share stands for that many.
+                let weight = u64::from(sample_flags::weight(header.flags));
+                Charge::new(value.saturating_mul(weight), gc_leaf(&header))
             }
             record_kind::OFF_CPU if self.time_mode.off_cpu() => {
                 let Some(interval) = off_cpu_trailer(&header, body) else {

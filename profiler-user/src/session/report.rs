@@ -15,6 +15,16 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
         "  kernel: {} samples of registered processes, {} lost (ring buffer full), {} malformed records",
         kernel.sampled, kernel.ringbuf_full, session.malformed_records
     );
+    if let Some(budget) = session.cpu_budget.state() {
+        for line in budget.report() {
+            let _ = writeln!(s, "  {line}");
+        }
+        let _ = writeln!(
+            s,
+            "  CPU budget: {} samples of registered processes skipped by the sampled share, each kept one counting for the skipped",
+            kernel.share_skipped
+        );
+    }
     let drain = session.drain_counts;
     let _ = writeln!(
         s,

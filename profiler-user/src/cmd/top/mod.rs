@@ -45,6 +45,8 @@ pub struct TopOptions {
     pub pids: Vec<u32>,
     pub filter: ProcessFilter,
     pub rate: u64,
+    /// `--max-cpu`: pyperch's CPU budget, percent of one CPU (`None`: off).
+    pub max_cpu: Option<f64>,
     /// Seconds in the sliding window.
     pub window: u32,
     pub display: Display,
@@ -91,6 +93,7 @@ pub fn top(options: TopOptions) -> Result<(), TopError> {
     builder.threads = true;
     builder.async_stacks = options.async_stacks;
     builder.refuse_unsupported_async = true;
+    builder.max_cpu = options.max_cpu;
     builder.preflight()?;
     let mut started = builder.start()?;
 

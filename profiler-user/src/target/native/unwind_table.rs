@@ -797,6 +797,8 @@ mod walk_tests {
     /// libc): level_c, level_b and level_a in order, and the walk goes on past them to the
     /// thread's start without a wrong turn (every address named by a symbol).
     #[test]
+    // Its own frame is asserted below: never inlined into the harness's `call_once` (which
+    // other code's growth in the test binary made the compiler do).
     #[inline(never)]
     fn walks_its_own_stack() {
         let owned = own_modules();

@@ -1,0 +1,151 @@
+//! `--max-cpu` (issue #33): pyperch holds its own CPU (its threads plus its kernel programs'
+//! run time) under a budget by having the kernel keep only a share of the samples, each kept
+//! sample counting for the skipped ones.
+//!
+//! The target is the shape of py-spy #872 (py-spy slowed a 159-thread torch process 5-15×):
+//! one CPython process with 500 CPU-bound threads (`workloads/many_threads.py`, about 3/4 of
+//! its time in leaf_a, 1/4 in leaf_b), recorded with `--pid` at 20 kHz, a rate whose cost is
+//! several times the budget. Checked:
+//! - pyperch's CPU over a window after the controller settled, measured from outside (user +
+//!   system time in `/proc/<pyperch>/stat`, plus `run_time_ns` of the BPF programs it holds,
+//!   from their fdinfo: pyperch keeps the kernel's BPF statistics on while it runs with a
+//!   budget) is within the budget + 10 %;
+//! - the budget did bite (`--stats`'s effective rate fell below the requested rate);
+//! - leaf_a's and leaf_b's shares of the profile are within 2 points of an unbudgeted
+//!   recording's of the same process at the same rate, made by a second pyperch at the same
+//!   time (the weights keep profiles unbiased), and its total stands for as many samples
+//!   (within 10 %: the two start and end a little apart).
+//!
+//! CPU seconds are measured, never wall-clock deadlines; on a loaded machine pyperch gets less
+//! CPU, which only lowers what is measured.
+
+use std::{collections::BTreeMap, fs, time::Duration};
+
+use pyperch_tests::*;
+
+const THREADS: &str = "500";
+const RATE: &str = "20000";
+/// Percent of one CPU.
+const BUDGET: f64 = 2.0;
+/// How long the controller gets to settle after sampling began, then the measured window.
+const SETTLE: Duration = Duration::from_secs(7);
+const WINDOW: Duration = Duration::from_secs(10);
+
+/// `run_time_ns` of each BPF program `pid` holds, by program id (a program held through
+/// several descriptors counted once).
+fn bpf_run_time_ns(pid: u32) -> BTreeMap<u64, u64> {
+    let mut programs = BTreeMap::new();
+    let Ok(entries) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else { return programs };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let Ok(text) = fs::read_to_string(entry.path()) else { continue };
+        let field = |name: &str| {
+            text.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        if let (Some(id), Some(run_time)) = (field("prog_id:"), field("run_time_ns:")) {
+            programs.insert(id, run_time);
+        }
+    }
+    programs
+}
+
+/// pyperch's CPU so far: its threads (clock ticks → seconds) and its BPF programs (seconds).
+fn pyperch_cpu(pid: u32) -> (f64, f64) {
+    let threads = cpu_ticks(pid) as f64 / clock_ticks_per_second();
+    let bpf = bpf_run_time_ns(pid).values().sum::<u64>() as f64 / 1e9;
+    (threads, bpf)
+}
+
+/// leaf_a's and leaf_b's shares of the process's samples.
+fn leaf_shares(rec: &Recording, pid: u32) -> (f64, f64, u64) {
+    let p = rec.profile.for_pid(pid);
+    let total = p.total();
+    let a = p.count(|s| s.has_function("leaf_a"));
+    let b = p.count(|s| s.has_function("leaf_b"));
+    let share = |n: u64| if total == 0 { 0.0 } else { n as f64 / total as f64 };
+    (share(a), share(b), total)
+}
+
+/// The `--stats` line with the effective rate: (min, mean, last) in Hz.
+fn effective_rate(rec: &Recording) -> Option<(f64, f64, f64)> {
+    let line = rec.run.stderr.lines().find(|l| l.contains("CPU budget: effective rate"))?;
+    let numbers: Vec<f64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse::<f64>().ok())
+        .collect();
+    Some((*numbers.first()?, *numbers.get(1)?, *numbers.get(2)?))
+}
+
+#[test]
+fn budget_holds_pyperch_cpu_with_500_busy_threads() {
+    let Some(py) = first_python(&["3.12", "3.11", "sid-3.14", "3.10"]) else {
+        skip("no CPython 3.10-3.12 or sid 3.14");
+        return;
+    };
+    let mut w = Workload::spawn(&py, "many_threads.py", &[THREADS, "300"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let pid = w.pid.to_string();
+
+    // The reference: an unbudgeted pyperch at the same rate over the same time, beside the
+    // budgeted one (each pyperch has its own events, programs and maps), so that both see the
+    // same workload whatever it does on a loaded machine.
+    let free_run = RecordRun::start(&["--pid", &pid, "--rate", RATE]);
+    let budget = BUDGET.to_string();
+    let run = RecordRun::start(&["--pid", &pid, "--rate", RATE, "--max-cpu", &budget, "--stats"]);
+    assert!(free_run.wait_until_sampling(Duration::from_secs(60)), "the unbudgeted pyperch did not start sampling");
+    assert!(run.wait_until_sampling(Duration::from_secs(60)), "pyperch did not start sampling");
+    let pyperch = run.pid();
+    std::thread::sleep(SETTLE);
+    let (threads0, bpf0) = pyperch_cpu(pyperch);
+    let started = std::time::Instant::now();
+    std::thread::sleep(WINDOW);
+    let (threads1, bpf1) = pyperch_cpu(pyperch);
+    let window = started.elapsed().as_secs_f64();
+    let budgeted = run.interrupt();
+    let free = free_run.interrupt();
+    w.terminate();
+    budgeted.assert_ok();
+    free.assert_ok();
+    let (free_a, free_b, free_total) = leaf_shares(&free, w.pid);
+    let d = budgeted.diag_pid(w.pid);
+
+    let (threads, bpf) = (threads1 - threads0, bpf1 - bpf0);
+    let percent = (threads + bpf) * 100.0 / window;
+    let (a, b, total) = leaf_shares(&budgeted, w.pid);
+    let rate = effective_rate(&budgeted);
+    note(format!(
+        "{}: pyperch {percent:.2}% of one CPU over {window:.1} s (threads {threads:.3} s, BPF {bpf:.3} s), budget {BUDGET}%; effective rate (min, mean, last) {rate:?} of {RATE} Hz; leaf_a {:.1}% / leaf_b {:.1}% budgeted ({total} samples' worth) vs {:.1}% / {:.1}% unbudgeted at the same time ({free_total} samples)",
+        py.describe(),
+        a * 100.0,
+        b * 100.0,
+        free_a * 100.0,
+        free_b * 100.0,
+    ));
+
+    assert!(
+        budgeted.run.stderr.contains("CPU budget (--max-cpu): 2% of one CPU") && !budgeted.run.stderr.contains("kernel programs not measured"),
+        "--stats does not report the budget with the kernel programs measured{d}"
+    );
+    assert!(bpf > 0.0, "no BPF run time seen in pyperch's programs' fdinfo: are the kernel's statistics on?{d}");
+    let (min_hz, _, last_hz) = rate.unwrap_or_else(|| panic!("no effective-rate line in --stats{d}"));
+    let requested: f64 = RATE.parse().expect("rate");
+    assert!(min_hz < requested && last_hz < requested, "the budget never lowered the rate: {rate:?}{d}");
+    assert!(last_hz >= 1.0, "below the 1 Hz floor: {rate:?}{d}");
+    assert!(
+        percent <= BUDGET * 1.1,
+        "pyperch used {percent:.2}% of one CPU (threads {threads:.3} s + BPF {bpf:.3} s over {window:.1} s), over the budget of {BUDGET}% + 10 %{d}"
+    );
+    // The skipped samples are stood for by the kept ones: the shares are the unbudgeted
+    // recording's (each of tens of thousands of samples: a standard error far below a point).
+    for (name, budgeted_share, free_share) in [("leaf_a", a, free_a), ("leaf_b", b, free_b)] {
+        assert!(
+            (budgeted_share - free_share).abs() <= 0.02,
+            "{name}: {:.1}% of the budgeted profile vs {:.1}% unbudgeted, more than 2 points apart{d}",
+            budgeted_share * 100.0,
+            free_share * 100.0
+        );
+    }
+    // And the kept samples stand for as many as were taken beside them (the two recordings
+    // start and end a little apart: 10 %).
+    let worth = total as f64 / free_total.max(1) as f64;
+    assert!((0.9..=1.1).contains(&worth), "the budgeted profile stands for {total} samples, the unbudgeted one holds {free_total}{d}");
+    assert!(free_a > 0.5 && free_b > 0.1, "the unbudgeted profile does not show the workload's split{}", free.diag_pid(w.pid));
+}
