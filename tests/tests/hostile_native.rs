@@ -225,20 +225,7 @@ fn native_sparse_symtab_in_a_512_mib_memory_cgroup() {
         .args(["record", "--format", "collapsed", "--output"])
         .arg(&output)
         .args(["--native", "--duration", "5", "--rate", "199", "--stats"]);
-    let running = Running::start(cmd).expect("start pyperch in the cgroup");
-    let pid = running.pid();
-    let done = Arc::new(AtomicBool::new(false));
-    let watcher = watch_peak_rss(pid, done.clone());
-    let sampling = sampling_began(pid, Duration::from_secs(60));
-    // The bystander's CPU share while sampled (as hostile_hosts.rs measures it: over the
-    // sampling period but for its last half second, in which the recording may be ending).
-    let (started, ticks_before) = (Instant::now(), cpu_ticks(bystander.pid));
-    thread::sleep(Duration::from_secs_f64(DURATION_S - 0.5));
-    let (window, ticks_after) = (started.elapsed(), cpu_ticks(bystander.pid));
-    let run = running.finish(Duration::from_secs(90));
-    let to_end = started.elapsed().as_secs_f64();
-    done.store(true, Ordering::Relaxed);
-    let rss_peak = watcher.join().expect("watcher");
+    let BesideRun { run, sampling, to_end, rss_peak, expected, share } = record_beside(cmd, bystander.pid);
     let cgroup_peak = cgroup.peak();
     let oom_kills = cgroup.oom_kills();
     hostile.terminate();
@@ -252,8 +239,6 @@ fn native_sparse_symtab_in_a_512_mib_memory_cgroup() {
     assert!(sampling, "pyperch record did not start sampling within 60 s{d}");
     let stats = run.stderr_lines().into_iter().find(|l| l.trim_start().starts_with("native files")).unwrap_or("").to_string();
     let refused = count_before(&stats, "tables refused").unwrap_or(0);
-    let share = (ticks_after - ticks_before) as f64 / clock_ticks_per_second() / window.as_secs_f64();
-    let expected = 199.0 * DURATION_S * share.min(1.0);
     let mine = profile.for_pid(bystander.pid);
     // With --native the leaf is a C function of the interpreter: the last Python frame counts.
     let kept = mine.count(|s| s.frames.iter().rev().find(|f| f.contains(".py:")).is_some_and(|f| f.starts_with("leaf_red (")));
@@ -272,6 +257,41 @@ fn native_sparse_symtab_in_a_512_mib_memory_cgroup() {
     assert!(stats.contains("larger than the file on disk"), "--stats does not count the 40 MiB .symtab as not on disk: {stats:?}{d}");
     assert!(refused >= 2, "--stats counts {refused} refused tables: {stats:?}{d}");
     assert!(kept as f64 >= 0.9 * expected, "bystander: {kept} samples in leaf_red, want >= 90 % of ~{expected:.0}{d}");
+}
+
+/// A `record --native --duration DURATION_S --rate 199` run beside a bystander, measured.
+struct BesideRun {
+    run: Run,
+    /// Whether pyperch began sampling within 60 s.
+    sampling: bool,
+    /// Seconds from sampling's start to pyperch's exit.
+    to_end: f64,
+    /// pyperch's peak resident set, KiB.
+    rss_peak: u64,
+    /// The bystander's samples expected at its CPU share, and that share.
+    expected: f64,
+    share: f64,
+}
+
+/// Runs `cmd` (pyperch recording for `DURATION_S` at 199 Hz) and measures it: its peak
+/// resident set, the time from sampling's start to its exit, and the bystander's CPU share
+/// while sampled (as hostile_hosts.rs measures it: over the sampling period but for its last
+/// half second, in which the recording may be ending).
+fn record_beside(cmd: Command, bystander: u32) -> BesideRun {
+    let running = Running::start(cmd).expect("start pyperch");
+    let pid = running.pid();
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = watch_peak_rss(pid, done.clone());
+    let sampling = sampling_began(pid, Duration::from_secs(60));
+    let (started, ticks_before) = (Instant::now(), cpu_ticks(bystander));
+    thread::sleep(Duration::from_secs_f64(DURATION_S - 0.5));
+    let (window, ticks_after) = (started.elapsed(), cpu_ticks(bystander));
+    let run = running.finish(Duration::from_secs(90));
+    let to_end = started.elapsed().as_secs_f64();
+    done.store(true, Ordering::Relaxed);
+    let rss_peak = watcher.join().expect("watcher");
+    let share = (ticks_after - ticks_before) as f64 / clock_ticks_per_second() / window.as_secs_f64();
+    BesideRun { run, sampling, to_end, rss_peak, expected: 199.0 * DURATION_S * share.min(1.0), share }
 }
 
 /// Rows a file's unwind table may have (`MAX_TABLE_ROWS` in profiler-user's module_file.rs).
@@ -466,18 +486,7 @@ fn native_hostile_unwind_sections() {
     let output = dir.0.join("profile.collapsed");
     let mut cmd = Command::new(pyperch_bin());
     cmd.args(["record", "--format", "collapsed", "--output"]).arg(&output).args(["--native", "--duration", "5", "--rate", "199", "--stats"]);
-    let running = Running::start(cmd).expect("start pyperch");
-    let pid = running.pid();
-    let done = Arc::new(AtomicBool::new(false));
-    let watcher = watch_peak_rss(pid, done.clone());
-    let sampling = sampling_began(pid, Duration::from_secs(60));
-    let (started, ticks_before) = (Instant::now(), cpu_ticks(bystander.pid));
-    thread::sleep(Duration::from_secs_f64(DURATION_S - 0.5));
-    let (window, ticks_after) = (started.elapsed(), cpu_ticks(bystander.pid));
-    let run = running.finish(Duration::from_secs(90));
-    let to_end = started.elapsed().as_secs_f64();
-    done.store(true, Ordering::Relaxed);
-    let rss_peak = watcher.join().expect("watcher");
+    let BesideRun { run, sampling, to_end, rss_peak, expected, share } = record_beside(cmd, bystander.pid);
     hostile.terminate();
     bystander.terminate();
     let profile = Profile::parse(&fs::read_to_string(&output).unwrap_or_default());
@@ -490,8 +499,6 @@ fn native_hostile_unwind_sections() {
     let over_cap = count_before(&stats, "over their cap").unwrap_or(0);
     let unusable = count_before(&stats, "unwind rows the kernel walk cannot use").unwrap_or(0);
     let debug_left_out = count_before(&stats, ".debug_frame rows the kernel walk cannot use").unwrap_or(0);
-    let share = (ticks_after - ticks_before) as f64 / clock_ticks_per_second() / window.as_secs_f64();
-    let expected = 199.0 * DURATION_S * share.min(1.0);
     let mine = profile.for_pid(bystander.pid);
     // Its native stack whole: the process frame, then `_start`, and no marker of a stop.
     const STOPPED: [&str; 5] = ["<native unwind stopped", "<truncated native", "<unmerged native>", "<no native stack>", "<loading native>"];
