@@ -284,7 +284,7 @@ impl ProcessNative {
             // pointers) read registers such code uses for anything. The kernel walk stops at
             // the same places.
             let lookup = address.address_for_lookup();
-            if module_at(modules, lookup).is_some_and(|m| m.file.musl_libc) || without_rule(modules, lookup) {
+            if stops_unwind(modules, lookup) {
                 out.push(UnwoundFrame { address: lookup, low, high: low });
                 stopped_at = Some(lookup);
                 break;
@@ -582,12 +582,16 @@ impl ProcessNative {
     }
 }
 
-/// Whether `address` lies in a file whose unwind rows cover none of it: code without CFI
-/// (hand-written assembly, such as OpenBLAS's kernels) in a file that has CFI elsewhere. Both
-/// unwinds stop there, the kernel's (its rows say so) and the copy's, instead of guessing. A
-/// file without any rows is walked with frame pointers by both.
-fn without_rule(modules: &[LoadedModule], address: u64) -> bool {
+/// Whether an unwind stops at `address` instead of guessing: it lies in musl's libc (next to
+/// no unwind rows, no frame pointers), or in a file whose unwind rows cover none of it (code
+/// without CFI, such as OpenBLAS's kernels, in a file that has CFI elsewhere). The kernel's
+/// walk stops at the same places (its rows say so); a file without any rows is walked with
+/// frame pointers by both. One module lookup per frame.
+fn stops_unwind(modules: &[LoadedModule], address: u64) -> bool {
     let Some(m) = module_at(modules, address) else { return false };
+    if m.file.musl_libc {
+        return true;
+    }
     let (Some(rows), Some(at)) = (m.file.unwind_rows.as_ref(), m.file_address(address)) else { return false };
     let Ok(pc) = u32::try_from(at) else { return false };
     let i = rows.partition_point(|r| r.pc <= pc);
