@@ -1,8 +1,10 @@
 //! The process-wide cache of the files `--native` reads (`module_file`): each file is read
 //! on a thread of its own that nobody waits for (at most `MAX_IN_FLIGHT` at once, and at
 //! most `MAX_IN_FLIGHT_PER_PROCESS` started for one process): whoever asked is told through
-//! a channel when the read ends. Files are kept by identity (device, inode), bounded in
-//! bytes.
+//! a channel when the read ends. A read asked for beyond those limits waits in a bounded
+//! queue (`MAX_QUEUED`, at most `MAX_QUEUED_PER_PROCESS` of one process) and starts as soon
+//! as a reader ends, so a process's files are read back to back (numpy maps about 40).
+//! Files are kept by identity (device, inode), bounded in bytes.
 //!
 //! The cache ([`FILES_BUDGET`]) evicts the least recently used files even while processes
 //! use them: an evicted file's processes drop it at their next sample (`evicted_since`), its
@@ -11,7 +13,7 @@
 //! own files go first, so one process never pushes every other one's files out.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     sync::{
         Arc, LazyLock, Mutex,
         atomic::{AtomicU64, Ordering::Relaxed},
@@ -47,12 +49,21 @@ struct Entry {
     owner: u32,
 }
 
+/// A read put off because too many were in flight; started when a reader ends.
+struct Queued {
+    pid: u32,
+    mapping: Mapping,
+    waiter: mpsc::Sender<Loaded>,
+}
+
 #[derive(Default)]
 struct Cache {
     files: HashMap<FileKey, Entry>,
     /// Files that failed or were evicted, and when (not read again before `RETRY_AFTER`).
     failed: HashMap<FileKey, Instant>,
     in_flight: HashMap<FileKey, InFlight>,
+    /// Reads waiting for a reader, oldest first (at most `MAX_QUEUED`).
+    queued: VecDeque<Queued>,
     bytes: usize,
     /// Bytes of `files` charged to each process.
     charged: HashMap<u32, usize>,
@@ -61,7 +72,8 @@ struct Cache {
 static CACHE: LazyLock<Mutex<Cache>> = LazyLock::new(Default::default);
 /// Files evicted so far: a process whose count differs drops the files no longer cached.
 static EVICTIONS: AtomicU64 = AtomicU64::new(0);
-/// Loads refused because the asking process had `MAX_IN_FLIGHT_PER_PROCESS` in flight.
+/// Loads not started at once because the asking process had `MAX_IN_FLIGHT_PER_PROCESS`
+/// in flight (queued, or put off when the queue was full).
 static PROCESS_BUSY: AtomicU64 = AtomicU64::new(0);
 
 fn cache() -> std::sync::MutexGuard<'static, Cache> {
@@ -76,6 +88,11 @@ pub const MAX_IN_FLIGHT: usize = 16;
 pub const MAX_IN_FLIGHT_PER_PROCESS: usize = 4;
 /// Waiters kept per file in flight (beyond: told nothing; they ask again later).
 const MAX_WAITERS: usize = 256;
+/// Reads waiting for a reader, at most; beyond, a read is put off (`Loading::Busy`) until
+/// its process asks again.
+pub const MAX_QUEUED: usize = 4096;
+/// Reads of one process waiting, at most: one process's mappings cannot fill the queue.
+pub const MAX_QUEUED_PER_PROCESS: usize = 512;
 
 /// A file's read finished: the file, or `None` when it gave no unwind data.
 pub type Loaded = (FileKey, Option<Arc<ModuleFile>>);
@@ -84,46 +101,60 @@ pub type Loaded = (FileKey, Option<Arc<ModuleFile>>);
 pub enum Loading {
     /// Read already (cached).
     Ready(Arc<ModuleFile>),
-    /// Being read: the waiter given to [`start_load`] is told on its end.
+    /// Being read, or queued to be: the waiter given to [`start_load`] is told on its end.
     InFlight,
     /// Not readable, not ELF x86_64, or failed or evicted recently (tried again after
     /// `RETRY_AFTER`).
     Unreadable,
-    /// Too many files are being read already, in all or for this process (tried again
-    /// later, by a later request).
+    /// Too many files are being read and queued already, in all or for this process
+    /// (tried again later, by a later request).
     Busy,
 }
 
-/// The file behind `mapping` of `pid`: from the cache, or read on a thread of its own, whose
-/// end is sent to `waiter` (also when the file was in flight already). Never waits on the
-/// file: the cache's lock is held only for bookkeeping.
+/// The file behind `mapping` of `pid`: from the cache, or read on a thread of its own (now,
+/// or queued until a reader ends), whose end is sent to `waiter` (also when the file was in
+/// flight already). Never waits on the file: the cache's lock is held only for bookkeeping.
 pub fn start_load(pid: u32, mapping: &Mapping, waiter: &mpsc::Sender<Loaded>) -> Loading {
     let key = mapping.key();
-    {
-        let mut c = cache();
-        if let Some(entry) = c.files.get_mut(&key) {
-            entry.used = Instant::now();
-            return Loading::Ready(entry.file.clone());
+    let mut c = cache();
+    if let Some(entry) = c.files.get_mut(&key) {
+        entry.used = Instant::now();
+        return Loading::Ready(entry.file.clone());
+    }
+    if let Some(flight) = c.in_flight.get_mut(&key) {
+        if flight.waiters.len() < MAX_WAITERS {
+            flight.waiters.push(waiter.clone());
         }
-        if let Some(flight) = c.in_flight.get_mut(&key) {
-            if flight.waiters.len() < MAX_WAITERS {
-                flight.waiters.push(waiter.clone());
-            }
+        return Loading::InFlight;
+    }
+    if c.failed.get(&key).is_some_and(|at| at.elapsed() < RETRY_AFTER) {
+        return Loading::Unreadable;
+    }
+    if !admit(&c, pid) {
+        // Asked again (the process reads its maps again while files load): queued once.
+        if c.queued.iter().any(|q| q.pid == pid && q.mapping.key() == key) {
             return Loading::InFlight;
         }
-        if c.failed.get(&key).is_some_and(|at| at.elapsed() < RETRY_AFTER) {
-            return Loading::Unreadable;
-        }
-        if !admit(&c, pid) {
+        let of_pid = c.queued.iter().filter(|q| q.pid == pid).count();
+        if c.queued.len() >= MAX_QUEUED || of_pid >= MAX_QUEUED_PER_PROCESS {
             return Loading::Busy;
         }
-        c.in_flight.insert(key, InFlight { pid, waiters: vec![waiter.clone()] });
+        c.queued.push_back(Queued { pid, mapping: mapping.clone(), waiter: waiter.clone() });
+        return Loading::InFlight;
     }
-    let owned = mapping.clone();
+    if spawn_reader(&mut c, pid, mapping.clone(), vec![waiter.clone()]) { Loading::InFlight } else { Loading::Unreadable }
+}
+
+/// Starts reading `mapping`'s file for `pid` on a thread of its own (counted in flight);
+/// its end goes to `waiters`, then the next queued read starts. `false` when no thread
+/// could be started.
+fn spawn_reader(c: &mut Cache, pid: u32, mapping: Mapping, waiters: Vec<mpsc::Sender<Loaded>>) -> bool {
+    let key = mapping.key();
+    c.in_flight.insert(key, InFlight { pid, waiters });
     let spawned = std::thread::Builder::new().name("pyperch-native".into()).spawn(move || {
-        let name = base_name(&owned.path).to_string();
+        let name = base_name(&mapping.path).to_string();
         // A file that makes the parser panic counts as unreadable.
-        let result = std::panic::catch_unwind(|| open_checked(pid, &owned).ok().and_then(|file| read(file, &name, &owned.path)))
+        let result = std::panic::catch_unwind(|| open_checked(pid, &mapping).ok().and_then(|file| read(file, &name, &mapping.path)))
             .ok()
             .flatten()
             .map(Arc::new);
@@ -133,16 +164,62 @@ pub fn start_load(pid: u32, mapping: &Mapping, waiter: &mpsc::Sender<Loaded>) ->
             Some(file) => insert(&mut c, key, file.clone(), pid),
             None => note_failed(&mut c, key),
         }
+        start_queued(&mut c);
         drop(c);
         for w in waiters {
             let _ = w.send((key, result.clone()));
         }
     });
     if spawned.is_err() {
-        cache().in_flight.remove(&key);
-        return Loading::Unreadable;
+        c.in_flight.remove(&key);
+        return false;
     }
-    Loading::InFlight
+    true
+}
+
+/// Starts the oldest queued read a reader may now take; queued reads whose file was read,
+/// or is in flight, or failed meanwhile, are answered (or joined) on the way.
+fn start_queued(c: &mut Cache) {
+    let mut i = 0;
+    while i < c.queued.len() {
+        let key = c.queued[i].mapping.key();
+        if let Some(entry) = c.files.get_mut(&key) {
+            entry.used = Instant::now();
+            let file = entry.file.clone();
+            if let Some(q) = c.queued.remove(i) {
+                let _ = q.waiter.send((key, Some(file)));
+            }
+            continue;
+        }
+        if c.in_flight.contains_key(&key) {
+            if let Some(q) = c.queued.remove(i) {
+                if let Some(flight) = c.in_flight.get_mut(&key).filter(|f| f.waiters.len() < MAX_WAITERS) {
+                    flight.waiters.push(q.waiter);
+                }
+            }
+            continue;
+        }
+        if c.failed.get(&key).is_some_and(|at| at.elapsed() < RETRY_AFTER) {
+            if let Some(q) = c.queued.remove(i) {
+                let _ = q.waiter.send((key, None));
+            }
+            continue;
+        }
+        if may_start(c, c.queued[i].pid) {
+            if let Some(q) = c.queued.remove(i) {
+                if !spawn_reader(c, q.pid, q.mapping, vec![q.waiter.clone()]) {
+                    let _ = q.waiter.send((key, None));
+                }
+            }
+            return;
+        }
+        i += 1;
+    }
+}
+
+/// Forgets `pid`'s queued reads (its process is no longer profiled).
+pub fn forget_queued(pid: u32) {
+    cache().queued.retain(|q| q.pid != pid);
 }
 
 /// Whether a new file may start being read for `pid`: fewer than `MAX_IN_FLIGHT` in flight
@@ -151,11 +228,16 @@ fn admit(c: &Cache, pid: u32) -> bool {
     if c.in_flight.len() >= MAX_IN_FLIGHT {
         return false;
     }
-    if c.in_flight.values().filter(|f| f.pid == pid).count() >= MAX_IN_FLIGHT_PER_PROCESS {
+    if !may_start(c, pid) {
         PROCESS_BUSY.fetch_add(1, Relaxed);
         return false;
     }
     true
+}
+
+/// `admit` without counting.
+fn may_start(c: &Cache, pid: u32) -> bool {
+    c.in_flight.len() < MAX_IN_FLIGHT && c.in_flight.values().filter(|f| f.pid == pid).count() < MAX_IN_FLIGHT_PER_PROCESS
 }
 
 fn note_failed(c: &mut Cache, key: FileKey) {
@@ -256,7 +338,7 @@ pub fn cached_bytes() -> usize {
 /// The `--stats` words of the cache: evictions and loads put off per process.
 pub fn report() -> String {
     format!(
-        "{} files evicted (budget {} MiB, {} MiB per process); {} file reads put off (a process's {} in flight)",
+        "{} files evicted (budget {} MiB, {} MiB per process); {} file reads queued (a process's {} in flight)",
         evictions(),
         FILES_BUDGET >> 20,
         PROCESS_SHARE >> 20,
@@ -300,6 +382,43 @@ mod tests {
         }
         assert_eq!(others, MAX_IN_FLIGHT - MAX_IN_FLIGHT_PER_PROCESS);
         assert!(!admit(&c, 9999), "the global cap still holds");
+    }
+
+    /// More files than a process may read at once: the rest wait in the queue and each
+    /// starts as a reader ends; every file asked for is answered, none is put off.
+    #[test]
+    fn reads_beyond_a_process_allowance_are_queued_and_all_answered() {
+        use std::collections::HashSet;
+        let pid = std::process::id();
+        let maps = crate::target::discovery::read_maps(pid).expect("own maps");
+        let mut seen = HashSet::new();
+        let files: Vec<Mapping> =
+            maps.into_iter().filter(|m| m.is_file() && m.perms[2] == b'x' && seen.insert(m.key())).collect();
+        // A process id no other test uses: the allowance is this test's alone.
+        let reader = u32::MAX - 7;
+        let (tx, rx) = mpsc::channel();
+        let mut waiting = HashSet::new();
+        for _ in 0..2 {
+            for m in &files {
+                match start_load(reader, m, &tx) {
+                    Loading::InFlight => {
+                        waiting.insert(m.key());
+                    }
+                    Loading::Ready(_) | Loading::Unreadable => {}
+                    Loading::Busy => panic!("a read was put off with room in the queue"),
+                }
+            }
+        }
+        {
+            let c = cache();
+            assert!(c.in_flight.values().filter(|f| f.pid == reader).count() <= MAX_IN_FLIGHT_PER_PROCESS);
+            let queued: Vec<FileKey> = c.queued.iter().filter(|q| q.pid == reader).map(|q| q.mapping.key()).collect();
+            assert_eq!(queued.len(), queued.iter().collect::<HashSet<_>>().len(), "asked twice, queued once");
+        }
+        while !waiting.is_empty() {
+            let (key, _) = rx.recv_timeout(Duration::from_secs(30)).expect("every queued read is answered");
+            waiting.remove(&key);
+        }
     }
 
     /// Files in use are evicted too, least recently used first; a process past its share

@@ -10,9 +10,9 @@
 //! - One worker thread takes the requests in turn. It reads the maps with a time budget
 //!   (`session::budget`, the pattern of discovery's looks at processes: a read that overruns
 //!   is left to finish on its own thread, at most `MAX_OVERRUNNING_PER_PROCESS` of them for one process), then starts
-//!   the reading of every file not cached yet (`file_cache::start_load`, at most
-//!   `file_cache::MAX_IN_FLIGHT` files at once, each on a thread of its own) and sends the
-//!   process its mappings at once, without waiting for the files.
+//!   the reading of every file not cached yet, largest code first (`file_cache::start_load`,
+//!   at most `file_cache::MAX_IN_FLIGHT` files at once, each on a thread of its own, the rest
+//!   queued) and sends the process its mappings at once, without waiting for the files.
 //! - Each file's reader sends the file to every process that asked for it when it is done.
 //!
 //! The loop picks up whatever has arrived (`try_recv`) before it unwinds a sample, and never
@@ -58,7 +58,8 @@ pub enum MappedFile {
     Loading,
     /// Anonymous or pseudo mapping (JIT code, `[vdso]`), or a file that gives no unwind data.
     None,
-    /// Not started (too many files in flight): asked again with the next maps read.
+    /// Not started (too many files in flight, and too many queued): asked again with the
+    /// next maps read.
     Deferred,
 }
 
@@ -92,7 +93,7 @@ pub struct IoStats {
     pub maps_timed_out: AtomicU64,
     /// Requests refused because the queue was full (asked again later).
     pub queue_full: AtomicU64,
-    /// Files whose reading was put off because `MAX_IN_FLIGHT` were in flight.
+    /// Files whose reading was put off because too many were in flight and queued.
     pub files_deferred: AtomicU64,
 }
 
@@ -155,7 +156,7 @@ impl NativeIo {
     pub fn report(&self) -> String {
         let s = &self.stats;
         format!(
-            "native files (read off the sampling loop): {} maps reads, {} did not answer within {:.1} s; {} requests refused (queue full); {} file reads put off (too many in flight); {} files being read now; {} bytes of files cached; {}; {}",
+            "native files (read off the sampling loop): {} maps reads, {} did not answer within {:.1} s; {} requests refused (queue full); {} file reads put off (too many in flight and queued); {} files being read now; {} bytes of files cached; {}; {}",
             s.maps_reads.load(Relaxed),
             s.maps_timed_out.load(Relaxed),
             MAPS_BUDGET.as_secs_f64(),
@@ -185,10 +186,13 @@ fn serve(budgeted: &Budgeted, stats: &IoStats, request: Request) {
             return;
         }
     };
-    let mut code: Vec<MappedCode> = maps
+    let mut code: Vec<Mapping> =
+        maps.into_iter().filter(|m| m.perms[2] == b'x' && m.start < m.end).take(MAX_EXECUTABLE_MAPPINGS).collect();
+    // The largest code first: its file takes longest to read (libpython, a BLAS), and the
+    // kernel walk needs every file of a stack before it walks it.
+    code.sort_by_key(|m| std::cmp::Reverse(m.end - m.start));
+    let mut code: Vec<MappedCode> = code
         .into_iter()
-        .filter(|m| m.perms[2] == b'x' && m.start < m.end)
-        .take(MAX_EXECUTABLE_MAPPINGS)
         .map(|mapping| {
             let file = if !mapping.is_file() {
                 MappedFile::None

@@ -136,6 +136,7 @@ impl Drop for ProcessNative {
         if let Some(t) = &self.tables {
             t.remove_process(self.pid, self.owner);
         }
+        super::file_cache::forget_queued(self.pid);
     }
 }
 
