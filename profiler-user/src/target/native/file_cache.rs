@@ -22,7 +22,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::module_file::{ModuleFile, base_name, read};
+use super::module_file::{EarlyRows, ModuleFile, base_name, read};
 use crate::target::discovery::{FileKey, Mapping, open_checked};
 
 /// Bytes the cache of files may hold; past that, the least recently used files are dropped
@@ -94,8 +94,14 @@ pub const MAX_QUEUED: usize = 4096;
 /// Reads of one process waiting, at most: one process's mappings cannot fill the queue.
 pub const MAX_QUEUED_PER_PROCESS: usize = 512;
 
-/// A file's read finished: the file, or `None` when it gave no unwind data.
-pub type Loaded = (FileKey, Option<Arc<ModuleFile>>);
+/// News of a file being read, to each process waiting for it.
+pub enum Loaded {
+    /// The kernel walk's part, before the symbols and lines (only to the processes waiting
+    /// at that moment; the others get the file whole).
+    Rows(FileKey, Arc<EarlyRows>),
+    /// The read finished: the file, or `None` when it gave no unwind data.
+    Read(FileKey, Option<Arc<ModuleFile>>),
+}
 
 /// Where the file behind a mapping stands, without waiting.
 pub enum Loading {
@@ -154,7 +160,14 @@ fn spawn_reader(c: &mut Cache, pid: u32, mapping: Mapping, waiters: Vec<mpsc::Se
     let spawned = std::thread::Builder::new().name("pyperch-native".into()).spawn(move || {
         let name = base_name(&mapping.path).to_string();
         // A file that makes the parser panic counts as unreadable.
-        let result = std::panic::catch_unwind(|| open_checked(pid, &mapping).ok().and_then(|file| read(file, &name, &mapping.path)))
+        let early = |rows: EarlyRows| {
+            let rows = Arc::new(rows);
+            let waiters = cache().in_flight.get(&key).map(|f| f.waiters.clone()).unwrap_or_default();
+            for w in waiters {
+                let _ = w.send(Loaded::Rows(key, rows.clone()));
+            }
+        };
+        let result = std::panic::catch_unwind(|| open_checked(pid, &mapping).ok().and_then(|file| read(file, &name, &mapping.path, early)))
             .ok()
             .flatten()
             .map(Arc::new);
@@ -167,7 +180,7 @@ fn spawn_reader(c: &mut Cache, pid: u32, mapping: Mapping, waiters: Vec<mpsc::Se
         start_queued(&mut c);
         drop(c);
         for w in waiters {
-            let _ = w.send((key, result.clone()));
+            let _ = w.send(Loaded::Read(key, result.clone()));
         }
     });
     if spawned.is_err() {
@@ -187,7 +200,7 @@ fn start_queued(c: &mut Cache) {
             entry.used = Instant::now();
             let file = entry.file.clone();
             if let Some(q) = c.queued.remove(i) {
-                let _ = q.waiter.send((key, Some(file)));
+                let _ = q.waiter.send(Loaded::Read(key, Some(file)));
             }
             continue;
         }
@@ -201,14 +214,14 @@ fn start_queued(c: &mut Cache) {
         }
         if c.failed.get(&key).is_some_and(|at| at.elapsed() < RETRY_AFTER) {
             if let Some(q) = c.queued.remove(i) {
-                let _ = q.waiter.send((key, None));
+                let _ = q.waiter.send(Loaded::Read(key, None));
             }
             continue;
         }
         if may_start(c, c.queued[i].pid) {
             if let Some(q) = c.queued.remove(i) {
                 if !spawn_reader(c, q.pid, q.mapping, vec![q.waiter.clone()]) {
-                    let _ = q.waiter.send((key, None));
+                    let _ = q.waiter.send(Loaded::Read(key, None));
                 }
             }
             return;
@@ -394,8 +407,8 @@ mod tests {
         let mut seen = HashSet::new();
         let files: Vec<Mapping> =
             maps.into_iter().filter(|m| m.is_file() && m.perms[2] == b'x' && seen.insert(m.key())).collect();
-        // A process id no other test uses: the allowance is this test's alone.
-        let reader = u32::MAX - 7;
+        // Files are opened through the asking process's /proc entry: this process's own.
+        let reader = pid;
         let (tx, rx) = mpsc::channel();
         let mut waiting = HashSet::new();
         for _ in 0..2 {
@@ -416,8 +429,9 @@ mod tests {
             assert_eq!(queued.len(), queued.iter().collect::<HashSet<_>>().len(), "asked twice, queued once");
         }
         while !waiting.is_empty() {
-            let (key, _) = rx.recv_timeout(Duration::from_secs(30)).expect("every queued read is answered");
-            waiting.remove(&key);
+            if let Loaded::Read(key, _) = rx.recv_timeout(Duration::from_secs(30)).expect("every queued read is answered") {
+                waiting.remove(&key);
+            }
         }
     }
 

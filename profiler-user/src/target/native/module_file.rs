@@ -74,6 +74,36 @@ pub struct Segment {
     pub size: u64,
 }
 
+/// What the kernel walk needs of a file, known before its symbols and lines are read (a
+/// libpython built with `-g` takes 20 ms to this point and 200 ms in all): its rows (the
+/// same `Arc` as the finished file's `unwind_rows`) and its segments (for the load bias).
+#[derive(Debug)]
+pub struct EarlyRows {
+    /// `None`: the file has no table the walk can use (frame pointers).
+    pub rows: Option<Arc<[profiler_common::UnwindRow]>>,
+    pub segments: Vec<Segment>,
+}
+
+impl EarlyRows {
+    /// As [`ModuleFile::base_address`].
+    pub fn base_address(&self, mapping_start: u64, mapping_offset: u64) -> Option<u64> {
+        base_address(&self.segments, mapping_start, mapping_offset)
+    }
+}
+
+/// The address in the file of process address `avma` inside a mapping of it at
+/// `mapping_offset`, through the segment holding that offset.
+fn file_address(segments: &[Segment], mapping_start: u64, mapping_offset: u64, avma: u64) -> Option<u64> {
+    let offset = avma.checked_sub(mapping_start)?.checked_add(mapping_offset)?;
+    let seg = segments.iter().find(|s| offset >= s.offset && offset - s.offset < s.size.max(1))?;
+    Some(seg.address.wrapping_add(offset - seg.offset))
+}
+
+fn base_address(segments: &[Segment], mapping_start: u64, mapping_offset: u64) -> Option<u64> {
+    let at = file_address(segments, mapping_start, mapping_offset, mapping_start)?;
+    Some(mapping_start.wrapping_sub(at))
+}
+
 /// What `--native` keeps of one file.
 pub struct ModuleFile {
     /// The file's base name, as shown in frames (`libz.so.1`).
@@ -152,15 +182,12 @@ impl ModuleFile {
     /// The address in the file of process address `avma` inside `mapping` (which maps this
     /// file at `mapping.offset`), through the segment holding that offset.
     pub fn file_address(&self, mapping_start: u64, mapping_offset: u64, avma: u64) -> Option<u64> {
-        let offset = avma.checked_sub(mapping_start)?.checked_add(mapping_offset)?;
-        let seg = self.segments.iter().find(|s| offset >= s.offset && offset - s.offset < s.size.max(1))?;
-        Some(seg.address.wrapping_add(offset - seg.offset))
+        file_address(&self.segments, mapping_start, mapping_offset, avma)
     }
 
     /// Process address at which file address 0 would be, for the mapping (`base_avma`).
     pub fn base_address(&self, mapping_start: u64, mapping_offset: u64) -> Option<u64> {
-        let at = self.file_address(mapping_start, mapping_offset, mapping_start)?;
-        Some(mapping_start.wrapping_sub(at))
+        base_address(&self.segments, mapping_start, mapping_offset)
     }
 }
 
@@ -213,7 +240,10 @@ fn section_data(file: &File, budget: &mut FileBudget, header: &SectionHeader, ca
 /// Reads `file` (see the module docs): the headers first, then only the tables needed, each
 /// asked of the file's [`FileBudget`] before it is read. `None` when it is not a
 /// little-endian x86_64 ELF, its headers are refused, or it has no unwind data left.
-pub(super) fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
+/// Reads the file within its budgets. `early` is given the kernel walk's part as soon as it
+/// is known, before the symbols and lines (the file is then not refused any more: what no
+/// share holds of those is left out).
+pub(super) fn read(file: File, name: &str, path: &str, early: impl FnOnce(EarlyRows)) -> Option<ModuleFile> {
     let mut budget = FileBudget::of(&file).ok()?;
     let ehdr: Header = *read_array::<Header>(&file, &mut budget, 0, 1, 64).ok()?.first()?;
     if ehdr.e_ident.magic != object::elf::ELFMAG
@@ -279,6 +309,11 @@ pub(super) fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
         .collect();
     // What no share of the cache can hold is left out: lines first, then symbols.
     let unwind_bytes = bytes;
+    if unwind_bytes > MAX_FILE_BYTES {
+        Refusal::OverShare.count();
+        return None;
+    }
+    early(EarlyRows { rows: unwind_rows.clone(), segments: segments.clone() });
     // Symbols before lines: names matter more, should the read budget run short.
     let mut symbols = read_symbols(&file, &mut budget, &sections);
     let mut lines = read_lines(&file, &mut budget, &sections);
@@ -290,10 +325,6 @@ pub(super) fn read(file: File, name: &str, path: &str) -> Option<ModuleFile> {
     if unwind_bytes + symbol_bytes > MAX_FILE_BYTES && !symbols.is_empty() {
         Refusal::OverShare.count();
         symbols = Vec::new();
-    }
-    if unwind_bytes > MAX_FILE_BYTES {
-        Refusal::OverShare.count();
-        return None;
     }
     bytes += symbols.iter().map(|s| s.name.len() + 48).sum::<usize>() + lines.as_ref().map_or(0, |l| l.bytes());
     Some(ModuleFile {
@@ -487,7 +518,7 @@ mod tests {
     fn reads_own_executable_symbols_and_unwind_sections() {
         let exe = std::env::current_exe().expect("exe");
         let file = File::open(&exe).expect("open");
-        let m = read(file, "self", "/proc/self/exe").expect("ELF");
+        let m = read(file, "self", "/proc/self/exe", |_| {}).expect("ELF");
         assert!(m.eh_frame.is_some());
         assert!(m.text.is_some());
         assert!(!m.symbols.is_empty());
@@ -508,7 +539,7 @@ mod tests {
     #[test]
     fn own_executable_lines_come_from_the_table_built_at_load() {
         let exe = std::env::current_exe().expect("exe");
-        let m = read(File::open(&exe).expect("open"), "self", "/proc/self/exe").expect("ELF");
+        let m = read(File::open(&exe).expect("open"), "self", "/proc/self/exe", |_| {}).expect("ELF");
         let f = own_executable_lines_come_from_the_table_built_at_load as fn() as usize as u64;
         let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
         let mapping = crate::target::discovery::parse_maps(&maps).into_iter().find(|m| m.contains(f)).expect("mapping");
@@ -575,14 +606,14 @@ mod tests {
         let path = std::env::temp_dir().join(format!("pyperch-claiming-{}", std::process::id()));
         claiming_elf(&path, 0x1000, 2 << 30, (2 << 30) + 0x1000);
         let before = super::super::budget::refused_total();
-        let m = read(File::open(&path).expect("open"), "claiming", "claiming").expect("its headers are fine");
+        let m = read(File::open(&path).expect("open"), "claiming", "claiming", |_| {}).expect("its headers are fine");
         assert!(m.symbols.is_empty());
         assert_eq!(m.text, Some(0x400..0x500));
         assert!(m.bytes < 1 << 20, "{} bytes kept", m.bytes);
         assert!(super::super::budget::refused_total() > before, "the refusal is counted");
         // Within its cap but not on disk: refused too.
         claiming_elf(&path, 0x1000, 24 << 20, 64 << 20);
-        let m = read(File::open(&path).expect("open"), "claiming", "claiming").expect("ELF");
+        let m = read(File::open(&path).expect("open"), "claiming", "claiming", |_| {}).expect("ELF");
         assert!(m.symbols.is_empty());
         let _ = std::fs::remove_file(&path);
     }
@@ -657,7 +688,7 @@ mod tests {
                 if sparse {
                     File::options().write(true).open(&path).and_then(|f| f.set_len(8 << 30)).expect("sparse");
                 }
-                let read_back = read(File::open(&path).expect("open"), "fuzz", "fuzz");
+                let read_back = read(File::open(&path).expect("open"), "fuzz", "fuzz", |_| {});
                 let _ = std::fs::remove_file(&path);
                 if let Some(m) = read_back {
                     prop_assert!(m.bytes <= MAX_FILE_BYTES + (1 << 20), "{} bytes kept", m.bytes);
@@ -708,7 +739,7 @@ mod tests {
     fn garbage_is_not_a_module() {
         let dir = std::env::temp_dir().join(format!("pyperch-native-{}", std::process::id()));
         std::fs::write(&dir, b"\x7fELF garbage").expect("write");
-        assert!(read(File::open(&dir).expect("open"), "x", "x").is_none());
+        assert!(read(File::open(&dir).expect("open"), "x", "x", |_| {}).is_none());
         let _ = std::fs::remove_file(&dir);
     }
 }
@@ -772,7 +803,7 @@ mod fuzz {
             let path = std::env::temp_dir().join(format!("pyperch-fuzz-module-{}-{:?}", std::process::id(), std::thread::current().id()));
             std::fs::write(&path, &bytes).expect("write");
             let file = File::open(&path).expect("open");
-            let read = read(file, "fuzz", "/fuzz");
+            let read = read(file, "fuzz", "/fuzz", |_| {});
             let _ = std::fs::remove_file(&path);
             if let Some(m) = read {
                 for address in probes {

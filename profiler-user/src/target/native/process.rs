@@ -20,7 +20,8 @@ use framehop::{
 
 use super::{
     io::{Asker, Inbox, MapsReply, MappedCode, MappedFile, NativeIo},
-    module_file::{ModuleFile, SharedBytes},
+    file_cache::Loaded,
+    module_file::{EarlyRows, ModuleFile, SharedBytes},
     tables::{MappingRows, MappingTable, TableSink},
 };
 use crate::target::discovery::{FileKey, Mapping};
@@ -95,6 +96,10 @@ pub struct ProcessNative {
     /// Files that arrived before the maps answer that lists them (the answer is sent after
     /// the reads start): looked up when it comes. Emptied with each maps answer.
     early: HashMap<FileKey, Option<Arc<ModuleFile>>>,
+    /// The kernel walk's part of files still being read (`Loaded::Rows`): sent to the kernel
+    /// at once, so that the walk goes through them while their symbols and lines are read.
+    /// Only ever for keys in `loading` once a maps answer is applied.
+    rows_first: HashMap<FileKey, Arc<EarlyRows>>,
     /// No maps answer yet: every sample waits.
     maps_known: bool,
     state: MapsState,
@@ -168,6 +173,7 @@ impl ProcessNative {
             mapped: Vec::new(),
             loading: HashMap::new(),
             early: HashMap::new(),
+            rows_first: HashMap::new(),
             maps_known: false,
             state: MapsState::Idle,
             last_request: None,
@@ -398,7 +404,19 @@ impl ProcessNative {
                 self.apply_maps(code);
             }
         }
-        while let Ok((key, file)) = self.inbox.files.try_recv() {
+        while let Ok(news) = self.inbox.files.try_recv() {
+            let (key, file) = match news {
+                Loaded::Rows(key, rows) => {
+                    let listed = self.loading.contains_key(&key);
+                    if listed || (self.state == MapsState::Requested && self.rows_first.len() < MAX_MODULES) {
+                        self.rows_first.insert(key, rows);
+                        self.tables_dirty |= listed;
+                    }
+                    continue;
+                }
+                Loaded::Read(key, file) => (key, file),
+            };
+            self.rows_first.remove(&key);
             match self.loading.remove(&key) {
                 Some(mappings) => {
                     for m in mappings {
@@ -460,6 +478,8 @@ impl ProcessNative {
             }
             self.mapped.push(Mapped { start, end, loading, offset, name });
         }
+        let loading = &self.loading;
+        self.rows_first.retain(|key, _| loading.contains_key(key));
     }
 
     /// A mapping whose file is no longer being read.
@@ -507,6 +527,13 @@ impl ProcessNative {
         let Some(tables) = self.tables.as_ref().filter(|_| self.tables_dirty && self.maps_known) else { return };
         self.tables_dirty = false;
         let mut out = Vec::with_capacity(self.mapped.len());
+        // Mappings still loading whose file's rows came first, by start.
+        let first: HashMap<u64, &Arc<EarlyRows>> = self
+            .loading
+            .iter()
+            .filter_map(|(key, mappings)| Some((self.rows_first.get(key)?, mappings)))
+            .flat_map(|(rows, mappings)| mappings.iter().map(move |m| (m.start, rows)))
+            .collect();
         for m in &self.mapped {
             let module = self.modules.iter().find(|x| x.start == m.start && x.end == m.end);
             let (bias, rows) = match module {
@@ -515,7 +542,11 @@ impl ProcessNative {
                     (Some(bias), None) => (bias, MappingRows::FramePointers),
                     (None, _) => (0, MappingRows::FramePointers),
                 },
-                None if m.loading => (0, MappingRows::Loading),
+                None if m.loading => match first.get(&m.start).map(|e| (e.base_address(m.start, m.offset), &e.rows)) {
+                    Some((Some(bias), Some(rows))) => (bias, MappingRows::Rows(rows.clone())),
+                    Some((Some(bias), None)) => (bias, MappingRows::FramePointers),
+                    _ => (0, MappingRows::Loading),
+                },
                 // Anonymous code (a JIT's), or a file refused: frame pointers.
                 None => (0, MappingRows::FramePointers),
             };
@@ -624,5 +655,59 @@ mod tests {
         // Its mapping is no longer waiting for its file.
         assert_eq!(p.mapped(f), Some(false));
         assert!(io.stats.maps_reads.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+    }
+
+    /// What the kernel is sent of each mapping.
+    #[derive(Default)]
+    struct Recorded(std::sync::Mutex<Vec<(u64, u64, &'static str)>>);
+
+    impl TableSink for Recorded {
+        fn set_process(&self, _pid: u32, _owner: u64, mappings: &[MappingTable]) {
+            let kinds = mappings.iter().map(|m| {
+                let kind = match m.rows {
+                    MappingRows::Rows(_) => "rows",
+                    MappingRows::FramePointers => "frame pointers",
+                    MappingRows::Loading => "loading",
+                };
+                (m.start, m.bias, kind)
+            });
+            *self.0.lock().expect("lock") = kinds.collect();
+        }
+        fn remove_process(&self, _pid: u32, _owner: u64) {}
+        fn report(&self) -> String {
+            String::new()
+        }
+    }
+
+    /// A file's rows that arrive before its symbols and lines go to the kernel at once (with
+    /// the mapping's load bias); a file still being read without them stays "loading".
+    #[test]
+    fn rows_that_come_first_are_sent_before_the_file_is_read() {
+        let io = NativeIo::new();
+        let sink = Arc::new(Recorded::default());
+        let mut p = ProcessNative::new(std::process::id(), &io, Some(sink.clone()));
+        let mapping = |start: u64, inode: u64| Mapping {
+            start,
+            end: start + 0x1000,
+            perms: *b"r-xp",
+            offset: 0x1000,
+            dev: (8, 1),
+            inode,
+            path: format!("/lib/f{inode}.so"),
+            deleted: false,
+        };
+        let (with_rows, without) = (mapping(0x7000_0000, 1), mapping(0x7100_0000, 2));
+        p.maps_known = true;
+        for m in [&with_rows, &without] {
+            p.mapped.push(Mapped { start: m.start, end: m.end, loading: true, offset: m.offset, name: Arc::from("f") });
+            p.loading.insert(m.key(), vec![m.clone()]);
+        }
+        let row = profiler_common::UnwindRow { pc: 0x1000, cfa_offset: 8, kinds: 1, rbp_words: 0 };
+        let segments = vec![super::super::module_file::Segment { offset: 0, address: 0, size: 0x10000 }];
+        p.rows_first.insert(with_rows.key(), Arc::new(EarlyRows { rows: Some(Arc::from(vec![row])), segments }));
+        p.tables_dirty = true;
+        p.sync_tables();
+        let sent = sink.0.lock().expect("lock").clone();
+        assert_eq!(sent, vec![(0x7000_0000, 0x7000_0000 - 0x1000, "rows"), (0x7100_0000, 0, "loading")]);
     }
 }
