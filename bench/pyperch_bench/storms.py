@@ -4,15 +4,19 @@ profiler's cost follow it, beside an unbudgeted pyperch and py-spy where py-spy 
 
 Storms (CPython 3.12 unless --python says otherwise):
 - wall: `switch_threads.py`, 500 threads each sleeping 500 us in a loop (asking for 2,000
-  switches a second each; the table says how many the machine gave), `--mode wall --pid`;
+  switches a second each; the table says how many the machine gave), `--mode wall --pid P
+  --subprocesses` (one perf event per CPU, as the agent and a whole-host recording have);
   py-spy `--idle` beside it;
 - non-Python: `dd bs=1 | cat` (every one-byte write wakes the reader) beside the chain
   workload, pyperch `--mode wall` on the whole host; py-spy cannot profile a non-Python
   process (and has no whole-host mode);
 - churn: `short_lived.py`, 1,000 short Python processes a minute, pyperch on the whole host
   (no `--pid`: each process is discovered as it starts); py-spy has no whole-host mode;
-- cpu: `many_threads.py`, 500 CPU-bound threads (py-spy #872's shape), `--pid` at 10 kHz;
-  py-spy (default, pausing) at its default 100 Hz.
+- cpu: `many_threads.py`, 500 CPU-bound threads (py-spy #872's shape), `--pid P
+  --subprocesses` at 10 kHz; then unbudgeted, `--pid` alone at 10 kHz (one perf event per
+  thread: the kernel switches each thread's event in and out at its every context switch, and
+  CPython's GIL waiters wake every 5 ms), and `--pid P --subprocesses` at 100 Hz beside py-spy
+  (default, pausing) at its default 100 Hz.
 Every storm keeps one workload running and alternates unprofiled windows with the profiled
 runs (budgeted pyperch, unbudgeted pyperch, py-spy), so each run has an unprofiled window
 just before and after it. The profiler's CPU is measured from outside over the steady window
@@ -265,7 +269,7 @@ def storm(bench, key, target, runs, fa, fb, size_of, share_pid=None, truth=None)
         snaps = row.pop("snaps", None)
         prof = throughput(snaps[0], snaps[1], key) if snaps else None
         row["slowdown"] = 1.0 - prof / statistics.mean(around) if prof and around else None
-    free = next((r for r in rows if r["tool"] == "pyperch" and r.get("shares")), None)
+    free = next((r for r in rows if r["tool"] == "pyperch" and r.get("shares") and r["rate"] == rows[0]["rate"]), None)
     for row in rows:
         if row.get("shares") and free and row is not free:
             row["delta_pp"] = 100.0 * max(abs(row["shares"][0] - free["shares"][0]), abs(row["shares"][1] - free["shares"][1]))
@@ -301,8 +305,8 @@ def sec_storms(bench, interp):
         time.sleep(1.0)
         p = str(t.pid)
         storm(bench, "wall", t, [
-            ("pyperch --max-cpu 2", 1000, pyperch_argv(bench, ["--pid", p, "--mode", "wall"], 1000, True), "budgeted"),
-            ("pyperch", 1000, pyperch_argv(bench, ["--pid", p, "--mode", "wall"], 1000, False), "free"),
+            ("pyperch --max-cpu 2", 1000, pyperch_argv(bench, ["--pid", p, "--subprocesses", "--mode", "wall"], 1000, True), "budgeted"),
+            ("pyperch", 1000, pyperch_argv(bench, ["--pid", p, "--subprocesses", "--mode", "wall"], 1000, False), "free"),
             ("py-spy --idle", 100, pyspy_argv(bench, t.pid, 100, ["--idle"]), "free"),
         ], "wait_a", "wait_b", switches_size)
     finally:
@@ -344,8 +348,10 @@ def sec_storms(bench, interp):
             p = str(t.pid)
             if n == 500:
                 storm(bench, "cpu", t, [
-                    ("pyperch --max-cpu 2", 10000, pyperch_argv(bench, ["--pid", p], 10000, True), "budgeted"),
-                    ("pyperch", 10000, pyperch_argv(bench, ["--pid", p], 10000, False), "free"),
+                    ("pyperch --max-cpu 2", 10000, pyperch_argv(bench, ["--pid", p, "--subprocesses"], 10000, True), "budgeted"),
+                    ("pyperch", 10000, pyperch_argv(bench, ["--pid", p, "--subprocesses"], 10000, False), "free"),
+                    ("pyperch, per-thread events (`--pid` alone)", 10000, pyperch_argv(bench, ["--pid", p], 10000, False), "free"),
+                    ("pyperch", 100, pyperch_argv(bench, ["--pid", p, "--subprocesses"], 100, False), "free"),
                     ("py-spy", 100, pyspy_argv(bench, t.pid, 100), "free"),
                 ], "leaf_a", "leaf_b", lambda s0, s1: {})
                 dumps = []
@@ -377,10 +383,10 @@ def sec_storms(bench, interp):
 
 
 TITLES = {
-    "wall": "Python switch storm: 500 threads, each sleeping 500 us in a loop (`--mode wall`, `--pid`)",
+    "wall": "Python switch storm: 500 threads, each sleeping 500 us in a loop (`--mode wall --pid P --subprocesses`)",
     "nonpython": "non-Python switch storm (`dd bs=1 | cat`) beside the chain workload (`--mode wall`, whole host)",
     "churn": "1,000 short-lived Python processes a minute (whole host)",
-    "cpu": "500 CPU-bound threads, py-spy #872's shape (`--pid`)",
+    "cpu": "500 CPU-bound threads, py-spy #872's shape (`--pid P --subprocesses`: one event per CPU, as the agent)",
 }
 
 
