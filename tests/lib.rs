@@ -1615,6 +1615,73 @@ pub fn clock_ticks_per_second() -> f64 {
     (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }) as f64
 }
 
+/// The BPF programs `pid` holds, by program id (a program held through several descriptors
+/// counted once): (program type, `run_time_ns`, `run_cnt`) from /proc/PID/fdinfo. The run
+/// figures grow only while the kernel's BPF statistics are on (pyperch keeps them on while it
+/// runs with `--max-cpu`). Types: 7 perf event (the sampler), 17 raw tracepoint, 26 tracing.
+pub fn bpf_programs(pid: u32) -> BTreeMap<u64, (u32, u64, u64)> {
+    let mut programs = BTreeMap::new();
+    let Ok(entries) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else { return programs };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let Ok(text) = fs::read_to_string(entry.path()) else { continue };
+        let field = |name: &str| {
+            text.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        if let (Some(id), Some(kind), Some(run_time), Some(runs)) =
+            (field("prog_id:"), field("prog_type:"), field("run_time_ns:"), field("run_cnt:"))
+        {
+            programs.insert(id, (kind as u32, run_time, runs));
+        }
+    }
+    programs
+}
+
+/// `run_time_ns` of each BPF program `pid` holds, by program id.
+pub fn bpf_run_time_ns(pid: u32) -> BTreeMap<u64, u64> {
+    bpf_programs(pid).into_iter().map(|(id, (_, t, _))| (id, t)).collect()
+}
+
+/// Runs so far of the perf-event (sampling) programs `pid` holds: with `--pid`, each run is
+/// one sample of a target thread (per-task events).
+pub fn bpf_sampler_runs(pid: u32) -> u64 {
+    bpf_programs(pid).values().filter(|p| p.0 == 7).map(|p| p.2).sum()
+}
+
+/// CPU time (user + system, ns) of each live thread of `pid`, from
+/// /proc/PID/task/TID/schedstat (nanoseconds, where /proc/PID/stat counts clock ticks).
+pub fn thread_cpu_ns(pid: u32) -> BTreeMap<u32, u64> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return BTreeMap::new() };
+    tasks
+        .filter_map(|t| t.ok())
+        .filter_map(|t| {
+            let tid = t.file_name().to_string_lossy().parse().ok()?;
+            let ns = fs::read_to_string(t.path().join("schedstat")).ok()?.split_whitespace().next()?.parse().ok()?;
+            Some((tid, ns))
+        })
+        .collect()
+}
+
+/// CPU ns between two [`thread_cpu_ns`] readings: for each thread alive at the second, its
+/// time since the first (all of it for a thread started in between).
+pub fn thread_cpu_ns_between(before: &BTreeMap<u32, u64>, after: &BTreeMap<u32, u64>) -> u64 {
+    after.iter().map(|(tid, ns)| ns.saturating_sub(before.get(tid).copied().unwrap_or(0))).sum()
+}
+
+/// A pyperch's CPU so far, measured from outside: its threads (user + system from
+/// /proc/PID/stat, clock ticks → seconds) and its BPF programs' run time (seconds).
+pub fn pyperch_cpu(pid: u32) -> (f64, f64) {
+    let threads = cpu_ticks(pid) as f64 / clock_ticks_per_second();
+    let bpf = bpf_run_time_ns(pid).values().sum::<u64>() as f64 / 1e9;
+    (threads, bpf)
+}
+
+/// The `--stats` line "CPU budget: effective rate ...": (min, mean, last) in Hz.
+pub fn effective_rate(stderr: &str) -> Option<(f64, f64, f64)> {
+    let line = stderr.lines().find(|l| l.contains("CPU budget: effective rate"))?;
+    let numbers: Vec<f64> = line.split_whitespace().filter_map(|w| w.parse::<f64>().ok()).collect();
+    Some((*numbers.first()?, *numbers.get(1)?, *numbers.get(2)?))
+}
+
 /// Whether process `pid` has a thread whose name (`comm`) is `name`.
 pub fn has_thread_named(pid: u32, name: &str) -> bool {
     let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return false };

@@ -42,7 +42,7 @@ def main():
     ap.add_argument("--tail", type=float, default=0.3, help="steady window ends this long before the run's end")
     ap.add_argument("--reps", type=int, default=3, help="repetitions at 1 kHz (chain, web; one fewer elsewhere)")
     ap.add_argument("--scale-reps", type=int, default=3)
-    ap.add_argument("--only", default="", help="comma list of sections: compat,main,control,cpython,allcpu,deep,scale,native,switches,parts,idlehost,startup,freethreaded")
+    ap.add_argument("--only", default="", help="comma list of sections: compat,main,control,cpython,allcpu,deep,scale,native,switches,parts,idlehost,startup,freethreaded,storms")
     ap.add_argument("--filter", default="", help="regex on WORKLOAD@RATE selecting the comparison groups to run")
     ap.add_argument("--quick", action="store_true", help="short runs, one repetition (for trying the harness)")
     ap.add_argument("--md", default=None,

@@ -13,7 +13,9 @@ ROOT = os.path.dirname(HERE)
 WORKLOADS = os.path.join(HERE, "workloads")
 
 
-WORK = "/tmp/pyperch-bench"  # scratch: profiles, snapshots, logs (host side)
+# Scratch: profiles, snapshots, logs (host side). PYPERCH_BENCH_WORK moves it, so that two
+# benchmark runs on one machine (two clones) do not remove each other's files.
+WORK = os.environ.get("PYPERCH_BENCH_WORK") or "/tmp/pyperch-bench"
 
 
 INSIDE = "/tmp/pyperch-bench"  # the same directory inside the sid rootfs

@@ -3,7 +3,7 @@ shape."""
 import json
 import os
 
-from . import first_contact, walk_parts
+from . import first_contact, storms, walk_parts
 from .common import HERE, ROOT, SHORT, SWITCH_RATE, TOOLS_312, TOOLS_315, TOOL_TITLES, WORKLOAD_TITLES
 from .figures import fmt, median, pct
 from .measurement import switches_between
@@ -352,6 +352,8 @@ class Report(object):
         self.lines += walk_parts.report(self)
         # Short programs (first_contact.py).
         self.lines += first_contact.report(self)
+        # Storms under the CPU budget (storms.py).
+        self.lines += storms.report(self)
         # Goals (inserted near the top).
         g = self.goals_section(sums, sums315)
         self.lines[goals_at:goals_at] = g

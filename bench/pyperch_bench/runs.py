@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from . import first_contact, walk_parts
+from . import first_contact, storms, walk_parts
 from .accuracy import LEAF_LABELS, accuracy
 from .children import kill_tree, reap, sh, spawn
 from .common import BASE_TOOL, HERE, INSIDE, SHORT, SWITCH_RATE, TOOLS_312, TOOLS_315, TOOLS_KERNEL, TOOLS_NATIVE, TOOLS_SWITCH_312, TOOLS_SWITCH_315, WORK, log
@@ -585,7 +585,7 @@ class Bench(object):
         o = self.o
         py312 = Interp(o.python_label, o.python)
         interps = discover_interps(self.rootfs)
-        sections = set(o.only.split(",")) if o.only else {"compat", "main", "control", "cpython", "allcpu", "deep", "scale", "native", "switches", "parts", "idlehost", "startup", "freethreaded"}
+        sections = set(o.only.split(",")) if o.only else {"compat", "main", "control", "cpython", "allcpu", "deep", "scale", "native", "switches", "parts", "idlehost", "startup", "freethreaded", "storms"}
         reps = o.reps
         if "compat" in sections:
             self.sec_compat(interps)
@@ -633,3 +633,5 @@ class Bench(object):
             first_contact.sec_startup(self, py312)
         if "idlehost" in sections:
             walk_parts.sec_idlehost(self, py312, [i for i in interps if not i.rootfs] or [py312])
+        if "storms" in sections:
+            storms.sec_storms(self, py312)

@@ -19,7 +19,7 @@
 //! CPU seconds are measured, never wall-clock deadlines; on a loaded machine pyperch gets less
 //! CPU, which only lowers what is measured.
 
-use std::{collections::BTreeMap, fs, time::Duration};
+use std::time::Duration;
 
 use pyperch_tests::*;
 
@@ -31,30 +31,6 @@ const BUDGET: f64 = 2.0;
 const SETTLE: Duration = Duration::from_secs(7);
 const WINDOW: Duration = Duration::from_secs(10);
 
-/// `run_time_ns` of each BPF program `pid` holds, by program id (a program held through
-/// several descriptors counted once).
-fn bpf_run_time_ns(pid: u32) -> BTreeMap<u64, u64> {
-    let mut programs = BTreeMap::new();
-    let Ok(entries) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else { return programs };
-    for entry in entries.filter_map(|e| e.ok()) {
-        let Ok(text) = fs::read_to_string(entry.path()) else { continue };
-        let field = |name: &str| {
-            text.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse::<u64>().ok())
-        };
-        if let (Some(id), Some(run_time)) = (field("prog_id:"), field("run_time_ns:")) {
-            programs.insert(id, run_time);
-        }
-    }
-    programs
-}
-
-/// pyperch's CPU so far: its threads (clock ticks → seconds) and its BPF programs (seconds).
-fn pyperch_cpu(pid: u32) -> (f64, f64) {
-    let threads = cpu_ticks(pid) as f64 / clock_ticks_per_second();
-    let bpf = bpf_run_time_ns(pid).values().sum::<u64>() as f64 / 1e9;
-    (threads, bpf)
-}
-
 /// leaf_a's and leaf_b's shares of the process's samples.
 fn leaf_shares(rec: &Recording, pid: u32) -> (f64, f64, u64) {
     let p = rec.profile.for_pid(pid);
@@ -63,16 +39,6 @@ fn leaf_shares(rec: &Recording, pid: u32) -> (f64, f64, u64) {
     let b = p.count(|s| s.has_function("leaf_b"));
     let share = |n: u64| if total == 0 { 0.0 } else { n as f64 / total as f64 };
     (share(a), share(b), total)
-}
-
-/// The `--stats` line with the effective rate: (min, mean, last) in Hz.
-fn effective_rate(rec: &Recording) -> Option<(f64, f64, f64)> {
-    let line = rec.run.stderr.lines().find(|l| l.contains("CPU budget: effective rate"))?;
-    let numbers: Vec<f64> = line
-        .split_whitespace()
-        .filter_map(|w| w.parse::<f64>().ok())
-        .collect();
-    Some((*numbers.first()?, *numbers.get(1)?, *numbers.get(2)?))
 }
 
 #[test]
@@ -110,7 +76,7 @@ fn budget_holds_pyperch_cpu_with_500_busy_threads() {
     let (threads, bpf) = (threads1 - threads0, bpf1 - bpf0);
     let percent = (threads + bpf) * 100.0 / window;
     let (a, b, total) = leaf_shares(&budgeted, w.pid);
-    let rate = effective_rate(&budgeted);
+    let rate = effective_rate(&budgeted.run.stderr);
     note(format!(
         "{}: pyperch {percent:.2}% of one CPU over {window:.1} s (threads {threads:.3} s, BPF {bpf:.3} s), budget {BUDGET}%; effective rate (min, mean, last) {rate:?} of {RATE} Hz; leaf_a {:.1}% / leaf_b {:.1}% budgeted ({total} samples' worth) vs {:.1}% / {:.1}% unbudgeted at the same time ({free_total} samples)",
         py.describe(),

@@ -26,6 +26,12 @@
 //! programs beside `py-spy record`: start-up CPU, time to first sample after the program's
 //! first line, and samples kept during a loop of imports.
 //!
+//! The `storms` section (`-- --only storms`, `bench/pyperch_bench/storms.py`, issue #33)
+//! measures pyperch under `--max-cpu 2` beside an unbudgeted pyperch and py-spy in four
+//! storms (500 threads switching, a non-Python switch storm, 1,000 short-lived Python
+//! processes a minute, 500 CPU-bound threads), the cost per sample with 8 vs 500 threads and
+//! `dump` of 500 threads.
+//!
 //! See `bench/README.md` for what is measured and how to read the results.
 
 use std::{
