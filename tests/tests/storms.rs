@@ -104,8 +104,10 @@ fn short_lived_processes_system_wide_within_budget() {
 /// leaf_a / leaf_b) in 8 and in 500 threads, each recorded with `--pid` at 1 kHz, twice each
 /// in turn (the lower of each pair counts: other jobs only add). pyperch's CPU over a 6 s
 /// window (its threads' time from /proc/PID/task/*/schedstat, in ns, plus its BPF programs'
-/// run time) divided by the samples taken in it (runs of its perf-event program: per-task
-/// events run it only for the target's threads, once per sample). With
+/// run time) divided by the samples taken in it (runs of its perf-event program). Both with
+/// one perf event per CPU (`--subprocesses`; `--pid` alone uses it too beyond 64 threads),
+/// so that the two differ only in their threads; the CPU-bound target keeps both CPUs busy,
+/// so nearly every run is one of its samples. With
 /// `--max-cpu 100`, a budget this rate never reaches (under 1 % here), so that pyperch keeps
 /// the kernel's BPF statistics on without shedding anything. The 500-thread cost per sample
 /// must be at most 1.5× the 8-thread one (measured here: 1.07-1.24× single runs on a busy
@@ -123,7 +125,7 @@ fn cost_per_sample_does_not_grow_with_threads() {
     for (i, threads) in ["8", "500", "8", "500"].into_iter().enumerate() {
         let mut w = Workload::spawn(&py, "many_threads.py", &[threads, "120"]).unwrap_or_else(|e| panic!("{e:#}"));
         let pid = w.pid.to_string();
-        let run = RecordRun::start(&["--pid", &pid, "--rate", "1000", "--max-cpu", "100", "--stats"]);
+        let run = RecordRun::start(&["--pid", &pid, "--subprocesses", "--rate", "1000", "--max-cpu", "100", "--stats"]);
         assert!(run.wait_until_sampling(Duration::from_secs(60)), "pyperch did not start sampling");
         let pyperch = run.pid();
         std::thread::sleep(Duration::from_secs(3));

@@ -21,6 +21,28 @@ const MAX_TASKS: usize = 1 << 16;
 /// opened (by a thread that had none yet) appear in a later listing.
 const LISTINGS: usize = 4;
 
+/// Threads of the given processes beyond which `--pid` samples with one event per CPU
+/// instead of one per thread: with an event per thread, the kernel switches event contexts
+/// at every context switch of the process, and a 500-thread process ran 20-38 % slower
+/// (against 0-15 % with an event per CPU, `cargo xtask bench -- --only storms`).
+pub const PER_TASK_MAX_THREADS: usize = 64;
+
+/// Whether `pids` have more than `PER_TASK_MAX_THREADS` threads in all (counting stops
+/// there; a process that cannot be listed counts for none).
+pub fn many_threads(pids: &[u32]) -> bool {
+    let mut threads = 0;
+    for &pid in pids {
+        let Ok(entries) = fs::read_dir(format!("/proc/{pid}/task")) else { continue };
+        for _ in entries {
+            threads += 1;
+            if threads > PER_TASK_MAX_THREADS {
+                return true;
+            }
+        }
+    }
+    false
+}
+
 /// Opens an inheriting CPU-clock event, sampling at `hz`, on every thread of `pid`, each
 /// running the program `program`; adds them to `events`. A thread, or the whole process,
 /// that exits meanwhile is skipped (discovery sees the exit).

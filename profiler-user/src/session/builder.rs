@@ -166,7 +166,14 @@ impl SessionBuilder {
         // every CPU is.
         let launched = self.launch.is_some();
         let launch_only = launched && self.pids.is_empty() && self.per_task_events;
-        let pids_only = !launched && !self.pids.is_empty() && !self.subprocesses && self.per_task_events;
+        let mut pids_only = !launched && !self.pids.is_empty() && !self.subprocesses && self.per_task_events;
+        if pids_only && crate::kernel::thread_events::many_threads(&self.pids) {
+            log::info!(
+                "over {} threads in the given processes: one perf event per CPU instead of one per thread",
+                crate::kernel::thread_events::PER_TASK_MAX_THREADS
+            );
+            pids_only = false;
+        }
         if pids_only {
             session.kernel.attach_tasks(self.rate, &self.pids)?;
         } else if !launch_only {
