@@ -28,7 +28,7 @@ use profiler_common::ProcessInfo;
 
 use super::Scope;
 use crate::{
-    target::budget::{Budgeted, Overrun, Started},
+    target::budget::{Budgeted, Overrun, Started, thread_cpu_ns},
     sample::aggregate::ProcessLabel,
     host::containers,
     target::discovery::{self, DiscoveryError, PythonProcess},
@@ -100,13 +100,16 @@ pub(crate) struct DiscoveryStats {
     pub(crate) register_failures: AtomicU64,
     /// Looks that overran their budget and are still blocked in the kernel (now).
     pub(crate) still_blocked: AtomicU64,
+    /// Scans put off by `--max-cpu` (see `Discoverer::paced`), and the wait they added.
+    pub(crate) paced: AtomicU64,
+    pub(crate) paced_ns: AtomicU64,
 }
 
 impl DiscoveryStats {
     /// The `--stats` line.
     pub(crate) fn report(&self) -> String {
         format!(
-            "discovery: {} looks at processes, {} did not answer within {:.1} s (skipped, retried later), {} not started (too many blocked), {} still blocked, {} registrations refused by the kernel, {} oversized ELF tables not read",
+            "discovery: {} looks at processes, {} did not answer within {:.1} s (skipped, retried later), {} not started (too many blocked), {} still blocked, {} registrations refused by the kernel, {} oversized ELF tables not read; {} scans put off by --max-cpu ({:.1} s of waits added)",
             self.inspected.load(Relaxed),
             self.timed_out.load(Relaxed),
             INSPECT_BUDGET.as_secs_f64(),
@@ -114,6 +117,8 @@ impl DiscoveryStats {
             self.still_blocked.load(Relaxed),
             self.register_failures.load(Relaxed),
             discovery::oversized_tables(),
+            self.paced.load(Relaxed),
+            self.paced_ns.load(Relaxed) as f64 / 1e9,
         )
     }
 }
@@ -164,6 +169,8 @@ const FAST_WATCH_DIVISOR: u32 = 20;
 
 /// Looks at processes run at once, at most.
 const PARALLEL_LOOKS: usize = 8;
+/// The longest wait `--max-cpu` puts between two scans.
+const MAX_PACED: Duration = Duration::from_secs(5);
 
 /// What a look knows before its examination ends.
 struct Look {
@@ -203,6 +210,7 @@ pub(crate) fn start(
     filter: ProcessFilter,
     registered: Vec<(u32, u64, PathBuf)>,
     interval: Duration,
+    allowance: Option<f64>,
     stats: Arc<DiscoveryStats>,
 ) -> std::io::Result<DiscoveryHandle> {
     let (events, receive_events) = mpsc::channel();
@@ -229,11 +237,15 @@ pub(crate) fn start(
         own_pid: std::process::id(),
         clock: TickClock::new(),
         started: Instant::now(),
+        allowance,
     };
     thread::Builder::new().name("pyperch-discovery".into()).spawn(move || {
         loop {
+            let (own, looks) = (thread_cpu_ns(), discoverer.budgeted.cpu_ns());
             discoverer.scan();
-            match stopped.recv_timeout(discoverer.scan_interval(interval)) {
+            let spent = thread_cpu_ns().saturating_sub(own) + discoverer.budgeted.cpu_ns().saturating_sub(looks);
+            let wait = discoverer.paced(discoverer.scan_interval(interval), spent);
+            match stopped.recv_timeout(wait) {
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 _ => break,
             }
@@ -273,6 +285,8 @@ struct Discoverer {
     clock: TickClock,
     /// When discovery started (the launched command's fast watch is timed from it).
     started: Instant,
+    /// With `--max-cpu`: the share of one CPU discovery may use (see `paced`).
+    allowance: Option<f64>,
 }
 
 impl Discoverer {
@@ -289,6 +303,27 @@ impl Discoverer {
             }
             _ => None,
         }
+    }
+
+    /// The wait before the next scan under `--max-cpu`: at least `interval`, and long enough
+    /// that the last scan's CPU (`spent_ns`: this thread's and its finished looks') is at most
+    /// `allowance` of the time until the next (at most `MAX_PACED`). So process churn (each
+    /// new process listed and looked at) costs at most that share of the budget
+    /// (`DISCOVERY_SHARE_OF_BUDGET`), the sampling rate being lowered to fit the rest. New
+    /// processes are then found later; one that lives shorter than the wait may be missed.
+    /// Never while a launched command is watched closely.
+    fn paced(&self, interval: Duration, spent_ns: u64) -> Duration {
+        let Some(allowance) = self.allowance.filter(|a| *a > 0.0) else { return interval };
+        if self.fast_watched().is_some() {
+            return interval;
+        }
+        let needed = Duration::from_secs_f64((spent_ns as f64 / 1e9 / allowance).min(MAX_PACED.as_secs_f64()));
+        if needed <= interval {
+            return interval;
+        }
+        self.stats.paced.fetch_add(1, Relaxed);
+        self.stats.paced_ns.fetch_add(u64::try_from((needed - interval).as_nanos()).unwrap_or(u64::MAX), Relaxed);
+        needed
     }
 
     /// How long until the next scan.

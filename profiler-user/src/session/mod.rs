@@ -56,6 +56,9 @@ pub use error::SessionError;
 /// `DRAIN_INTERVAL_BUSY`).
 pub(crate) const DISCOVERY_INTERVAL: Duration = Duration::from_millis(250);
 pub(crate) const LAUNCH_DISCOVERY_INTERVAL: Duration = Duration::from_millis(100);
+/// The share of `--max-cpu` discovery may use at most (process churn: each new process
+/// listed and looked at); the sampling gets the rest, or more while discovery is quiet.
+pub(crate) const DISCOVERY_SHARE_OF_BUDGET: f64 = 0.75;
 /// The drain beat once every explicitly given pid is registered: nothing can join any more
 /// (the kernel wakes the loop early when a batch of samples accumulates).
 const SETTLED_PIDS_INTERVAL: Duration = Duration::from_secs(1);
@@ -450,6 +453,9 @@ impl Session {
             self.filter.clone(),
             registered,
             interval,
+            // Three quarters of `--max-cpu` at most for discovery; the budget's controller
+            // lowers the sampling rate to fit the rest.
+            self.cpu_budget.state().map(|b| b.budget_percent / 100.0 * DISCOVERY_SHARE_OF_BUDGET),
             self.discovery_stats.clone(),
         )
         .map_err(|e| SessionError::Runtime(format!("could not start the discovery thread: {e}")))?;

@@ -17,7 +17,7 @@ use std::{
     collections::HashMap,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicI32, AtomicU8, AtomicUsize, Ordering},
+        atomic::{AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering},
         mpsc,
     },
     thread,
@@ -53,6 +53,18 @@ pub(crate) struct Budgeted {
     overrunning: Arc<AtomicUsize>,
     /// The same, by the process they work on (entries at 0 are removed).
     by_process: Arc<Mutex<HashMap<u32, usize>>>,
+    /// CPU time the finished pieces of work used on their threads, nanoseconds.
+    cpu_ns: Arc<AtomicU64>,
+}
+
+/// CPU time the calling thread has used so far, nanoseconds (0 if the clock cannot be read).
+pub(crate) fn thread_cpu_ns() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec, which `t` is.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } != 0 {
+        return 0;
+    }
+    (t.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(t.tv_nsec as u64)
 }
 
 /// Whose allowance a piece of work is charged to.
@@ -158,10 +170,12 @@ impl Budgeted {
         let tid = Arc::new(AtomicI32::new(0));
         let state = Arc::new(AtomicU8::new(RUNNING));
         let (thread_tid, thread_state, thread_charge) = (tid.clone(), state.clone(), charge.clone());
+        let cpu_ns = self.cpu_ns.clone();
         let spawned = thread::Builder::new().name("pyperch-inspect".into()).stack_size(256 << 10).spawn(move || {
             // SAFETY: gettid has no preconditions.
             thread_tid.store(unsafe { libc::gettid() }, Ordering::Relaxed);
             let result = work();
+            cpu_ns.fetch_add(thread_cpu_ns(), Ordering::Relaxed);
             // The caller may have stopped waiting; then the result is dropped here.
             let _ = send.send(result);
             if thread_state.swap(FINISHED, Ordering::AcqRel) == ABANDONED {
@@ -170,6 +184,11 @@ impl Budgeted {
         });
         let handle = spawned.map_err(|_| Overrun::NoThread)?;
         Ok(Started { receive, handle, tid, state, charge, started: Instant::now() })
+    }
+
+    /// CPU time the pieces of work finished so far used, nanoseconds.
+    pub(crate) fn cpu_ns(&self) -> u64 {
+        self.cpu_ns.load(Ordering::Relaxed)
     }
 
     /// Threads that overran their budget and are still blocked.
