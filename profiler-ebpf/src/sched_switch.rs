@@ -23,6 +23,16 @@
 //! (`finish_task_switch`), and kernels without kprobes (`CONFIG_KPROBES=n`, as on this 6.18
 //! build) or where it is a compiler clone (`finish_task_switch.isra.0`, no fentry) have none.
 //!
+//! `--max-cpu` (`maps::SAMPLE_SHARE` holds a divisor `d` above 1): only one switch-out of a
+//! registered thread in `d`, at random, is walked, and its record carries `d` in its flags
+//! (`sample_flags::WEIGHT_SHIFT`, set on the kept record, so the weight is the one its choice
+//! was made with even if the divisor changes before the switch-in). A switch-out not chosen
+//! costs no walk: the thread is noted running (`note_running`) and its interval is not sent,
+//! so the chosen intervals, each counted `d` times by userspace, stand for all of them: the
+//! choice is made before the interval's length is known, so the expected off-CPU time per
+//! stack is the true one. A chosen interval shorter than `MIN_OFF_CPU_NS` adds its length
+//! times its weight to the thread's short time, which is therefore kept weighted.
+//!
 //! For threads of unregistered processes the program costs one `PROCESSES` lookup, for
 //! `next` (after two loads of its ids): whether `prev` is registered was decided when
 //! it came in (`switch_filter`).
@@ -37,19 +47,22 @@ use aya_ebpf::{
 };
 use profiler_common::{
     FrameEntry, MAX_FULL_FRAMES, OffCpuInterval, ThreadSwitch, counter,
-    off_cpu_reason, record_kind,
+    off_cpu_reason, record_kind, sample_flags,
 };
 
 use crate::gil::waiting_for_gil;
-use crate::maps::{PROCESSES, bump};
+use crate::maps::{PROCESSES, bump, share_draw};
 use crate::off_cpu_batch::send_off_cpu_record;
 use crate::native_stack::kernel_stacks_wanted;
 use crate::switch_filter;
-use crate::sampling::{Record, record_len, walk_current_stack};
+use crate::sampling::{Record, record_len, set_weight, walk_current_stack};
 
 /// Intervals shorter than this (nanoseconds) are summed, not sent. Set at load time.
 #[unsafe(no_mangle)]
 static MIN_OFF_CPU_NS: u64 = 0;
+/// The longest short interval weighted exactly: `u64::MAX / MAX_WEIGHT`, so that its length
+/// times its weight fits in a u64.
+const MAX_WEIGHTED_NS: u64 = u64::MAX / sample_flags::MAX_WEIGHT as u64;
 /// Offsets of `task_struct.pid` and `task_struct.tgid`, from BTF (the verifier checks the
 /// loads at them against the kernel's BTF too).
 #[unsafe(no_mangle)]
@@ -144,7 +157,8 @@ fn now() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-/// `prev` (the current thread, `pid_tgid`) leaves the CPU: walks and keeps its stack.
+/// `prev` (the current thread, `pid_tgid`) leaves the CPU: walks and keeps its stack, if the
+/// sampled share chooses this switch-out (every one without a budget).
 fn switch_out(ctx: &BtfTracePointContext, pid_tgid: u64, preempt: bool) {
     let tgid = (pid_tgid >> 32) as u32;
     // SAFETY: the map value is only read, and the kernel keeps it alive for this run.
@@ -152,11 +166,20 @@ fn switch_out(ctx: &BtfTracePointContext, pid_tgid: u64, preempt: bool) {
         return;
     };
     let tid = pid_tgid as u32;
+    let Some(weight) = share_draw(counter::SWITCH_SHARE_SKIPPED) else {
+        note_running(info, tgid, tid);
+        return;
+    };
     let reason = if preempt { off_cpu_reason::PREEMPTED } else { off_cpu_reason::SLEEP };
     let Some((scratch, _)) = walk_current_stack(info, tgid, tid, record_kind::OFF_CPU) else {
         note_running(info, tgid, tid);
         return;
     };
+    if weight > 1 {
+        // Kept with the record (`start_walk` cleared the flags; no other flag is set in
+        // off-CPU records).
+        set_weight(scratch, weight);
+    }
     // `--async`: the running task's chain as it switches out, sent now (its record goes at
     // the switch-in, which userspace matches by this time).
     crate::task_chain::send_chain(info, scratch);
@@ -291,7 +314,12 @@ fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
     // SAFETY: a frozen load-time constant.
     let min = unsafe { core::ptr::read_volatile(&MIN_OFF_CPU_NS) };
     if interval.off_ns < min {
-        state.short_ns = state.short_ns.saturating_add(interval.off_ns);
+        // Weighted now, with the weight this interval was chosen with (1 without a budget).
+        // No 128-bit multiply in BPF: the length is capped so the product fits (the weight is
+        // at most `MAX_WEIGHT`, 2^24; the cap is over 18 minutes, far above any minimum).
+        let weight = sample_flags::weight(thread.record.header.flags) as u64;
+        let off_ns = if interval.off_ns > MAX_WEIGHTED_NS { MAX_WEIGHTED_NS } else { interval.off_ns };
+        state.short_ns = state.short_ns.saturating_add(off_ns * weight);
         bump(counter::OFF_CPU_SHORT);
         return;
     }

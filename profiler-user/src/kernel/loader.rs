@@ -348,6 +348,9 @@ pub struct KernelCounters {
     /// Perf events that hit a registered process and that the sampled share skipped
     /// (`--max-cpu`).
     pub share_skipped: u64,
+    /// Switch-outs of registered threads that the sampled share did not walk (`--max-cpu`
+    /// in the off-CPU modes).
+    pub switch_share_skipped: u64,
     /// Records dropped because the ring buffer was full.
     pub ringbuf_full: u64,
     /// Off-CPU intervals sent / summed as short / whose walked stack was not kept.
@@ -861,6 +864,7 @@ impl Registry {
             not_gil_holder: self.counter_sum(counter::NOT_GIL_HOLDER),
             no_gil: self.counter_sum(counter::NO_GIL),
             share_skipped: self.counter_sum(counter::SHARE_SKIPPED),
+            switch_share_skipped: self.counter_sum(counter::SWITCH_SHARE_SKIPPED),
             gil_unknown: self.counter_sum(counter::GIL_UNKNOWN),
             not_handling_exception: self.counter_sum(counter::NOT_HANDLING_EXCEPTION),
             exception_unknown: self.counter_sum(counter::EXCEPTION_UNKNOWN),

@@ -716,6 +716,9 @@ impl Session {
                 if value == 0 {
                     return;
                 }
+                // An interval walked by `--max-cpu`'s sampled share stands for that many
+                // (its short time came weighted already).
+                let value = value.saturating_mul(u64::from(sample_flags::weight(header.flags)));
                 let kernel = self.kernel_stacks.get(&self.kernel, interval.kernel_stack);
                 Charge { value, leaf: Some(leaf), kernel }
             }
