@@ -41,13 +41,18 @@ pub static SAMPLE_SHARE: Array<u32> = Array::with_max_entries(1, 0);
 /// `SHARE_SKIPPED`).
 #[inline(always)]
 pub fn share_keeps() -> Option<u32> {
-    share_draw(counter::SHARE_SKIPPED)
+    let kept = share_draw();
+    if kept.is_none() {
+        bump(counter::SHARE_SKIPPED);
+    }
+    kept
 }
 
-/// [`share_keeps`] for any sampled event; a skipped one is counted in counter `skipped`.
-/// Without a share (divisor 0 or 1) it costs the one array lookup, no random draw.
+/// [`share_keeps`] for any sampled event, not counted: `Some(divisor)` to take it, `None`
+/// to skip it (the caller counts it). Without a share (divisor 0 or 1) it costs the one
+/// array lookup, no random draw.
 #[inline(always)]
-pub fn share_draw(skipped: u32) -> Option<u32> {
+pub fn share_draw() -> Option<u32> {
     let divisor = match SAMPLE_SHARE.get(0) {
         Some(d) if *d > 1 => *d,
         _ => return Some(1),
@@ -55,7 +60,6 @@ pub fn share_draw(skipped: u32) -> Option<u32> {
     // SAFETY: a helper without arguments.
     let draw = unsafe { generated::bpf_get_prandom_u32() };
     if draw % divisor != 0 {
-        bump(skipped);
         return None;
     }
     Some(divisor)

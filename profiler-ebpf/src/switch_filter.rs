@@ -16,8 +16,11 @@
 //!   wrongly trusted. (A registration landing between the epoch read of the switch-out and
 //!   its decision is the same as one landing just after the switch: the thread is counted
 //!   from its next switch-out.)
-//! Only "not registered" answers are reused: a registered `prev` is always looked up, since
-//! its walk needs the registration itself, and an unregistration then shows as usual.
+//! Only "not registered" answers are reused to skip `prev`: a registered `prev` whose stack
+//! is walked is always looked up, since its walk needs the registration itself, and an
+//! unregistration then shows as usual. A registered answer carries its registration's
+//! generation ([`prev_generation`]): a switch-out the sampled share does not walk needs no
+//! more (`sched_switch::RUNNING_THREADS`).
 
 use aya_ebpf::{
     macros::map,
@@ -37,6 +40,10 @@ pub struct CpuCurrent {
     pub tid: u32,
     /// 1: the thread's process was registered (or unknown); 0: not registered.
     pub registered: u32,
+    /// The registration's `ProcessInfo::generation`, when `known` is 1 (registered, and
+    /// looked up).
+    pub generation: u32,
+    pub known: u32,
 }
 
 #[map]
@@ -63,12 +70,28 @@ pub fn prev_is_unregistered(tid: u32, epoch: u64) -> bool {
     }
 }
 
-/// Keeps, for this CPU, whether `next` (thread `tid`) belongs to a registered process, as
-/// looked up under `epoch`.
+/// The generation of the registration `prev` (thread `tid`, leaving this CPU) was found
+/// under when it came in, if that answer is certainly still the latest registration of its
+/// process (same thread, no registration since; its process may have been unregistered since,
+/// which a caller that charges nothing need not know).
 #[inline(always)]
-pub fn remember_next(tid: u32, registered: bool, epoch: u64) {
+pub fn prev_generation(tid: u32, epoch: u64) -> Option<u32> {
+    let c = CPU_CURRENT.get_ptr(0)?;
+    // SAFETY: as in `prev_is_unregistered`.
+    let c = unsafe { &*c };
+    (c.known == 1 && c.registered == 1 && c.tid == tid && c.epoch == epoch).then_some(c.generation)
+}
+
+/// Keeps, for this CPU, whether `next` (thread `tid`) belongs to a registered process, and
+/// the generation of its registration when looked up (`Some`), as looked up under `epoch`.
+#[inline(always)]
+pub fn remember_next(tid: u32, registered: bool, generation: Option<u32>, epoch: u64) {
     if let Some(c) = CPU_CURRENT.get_ptr_mut(0) {
+        let (generation, known) = match generation {
+            Some(g) => (g, 1),
+            None => (0, 0),
+        };
         // SAFETY: as in `prev_is_unregistered`.
-        unsafe { *c = CpuCurrent { epoch, tid, registered: registered as u32 } };
+        unsafe { *c = CpuCurrent { epoch, tid, registered: registered as u32, generation, known } };
     }
 }

@@ -314,6 +314,12 @@ const OFF_CPU_KERNEL_STACK_SLOTS: u32 = 16384;
 const OFF_CPU_THREADS: &str = "OFF_CPU_THREADS";
 const OFF_CPU_THREAD_SLOTS: u32 = 16384;
 
+/// The scheduler-switch program's slots of threads known to have nothing pending under the
+/// sampled share (`RUNNING_THREADS`, 8 bytes each: 128 KiB) in the modes that attach it; the
+/// kernel program's `RUNNING_SLOTS` is the same number (it picks a slot by tid modulo it).
+const RUNNING_THREADS: &str = "RUNNING_THREADS";
+const RUNNING_THREAD_SLOTS: u32 = 16384;
+
 /// The scheduler tracepoints that count changes to the set of processes, and the program
 /// attached to each (the exit program also frees the slot of a registered process).
 const PROCESS_TRACEPOINTS: [(&str, &str); 3] = [
@@ -415,6 +421,7 @@ impl KernelProgram {
         // The scheduler-switch program's per-thread map is preallocated (36 MB to zero): only
         // the modes that attach it get its slots.
         let off_cpu_thread_slots = if off_cpu { OFF_CPU_THREAD_SLOTS } else { 1 };
+        let running_thread_slots = if off_cpu { RUNNING_THREAD_SLOTS } else { 1 };
         let bench_stop = bench_stop_after();
         let offsets = kernel_offsets()?;
         let slots = process_slots();
@@ -447,6 +454,7 @@ impl KernelProgram {
             .map_max_entries("PROCESSES", slots)
             .map_max_entries(OFF_CPU_KERNEL_STACKS, kernel_stack_slots)
             .map_max_entries(OFF_CPU_THREADS, off_cpu_thread_slots)
+            .map_max_entries(RUNNING_THREADS, running_thread_slots)
             .map_max_entries("SNAP_BUFFER", possible_cpus)
             .load(KERNEL_PROGRAM)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
