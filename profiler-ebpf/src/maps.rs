@@ -42,27 +42,29 @@ pub static SAMPLE_SHARE: Array<u32> = Array::with_max_entries(1, 0);
 #[inline(always)]
 pub fn share_keeps() -> Option<u32> {
     let kept = share_draw();
-    if kept.is_none() {
+    if kept == 0 {
         bump(counter::SHARE_SKIPPED);
+        return None;
     }
-    kept
+    Some(kept)
 }
 
-/// [`share_keeps`] for any sampled event, not counted: `Some(divisor)` to take it, `None`
-/// to skip it (the caller counts it). Without a share (divisor 0 or 1) it costs the one
-/// array lookup, no random draw.
+/// [`share_keeps`] for any sampled event, not counted: the divisor (at least 1) to take it,
+/// 0 to skip it (the caller counts it). A plain integer, not an `Option`: the verifier of
+/// older kernels (6.1) refuses reads of an `Option`'s payload left uninitialised on the stack.
+/// Without a share (divisor 0 or 1) it costs the one array lookup, no random draw.
 #[inline(always)]
-pub fn share_draw() -> Option<u32> {
+pub fn share_draw() -> u32 {
     let divisor = match SAMPLE_SHARE.get(0) {
         Some(d) if *d > 1 => *d,
-        _ => return Some(1),
+        _ => return 1,
     };
     // SAFETY: a helper without arguments.
     let draw = unsafe { generated::bpf_get_prandom_u32() };
     if draw % divisor != 0 {
-        return None;
+        return 0;
     }
-    Some(divisor)
+    divisor
 }
 
 /// Kernel-side counters, per CPU: see `profiler_common::counter`.

@@ -55,7 +55,7 @@ use profiler_common::{
 
 use crate::gil::waiting_for_gil;
 use crate::maps::{PROCESSES, bump, share_draw};
-use crate::switch_filter::prev_generation;
+use crate::switch_filter::{NO_GENERATION, prev_generation};
 use crate::off_cpu_batch::send_off_cpu_record;
 use crate::native_stack::kernel_stacks_wanted;
 use crate::switch_filter;
@@ -214,11 +214,12 @@ fn now() -> u64 {
 
 /// `prev` (the current thread, `pid_tgid`) leaves the CPU: walks and keeps its stack, if the
 /// sampled share chooses this switch-out (every one without a budget). `generation`: its
-/// registration's, when `switch_filter` kept it.
-fn switch_out(ctx: &BtfTracePointContext, pid_tgid: u64, preempt: bool, generation: Option<u32>) {
+/// registration's, when `switch_filter` kept it (else `NO_GENERATION`).
+fn switch_out(ctx: &BtfTracePointContext, pid_tgid: u64, preempt: bool, generation: u64) {
     let tid = pid_tgid as u32;
+    // 0: not walked; else the divisor, the weight of the interval.
     let weight = share_draw();
-    if weight.is_none() && generation.is_some_and(|g| known_running(tid, g)) {
+    if weight == 0 && generation != NO_GENERATION && known_running(tid, generation as u32) {
         // Not walked, and its entry already says it runs with nothing pending.
         bump(counter::SWITCH_SHARE_SKIPPED);
         return;
@@ -228,12 +229,12 @@ fn switch_out(ctx: &BtfTracePointContext, pid_tgid: u64, preempt: bool, generati
     let Some(info) = (unsafe { PROCESSES.get(&tgid) }) else {
         return;
     };
-    let Some(weight) = weight else {
+    if weight == 0 {
         bump(counter::SWITCH_SHARE_SKIPPED);
         note_running(info, tgid, tid);
         set_running(tid, info.generation);
         return;
-    };
+    }
     // From here this switch-out may leave an interval pending: the thread is no longer known
     // to have none (before its state is written; its switch-in comes after).
     clear_running(tid);
@@ -321,9 +322,9 @@ fn forget_thread(tid: u32) {
 }
 
 /// Ends `next`'s pending interval, if any. Returns `next`'s tid, whether its process is
-/// registered (true when unknown) and its registration's generation (when looked up), for
-/// `switch_filter::remember_next`.
-fn switch_in(next: *const u8) -> (u32, bool, Option<u32>) {
+/// registered (true when unknown) and its registration's generation (when looked up, else
+/// `NO_GENERATION`), for `switch_filter::remember_next`.
+fn switch_in(next: *const u8) -> (u32, bool, u64) {
     // SAFETY: `next` is the tracepoint's task (typed memory the verifier lets the program
     // load from); the offsets are frozen load-time constants from BTF, which the verifier
     // checks against the same BTF.
@@ -331,7 +332,7 @@ fn switch_in(next: *const u8) -> (u32, bool, Option<u32>) {
         let tgid_offset = core::ptr::read_volatile(&TASK_TGID_OFFSET) as usize;
         let pid_offset = core::ptr::read_volatile(&TASK_PID_OFFSET) as usize;
         if next.is_null() || tgid_offset == 0 || pid_offset == 0 {
-            return (0, true, None);
+            return (0, true, NO_GENERATION);
         }
         (
             core::ptr::read_volatile(next.add(tgid_offset) as *const u32),
@@ -339,16 +340,16 @@ fn switch_in(next: *const u8) -> (u32, bool, Option<u32>) {
         )
     };
     if tgid == 0 {
-        return (tid, false, None);
+        return (tid, false, NO_GENERATION);
     }
     // SAFETY: as in `switch_out`.
     let Some(info) = (unsafe { PROCESSES.get(&tgid) }) else {
-        return (tid, false, None);
+        return (tid, false, NO_GENERATION);
     };
     if !known_running(tid, info.generation) {
         charge_interval(info, tgid, tid);
     }
-    (tid, true, Some(info.generation))
+    (tid, true, info.generation as u64)
 }
 
 /// Ends the pending interval of `tid` (of registered process `tgid`) that is switched in now.

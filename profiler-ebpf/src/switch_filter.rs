@@ -70,28 +70,31 @@ pub fn prev_is_unregistered(tid: u32, epoch: u64) -> bool {
     }
 }
 
+/// [`prev_generation`] and [`remember_next`]'s "no generation known": generations are u32,
+/// so this is none of them. (A plain integer, not an `Option`: the verifier of older kernels
+/// (6.1) refuses reads of an `Option`'s payload left uninitialised on the stack.)
+pub const NO_GENERATION: u64 = u64::MAX;
+
 /// The generation of the registration `prev` (thread `tid`, leaving this CPU) was found
 /// under when it came in, if that answer is certainly still the latest registration of its
 /// process (same thread, no registration since; its process may have been unregistered since,
-/// which a caller that charges nothing need not know).
+/// which a caller that charges nothing need not know); [`NO_GENERATION`] otherwise.
 #[inline(always)]
-pub fn prev_generation(tid: u32, epoch: u64) -> Option<u32> {
-    let c = CPU_CURRENT.get_ptr(0)?;
+pub fn prev_generation(tid: u32, epoch: u64) -> u64 {
+    let Some(c) = CPU_CURRENT.get_ptr(0) else { return NO_GENERATION };
     // SAFETY: as in `prev_is_unregistered`.
     let c = unsafe { &*c };
-    (c.known == 1 && c.registered == 1 && c.tid == tid && c.epoch == epoch).then_some(c.generation)
+    if c.known == 1 && c.registered == 1 && c.tid == tid && c.epoch == epoch { c.generation as u64 } else { NO_GENERATION }
 }
 
 /// Keeps, for this CPU, whether `next` (thread `tid`) belongs to a registered process, and
-/// the generation of its registration when looked up (`Some`), as looked up under `epoch`.
+/// the generation of its registration when looked up ([`NO_GENERATION`] otherwise), as
+/// looked up under `epoch`.
 #[inline(always)]
-pub fn remember_next(tid: u32, registered: bool, generation: Option<u32>, epoch: u64) {
+pub fn remember_next(tid: u32, registered: bool, generation: u64, epoch: u64) {
     if let Some(c) = CPU_CURRENT.get_ptr_mut(0) {
-        let (generation, known) = match generation {
-            Some(g) => (g, 1),
-            None => (0, 0),
-        };
+        let known = (generation != NO_GENERATION) as u32;
         // SAFETY: as in `prev_is_unregistered`.
-        unsafe { *c = CpuCurrent { epoch, tid, registered: registered as u32, generation, known } };
+        unsafe { *c = CpuCurrent { epoch, tid, registered: registered as u32, generation: generation as u32, known } };
     }
 }
