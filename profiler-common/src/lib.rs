@@ -651,6 +651,12 @@ pub const MAX_RECORD_SIZE: usize = SAMPLE_HEADER_SIZE + (MAX_FULL_FRAMES + 1) * 
 /// `MAX_RECORD_SIZE` bytes.
 pub const OFF_CPU_THREAD_SIZE: usize = core::mem::size_of::<ThreadSwitch>() + MAX_RECORD_SIZE;
 
+/// Slots of the kernel map `REGISTERED_HINT`: slot `tgid % REGISTERED_HINT_SLOTS` is not 0
+/// once a process with such a tgid was registered (userspace sets it before it inserts the
+/// process into `PROCESSES` and never clears it), so a switch of a thread whose slot is 0
+/// belongs to no registered process and needs no `PROCESSES` lookup.
+pub const REGISTERED_HINT_SLOTS: u32 = 4096;
+
 /// Bytes of `record_kind::OFF_CPU` records one CPU gathers before it sends them to the ring
 /// buffer as one item (a power of two).
 pub const OFF_CPU_BATCH_BYTES: usize = 4096;

@@ -36,9 +36,10 @@
 //! to have nothing pending costs no lookup of its entry, at its switch-out (nor of its
 //! process, whose generation `switch_filter` kept) or at its switch-in.
 //!
-//! For threads of unregistered processes the program costs one `PROCESSES` lookup, for
-//! `next` (after two loads of its ids): whether `prev` is registered was decided when
-//! it came in (`switch_filter`).
+//! For threads of unregistered processes the program costs one read of a small array of
+//! registration hints (`switch_filter::REGISTERED_HINT`) for `next` (after two loads of its
+//! ids), and a `PROCESSES` lookup only when the hint cannot rule it out: whether `prev` is
+//! registered was decided when it came in (`switch_filter`).
 
 use core::ffi::c_void;
 
@@ -339,7 +340,7 @@ fn switch_in(next: *const u8) -> (u32, bool, u64) {
             core::ptr::read_volatile(next.add(pid_offset) as *const u32),
         )
     };
-    if tgid == 0 {
+    if tgid == 0 || !switch_filter::maybe_registered(tgid) {
         return (tid, false, NO_GENERATION);
     }
     // SAFETY: as in `switch_out`.

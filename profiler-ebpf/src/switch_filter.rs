@@ -27,6 +27,19 @@ use aya_ebpf::{
     maps::{Array, PerCpuArray},
 };
 
+/// Registration hints (see `profiler_common::REGISTERED_HINT_SLOTS`): a slot of 0 proves the
+/// tgids it stands for unregistered, without a hash lookup. Set by userspace before each
+/// insert into `PROCESSES` (and before the epoch's bump after it), so an answer it gives is
+/// as trustworthy as a lookup made under the same epoch.
+#[map]
+pub static REGISTERED_HINT: Array<u32> = Array::with_max_entries(profiler_common::REGISTERED_HINT_SLOTS, 0);
+
+/// False only when no process with tgid `tgid` can be registered (its hint slot is 0).
+#[inline(always)]
+pub fn maybe_registered(tgid: u32) -> bool {
+    REGISTERED_HINT.get(tgid % profiler_common::REGISTERED_HINT_SLOTS).is_none_or(|v| *v != 0)
+}
+
 /// Bumped by userspace after each registration (slot 0).
 #[map]
 pub static REGISTRATION_EPOCH: Array<u64> = Array::with_max_entries(1, 0);

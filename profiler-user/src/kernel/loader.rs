@@ -284,6 +284,9 @@ pub struct Registry {
     /// scheduler-switch program trusts a per-CPU "not registered" answer only while it is
     /// unchanged (see profiler-ebpf's `switch_filter`).
     registration_epoch: Mutex<aya::maps::Array<MapData, u64>>,
+    /// The kernel's `REGISTERED_HINT`: the slot of each registered tgid is set before its
+    /// insert into `PROCESSES` (see profiler-ebpf's `switch_filter`).
+    registered_hint: Mutex<aya::maps::Array<MapData, u32>>,
     /// The kernel's `TASK_OF_COROUTINE` (`--async`): coroutine → task, per process, filled by
     /// `session::task_index`.
     task_index: Mutex<BpfHashMap<MapData, profiler_common::CoroutineKey, u64>>,
@@ -490,6 +493,10 @@ impl KernelProgram {
             ebpf.take_map("REGISTRATION_EPOCH").ok_or(LoadError::MissingMap("REGISTRATION_EPOCH"))?,
         )
         .map_err(|e| LoadError::Load(error_chain(&e)))?;
+        let registered_hint = aya::maps::Array::try_from(
+            ebpf.take_map("REGISTERED_HINT").ok_or(LoadError::MissingMap("REGISTERED_HINT"))?,
+        )
+        .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let task_index = BpfHashMap::try_from(ebpf.take_map("TASK_OF_COROUTINE").ok_or(LoadError::MissingMap("TASK_OF_COROUTINE"))?)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         // The kernel's records go to `log` (env_logger under RUST_LOG); a failure only loses them.
@@ -517,6 +524,7 @@ impl KernelProgram {
             map_full: AtomicU64::new(0),
             generations: AtomicU32::new(0),
             registration_epoch: Mutex::new(registration_epoch),
+            registered_hint: Mutex::new(registered_hint),
         });
         Ok(Self {
             ebpf,
@@ -800,6 +808,12 @@ impl Registry {
     /// Tells the kernel to sample `pid` with this layout. A full map is counted in
     /// `map_full` and reported as `LoadError::MapFull` (warned about once), for a later retry.
     pub fn register(&self, pid: u32, info: &ProcessInfo) -> Result<(), LoadError> {
+        // Before the insert: the switch program takes a hint of 0 for proof of no registration.
+        let hinted = {
+            let mut hint = self.registered_hint.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            hint.set(pid % profiler_common::REGISTERED_HINT_SLOTS, 1, 0)
+        };
+        hinted.map_err(|e| LoadError::Load(format!("registration hint: {}", error_chain(&e))))?;
         let inserted = self.processes().insert(pid, *info, 0);
         match inserted {
             Ok(()) => {
