@@ -347,8 +347,10 @@ pub mod sample_flags {
     pub const GC: u32 = 1;
     /// Bits from here up: the sampled share's divisor in force when the CPU sample was taken
     /// (`SAMPLE_SHARE`: the kernel kept one sample in that many, at random), so the sample
-    /// stands for that many samples at the requested rate. 0 (older records, other kinds)
-    /// means 1. See [`weight`].
+    /// stands for that many samples at the requested rate; in an off-CPU record, the divisor
+    /// in force at the switch-out (the kernel walked one switch-out in that many), so its
+    /// interval stands for that many times its length. 0 (older records, no share) means 1.
+    /// See [`weight`].
     pub const WEIGHT_SHIFT: u32 = 8;
     /// The largest divisor the flags can carry.
     pub const MAX_WEIGHT: u32 = u32::MAX >> WEIGHT_SHIFT;
@@ -432,8 +434,12 @@ pub mod counter {
     /// Samples of registered processes not taken because of the sampled share
     /// (`--max-cpu`: the kernel keeps one in `SAMPLE_SHARE`'s divisor, at random).
     pub const SHARE_SKIPPED: u32 = 20;
+    /// Switch-outs of registered threads not walked because of the sampled share
+    /// (`--max-cpu` in `--mode wall`/`off-cpu`: the kernel walks one in `SAMPLE_SHARE`'s
+    /// divisor, at random; the interval of one not walked is not sent).
+    pub const SWITCH_SHARE_SKIPPED: u32 = 21;
     /// Number of slots.
-    pub const SLOTS: u32 = 21;
+    pub const SLOTS: u32 = 22;
 }
 
 /// Kinds of records in the `SAMPLES` ring buffer; every record starts with a `SampleHeader`
@@ -475,7 +481,9 @@ pub mod off_cpu_reason {
 pub struct OffCpuInterval {
     /// Length of the interval: from the switch out to the switch back in (`time_ns`).
     pub off_ns: u64,
-    /// Time of the thread's intervals below the minimum since its last record (not walked).
+    /// Time of the thread's intervals below the minimum since its last record (not walked),
+    /// already weighted: each short interval's length times its own weight (see
+    /// `sample_flags::weight`), so it is charged as it is.
     pub short_ns: u64,
     /// When the thread was switched out (kernel monotonic clock).
     pub switched_out_ns: u64,
@@ -494,7 +502,8 @@ pub struct OffCpuInterval {
 pub struct ThreadSwitch {
     /// When the thread was last switched out; 0 while it runs (nothing to charge).
     pub switched_out_ns: u64,
-    /// Time of short intervals not yet sent in a record (read by userspace at the end).
+    /// Time of short intervals not yet sent in a record (read by userspace at the end),
+    /// weighted as `OffCpuInterval::short_ns`.
     pub short_ns: u64,
     pub tgid: u32,
     /// `ProcessInfo::generation` of the registration the time belongs to.
@@ -554,7 +563,8 @@ pub struct SampleHeader {
     /// The thread's running asyncio task (0: none) when `ProcessInfo::running_task` is set,
     /// else `RUNNING_TASK_UNKNOWN`.
     pub running_task: u64,
-    /// Bits of `sample_flags` (CPU samples only; 0 in other records).
+    /// Bits of `sample_flags`: in CPU samples; in off-CPU records only the weight (0 when 1);
+    /// 0 in other records.
     pub flags: u32,
     /// Free-threaded builds: the thread's interpreter's bytecode-copy generation
     /// (`tlbc_indices.tlbc_generation`) as this sample read it, when
@@ -640,6 +650,12 @@ pub const MAX_RECORD_SIZE: usize = SAMPLE_HEADER_SIZE + (MAX_FULL_FRAMES + 1) * 
 /// Bytes of a value of the kernel map `OFF_CPU_THREADS`: a [`ThreadSwitch`], then a record of
 /// `MAX_RECORD_SIZE` bytes.
 pub const OFF_CPU_THREAD_SIZE: usize = core::mem::size_of::<ThreadSwitch>() + MAX_RECORD_SIZE;
+
+/// Slots of the kernel map `REGISTERED_HINT`: slot `tgid % REGISTERED_HINT_SLOTS` is not 0
+/// once a process with such a tgid was registered (userspace sets it before it inserts the
+/// process into `PROCESSES` and never clears it), so a switch of a thread whose slot is 0
+/// belongs to no registered process and needs no `PROCESSES` lookup.
+pub const REGISTERED_HINT_SLOTS: u32 = 4096;
 
 /// Bytes of `record_kind::OFF_CPU` records one CPU gathers before it sends them to the ring
 /// buffer as one item (a power of two).

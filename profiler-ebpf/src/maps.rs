@@ -27,9 +27,12 @@ const BPF_RB_FORCE_WAKEUP: u64 = 2;
 const BPF_RB_AVAIL_DATA: u64 = 0;
 
 /// `--max-cpu`'s sampled share: slot 0 holds a divisor `d`; the CPU samplers keep one
-/// sample of a registered process in `d`, at random (0 and 1 keep every one). Written by
-/// userspace's budget controller; a kept sample carries `d` in its flags
-/// (`sample_flags::WEIGHT_SHIFT`), so it stands for `d` samples and profiles stay unbiased.
+/// sample of a registered process in `d`, and the scheduler-switch program walks one
+/// switch-out of a registered thread in `d`, each at random (0 and 1 keep every one). Written
+/// by userspace's budget controller; a kept sample or walked interval carries `d` in its
+/// flags (`sample_flags::WEIGHT_SHIFT`), so it stands for `d` of them and profiles stay
+/// unbiased. One divisor for both: the controller sees one cost, and lowering both parts of
+/// it by the same factor keeps its "cost proportional to the share" model true.
 #[map]
 pub static SAMPLE_SHARE: Array<u32> = Array::with_max_entries(1, 0);
 
@@ -38,17 +41,30 @@ pub static SAMPLE_SHARE: Array<u32> = Array::with_max_entries(1, 0);
 /// `SHARE_SKIPPED`).
 #[inline(always)]
 pub fn share_keeps() -> Option<u32> {
+    let kept = share_draw();
+    if kept == 0 {
+        bump(counter::SHARE_SKIPPED);
+        return None;
+    }
+    Some(kept)
+}
+
+/// [`share_keeps`] for any sampled event, not counted: the divisor (at least 1) to take it,
+/// 0 to skip it (the caller counts it). A plain integer, not an `Option`: the verifier of
+/// older kernels (6.1) refuses reads of an `Option`'s payload left uninitialised on the stack.
+/// Without a share (divisor 0 or 1) it costs the one array lookup, no random draw.
+#[inline(always)]
+pub fn share_draw() -> u32 {
     let divisor = match SAMPLE_SHARE.get(0) {
         Some(d) if *d > 1 => *d,
-        _ => return Some(1),
+        _ => return 1,
     };
     // SAFETY: a helper without arguments.
     let draw = unsafe { generated::bpf_get_prandom_u32() };
     if draw % divisor != 0 {
-        bump(counter::SHARE_SKIPPED);
-        return None;
+        return 0;
     }
-    Some(divisor)
+    divisor
 }
 
 /// Kernel-side counters, per CPU: see `profiler_common::counter`.

@@ -23,33 +23,51 @@
 //! (`finish_task_switch`), and kernels without kprobes (`CONFIG_KPROBES=n`, as on this 6.18
 //! build) or where it is a compiler clone (`finish_task_switch.isra.0`, no fentry) have none.
 //!
-//! For threads of unregistered processes the program costs one `PROCESSES` lookup, for
-//! `next` (after two loads of its ids): whether `prev` is registered was decided when
-//! it came in (`switch_filter`).
+//! `--max-cpu` (`maps::SAMPLE_SHARE` holds a divisor `d` above 1): only one switch-out of a
+//! registered thread in `d`, at random, is walked, and its record carries `d` in its flags
+//! (`sample_flags::WEIGHT_SHIFT`, set on the kept record, so the weight is the one its choice
+//! was made with even if the divisor changes before the switch-in). A switch-out not chosen
+//! costs no walk: the thread is noted running (`note_running`) and its interval is not sent,
+//! so the chosen intervals, each counted `d` times by userspace, stand for all of them: the
+//! choice is made before the interval's length is known, so the expected off-CPU time per
+//! stack is the true one. A chosen interval shorter than `MIN_OFF_CPU_NS` adds its length
+//! times its weight to the thread's short time, which is therefore kept weighted.
+//! What is left per switch not walked is made small too (`RUNNING_THREADS`): a thread known
+//! to have nothing pending costs no lookup of its entry, at its switch-out (nor of its
+//! process, whose generation `switch_filter` kept) or at its switch-in.
+//!
+//! For threads of unregistered processes the program costs one read of a small array of
+//! registration hints (`switch_filter::REGISTERED_HINT`) for `next` (after two loads of its
+//! ids), and a `PROCESSES` lookup only when the hint cannot rule it out: whether `prev` is
+//! registered was decided when it came in (`switch_filter`).
 
 use core::ffi::c_void;
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{btf_tracepoint, map},
-    maps::{LruHashMap, PerCpuArray, StackTrace},
+    maps::{Array, LruHashMap, PerCpuArray, StackTrace},
     programs::{BtfTracePointContext, tracing::StackIdContext},
 };
 use profiler_common::{
     FrameEntry, MAX_FULL_FRAMES, OffCpuInterval, ThreadSwitch, counter,
-    off_cpu_reason, record_kind,
+    off_cpu_reason, record_kind, sample_flags,
 };
 
 use crate::gil::waiting_for_gil;
-use crate::maps::{PROCESSES, bump};
+use crate::maps::{PROCESSES, bump, share_draw};
+use crate::switch_filter::{NO_GENERATION, prev_generation};
 use crate::off_cpu_batch::send_off_cpu_record;
 use crate::native_stack::kernel_stacks_wanted;
 use crate::switch_filter;
-use crate::sampling::{Record, record_len, walk_current_stack};
+use crate::sampling::{Record, record_len, set_weight, walk_current_stack};
 
 /// Intervals shorter than this (nanoseconds) are summed, not sent. Set at load time.
 #[unsafe(no_mangle)]
 static MIN_OFF_CPU_NS: u64 = 0;
+/// The longest short interval weighted exactly: `u64::MAX / MAX_WEIGHT`, so that its length
+/// times its weight fits in a u64.
+const MAX_WEIGHTED_NS: u64 = u64::MAX / sample_flags::MAX_WEIGHT as u64;
 /// Offsets of `task_struct.pid` and `task_struct.tgid`, from BTF (the verifier checks the
 /// loads at them against the kernel's BTF too).
 #[unsafe(no_mangle)]
@@ -75,6 +93,56 @@ const _: () = assert!(core::mem::size_of::<OffCpuThread>() == profiler_common::O
 /// slots) starts over at its switch-in, as if first seen then.
 #[map]
 pub static OFF_CPU_THREADS: LruHashMap<u32, OffCpuThread> = LruHashMap::with_max_entries(16384, 0);
+
+/// Threads known to have nothing pending (`sampled share`): slot `tid % RUNNING_SLOTS` holds
+/// [`running_key`]`(tid, generation)` only while thread `tid` has an `OFF_CPU_THREADS` entry
+/// for registration `generation` with no switch-out pending (the entry may have been evicted
+/// since, which only makes it start over as eviction always does). Written only under a share
+/// (a switch-out not walked, the switch-in of an interval walked with a weight above 1), and
+/// cleared by every walked switch-out of the thread before it sets its pending interval, and
+/// by its exit; another thread's key in the slot only costs the lookups it saves. A
+/// thread's switches are serialised by the scheduler (its switch-in sees its switch-out's
+/// writes), and only thread `tid` writes its own key, so a slot holding it is never stale.
+/// The loader sizes it (one slot outside the off-CPU modes).
+#[map]
+static RUNNING_THREADS: Array<u64> = Array::with_max_entries(RUNNING_SLOTS, 0);
+const RUNNING_SLOTS: u32 = 16384;
+
+/// The key of thread `tid` under registration `generation` in `RUNNING_THREADS` (never 0:
+/// tid 0 is never registered).
+#[inline(always)]
+fn running_key(tid: u32, generation: u32) -> u64 {
+    ((tid as u64) << 32) | generation as u64
+}
+
+/// Whether thread `tid` is known to have nothing pending under registration `generation`.
+#[inline(always)]
+fn known_running(tid: u32, generation: u32) -> bool {
+    RUNNING_THREADS.get(tid % RUNNING_SLOTS).is_some_and(|k| *k == running_key(tid, generation))
+}
+
+/// Notes that thread `tid` has nothing pending under registration `generation`.
+#[inline(always)]
+fn set_running(tid: u32, generation: u32) {
+    if let Some(k) = RUNNING_THREADS.get_ptr_mut(tid % RUNNING_SLOTS) {
+        // SAFETY: an array value; a racing writer of another thread's key only costs that
+        // thread the lookups its key would save (see `RUNNING_THREADS`).
+        unsafe { *k = running_key(tid, generation) };
+    }
+}
+
+/// Clears thread `tid`'s key (any generation) from its slot, if there.
+#[inline(always)]
+fn clear_running(tid: u32) {
+    if let Some(k) = RUNNING_THREADS.get_ptr_mut(tid % RUNNING_SLOTS) {
+        // SAFETY: as in `set_running`.
+        unsafe {
+            if *k >> 32 == tid as u64 {
+                *k = 0;
+            }
+        }
+    }
+}
 
 /// A zeroed entry, never written: the source of every new `OFF_CPU_THREADS` entry (too large
 /// for the program's stack).
@@ -128,12 +196,13 @@ pub fn pyperch_sched_switch(ctx: BtfTracePointContext) -> i32 {
         if prev_state as u32 & TASK_DEAD != 0 {
             forget_thread(prev_tid);
         } else {
-            switch_out(&ctx, prev_pid_tgid, preempt as u8 != 0 || prev_state as u32 == 0);
+            let generation = prev_generation(prev_tid, epoch);
+            switch_out(&ctx, prev_pid_tgid, preempt as u8 != 0 || prev_state as u32 == 0, generation);
         }
     }
     let next: *const u8 = ctx.arg(2);
-    let (tid, registered) = switch_in(next);
-    switch_filter::remember_next(tid, registered, epoch);
+    let (tid, registered, generation) = switch_in(next);
+    switch_filter::remember_next(tid, registered, generation, epoch);
     0
 }
 
@@ -144,19 +213,42 @@ fn now() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-/// `prev` (the current thread, `pid_tgid`) leaves the CPU: walks and keeps its stack.
-fn switch_out(ctx: &BtfTracePointContext, pid_tgid: u64, preempt: bool) {
+/// `prev` (the current thread, `pid_tgid`) leaves the CPU: walks and keeps its stack, if the
+/// sampled share chooses this switch-out (every one without a budget). `generation`: its
+/// registration's, when `switch_filter` kept it (else `NO_GENERATION`).
+fn switch_out(ctx: &BtfTracePointContext, pid_tgid: u64, preempt: bool, generation: u64) {
+    let tid = pid_tgid as u32;
+    // 0: not walked; else the divisor, the weight of the interval.
+    let weight = share_draw();
+    if weight == 0 && generation != NO_GENERATION && known_running(tid, generation as u32) {
+        // Not walked, and its entry already says it runs with nothing pending.
+        bump(counter::SWITCH_SHARE_SKIPPED);
+        return;
+    }
     let tgid = (pid_tgid >> 32) as u32;
     // SAFETY: the map value is only read, and the kernel keeps it alive for this run.
     let Some(info) = (unsafe { PROCESSES.get(&tgid) }) else {
         return;
     };
-    let tid = pid_tgid as u32;
+    if weight == 0 {
+        bump(counter::SWITCH_SHARE_SKIPPED);
+        note_running(info, tgid, tid);
+        set_running(tid, info.generation);
+        return;
+    }
+    // From here this switch-out may leave an interval pending: the thread is no longer known
+    // to have none (before its state is written; its switch-in comes after).
+    clear_running(tid);
     let reason = if preempt { off_cpu_reason::PREEMPTED } else { off_cpu_reason::SLEEP };
     let Some((scratch, _)) = walk_current_stack(info, tgid, tid, record_kind::OFF_CPU) else {
         note_running(info, tgid, tid);
         return;
     };
+    if weight > 1 {
+        // Kept with the record (`start_walk` cleared the flags; no other flag is set in
+        // off-CPU records).
+        set_weight(scratch, weight);
+    }
     // `--async`: the running task's chain as it switches out, sent now (its record goes at
     // the switch-in, which userspace matches by this time).
     crate::task_chain::send_chain(info, scratch);
@@ -226,12 +318,14 @@ fn note_running(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
 /// Frees the entry of thread `tid`, which exits: its off-CPU time ends with it (time it had
 /// summed but not sent is at most `MIN_OFF_CPU_NS` per interval, already counted short).
 fn forget_thread(tid: u32) {
+    clear_running(tid);
     let _ = OFF_CPU_THREADS.remove(&tid);
 }
 
-/// Ends `next`'s pending interval, if any. Returns `next`'s tid and whether its process is
-/// registered (true when unknown), for `switch_filter::remember_next`.
-fn switch_in(next: *const u8) -> (u32, bool) {
+/// Ends `next`'s pending interval, if any. Returns `next`'s tid, whether its process is
+/// registered (true when unknown) and its registration's generation (when looked up, else
+/// `NO_GENERATION`), for `switch_filter::remember_next`.
+fn switch_in(next: *const u8) -> (u32, bool, u64) {
     // SAFETY: `next` is the tracepoint's task (typed memory the verifier lets the program
     // load from); the offsets are frozen load-time constants from BTF, which the verifier
     // checks against the same BTF.
@@ -239,22 +333,24 @@ fn switch_in(next: *const u8) -> (u32, bool) {
         let tgid_offset = core::ptr::read_volatile(&TASK_TGID_OFFSET) as usize;
         let pid_offset = core::ptr::read_volatile(&TASK_PID_OFFSET) as usize;
         if next.is_null() || tgid_offset == 0 || pid_offset == 0 {
-            return (0, true);
+            return (0, true, NO_GENERATION);
         }
         (
             core::ptr::read_volatile(next.add(tgid_offset) as *const u32),
             core::ptr::read_volatile(next.add(pid_offset) as *const u32),
         )
     };
-    if tgid == 0 {
-        return (tid, false);
+    if tgid == 0 || !switch_filter::maybe_registered(tgid) {
+        return (tid, false, NO_GENERATION);
     }
     // SAFETY: as in `switch_out`.
     let Some(info) = (unsafe { PROCESSES.get(&tgid) }) else {
-        return (tid, false);
+        return (tid, false, NO_GENERATION);
     };
-    charge_interval(info, tgid, tid);
-    (tid, true)
+    if !known_running(tid, info.generation) {
+        charge_interval(info, tgid, tid);
+    }
+    (tid, true, info.generation as u64)
 }
 
 /// Ends the pending interval of `tid` (of registered process `tgid`) that is switched in now.
@@ -288,10 +384,19 @@ fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
         kernel_stack: state.kernel_stack,
     };
     state.switched_out_ns = 0;
+    if thread.record.header.flags >> sample_flags::WEIGHT_SHIFT > 1 {
+        // Under a share: nothing pending now, so its switch-outs not walked cost no lookup.
+        set_running(tid, info.generation);
+    }
     // SAFETY: a frozen load-time constant.
     let min = unsafe { core::ptr::read_volatile(&MIN_OFF_CPU_NS) };
     if interval.off_ns < min {
-        state.short_ns = state.short_ns.saturating_add(interval.off_ns);
+        // Weighted now, with the weight this interval was chosen with (1 without a budget).
+        // No 128-bit multiply in BPF: the length is capped so the product fits (the weight is
+        // at most `MAX_WEIGHT`, 2^24; the cap is over 18 minutes, far above any minimum).
+        let weight = sample_flags::weight(thread.record.header.flags) as u64;
+        let off_ns = if interval.off_ns > MAX_WEIGHTED_NS { MAX_WEIGHTED_NS } else { interval.off_ns };
+        state.short_ns = state.short_ns.saturating_add(off_ns * weight);
         bump(counter::OFF_CPU_SHORT);
         return;
     }

@@ -16,13 +16,29 @@
 //!   wrongly trusted. (A registration landing between the epoch read of the switch-out and
 //!   its decision is the same as one landing just after the switch: the thread is counted
 //!   from its next switch-out.)
-//! Only "not registered" answers are reused: a registered `prev` is always looked up, since
-//! its walk needs the registration itself, and an unregistration then shows as usual.
+//! Only "not registered" answers are reused to skip `prev`: a registered `prev` whose stack
+//! is walked is always looked up, since its walk needs the registration itself, and an
+//! unregistration then shows as usual. A registered answer carries its registration's
+//! generation ([`prev_generation`]): a switch-out the sampled share does not walk needs no
+//! more (`sched_switch::RUNNING_THREADS`).
 
 use aya_ebpf::{
     macros::map,
     maps::{Array, PerCpuArray},
 };
+
+/// Registration hints (see `profiler_common::REGISTERED_HINT_SLOTS`): a slot of 0 proves the
+/// tgids it stands for unregistered, without a hash lookup. Set by userspace before each
+/// insert into `PROCESSES` (and before the epoch's bump after it), so an answer it gives is
+/// as trustworthy as a lookup made under the same epoch.
+#[map]
+pub static REGISTERED_HINT: Array<u32> = Array::with_max_entries(profiler_common::REGISTERED_HINT_SLOTS, 0);
+
+/// False only when no process with tgid `tgid` can be registered (its hint slot is 0).
+#[inline(always)]
+pub fn maybe_registered(tgid: u32) -> bool {
+    REGISTERED_HINT.get(tgid % profiler_common::REGISTERED_HINT_SLOTS).is_none_or(|v| *v != 0)
+}
 
 /// Bumped by userspace after each registration (slot 0).
 #[map]
@@ -37,6 +53,10 @@ pub struct CpuCurrent {
     pub tid: u32,
     /// 1: the thread's process was registered (or unknown); 0: not registered.
     pub registered: u32,
+    /// The registration's `ProcessInfo::generation`, when `known` is 1 (registered, and
+    /// looked up).
+    pub generation: u32,
+    pub known: u32,
 }
 
 #[map]
@@ -63,12 +83,31 @@ pub fn prev_is_unregistered(tid: u32, epoch: u64) -> bool {
     }
 }
 
-/// Keeps, for this CPU, whether `next` (thread `tid`) belongs to a registered process, as
+/// [`prev_generation`] and [`remember_next`]'s "no generation known": generations are u32,
+/// so this is none of them. (A plain integer, not an `Option`: the verifier of older kernels
+/// (6.1) refuses reads of an `Option`'s payload left uninitialised on the stack.)
+pub const NO_GENERATION: u64 = u64::MAX;
+
+/// The generation of the registration `prev` (thread `tid`, leaving this CPU) was found
+/// under when it came in, if that answer is certainly still the latest registration of its
+/// process (same thread, no registration since; its process may have been unregistered since,
+/// which a caller that charges nothing need not know); [`NO_GENERATION`] otherwise.
+#[inline(always)]
+pub fn prev_generation(tid: u32, epoch: u64) -> u64 {
+    let Some(c) = CPU_CURRENT.get_ptr(0) else { return NO_GENERATION };
+    // SAFETY: as in `prev_is_unregistered`.
+    let c = unsafe { &*c };
+    if c.known == 1 && c.registered == 1 && c.tid == tid && c.epoch == epoch { c.generation as u64 } else { NO_GENERATION }
+}
+
+/// Keeps, for this CPU, whether `next` (thread `tid`) belongs to a registered process, and
+/// the generation of its registration when looked up ([`NO_GENERATION`] otherwise), as
 /// looked up under `epoch`.
 #[inline(always)]
-pub fn remember_next(tid: u32, registered: bool, epoch: u64) {
+pub fn remember_next(tid: u32, registered: bool, generation: u64, epoch: u64) {
     if let Some(c) = CPU_CURRENT.get_ptr_mut(0) {
+        let known = (generation != NO_GENERATION) as u32;
         // SAFETY: as in `prev_is_unregistered`.
-        unsafe { *c = CpuCurrent { epoch, tid, registered: registered as u32 } };
+        unsafe { *c = CpuCurrent { epoch, tid, registered: registered as u32, generation: generation as u32, known } };
     }
 }

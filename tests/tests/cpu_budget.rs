@@ -18,8 +18,11 @@
 //!
 //! CPU seconds are measured, never wall-clock deadlines; on a loaded machine pyperch gets less
 //! CPU, which only lowers what is measured.
+//!
+//! The off-CPU modes are checked the same way on a context-switch storm
+//! ([`budget_holds_pyperch_cpu_in_a_switch_storm`]).
 
-use std::time::Duration;
+use std::{fs, time::Duration};
 
 use pyperch_tests::*;
 
@@ -30,6 +33,26 @@ const BUDGET: f64 = 2.0;
 /// How long the controller gets to settle after sampling began, then the measured window.
 const SETTLE: Duration = Duration::from_secs(7);
 const WINDOW: Duration = Duration::from_secs(10);
+
+/// Voluntary context switches of every thread of `pid` so far (`/proc/PID/task/*/status`).
+fn voluntary_switches(pid: u32) -> u64 {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .filter_map(|t| t.ok())
+        .filter_map(|t| fs::read_to_string(t.path().join("status")).ok())
+        .filter_map(|status| {
+            status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// The shares of the process's profile under functions `a` and `b`, and its total.
+fn function_shares(rec: &Recording, pid: u32, a: &str, b: &str) -> (f64, f64, u64) {
+    let p = rec.profile.for_pid(pid);
+    let total = p.total();
+    let share = |f: &str| if total == 0 { 0.0 } else { p.count(|s| s.has_function(f)) as f64 / total as f64 };
+    (share(a), share(b), total)
+}
 
 /// leaf_a's and leaf_b's shares of the process's samples.
 fn leaf_shares(rec: &Recording, pid: u32) -> (f64, f64, u64) {
@@ -113,5 +136,105 @@ fn budget_holds_pyperch_cpu_with_500_busy_threads() {
     // start and end a little apart: 10 %).
     let worth = total as f64 / free_total.max(1) as f64;
     assert!((0.9..=1.1).contains(&worth), "the budgeted profile stands for {total} samples, the unbudgeted one holds {free_total}{d}");
+    assert!(free_a > 0.5 && free_b > 0.1, "the unbudgeted profile does not show the workload's split{}", free.diag_pid(w.pid));
+}
+
+/// The storm of issue #33, "a Python process with 500 threads each switching about 2,000
+/// times a second", scaled to what this suite's 2-CPU machines can run and a 2 % budget can
+/// hold: `workloads/switch_storm.py`, STORM_THREADS threads each sleeping STORM_SLEEP
+/// seconds over and over (three in four in `wait_a`, one in four in `wait_b`), recorded
+/// `--mode wall --max-cpu 2` with `--pid`, beside an unbudgeted `--mode wall` pyperch on the
+/// same process at the same time. The process's switch rate over the window is measured
+/// (voluntary switches of its threads) and noted. Checked, as for the CPU-bound case:
+/// - pyperch's CPU over the window, measured from outside (threads + BPF run time), within the
+///   budget + 10 %;
+/// - the budget bit: `--stats` says fewer than every context switch was walked, and its
+///   last share is below 1;
+/// - wait_a's and wait_b's shares of the profile within 2 points of the unbudgeted run's (the
+///   walked intervals count for the skipped ones), and the total stands for as much time
+///   (within 10 %).
+///
+/// Why not the issue's full storm here: every context switch on the host runs the switch
+/// program, walked or not (measured on the 2-CPU test machine: about 0.11 us per run for a
+/// thread of another process, 0.16 us for one of the target not walked, two runs per sleep;
+/// the host's other work alone ran it 120,000 times a second, 1.5 % of a CPU, while other
+/// suites ran), so this machine cannot hold 2 % much above 20,000 switches a second of the
+/// target (at 33,000 pyperch used 2.6 % with one switch in 63 walked; at 78,000, 2.6 % at the
+/// floor of one in 99). Measured here: about 20,000 switches a second (100 per thread),
+/// pyperch at 1.6 to 2.0 %, one switch in 5 to 8 walked, the shares within half a point; on
+/// a host whose other work switches much more than these suites do, the margin is the
+/// first thing to go.
+#[test]
+fn budget_holds_pyperch_cpu_in_a_switch_storm() {
+    const STORM_THREADS: &str = "200";
+    const STORM_SLEEP: &str = "0.01";
+    let Some(py) = first_python(&["3.12", "3.11", "sid-3.14", "3.10"]) else {
+        skip("no CPython 3.10-3.12 or sid 3.14");
+        return;
+    };
+    let mut w = Workload::spawn(&py, "switch_storm.py", &[STORM_THREADS, "300", STORM_SLEEP]).unwrap_or_else(|e| panic!("{e:#}"));
+    let pid = w.pid.to_string();
+    let free_run = RecordRun::start(&["--pid", &pid, "--mode", "wall"]);
+    let budget = BUDGET.to_string();
+    let run = RecordRun::start(&["--pid", &pid, "--mode", "wall", "--max-cpu", &budget, "--stats"]);
+    assert!(free_run.wait_until_switch_hooked(Duration::from_secs(60)), "the unbudgeted pyperch did not hook context switches");
+    assert!(run.wait_until_switch_hooked(Duration::from_secs(60)), "pyperch did not hook context switches");
+    let pyperch = run.pid();
+    std::thread::sleep(SETTLE);
+    let (threads0, bpf0) = pyperch_cpu(pyperch);
+    let switches0 = voluntary_switches(w.pid);
+    let started = std::time::Instant::now();
+    std::thread::sleep(WINDOW);
+    let (threads1, bpf1) = pyperch_cpu(pyperch);
+    let switches1 = voluntary_switches(w.pid);
+    let window = started.elapsed().as_secs_f64();
+    let budgeted = run.interrupt();
+    let free = free_run.interrupt();
+    w.terminate();
+    budgeted.assert_ok();
+    free.assert_ok();
+    let d = budgeted.diag_pid(w.pid);
+
+    let (threads, bpf) = (threads1 - threads0, bpf1 - bpf0);
+    let percent = (threads + bpf) * 100.0 / window;
+    let per_second = switches1.saturating_sub(switches0) as f64 / window;
+    let threads_n: f64 = STORM_THREADS.parse().expect("threads");
+    let (a, b, total) = function_shares(&budgeted, w.pid, "wait_a", "wait_b");
+    let (free_a, free_b, free_total) = function_shares(&free, w.pid, "wait_a", "wait_b");
+    let walked = budgeted.run.stderr.lines().find(|l| l.contains("context switches walked")).unwrap_or("").trim().to_string();
+    note(format!(
+        "{}: {per_second:.0} voluntary switches/s ({:.0} per thread of {STORM_THREADS}); pyperch {percent:.2}% of one CPU over {window:.1} s (threads {threads:.3} s, BPF {bpf:.3} s), budget {BUDGET}%; {walked}; wait_a {:.1}% / wait_b {:.1}% budgeted ({:.1} s) vs {:.1}% / {:.1}% unbudgeted ({:.1} s)",
+        py.describe(),
+        per_second / threads_n,
+        a * 100.0,
+        b * 100.0,
+        total as f64 / 1e9,
+        free_a * 100.0,
+        free_b * 100.0,
+        free_total as f64 / 1e9,
+    ));
+
+    assert!(bpf > 0.0, "no BPF run time seen in pyperch's programs' fdinfo: are the kernel's statistics on?{d}");
+    let last_one_in: u32 = walked
+        .split("1 in ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no share of context switches walked in --stats{d}"));
+    assert!(last_one_in > 1, "the budget never lowered the share of context switches walked: {walked}{d}");
+    assert!(
+        percent <= BUDGET * 1.1,
+        "pyperch used {percent:.2}% of one CPU (threads {threads:.3} s + BPF {bpf:.3} s over {window:.1} s) at {per_second:.0} switches/s, over the budget of {BUDGET}% + 10 %{d}"
+    );
+    for (name, budgeted_share, free_share) in [("wait_a", a, free_a), ("wait_b", b, free_b)] {
+        assert!(
+            (budgeted_share - free_share).abs() <= 0.02,
+            "{name}: {:.1}% of the budgeted profile vs {:.1}% unbudgeted, more than 2 points apart{d}",
+            budgeted_share * 100.0,
+            free_share * 100.0
+        );
+    }
+    let worth = total as f64 / free_total.max(1) as f64;
+    assert!((0.9..=1.1).contains(&worth), "the budgeted profile stands for {total} ns, the unbudgeted one holds {free_total}{d}");
     assert!(free_a > 0.5 && free_b > 0.1, "the unbudgeted profile does not show the workload's split{}", free.diag_pid(w.pid));
 }

@@ -284,6 +284,9 @@ pub struct Registry {
     /// scheduler-switch program trusts a per-CPU "not registered" answer only while it is
     /// unchanged (see profiler-ebpf's `switch_filter`).
     registration_epoch: Mutex<aya::maps::Array<MapData, u64>>,
+    /// The kernel's `REGISTERED_HINT`: the slot of each registered tgid is set before its
+    /// insert into `PROCESSES` (see profiler-ebpf's `switch_filter`).
+    registered_hint: Mutex<aya::maps::Array<MapData, u32>>,
     /// The kernel's `TASK_OF_COROUTINE` (`--async`): coroutine → task, per process, filled by
     /// `session::task_index`.
     task_index: Mutex<BpfHashMap<MapData, profiler_common::CoroutineKey, u64>>,
@@ -313,6 +316,12 @@ const OFF_CPU_KERNEL_STACK_SLOTS: u32 = 16384;
 /// switched out) and its slots in the modes that attach it (each about 2.2 KB: 36 MB).
 const OFF_CPU_THREADS: &str = "OFF_CPU_THREADS";
 const OFF_CPU_THREAD_SLOTS: u32 = 16384;
+
+/// The scheduler-switch program's slots of threads known to have nothing pending under the
+/// sampled share (`RUNNING_THREADS`, 8 bytes each: 128 KiB) in the modes that attach it; the
+/// kernel program's `RUNNING_SLOTS` is the same number (it picks a slot by tid modulo it).
+const RUNNING_THREADS: &str = "RUNNING_THREADS";
+const RUNNING_THREAD_SLOTS: u32 = 16384;
 
 /// The scheduler tracepoints that count changes to the set of processes, and the program
 /// attached to each (the exit program also frees the slot of a registered process).
@@ -348,6 +357,9 @@ pub struct KernelCounters {
     /// Perf events that hit a registered process and that the sampled share skipped
     /// (`--max-cpu`).
     pub share_skipped: u64,
+    /// Switch-outs of registered threads that the sampled share did not walk (`--max-cpu`
+    /// in the off-CPU modes).
+    pub switch_share_skipped: u64,
     /// Records dropped because the ring buffer was full.
     pub ringbuf_full: u64,
     /// Off-CPU intervals sent / summed as short / whose walked stack was not kept.
@@ -412,6 +424,7 @@ impl KernelProgram {
         // The scheduler-switch program's per-thread map is preallocated (36 MB to zero): only
         // the modes that attach it get its slots.
         let off_cpu_thread_slots = if off_cpu { OFF_CPU_THREAD_SLOTS } else { 1 };
+        let running_thread_slots = if off_cpu { RUNNING_THREAD_SLOTS } else { 1 };
         let bench_stop = bench_stop_after();
         let offsets = kernel_offsets()?;
         let slots = process_slots();
@@ -444,6 +457,7 @@ impl KernelProgram {
             .map_max_entries("PROCESSES", slots)
             .map_max_entries(OFF_CPU_KERNEL_STACKS, kernel_stack_slots)
             .map_max_entries(OFF_CPU_THREADS, off_cpu_thread_slots)
+            .map_max_entries(RUNNING_THREADS, running_thread_slots)
             .map_max_entries("SNAP_BUFFER", possible_cpus)
             .load(KERNEL_PROGRAM)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
@@ -479,6 +493,10 @@ impl KernelProgram {
             ebpf.take_map("REGISTRATION_EPOCH").ok_or(LoadError::MissingMap("REGISTRATION_EPOCH"))?,
         )
         .map_err(|e| LoadError::Load(error_chain(&e)))?;
+        let registered_hint = aya::maps::Array::try_from(
+            ebpf.take_map("REGISTERED_HINT").ok_or(LoadError::MissingMap("REGISTERED_HINT"))?,
+        )
+        .map_err(|e| LoadError::Load(error_chain(&e)))?;
         let task_index = BpfHashMap::try_from(ebpf.take_map("TASK_OF_COROUTINE").ok_or(LoadError::MissingMap("TASK_OF_COROUTINE"))?)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         // The kernel's records go to `log` (env_logger under RUST_LOG); a failure only loses them.
@@ -506,6 +524,7 @@ impl KernelProgram {
             map_full: AtomicU64::new(0),
             generations: AtomicU32::new(0),
             registration_epoch: Mutex::new(registration_epoch),
+            registered_hint: Mutex::new(registered_hint),
         });
         Ok(Self {
             ebpf,
@@ -789,6 +808,12 @@ impl Registry {
     /// Tells the kernel to sample `pid` with this layout. A full map is counted in
     /// `map_full` and reported as `LoadError::MapFull` (warned about once), for a later retry.
     pub fn register(&self, pid: u32, info: &ProcessInfo) -> Result<(), LoadError> {
+        // Before the insert: the switch program takes a hint of 0 for proof of no registration.
+        let hinted = {
+            let mut hint = self.registered_hint.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            hint.set(pid % profiler_common::REGISTERED_HINT_SLOTS, 1, 0)
+        };
+        hinted.map_err(|e| LoadError::Load(format!("registration hint: {}", error_chain(&e))))?;
         let inserted = self.processes().insert(pid, *info, 0);
         match inserted {
             Ok(()) => {
@@ -861,6 +886,7 @@ impl Registry {
             not_gil_holder: self.counter_sum(counter::NOT_GIL_HOLDER),
             no_gil: self.counter_sum(counter::NO_GIL),
             share_skipped: self.counter_sum(counter::SHARE_SKIPPED),
+            switch_share_skipped: self.counter_sum(counter::SWITCH_SHARE_SKIPPED),
             gil_unknown: self.counter_sum(counter::GIL_UNKNOWN),
             not_handling_exception: self.counter_sum(counter::NOT_HANDLING_EXCEPTION),
             exception_unknown: self.counter_sum(counter::EXCEPTION_UNKNOWN),

@@ -230,6 +230,12 @@ pub fn recording_facts(profile: &Profile) -> Vec<(&'static str, String)> {
             facts.push(("pyperch.rate_hz.effective.min", format!("{:.1}", b.rate.min_hz)));
             facts.push(("pyperch.rate_hz.effective.mean", format!("{:.1}", b.rate.mean_hz)));
             facts.push(("pyperch.rate_hz.effective.last", format!("{:.1}", b.rate.last_hz)));
+            if let Some(sw) = b.switches {
+                // The off-CPU modes: one switch-out in this many was walked, each walked
+                // interval counting for the others.
+                facts.push(("pyperch.context_switches_walked.one_in.last", sw.last_one_in.to_string()));
+                facts.push(("pyperch.context_switches_walked.share.mean", format!("{:.4}", sw.mean_share)));
+            }
         }
     }
     facts
@@ -249,6 +255,9 @@ pub fn recording_line(profile: &Profile) -> String {
         ));
         if let Some(b) = t.budget {
             line.push_str(&format!(", --max-cpu {}: effective {:.1} Hz mean, {:.1} min", b.max_cpu_percent, b.rate.mean_hz, b.rate.min_hz));
+            if let Some(sw) = b.switches {
+                line.push_str(&format!(", context switches walked {}", sw.describe()));
+            }
         }
     }
     line
@@ -369,16 +378,20 @@ pub(crate) mod tests {
     /// (pprof comments, OTLP attributes, ...); the rate the values are at stays `rate_hz`.
     #[test]
     fn facts_carry_the_budget_and_effective_rate() {
-        use crate::sample::aggregate::{BudgetFacts, RateSummary};
+        use crate::sample::aggregate::{BudgetFacts, RateSummary, SwitchShare};
         let mut p = sample_profile();
-        p.set_timing(crate::sample::aggregate::Timing {
+        let timing = |switches| crate::sample::aggregate::Timing {
             start: std::time::SystemTime::UNIX_EPOCH,
             duration: std::time::Duration::from_secs(10),
             rate_hz: 10_000,
             dropped: 0,
             lost: 0,
-            budget: Some(BudgetFacts { max_cpu_percent: 2.0, rate: RateSummary { min_hz: 1250.0, mean_hz: 2500.0, last_hz: 1250.0 } }),
-        });
+            budget: Some(BudgetFacts { max_cpu_percent: 2.0, rate: RateSummary { min_hz: 1250.0, mean_hz: 2500.0, last_hz: 1250.0 }, switches }),
+        };
+        p.set_timing(timing(None));
+        assert!(!recording_facts(&p).iter().any(|(k, _)| k.starts_with("pyperch.context_switches")), "not in CPU mode");
+        assert!(!recording_line(&p).contains("context switches"));
+        p.set_timing(timing(Some(SwitchShare { last_one_in: 8, mean_share: 0.25 })));
         let facts = recording_facts(&p);
         for want in [
             ("pyperch.rate_hz", "10000"),
@@ -386,10 +399,16 @@ pub(crate) mod tests {
             ("pyperch.rate_hz.effective.min", "1250.0"),
             ("pyperch.rate_hz.effective.mean", "2500.0"),
             ("pyperch.rate_hz.effective.last", "1250.0"),
+            ("pyperch.context_switches_walked.one_in.last", "8"),
+            ("pyperch.context_switches_walked.share.mean", "0.2500"),
         ] {
             assert!(facts.iter().any(|(k, v)| *k == want.0 && v == want.1), "{facts:?} lacks {want:?}");
         }
-        assert!(recording_line(&p).contains("--max-cpu 2: effective 2500.0 Hz mean, 1250.0 min"), "{}", recording_line(&p));
+        assert!(
+            recording_line(&p).contains("--max-cpu 2: effective 2500.0 Hz mean, 1250.0 min, context switches walked 1 in 8 last, mean share 25.00%"),
+            "{}",
+            recording_line(&p)
+        );
     }
 
     /// Every format with a place for it says how the profile was recorded (issue #26): the

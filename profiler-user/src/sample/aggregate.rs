@@ -120,13 +120,33 @@ pub struct RateSummary {
     pub last_hz: f64,
 }
 
+/// The share of context switches walked (`--max-cpu` in `--mode wall`/`off-cpu`: the kernel
+/// walks one switch-out of a profiled thread in the divisor, see `session::cpu_budget`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SwitchShare {
+    /// The divisor in force last: one switch-out in this many walked.
+    pub last_one_in: u32,
+    /// The share walked (1 ÷ divisor), weighted by the time each divisor was in force.
+    pub mean_share: f64,
+}
+
+impl SwitchShare {
+    /// `1 in 8 last, mean share 20.50%`: what `--stats` and the profiles' title lines say.
+    pub fn describe(&self) -> String {
+        format!("1 in {} last, mean share {:.2}%", self.last_one_in, self.mean_share * 100.0)
+    }
+}
+
 /// What a profile says about `--max-cpu` (`output::recording_facts`): the values are those
-/// of the requested rate; the samples were kept at the effective rate.
+/// of the requested rate and of every context switch; the samples were kept at the effective
+/// rate and the switches walked at the effective share.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BudgetFacts {
     /// `--max-cpu`, percent of one CPU.
     pub max_cpu_percent: f64,
     pub rate: RateSummary,
+    /// In the off-CPU modes (`wall`, `off-cpu`); `None` in the others.
+    pub switches: Option<SwitchShare>,
 }
 
 /// Identity of one counted stack.

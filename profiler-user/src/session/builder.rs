@@ -152,7 +152,7 @@ impl SessionBuilder {
         if let Some(percent) = self.max_cpu {
             let share = session.kernel.take_sample_share().ok_or_else(|| SessionError::Runtime("the sampled share was taken twice".into()))?;
             let programs = session.kernel.program_fds();
-            let prepared = super::cpu_budget::Prepared::new(percent, self.rate, share, programs);
+            let prepared = super::cpu_budget::Prepared::new(percent, self.rate, self.time.mode.off_cpu(), share, programs);
             if !super::cpu_budget::lock(&prepared.state()).bpf_measured {
                 eprintln!(
                     "{}: warning: the kernel's BPF statistics cannot be turned on: --max-cpu measures pyperch's threads only",

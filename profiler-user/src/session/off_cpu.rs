@@ -162,7 +162,9 @@ impl Session {
                     }
                     self.charged.forget(tid, out);
                 }
-                _ if out != 0 && length < min_off_cpu_ns => short = short.saturating_add(length),
+                // Short time is kept weighted: this interval's length times the weight of
+                // the switch-out that began it (on its kept record).
+                _ if out != 0 && length < min_off_cpu_ns => short = short.saturating_add(length.saturating_mul(kept_weight(record.as_deref()))),
                 _ => {}
             }
             self.add_short_off_cpu(state.tgid, state.generation, tid, short);
@@ -272,7 +274,8 @@ impl Session {
         }
     }
 
-    /// Charges `off_ns` (and `short_ns` of short time) to the record the kernel kept for
+    /// Charges `off_ns` (times the kept record's weight, see `sample_flags::weight`; and
+    /// `short_ns` of short time, weighted already) to the record the kernel kept for
     /// thread `tid`'s pending interval (`bytes`: header, frames, trailer slot), as of `time_ns`.
     /// False when the bytes are not such a record (nothing charged).
     fn charge_kept_record(&mut self, tid: u32, state: &ThreadSwitch, mut bytes: Vec<u8>, time_ns: u64, off_ns: u64, short_ns: u64) -> bool {
@@ -294,9 +297,31 @@ impl Session {
     }
 }
 
+/// The weight of the switch-out whose record the kernel kept (`bytes`; the sampled share's
+/// divisor then, `sample_flags::weight`): 1 without a record or a share.
+fn kept_weight(bytes: Option<&[u8]>) -> u64 {
+    bytes.and_then(SampleHeader::read).map_or(1, |h| u64::from(profiler_common::sample_flags::weight(h.flags)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pending interval's short time at the end is weighted by its kept record's weight;
+    /// without a record, or a share, it counts once.
+    #[test]
+    fn kept_weight_reads_the_records_flags() {
+        use profiler_common::{SampleHeader, sample_flags::WEIGHT_SHIFT};
+        assert_eq!(kept_weight(None), 1);
+        assert_eq!(kept_weight(Some(&[0u8; 4])), 1, "too short to be a record");
+        let mut header = SampleHeader { kind: record_kind::OFF_CPU, ..SampleHeader::default() };
+        let mut bytes = vec![0u8; profiler_common::MAX_RECORD_SIZE];
+        write_off_cpu_record(&mut bytes, &header, &OffCpuInterval::default()).expect("room");
+        assert_eq!(kept_weight(Some(&bytes)), 1);
+        header.flags = 16 << WEIGHT_SHIFT;
+        write_off_cpu_record(&mut bytes, &header, &OffCpuInterval::default()).expect("room");
+        assert_eq!(kept_weight(Some(&bytes)), 16);
+    }
 
     #[test]
     fn a_record_charges_only_what_periods_did_not() {

@@ -24,6 +24,13 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
             "  CPU budget: {} samples of registered processes skipped by the sampled share, each kept one counting for the skipped",
             kernel.share_skipped
         );
+        if budget.switches {
+            let _ = writeln!(
+                s,
+                "  CPU budget: {} switch-outs of profiled threads not walked by the sampled share, each walked one counting for the skipped",
+                kernel.switch_share_skipped
+            );
+        }
     }
     let drain = session.drain_counts;
     let _ = writeln!(

@@ -3,13 +3,17 @@
 //! CPU-clock events: the kernel keeps one sample in a divisor at random and marks each kept
 //! sample with it (`sample_flags::WEIGHT_SHIFT`), and the session counts that sample as that
 //! many ([`crate::sample::Charge`]), so profiles keep their values at the requested rate,
-//! unbiased, only noisier. The divisor is chosen each second by the [`controller`] (with
+//! unbiased, only noisier. In the off-CPU modes (`wall`, `off-cpu`) the same divisor sets
+//! the share of context switches walked: the kernel walks one switch-out of a profiled thread
+//! in that many and marks its interval with it, and the session charges the interval's time
+//! that many times (its short time comes weighted already). The divisor is chosen each second by the [`controller`] (with
 //! hysteresis, never below the 1 Hz floor), on a thread of its own ("pyperch-budget"): its
 //! reads never block and it is neither the drain thread nor the worker, so a worker
 //! falling behind is measured, not waited for.
 //!
 //! What is measured and chosen is kept in [`BudgetState`] for `--stats` and the profiles'
-//! metadata (the effective rate: min, time-weighted mean, last).
+//! metadata (the effective rate: min, time-weighted mean, last; in the off-CPU modes the
+//! share of context switches walked: last, time-weighted mean).
 
 pub(crate) mod controller;
 pub(crate) mod meter;
@@ -25,21 +29,25 @@ use crate::kernel::loader::SampleShare;
 /// How often pyperch's CPU is measured and the share chosen.
 pub(crate) const TICK: Duration = Duration::from_secs(1);
 
-pub use crate::sample::aggregate::{BudgetFacts, RateSummary};
+pub use crate::sample::aggregate::{BudgetFacts, RateSummary, SwitchShare};
 
-/// Time-weighted effective rates.
+/// Time-weighted effective rates and shares.
 #[derive(Clone, Copy, Debug, Default)]
 struct RateAccumulator {
     seconds: f64,
     hz_seconds: f64,
+    /// The share kept (1 ÷ divisor) times the seconds it was in force.
+    share_seconds: f64,
     min_hz: Option<f64>,
     last_hz: Option<f64>,
 }
 
 impl RateAccumulator {
-    fn add(&mut self, hz: f64, seconds: f64) {
+    /// `seconds` at effective rate `hz`, with one event in `divisor` kept.
+    fn add(&mut self, hz: f64, divisor: u32, seconds: f64) {
         self.seconds += seconds;
         self.hz_seconds += hz * seconds;
+        self.share_seconds += seconds / divisor.max(1) as f64;
         self.min_hz = Some(self.min_hz.map_or(hz, |m| m.min(hz)));
         self.last_hz = Some(hz);
     }
@@ -55,6 +63,14 @@ impl RateAccumulator {
             last_hz: now_hz,
         }
     }
+
+    /// The share of context switches walked; the divisor in force now (`now_divisor`)
+    /// gives it when nothing was accrued yet.
+    fn switch_share(&self, now_divisor: u32) -> SwitchShare {
+        let now_divisor = now_divisor.max(1);
+        let mean_share = if self.seconds <= 0.0 { 1.0 / now_divisor as f64 } else { self.share_seconds / self.seconds };
+        SwitchShare { last_one_in: now_divisor, mean_share }
+    }
 }
 
 /// What the budget's thread measured and chose; shared with the session.
@@ -65,6 +81,9 @@ pub struct BudgetState {
     pub rate_hz: u64,
     /// Whether the kernel programs' run time is measured (BPF statistics on).
     pub bpf_measured: bool,
+    /// Whether context switches are walked (`--mode wall`/`off-cpu`): the divisor then sets
+    /// their share too, and the facts and `--stats` say it.
+    pub switches: bool,
     /// Measured time and pyperch's CPU in it (threads, kernel programs), nanoseconds.
     pub wall_ns: u64,
     pub threads_ns: u64,
@@ -81,11 +100,12 @@ pub struct BudgetState {
 }
 
 impl BudgetState {
-    fn new(budget_percent: f64, rate_hz: u64, bpf_measured: bool) -> Self {
+    fn new(budget_percent: f64, rate_hz: u64, bpf_measured: bool, switches: bool) -> Self {
         BudgetState {
             budget_percent,
             rate_hz,
             bpf_measured,
+            switches,
             wall_ns: 0,
             threads_ns: 0,
             bpf_ns: 0,
@@ -115,8 +135,8 @@ impl BudgetState {
             }
         }
         let (hz, seconds) = (self.hz(divisor), wall_ns as f64 / 1e9);
-        self.whole.add(hz, seconds);
-        self.interval.add(hz, seconds);
+        self.whole.add(hz, divisor, seconds);
+        self.interval.add(hz, divisor, seconds);
     }
 
     /// pyperch's mean CPU over the measured time, percent of one CPU.
@@ -129,16 +149,26 @@ impl BudgetState {
         self.whole.summary(self.hz(self.divisor))
     }
 
-    /// The effective rate since the last call (the agent's interval), and a fresh start.
-    pub fn take_interval(&mut self) -> RateSummary {
-        let summary = self.interval.summary(self.hz(self.divisor));
+    /// The share of context switches walked over the whole run (`None` outside the off-CPU
+    /// modes).
+    pub fn switch_share(&self) -> Option<SwitchShare> {
+        self.switches.then(|| self.whole.switch_share(self.divisor))
+    }
+
+    /// The facts since the last call (the agent's interval), and a fresh start.
+    pub fn take_interval(&mut self) -> BudgetFacts {
+        let facts = BudgetFacts {
+            max_cpu_percent: self.budget_percent,
+            rate: self.interval.summary(self.hz(self.divisor)),
+            switches: self.switches.then(|| self.interval.switch_share(self.divisor)),
+        };
         self.interval = RateAccumulator::default();
-        summary
+        facts
     }
 
     /// The whole run's facts for a profile.
     pub fn facts(&self) -> BudgetFacts {
-        BudgetFacts { max_cpu_percent: self.budget_percent, rate: self.rate() }
+        BudgetFacts { max_cpu_percent: self.budget_percent, rate: self.rate(), switches: self.switch_share() }
     }
 
     /// `--stats` lines (each without its indent).
@@ -149,7 +179,7 @@ impl BudgetState {
         } else {
             "not measured (the kernel's BPF statistics could not be turned on)".to_string()
         };
-        vec![
+        let mut lines = vec![
             format!(
                 "CPU budget (--max-cpu): {}% of one CPU; pyperch used {:.2}% on average over {:.1} s (peak second {:.2}%): threads {:.3} s, kernel programs {bpf}",
                 fmt_percent(self.budget_percent),
@@ -168,7 +198,11 @@ impl BudgetState {
                 self.changes,
                 if self.write_errors > 0 { format!(", {} failed writes", self.write_errors) } else { String::new() },
             ),
-        ]
+        ];
+        if let Some(sw) = self.switch_share() {
+            lines.push(format!("CPU budget: context switches walked {} (the same share as the samples)", sw.describe()));
+        }
+        lines
     }
 }
 
@@ -190,14 +224,16 @@ pub(crate) struct Prepared {
 impl Prepared {
     /// For `budget_percent` of one CPU at `rate_hz`; needs the privileges `BPF_ENABLE_STATS`
     /// needs (call before the drop).
+    /// `switches`: the off-CPU modes (context switches are walked, at the same share).
     pub(crate) fn new(
         budget_percent: f64,
         rate_hz: u64,
+        switches: bool,
         mut share: SampleShare,
         programs: Vec<std::os::fd::OwnedFd>,
     ) -> Self {
         let meter = meter::Meter::new(programs, meter::enable_bpf_stats());
-        let state = Arc::new(Mutex::new(BudgetState::new(budget_percent, rate_hz, meter.bpf_measured())));
+        let state = Arc::new(Mutex::new(BudgetState::new(budget_percent, rate_hz, meter.bpf_measured(), switches)));
         if share.set(1).is_err() {
             lock(&state).write_errors += 1;
         }
@@ -320,10 +356,7 @@ impl SessionBudget {
 
     /// The facts of the agent's interval since the last call, if there is a budget.
     pub(crate) fn take_interval(&self) -> Option<BudgetFacts> {
-        self.state.as_ref().map(|s| {
-            let mut s = lock(s);
-            BudgetFacts { max_cpu_percent: s.budget_percent, rate: s.take_interval() }
-        })
+        self.state.as_ref().map(|s| lock(s).take_interval())
     }
 }
 
@@ -347,7 +380,7 @@ mod tests {
 
     #[test]
     fn effective_rate_is_time_weighted() {
-        let mut s = BudgetState::new(2.0, 1000, true);
+        let mut s = BudgetState::new(2.0, 1000, true, false);
         s.account(1_000_000_000, 1, 0, 1);
         s.account(3_000_000_000, 1, 0, 4);
         s.divisor = 4;
@@ -356,14 +389,43 @@ mod tests {
         assert_eq!(r.last_hz, 250.0);
         assert!((r.mean_hz - (1000.0 + 3.0 * 250.0) / 4.0).abs() < 1e-9);
         // The agent's interval starts afresh.
-        assert_eq!(s.take_interval().mean_hz, r.mean_hz);
+        assert_eq!(s.take_interval().rate.mean_hz, r.mean_hz);
         s.account(1_000_000_000, 1, 0, 4);
-        assert_eq!(s.take_interval(), RateSummary { min_hz: 250.0, mean_hz: 250.0, last_hz: 250.0 });
+        assert_eq!(s.take_interval().rate, RateSummary { min_hz: 250.0, mean_hz: 250.0, last_hz: 250.0 });
+        // CPU mode: no share of context switches is stated.
+        assert_eq!(s.facts().switches, None);
+        assert!(!s.report().iter().any(|l| l.contains("context switches")));
+    }
+
+    /// In the off-CPU modes the same divisor is the share of context switches walked: its
+    /// mean is weighted by time (1 s of every switch, 3 s of one in 4: 7/16), the last is
+    /// the divisor in force, and the agent's interval starts afresh.
+    #[test]
+    fn switch_share_is_time_weighted() {
+        let mut s = BudgetState::new(2.0, 99, true, true);
+        assert_eq!(s.facts().switches, Some(SwitchShare { last_one_in: 1, mean_share: 1.0 }), "nothing measured yet");
+        s.account(1_000_000_000, 1, 0, 1);
+        s.account(3_000_000_000, 1, 0, 4);
+        s.divisor = 4;
+        let sw = s.facts().switches.expect("off-CPU mode");
+        assert_eq!(sw.last_one_in, 4);
+        assert!((sw.mean_share - 7.0 / 16.0).abs() < 1e-12, "{sw:?}");
+        let lines = s.report();
+        assert!(lines.iter().any(|l| l.contains("context switches walked 1 in 4 last, mean share 43.75%")), "{lines:?}");
+        assert_eq!(s.take_interval().switches, Some(sw));
+        s.account(2_000_000_000, 1, 0, 4);
+        let interval = s.take_interval().switches.expect("off-CPU mode");
+        assert!((interval.mean_share - 0.25).abs() < 1e-12, "{interval:?}");
+        // The divisor 0 the kernel reads as 1 is never a division by zero.
+        let mut z = BudgetState::new(2.0, 99, true, true);
+        z.account(1_000_000_000, 1, 0, 0);
+        z.divisor = 0;
+        assert_eq!(z.facts().switches, Some(SwitchShare { last_one_in: 1, mean_share: 1.0 }));
     }
 
     #[test]
     fn cpu_is_threads_plus_kernel_programs() {
-        let mut s = BudgetState::new(2.0, 99, true);
+        let mut s = BudgetState::new(2.0, 99, true, false);
         s.account(2_000_000_000, 30_000_000, 10_000_000, 1);
         assert!((s.mean_percent() - 2.0).abs() < 1e-9);
         assert!((s.peak_percent - 2.0).abs() < 1e-9);
