@@ -110,9 +110,12 @@ fn short_lived_processes_system_wide_within_budget() {
 /// so nearly every run is one of its samples. With
 /// `--max-cpu 100`, a budget this rate never reaches (under 1 % here), so that pyperch keeps
 /// the kernel's BPF statistics on without shedding anything. The 500-thread cost per sample
-/// must be at most 1.5× the 8-thread one (measured here: 1.07-1.24× single runs on a busy
-/// machine, once 1.55×; the kernel program reads the stacks of 500 threads from colder
-/// caches, so its part grows most).
+/// must be at most 1.75× the 8-thread one, and its userspace part (pyperch's threads) at
+/// most 1.3×. Measured with one event per CPU for both: 1.43× in all (2.3 against 3.3 us),
+/// of which the threads' part 1.1× (0.96 against 1.04 us) and the kernel program's 1.6× (1.4
+/// against 2.3 us: it reads the stacks of 500 threads from colder caches; nothing in it
+/// scans the threads, the thread state comes from its TLS slot); with one event per thread
+/// 1.07-1.24×, once 1.55×.
 #[test]
 fn cost_per_sample_does_not_grow_with_threads() {
     let Some(py) = first_python(&["3.12", "3.11", "sid-3.14", "3.10"]) else {
@@ -122,6 +125,7 @@ fn cost_per_sample_does_not_grow_with_threads() {
     // Twice each, alternating: other jobs on the machine only add to a measurement (cache
     // and memory contention), so the lower of the two is each one's cost.
     let mut costs = [f64::MAX, f64::MAX];
+    let mut user_costs = [f64::MAX, f64::MAX];
     for (i, threads) in ["8", "500", "8", "500"].into_iter().enumerate() {
         let mut w = Workload::spawn(&py, "many_threads.py", &[threads, "120"]).unwrap_or_else(|e| panic!("{e:#}"));
         let pid = w.pid.to_string();
@@ -148,8 +152,16 @@ fn cost_per_sample_does_not_grow_with_threads() {
             user_us + bpf_us
         ));
         costs[i % 2] = costs[i % 2].min(user_us + bpf_us);
+        user_costs[i % 2] = user_costs[i % 2].min(user_us);
     }
     let ratio = costs[1] / costs[0];
-    note(format!("500 / 8 threads: {ratio:.2}x per sample"));
-    assert!(ratio <= 1.5, "a sample costs {:.2} us with 500 threads, {:.2} us with 8: {ratio:.2}x, over 1.5x", costs[1], costs[0]);
+    let user_ratio = user_costs[1] / user_costs[0];
+    note(format!("500 / 8 threads: {ratio:.2}x per sample, {user_ratio:.2}x of it in pyperch's threads"));
+    assert!(ratio <= 1.75, "a sample costs {:.2} us with 500 threads, {:.2} us with 8: {ratio:.2}x, over 1.75x", costs[1], costs[0]);
+    assert!(
+        user_ratio <= 1.3,
+        "pyperch's threads spend {:.2} us per sample with 500 threads, {:.2} us with 8: {user_ratio:.2}x, over 1.3x",
+        user_costs[1],
+        user_costs[0]
+    );
 }
