@@ -123,18 +123,11 @@ pub enum Loading {
 pub fn start_load(pid: u32, mapping: &Mapping, waiter: &mpsc::Sender<Loaded>) -> Loading {
     let key = mapping.key();
     let mut c = cache();
-    if let Some(entry) = c.files.get_mut(&key) {
-        entry.used = Instant::now();
-        return Loading::Ready(entry.file.clone());
-    }
-    if let Some(flight) = c.in_flight.get_mut(&key) {
-        if flight.waiters.len() < MAX_WAITERS {
-            flight.waiters.push(waiter.clone());
-        }
-        return Loading::InFlight;
-    }
-    if c.failed.get(&key).is_some_and(|at| at.elapsed() < RETRY_AFTER) {
-        return Loading::Unreadable;
+    match known(&mut c, key, waiter) {
+        Some(Known::Cached(file)) => return Loading::Ready(file),
+        Some(Known::Joined) => return Loading::InFlight,
+        Some(Known::Failed) => return Loading::Unreadable,
+        None => {}
     }
     if !admit(&c, pid) {
         // Asked again (the process reads its maps again while files load): queued once.
@@ -190,31 +183,44 @@ fn spawn_reader(c: &mut Cache, pid: u32, mapping: Mapping, waiters: Vec<mpsc::Se
     true
 }
 
+/// What the cache already knows of a file, without starting a read.
+enum Known {
+    Cached(Arc<ModuleFile>),
+    /// In flight: `waiter` joined its waiters (if there was room).
+    Joined,
+    /// Failed or evicted recently.
+    Failed,
+}
+
+/// The file `key` if cached (marked used), in flight (with `waiter` joined), or failed
+/// recently; `None` when a read has to start.
+fn known(c: &mut Cache, key: FileKey, waiter: &mpsc::Sender<Loaded>) -> Option<Known> {
+    if let Some(entry) = c.files.get_mut(&key) {
+        entry.used = Instant::now();
+        return Some(Known::Cached(entry.file.clone()));
+    }
+    if let Some(flight) = c.in_flight.get_mut(&key) {
+        if flight.waiters.len() < MAX_WAITERS {
+            flight.waiters.push(waiter.clone());
+        }
+        return Some(Known::Joined);
+    }
+    c.failed.get(&key).is_some_and(|at| at.elapsed() < RETRY_AFTER).then_some(Known::Failed)
+}
+
 /// Starts the oldest queued read a reader may now take; queued reads whose file was read,
 /// or is in flight, or failed meanwhile, are answered (or joined) on the way.
 fn start_queued(c: &mut Cache) {
     let mut i = 0;
     while i < c.queued.len() {
         let key = c.queued[i].mapping.key();
-        if let Some(entry) = c.files.get_mut(&key) {
-            entry.used = Instant::now();
-            let file = entry.file.clone();
-            if let Some(q) = c.queued.remove(i) {
-                let _ = q.waiter.send(Loaded::Read(key, Some(file)));
-            }
-            continue;
-        }
-        if c.in_flight.contains_key(&key) {
-            if let Some(q) = c.queued.remove(i) {
-                if let Some(flight) = c.in_flight.get_mut(&key).filter(|f| f.waiters.len() < MAX_WAITERS) {
-                    flight.waiters.push(q.waiter);
-                }
-            }
-            continue;
-        }
-        if c.failed.get(&key).is_some_and(|at| at.elapsed() < RETRY_AFTER) {
-            if let Some(q) = c.queued.remove(i) {
-                let _ = q.waiter.send(Loaded::Read(key, None));
+        let waiter = c.queued[i].waiter.clone();
+        if let Some(known) = known(c, key, &waiter) {
+            c.queued.remove(i);
+            match known {
+                Known::Cached(file) => drop(waiter.send(Loaded::Read(key, Some(file)))),
+                Known::Failed => drop(waiter.send(Loaded::Read(key, None))),
+                Known::Joined => {}
             }
             continue;
         }
