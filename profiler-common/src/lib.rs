@@ -341,6 +341,20 @@ pub mod gc_check {
     pub const INTERP_FLAG: u32 = 2;
 }
 
+/// Slots of the kernel's `SAMPLE_SHARE` array (`--max-cpu`), written by userspace.
+pub mod share_slot {
+    /// The divisor: one CPU sample (and one switch-out walked) in this many; 0 or 1: all.
+    pub const DIVISOR: u32 = 0;
+    /// The scheduler-switch program's pauses: it is attached one time slice in this many
+    /// (0 or 1: always), so a walked switch-out's weight is the divisor times this;
+    /// [`DRAINING`] while a slice ends (no switch-out is walked, pending ones still end).
+    pub const SWITCH_SLICES: u32 = 1;
+    /// `SWITCH_SLICES` while the program drains before a pause.
+    pub const DRAINING: u32 = u32::MAX;
+    /// Number of slots.
+    pub const SLOTS: u32 = 2;
+}
+
 /// Bits of `SampleHeader::flags`.
 pub mod sample_flags {
     /// A CPU sample taken while the sampled thread ran the garbage collector (see `gc_check`).
@@ -438,8 +452,12 @@ pub mod counter {
     /// (`--max-cpu` in `--mode wall`/`off-cpu`: the kernel walks one in `SAMPLE_SHARE`'s
     /// divisor, at random; the interval of one not walked is not sent).
     pub const SWITCH_SHARE_SKIPPED: u32 = 21;
+    /// Off-CPU intervals dropped at a switch-in because their thread had arrived on a CPU
+    /// since it switched out (its true end fell while the scheduler-switch program was
+    /// paused, `--max-cpu`): charged to its end they would hold time it ran.
+    pub const OFF_CPU_END_MISSED: u32 = 22;
     /// Number of slots.
-    pub const SLOTS: u32 = 22;
+    pub const SLOTS: u32 = 23;
 }
 
 /// Kinds of records in the `SAMPLES` ring buffer; every record starts with a `SampleHeader`
@@ -517,6 +535,11 @@ pub struct ThreadSwitch {
     /// 0 when its first switch seen was a switch-out (it was running). No entry for the
     /// registration at all: no switch of the thread was seen since it was registered.
     pub first_in_ns: u64,
+    /// The thread's arrivals on a CPU (`task_struct.sched_info.pcount`) when its pending
+    /// interval began: its switch-in ends that interval only if it has not arrived since
+    /// (the scheduler-switch program may be detached for a while, `--max-cpu`'s pauses).
+    /// 0 when the kernel's BTF did not give the field.
+    pub arrivals: u64,
 }
 
 /// Outcome of one kernel walk.

@@ -26,15 +26,16 @@ const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 const BPF_RB_AVAIL_DATA: u64 = 0;
 
-/// `--max-cpu`'s sampled share: slot 0 holds a divisor `d`; the CPU samplers keep one
+/// `--max-cpu`'s sampled share (slots: `profiler_common::share_slot`): slot 0 holds a divisor `d`; the CPU samplers keep one
 /// sample of a registered process in `d`, and the scheduler-switch program walks one
 /// switch-out of a registered thread in `d`, each at random (0 and 1 keep every one). Written
 /// by userspace's budget controller; a kept sample or walked interval carries `d` in its
 /// flags (`sample_flags::WEIGHT_SHIFT`), so it stands for `d` of them and profiles stay
 /// unbiased. One divisor for both: the controller sees one cost, and lowering both parts of
-/// it by the same factor keeps its "cost proportional to the share" model true.
+/// it by the same factor keeps its "cost proportional to the share" model true. Slot 1: the
+/// scheduler-switch program's time slices under pauses ([`switch_share_draw`]).
 #[map]
-pub static SAMPLE_SHARE: Array<u32> = Array::with_max_entries(1, 0);
+pub static SAMPLE_SHARE: Array<u32> = Array::with_max_entries(profiler_common::share_slot::SLOTS, 0);
 
 /// The sampled share's verdict for one CPU sample: `Some(divisor)` to take it (the divisor
 /// read once, so the weight is the one the choice was made with), `None` to skip it (counted
@@ -55,7 +56,7 @@ pub fn share_keeps() -> Option<u32> {
 /// Without a share (divisor 0 or 1) it costs the one array lookup, no random draw.
 #[inline(always)]
 pub fn share_draw() -> u32 {
-    let divisor = match SAMPLE_SHARE.get(0) {
+    let divisor = match SAMPLE_SHARE.get(profiler_common::share_slot::DIVISOR) {
         Some(d) if *d > 1 => *d,
         _ => return 1,
     };
@@ -65,6 +66,21 @@ pub fn share_draw() -> u32 {
         return 0;
     }
     divisor
+}
+
+/// The scheduler-switch program's share of switch-outs: [`share_draw`] times its time
+/// slices (`share_slot::SWITCH_SLICES`: attached one slice in that many), the weight of a
+/// walked switch-out; 0 to walk none (not drawn, or the program drains before a pause).
+#[inline(always)]
+pub fn switch_share_draw() -> u32 {
+    let slices = match SAMPLE_SHARE.get(profiler_common::share_slot::SWITCH_SLICES) {
+        Some(s) if *s == profiler_common::share_slot::DRAINING => return 0,
+        Some(s) if *s > 1 => *s,
+        _ => 1,
+    };
+    let drawn = share_draw();
+    // Both are bounded by userspace so that the product stays within `MAX_WEIGHT`.
+    drawn.saturating_mul(slices)
 }
 
 /// Kernel-side counters, per CPU: see `profiler_common::counter`.

@@ -36,6 +36,15 @@
 //! to have nothing pending costs no lookup of its entry, at its switch-out (nor of its
 //! process, whose generation `switch_filter` kept) or at its switch-in.
 //!
+//! Pauses (`--max-cpu`, when even the program's call on every switch is over the budget):
+//! userspace detaches the program between time slices (`profiler-user`'s
+//! `kernel::switch_gate`), and `maps::switch_share_draw` weighs a walked switch-out by the
+//! slices too, and walks none while the program drains before a pause. A switch-out keeps
+//! its thread's arrivals count (`sched_info.pcount`, [`arrivals`]); a switch-in ends the
+//! pending interval only if the count is unchanged, that is if the thread did not run unseen
+//! in between: otherwise its true end fell in a pause, and the interval is dropped
+//! (`counter::OFF_CPU_END_MISSED`), never charged with time the thread ran.
+//!
 //! For threads of unregistered processes the program costs one read of a small array of
 //! registration hints (`switch_filter::REGISTERED_HINT`) for `next` (after two loads of its
 //! ids), and a `PROCESSES` lookup only when the hint cannot rule it out: whether `prev` is
@@ -55,7 +64,7 @@ use profiler_common::{
 };
 
 use crate::gil::waiting_for_gil;
-use crate::maps::{PROCESSES, bump, share_draw};
+use crate::maps::{PROCESSES, bump, switch_share_draw};
 use crate::switch_filter::{NO_GENERATION, prev_generation};
 use crate::off_cpu_batch::send_off_cpu_record;
 use crate::native_stack::kernel_stacks_wanted;
@@ -74,6 +83,30 @@ const MAX_WEIGHTED_NS: u64 = u64::MAX / sample_flags::MAX_WEIGHT as u64;
 static TASK_PID_OFFSET: u64 = 0;
 #[unsafe(no_mangle)]
 static TASK_TGID_OFFSET: u64 = 0;
+/// Offset of `task_struct.sched_info.pcount` (the thread's arrivals on a CPU), from BTF; 0
+/// when unknown (then a switch-in is not checked against the arrivals, and userspace never
+/// pauses the program).
+#[unsafe(no_mangle)]
+static TASK_PCOUNT_OFFSET: u64 = 0;
+
+/// Thread `task`'s arrivals on a CPU (`sched_info.pcount`), 0 when the offset is unknown.
+/// At `sched_switch` the incoming thread's count does not include this arrival yet (the
+/// scheduler counts it after the tracepoint, in `context_switch`), and the outgoing thread's
+/// includes the run it ends: so a switch-in whose count equals the one kept at the thread's
+/// switch-out is the first arrival since, the true end of that interval.
+#[inline(always)]
+fn arrivals(task: *const u8) -> u64 {
+    // SAFETY: `task` is one of the tracepoint's tasks (typed memory the verifier lets the
+    // program load from); the offset is a frozen load-time constant from BTF, which the
+    // verifier checks against the same BTF.
+    unsafe {
+        let offset = core::ptr::read_volatile(&TASK_PCOUNT_OFFSET) as usize;
+        if task.is_null() || offset == 0 {
+            return 0;
+        }
+        core::ptr::read_volatile(task.add(offset) as *const u64)
+    }
+}
 
 /// Per registered thread: its switch state and the record walked at its last switch-out.
 /// One map value for both, so a switch-out and a switch-in each cost one lookup of the
@@ -197,7 +230,8 @@ pub fn pyperch_sched_switch(ctx: BtfTracePointContext) -> i32 {
             forget_thread(prev_tid);
         } else {
             let generation = prev_generation(prev_tid, epoch);
-            switch_out(&ctx, prev_pid_tgid, preempt as u8 != 0 || prev_state as u32 == 0, generation);
+            let prev: *const u8 = ctx.arg(1);
+            switch_out(&ctx, prev, prev_pid_tgid, preempt as u8 != 0 || prev_state as u32 == 0, generation);
         }
     }
     let next: *const u8 = ctx.arg(2);
@@ -216,10 +250,11 @@ fn now() -> u64 {
 /// `prev` (the current thread, `pid_tgid`) leaves the CPU: walks and keeps its stack, if the
 /// sampled share chooses this switch-out (every one without a budget). `generation`: its
 /// registration's, when `switch_filter` kept it (else `NO_GENERATION`).
-fn switch_out(ctx: &BtfTracePointContext, pid_tgid: u64, preempt: bool, generation: u64) {
+fn switch_out(ctx: &BtfTracePointContext, prev: *const u8, pid_tgid: u64, preempt: bool, generation: u64) {
     let tid = pid_tgid as u32;
-    // 0: not walked; else the divisor, the weight of the interval.
-    let weight = share_draw();
+    // 0: not walked; else the divisor (times the program's time slices under pauses), the
+    // weight of the interval.
+    let weight = switch_share_draw();
     if weight == 0 && generation != NO_GENERATION && known_running(tid, generation as u32) {
         // Not walked, and its entry already says it runs with nothing pending.
         bump(counter::SWITCH_SHARE_SKIPPED);
@@ -285,6 +320,7 @@ fn switch_out(ctx: &BtfTracePointContext, pid_tgid: u64, preempt: bool, generati
     state.switched_out_ns = now;
     state.reason = reason;
     state.kernel_stack = kernel_stack;
+    state.arrivals = arrivals(prev);
 }
 
 /// `--kernel`: the kernel stack of the thread switching out (where it blocked, or was
@@ -348,7 +384,7 @@ fn switch_in(next: *const u8) -> (u32, bool, u64) {
         return (tid, false, NO_GENERATION);
     };
     if !known_running(tid, info.generation) {
-        charge_interval(info, tgid, tid);
+        charge_interval(info, tgid, tid, next);
     }
     (tid, true, info.generation as u64)
 }
@@ -359,7 +395,7 @@ fn switch_in(next: *const u8) -> (u32, bool, u64) {
 /// this switch-in ends a wait the kernel did not see begin. Its time is noted
 /// (`first_in_ns`), for userspace to charge from the registration on (see
 /// `profiler-user/src/session/blocked_at_start.rs`); one insert, once per thread.
-fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
+fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32, next: *const u8) {
     let first_switch_in = || ThreadSwitch { tgid, generation: info.generation, first_in_ns: now(), ..ThreadSwitch::default() };
     let Some(thread) = thread_entry(tid) else {
         if let Some(thread) = thread_entry_or_new(tid) {
@@ -373,6 +409,16 @@ fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32) {
         return;
     }
     if state.switched_out_ns == 0 {
+        return;
+    }
+    if arrivals(next) != state.arrivals {
+        // It ran since it switched out, unseen (the program was paused): this is not the end
+        // of that interval, whose true end is unknown. Dropped, never charged with time it ran.
+        state.switched_out_ns = 0;
+        bump(counter::OFF_CPU_END_MISSED);
+        if thread.record.header.flags >> sample_flags::WEIGHT_SHIFT > 1 {
+            set_running(tid, info.generation);
+        }
         return;
     }
     let now = now();

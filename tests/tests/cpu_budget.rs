@@ -154,16 +154,10 @@ fn budget_holds_pyperch_cpu_with_500_busy_threads() {
 ///   walked intervals count for the skipped ones), and the total stands for as much time
 ///   (within 10 %).
 ///
-/// Why not the issue's full storm here: every context switch on the host runs the switch
-/// program, walked or not (measured on the 2-CPU test machine: about 0.11 us per run for a
-/// thread of another process, 0.16 us for one of the target not walked, two runs per sleep;
-/// the host's other work alone ran it 120,000 times a second, 1.5 % of a CPU, while other
-/// suites ran), so this machine cannot hold 2 % much above 20,000 switches a second of the
-/// target (at 33,000 pyperch used 2.6 % with one switch in 63 walked; at 78,000, 2.6 % at the
-/// floor of one in 99). Measured here: about 20,000 switches a second (100 per thread),
-/// pyperch at 1.6 to 2.0 %, one switch in 5 to 8 walked, the shares within half a point; on
-/// a host whose other work switches much more than these suites do, the margin is the
-/// first thing to go.
+/// This storm is held by the sampled share alone (the scheduler-switch program stays
+/// attached): about 20,000 switches a second (100 per thread), pyperch at 1.6 to 2.0 %, one
+/// switch in 5 to 8 walked, the shares within half a point. The issue's full storm, where the
+/// program's call on every switch is itself over the budget, is the next test's.
 #[test]
 fn budget_holds_pyperch_cpu_in_a_switch_storm() {
     const STORM_THREADS: &str = "200";
@@ -222,6 +216,90 @@ fn budget_holds_pyperch_cpu_in_a_switch_storm() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no share of context switches walked in --stats{d}"));
     assert!(last_one_in > 1, "the budget never lowered the share of context switches walked: {walked}{d}");
+    assert!(
+        percent <= BUDGET * 1.1,
+        "pyperch used {percent:.2}% of one CPU (threads {threads:.3} s + BPF {bpf:.3} s over {window:.1} s) at {per_second:.0} switches/s, over the budget of {BUDGET}% + 10 %{d}"
+    );
+    for (name, budgeted_share, free_share) in [("wait_a", a, free_a), ("wait_b", b, free_b)] {
+        assert!(
+            (budgeted_share - free_share).abs() <= 0.02,
+            "{name}: {:.1}% of the budgeted profile vs {:.1}% unbudgeted, more than 2 points apart{d}",
+            budgeted_share * 100.0,
+            free_share * 100.0
+        );
+    }
+    let worth = total as f64 / free_total.max(1) as f64;
+    assert!((0.9..=1.1).contains(&worth), "the budgeted profile stands for {total} ns, the unbudgeted one holds {free_total}{d}");
+    assert!(free_a > 0.5 && free_b > 0.1, "the unbudgeted profile does not show the workload's split{}", free.diag_pid(w.pid));
+}
+
+/// The storm of issue #33 at full strength: 500 threads each sleeping 500 us over and over
+/// (`workloads/switch_storm.py`; about 2,000 sleeps a second each asked, 300,000-400,000
+/// context switches a second reached on the 2-CPU test machine). Every context switch on the
+/// host runs the scheduler-switch program, walked or not (0.11-0.16 us a run): at this rate
+/// that fixed cost alone is 4-6 % of a CPU, which no share of walks lowers. So `--max-cpu`
+/// pauses the program (attached one time slice in `n` of each second, `kernel::switch_gate`),
+/// and a walked switch-out counts `n` times more. Recorded `--mode wall --max-cpu 2 --pid`
+/// beside an unbudgeted `--mode wall` pyperch on the same process. Checked:
+/// - pyperch's CPU over the window, measured from outside (threads + BPF run time), within
+///   the budget + 10 % (before pauses: 6.7 % at this storm, and 43 % unbudgeted);
+/// - `--stats` says the program was paused, and names the time slices in force;
+/// - wait_a's and wait_b's shares within 2 points of the unbudgeted run's, and the total
+///   stands for as much time (within 10 %): the pauses' weights keep the profile unbiased
+///   for waits shorter than the drain, as these are.
+#[test]
+fn budget_holds_in_the_issues_switch_storm_by_pausing_the_switch_program() {
+    const STORM_THREADS: &str = "500";
+    const STORM_SLEEP: &str = "0.0005";
+    let Some(py) = first_python(&["3.12", "3.11", "sid-3.14", "3.10"]) else {
+        skip("no CPython 3.10-3.12 or sid 3.14");
+        return;
+    };
+    let mut w = Workload::spawn(&py, "switch_storm.py", &[STORM_THREADS, "300", STORM_SLEEP]).unwrap_or_else(|e| panic!("{e:#}"));
+    let pid = w.pid.to_string();
+    let free_run = RecordRun::start(&["--pid", &pid, "--mode", "wall"]);
+    let budget = BUDGET.to_string();
+    let run = RecordRun::start(&["--pid", &pid, "--mode", "wall", "--max-cpu", &budget, "--stats"]);
+    assert!(free_run.wait_until_switch_hooked(Duration::from_secs(60)), "the unbudgeted pyperch did not hook context switches");
+    assert!(run.wait_until_switch_hooked(Duration::from_secs(60)), "pyperch did not hook context switches");
+    let pyperch = run.pid();
+    std::thread::sleep(SETTLE);
+    let (threads0, bpf0) = pyperch_cpu(pyperch);
+    let switches0 = voluntary_switches(w.pid);
+    let started = std::time::Instant::now();
+    std::thread::sleep(WINDOW);
+    let (threads1, bpf1) = pyperch_cpu(pyperch);
+    let switches1 = voluntary_switches(w.pid);
+    let window = started.elapsed().as_secs_f64();
+    let budgeted = run.interrupt();
+    let free = free_run.interrupt();
+    w.terminate();
+    budgeted.assert_ok();
+    free.assert_ok();
+    let d = budgeted.diag_pid(w.pid);
+
+    let (threads, bpf) = (threads1 - threads0, bpf1 - bpf0);
+    let percent = (threads + bpf) * 100.0 / window;
+    let per_second = switches1.saturating_sub(switches0) as f64 / window;
+    let (a, b, total) = function_shares(&budgeted, w.pid, "wait_a", "wait_b");
+    let (free_a, free_b, free_total) = function_shares(&free, w.pid, "wait_a", "wait_b");
+    let stats = &budgeted.run.stderr;
+    let walked = stats.lines().find(|l| l.contains("context switches walked")).unwrap_or("").trim().to_string();
+    let paused = stats.lines().find(|l| l.contains("scheduler-switch program paused")).unwrap_or("").trim().to_string();
+    note(format!(
+        "{}: {per_second:.0} voluntary switches/s; pyperch {percent:.2}% of one CPU over {window:.1} s (threads {threads:.3} s, BPF {bpf:.3} s), budget {BUDGET}%; {walked}; {paused}; wait_a {:.1}% / wait_b {:.1}% budgeted ({:.1} s) vs {:.1}% / {:.1}% unbudgeted ({:.1} s)",
+        py.describe(),
+        a * 100.0,
+        b * 100.0,
+        total as f64 / 1e9,
+        free_a * 100.0,
+        free_b * 100.0,
+        free_total as f64 / 1e9,
+    ));
+
+    assert!(bpf > 0.0, "no BPF run time seen in pyperch's programs' fdinfo: are the kernel's statistics on?{d}");
+    assert!(!paused.is_empty() && !paused.contains(": 0 pauses"), "--stats does not say the scheduler-switch program was paused: {paused:?}{d}");
+    assert!(walked.contains("attached one second in"), "--stats does not name the program's time slices: {walked:?}{d}");
     assert!(
         percent <= BUDGET * 1.1,
         "pyperch used {percent:.2}% of one CPU (threads {threads:.3} s + BPF {bpf:.3} s over {window:.1} s) at {per_second:.0} switches/s, over the budget of {BUDGET}% + 10 %{d}"

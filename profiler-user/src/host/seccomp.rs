@@ -16,7 +16,8 @@
 //!   so that the C library falls back to clone, whose flags can be checked).
 //! - Some entries are narrowed by argument: `mmap`/`mprotect` never with PROT_EXEC (no new
 //!   executable memory), `ioctl` never TIOCSTI or TIOCLINUX (no typing into the terminal
-//!   pyperch was started from), `bpf` only map commands on maps it already holds,
+//!   pyperch was started from), `bpf` only map commands on maps it already holds (and re-attaching its own
+//!   scheduler-switch program),
 //!   `prctl` only thread names, `prlimit64` only reads, `socket` only inet, unix and
 //!   netlink (the resolver) sockets.
 //! - [`AT_START`] adds what start-up needs (loading the program, opening perf events, the
@@ -129,8 +130,8 @@ const PROT_EXEC: u64 = libc::PROT_EXEC as u64;
 const TIOCSTI: u64 = libc::TIOCSTI as u64;
 const TIOCLINUX: u64 = 0x541C;
 
-/// bpf() commands on maps pyperch already holds (uapi `enum bpf_cmd`).
-const BPF_MAP_COMMANDS: [u64; 10] = [
+/// bpf() commands on maps and programs pyperch already holds (uapi `enum bpf_cmd`).
+const BPF_MAP_COMMANDS: [u64; 11] = [
     1,  // BPF_MAP_LOOKUP_ELEM
     2,  // BPF_MAP_UPDATE_ELEM
     3,  // BPF_MAP_DELETE_ELEM
@@ -141,6 +142,10 @@ const BPF_MAP_COMMANDS: [u64; 10] = [
     25, // BPF_MAP_LOOKUP_AND_DELETE_BATCH
     26, // BPF_MAP_UPDATE_BATCH
     27, // BPF_MAP_DELETE_BATCH
+    // Attaching the scheduler-switch program again after a pause (`--max-cpu`,
+    // `kernel::switch_gate`): a BTF tracepoint program takes its attach point from its load,
+    // so this re-attaches only programs pyperch loaded, where they were meant to run.
+    17, // BPF_RAW_TRACEPOINT_OPEN
 ];
 
 /// prctl() options after the drop: thread names, reading the bounding set.

@@ -110,7 +110,7 @@ pub fn has_capabilities() -> bool {
 
 /// The `(struct, member)` pairs whose offsets [`kernel_offsets`] reads, in the order of its
 /// results.
-pub(crate) const KERNEL_MEMBERS: [(&str, &str); 7] = [
+pub(crate) const KERNEL_MEMBERS: [(&str, &str); 9] = [
     ("task_struct", "thread"),
     ("thread_struct", "fsbase"),
     ("task_struct", "signal"),
@@ -118,6 +118,8 @@ pub(crate) const KERNEL_MEMBERS: [(&str, &str); 7] = [
     ("task_struct", "pid"),
     ("task_struct", "tgid"),
     ("task_struct", "stack"),
+    ("task_struct", "sched_info"),
+    ("sched_info", "pcount"),
 ];
 
 /// Where a task's saved user registers lie from the bottom of its kernel stack on x86_64:
@@ -141,7 +143,12 @@ pub fn kernel_offsets() -> Result<KernelOffsets, LoadError> {
     // process's (see `pyperch_process_exit`), and off-CPU time cannot be measured
     // (`--mode wall/off-cpu` refused).
     let [signal, live, task_pid, task_tgid, task_stack] = [found[2], found[3], found[4], found[5], found[6]].map(|o| o.unwrap_or(0));
-    Ok(KernelOffsets { fsbase: thread_offset + fsbase_offset, task_signal: signal, signal_live: live, task_pid, task_tgid, task_stack })
+    // Optional: without it `--max-cpu` never pauses the scheduler-switch program.
+    let task_pcount = match (found[7], found[8]) {
+        (Some(info), Some(pcount)) => info + pcount,
+        _ => 0,
+    };
+    Ok(KernelOffsets { fsbase: thread_offset + fsbase_offset, task_signal: signal, signal_live: live, task_pid, task_tgid, task_stack, task_pcount })
 }
 
 /// Kernel structure offsets the kernel program needs, from BTF.
@@ -158,6 +165,9 @@ pub struct KernelOffsets {
     pub task_tgid: u64,
     /// `task_struct.stack` (0: unknown; the bounded sampler then sends no native frames).
     pub task_stack: u64,
+    /// `task_struct.sched_info.pcount`, a thread's arrivals on a CPU (0: unknown; the
+    /// scheduler-switch program is then never paused, see `switch_gate`).
+    pub task_pcount: u64,
 }
 
 /// Slots of the kernel's process map (`PROCESSES`): registered processes at once. The
@@ -232,6 +242,11 @@ pub struct KernelProgram {
     kernel_log: Option<Arc<Mutex<aya_log::EbpfLogger<&'static dyn log::Log>>>>,
     /// The sampled share's divisor (`SAMPLE_SHARE`), until `take_sample_share`.
     sample_share: Option<SampleShare>,
+    /// Whether BTF gave `task_struct.sched_info.pcount` (needed to pause the
+    /// scheduler-switch program).
+    arrivals_known: bool,
+    /// The scheduler-switch program's attachment (`attach_off_cpu`).
+    switch_gate: Option<Arc<crate::kernel::switch_gate::SwitchGate>>,
 }
 
 /// `--max-cpu`'s handle on the kernel's sampled share (`SAMPLE_SHARE`): the CPU samplers
@@ -242,7 +257,14 @@ pub struct SampleShare(aya::maps::Array<MapData, u32>);
 impl SampleShare {
     /// Keeps one CPU sample in `divisor` from now on (1: every one).
     pub fn set(&mut self, divisor: u32) -> Result<(), LoadError> {
-        self.0.set(0, divisor.max(1), 0).map_err(|e| LoadError::Load(error_chain(&e)))
+        self.0.set(profiler_common::share_slot::DIVISOR, divisor.max(1), 0).map_err(|e| LoadError::Load(error_chain(&e)))
+    }
+
+    /// The scheduler-switch program's time slices (see `switch_gate`): it is attached one
+    /// slice in `slices`, and weighs the switch-outs it walks that many times more;
+    /// `share_slot::DRAINING` while it drains before a pause.
+    pub fn set_switch_slices(&mut self, slices: u32) -> Result<(), LoadError> {
+        self.0.set(profiler_common::share_slot::SWITCH_SLICES, slices.max(1), 0).map_err(|e| LoadError::Load(error_chain(&e)))
     }
 }
 
@@ -366,6 +388,9 @@ pub struct KernelCounters {
     pub off_cpu_intervals: u64,
     pub off_cpu_short: u64,
     pub off_cpu_lost: u64,
+    /// Off-CPU intervals dropped at a switch-in: the thread had run unseen since it switched
+    /// out (the scheduler-switch program was paused, `--max-cpu`).
+    pub off_cpu_end_missed: u64,
     /// `--kernel`: switch-outs whose kernel stack could not be kept (charged without it).
     pub off_cpu_no_kernel_stack: u64,
     /// `--mode gil`: samples dropped as not the GIL's holder / of versions that cannot tell.
@@ -444,6 +469,7 @@ impl KernelProgram {
             .override_global("EXCEPTION_ONLY", &exception_only, true)
             .override_global("TASK_PID_OFFSET", &offsets.task_pid, true)
             .override_global("TASK_TGID_OFFSET", &offsets.task_tgid, true)
+            .override_global("TASK_PCOUNT_OFFSET", &offsets.task_pcount, true)
             .override_global("TASK_STACK_OFFSET", &offsets.task_stack, true)
             .override_global("TASK_PT_REGS_OFFSET", &TASK_PT_REGS_OFFSET, true)
             .override_global("NATIVE_STACK_BYTES", &stack_bytes, true)
@@ -533,6 +559,8 @@ impl KernelProgram {
             registry,
             attached_cpus: 0,
             task_ids_known: offsets.task_pid != 0 && offsets.task_tgid != 0,
+            arrivals_known: offsets.task_pcount != 0,
+            switch_gate: None,
             unwind_tables,
             kernel_log,
             sample_share: Some(sample_share),
@@ -588,9 +616,29 @@ impl KernelProgram {
         if !self.task_ids_known {
             return Err(LoadError::BtfMissing("task_struct.pid/tgid (needed to measure off-CPU time)"));
         }
+        use std::os::fd::AsFd;
         let program: &mut BtfTracePoint = program_mut(&mut self.ebpf, SWITCH_PROGRAM)?;
-        program.attach().map_err(|e| LoadError::Load(format!("sched_switch: {}", error_chain(&e))))?;
+        let fd = program
+            .fd()
+            .map_err(|e| LoadError::Load(format!("sched_switch: {}", error_chain(&e))))?
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| LoadError::Load(format!("sched_switch: {e}")))?;
+        let gate = crate::kernel::switch_gate::SwitchGate::new(fd);
+        gate.open().map_err(|e| LoadError::Load(format!("sched_switch: {e}")))?;
+        self.switch_gate = Some(Arc::new(gate));
         Ok(())
+    }
+
+    /// The scheduler-switch program's attachment, once attached, if `--max-cpu` may pause it
+    /// (BTF gave the threads' arrivals count, which keeps the waits exact across pauses).
+    pub fn pausable_switch_gate(&self) -> Option<Arc<crate::kernel::switch_gate::SwitchGate>> {
+        self.switch_gate.clone().filter(|_| self.arrivals_known)
+    }
+
+    /// The scheduler-switch program's attachment, once attached.
+    pub fn switch_gate(&self) -> Option<&crate::kernel::switch_gate::SwitchGate> {
+        self.switch_gate.as_deref()
     }
 
     /// The scheduler-switch program's per-thread state, read once at the end (after
@@ -779,6 +827,9 @@ impl KernelProgram {
                 let _ = program.unload();
             }
         }
+        if let Some(gate) = &self.switch_gate {
+            gate.retire();
+        }
         if let Ok(program) = program_mut::<BtfTracePoint>(&mut self.ebpf, SWITCH_PROGRAM) {
             let _ = program.unload();
         }
@@ -882,6 +933,7 @@ impl Registry {
             off_cpu_intervals: self.counter_sum(counter::OFF_CPU_INTERVALS),
             off_cpu_short: self.counter_sum(counter::OFF_CPU_SHORT),
             off_cpu_lost: self.counter_sum(counter::OFF_CPU_LOST),
+            off_cpu_end_missed: self.counter_sum(counter::OFF_CPU_END_MISSED),
             off_cpu_no_kernel_stack: self.counter_sum(counter::OFF_CPU_NO_KERNEL_STACK),
             not_gil_holder: self.counter_sum(counter::NOT_GIL_HOLDER),
             no_gil: self.counter_sum(counter::NO_GIL),

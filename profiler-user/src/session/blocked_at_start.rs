@@ -175,6 +175,9 @@ pub(crate) enum Dropped {
     NotRead,
     /// It ended before the recording did.
     Ended,
+    /// The scheduler-switch program was paused since the registration (`--max-cpu`): a
+    /// switch may have gone unseen, so no first switch proves the wait.
+    Paused,
 }
 
 /// What to do with one thread of a snapshot.
@@ -299,6 +302,9 @@ pub(crate) struct BlockedAtStart {
     pub(crate) woke_before_read: u64,
     pub(crate) not_read: u64,
     pub(crate) ended: u64,
+    /// Waits whose thread may have run unseen while the scheduler-switch program was paused
+    /// (`--max-cpu`, see `kernel::switch_gate`).
+    pub(crate) paused: u64,
     /// Processes whose snapshot failed, was not taken (queue full or `HELD_BUDGET` spent) or
     /// was not done by the end.
     pub(crate) processes_not_read: u64,
@@ -389,6 +395,7 @@ impl BlockedAtStart {
             Dropped::WokeBeforeRead => self.woke_before_read += 1,
             Dropped::NotRead => self.not_read += 1,
             Dropped::Ended => self.ended += 1,
+            Dropped::Paused => self.paused += 1,
         }
     }
 
@@ -402,7 +409,11 @@ impl BlockedAtStart {
             self.not_read,
             self.ended,
             self.processes_not_read
-        )
+        ) + &if self.paused > 0 {
+            format!("; {} dropped after a pause of the scheduler-switch program (--max-cpu)", self.paused)
+        } else {
+            String::new()
+        }
     }
 }
 

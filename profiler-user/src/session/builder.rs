@@ -183,6 +183,10 @@ impl SessionBuilder {
         // switched out at their registration are charged from then (`read_blocked_threads`).
         if self.time.mode.off_cpu() {
             session.kernel.attach_off_cpu()?;
+            // `--max-cpu` may pause it when its cost on every switch is over the budget.
+            if let Some(gate) = session.kernel.pausable_switch_gate() {
+                session.cpu_budget.set_switch_gate(gate);
+            }
         }
 
         let mut child = None;

@@ -167,6 +167,9 @@ pub(crate) struct Session {
     pub(crate) drain_counts: drain::DrainCounts,
     /// CPUs' batches of off-CPU records read from the kernel's map at the end (not sent).
     pub(crate) off_cpu_batches_at_end: u64,
+    /// Off-CPU intervals still pending at the end whose thread ran unseen during a pause of
+    /// the scheduler-switch program (`--max-cpu`): dropped.
+    pub(crate) off_cpu_paused_dropped: u64,
     /// When the kernel programs were detached (kernel monotonic clock): waits still pending
     /// are charged up to here, not up to when the last records were processed.
     pub(crate) sampling_stopped_ns: Option<u64>,
@@ -251,6 +254,7 @@ impl Session {
             samples_over_read_budget: 0,
             drain_counts: drain::DrainCounts::default(),
             off_cpu_batches_at_end: 0,
+            off_cpu_paused_dropped: 0,
             sampling_stopped_ns: None,
             registered: 0,
             late_samples: 0,

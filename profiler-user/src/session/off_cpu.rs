@@ -114,6 +114,11 @@ impl Session {
             // that still holds this switch-out after the record was read proves the record
             // is this interval's.
             let still = self.kernel.thread_switch(tid).is_some_and(|s| s.switched_out_ns == out);
+            if !self.wait_unbroken(&state, tid) {
+                // It may have run unseen during a pause: not charged now (if it did not, its
+                // switch-in sends it whole; if it did, the kernel drops it there).
+                continue;
+            }
             if let (Some(bytes), true) = (record, still) {
                 if self.charge_kept_record(tid, &state, bytes, now_ns, now_ns - from, 0) {
                     self.charged.note(tid, out, now_ns);
@@ -153,6 +158,13 @@ impl Session {
             let mut short = state.short_ns;
             let out = state.switched_out_ns;
             let length = end_ns.saturating_sub(out);
+            if out != 0 && !self.wait_unbroken(&state, tid) {
+                // It ran unseen during a pause: its end is unknown, and no time is charged.
+                self.off_cpu_paused_dropped += 1;
+                self.charged.forget(tid, out);
+                self.add_short_off_cpu(state.tgid, state.generation, tid, short);
+                continue;
+            }
             match record {
                 Some(bytes) if out != 0 && length >= min_off_cpu_ns => {
                     let from = self.charged.charged_until(tid, out);
@@ -171,6 +183,15 @@ impl Session {
         }
     }
 
+    /// Whether thread `tid`'s pending interval (`state`) is still one wait now: no pause of
+    /// the scheduler-switch program since it began, or the thread has not arrived on a CPU
+    /// since (its arrivals count, read after the caller's time was taken, is the one kept at
+    /// its switch-out). See `kernel::switch_gate`.
+    fn wait_unbroken(&self, state: &ThreadSwitch, tid: u32) -> bool {
+        let paused = self.kernel.switch_gate().is_some_and(|g| g.paused_since(state.switched_out_ns));
+        !paused || crate::kernel::switch_gate::thread_arrivals(state.tgid, tid) == Some(state.arrivals)
+    }
+
     /// Charges the waits of threads blocked since before their registration (see
     /// `blocked_at_start`) up to `now_ns`, given the kernel's per-thread entries by tid (read
     /// after `now_ns` was taken); `last`: the recording ends, every thread is closed.
@@ -181,7 +202,17 @@ impl Session {
         for snapshot in &mut open {
             let process_gone = !self.targets.get(&snapshot.pid).is_some_and(|t| t.generation == snapshot.generation);
             let mut threads = std::mem::take(&mut snapshot.threads);
+            // A pause of the scheduler-switch program since the registration: a switch may
+            // have gone unseen, so none of these waits is proven any more (what was charged
+            // before the pause stands).
+            let paused = self.kernel.switch_gate().is_some_and(|g| g.paused_since(snapshot.registered_ns));
             threads.retain_mut(|thread| {
+                if paused {
+                    if thread.charged_until <= snapshot.registered_ns {
+                        self.blocked.count_dropped(blocked_at_start::Dropped::Paused);
+                    }
+                    return false;
+                }
                 let first = FirstSwitch::of(kernel.get(&thread.read.tid), snapshot.pid, snapshot.generation);
                 // Only a thread with no switch seen can have ended unseen (its entry freed).
                 let alive = first != FirstSwitch::None

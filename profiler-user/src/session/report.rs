@@ -86,6 +86,19 @@ pub(crate) fn stats_report(session: &Session, totals: &Counters, kernel: KernelC
             kernel.off_cpu_intervals, kernel.off_cpu_short, kernel.off_cpu_lost, kernel.off_cpu_batches, session.off_cpu_batches_at_end
         );
     }
+    if let Some(gate) = session.kernel.switch_gate() {
+        let (pauses, paused_ns) = gate.pauses(crate::kernel::loader::monotonic_ns());
+        if pauses > 0 || kernel.off_cpu_end_missed + session.off_cpu_paused_dropped > 0 {
+            let _ = writeln!(
+                s,
+                "  scheduler-switch program paused (--max-cpu: its cost on every context switch was over the budget): {} pauses, {:.1} s in all; off-CPU intervals dropped because their thread ran unseen during a pause: {} at their switch-in, {} at the end",
+                pauses,
+                paused_ns as f64 / 1e9,
+                kernel.off_cpu_end_missed,
+                session.off_cpu_paused_dropped
+            );
+        }
+    }
     if kernel.off_cpu_no_kernel_stack + session.kernel_stacks.missing > 0 || (session.off_cpu_kernel_stacks() && kernel.off_cpu_intervals > 0) {
         let _ = writeln!(
             s,

@@ -11,7 +11,15 @@
 //!   (hysteresis), so a steady load gives a steady rate;
 //! - the second after a change is not used (it mixes the old share's records, still being
 //!   processed, with the new one's), and smoothing restarts after it; nor are the first
-//!   [`START_SECONDS`] (start-up's one-time work).
+//!   [`START_SECONDS`] (start-up's one-time work);
+//! - in the off-CPU modes, with a pausable scheduler-switch program (`kernel::switch_gate`),
+//!   a second knob: the program's time slices `n` (attached one slice in `n`, in
+//!   `1..=`[`MAX_SLICES`]). The program's call on every context switch is a fixed cost no
+//!   divisor lowers, so once the divisor has reached [`PAUSE_FROM_DIVISOR`] a further cut
+//!   raises `n` instead, and a raise lowers `n` first: the divisor is unbiased for waits of any
+//!   length, pauses lose waits longer than the drain that end in one, so pauses are the last
+//!   resort and the first given back. A cut from below never takes the divisor past
+//!   `PAUSE_FROM_DIVISOR` at once.
 
 /// The effective rate's floor: the divisor never exceeds rate ÷ this.
 pub(crate) const FLOOR_HZ: u64 = 1;
@@ -27,6 +35,13 @@ pub(crate) const MAX_RAISE: f64 = 2.0;
 /// Seconds not used at the start: the loop's first seconds hold the start-up's one-time work
 /// (the first discovery of the host's processes and their files), not the steady cost.
 pub(crate) const START_SECONDS: u32 = 2;
+/// The divisor from which a cut pauses the scheduler-switch program instead (when it can
+/// be paused).
+pub(crate) const PAUSE_FROM_DIVISOR: u32 = 16;
+/// At most this many time slices: the program is attached at least one second in this many
+/// (plus its drain).
+pub(crate) const MAX_SLICES: u32 = 20;
+
 /// Weight of the newest second in the smoothed cost (the rest is the previous smoothed
 /// value): one second's spike (an agent's upload) moves it half way.
 const SMOOTHING: f64 = 0.5;
@@ -43,6 +58,10 @@ pub(crate) struct Controller {
     calm: u32,
     /// Seconds still to skip after a change.
     skip: u32,
+    /// The scheduler-switch program's time slices (1: always attached), and their most (1:
+    /// it cannot be paused).
+    slices: u32,
+    max_slices: u32,
 }
 
 impl Controller {
@@ -50,7 +69,28 @@ impl Controller {
     /// every sample kept.
     pub(crate) fn new(budget_percent: f64, rate_hz: u64) -> Self {
         let max_divisor = u32::try_from((rate_hz / FLOOR_HZ).max(1)).unwrap_or(u32::MAX).min(profiler_common::sample_flags::MAX_WEIGHT);
-        Controller { budget: budget_percent, max_divisor, divisor: 1, smoothed: None, calm: 0, skip: START_SECONDS }
+        Controller { budget: budget_percent, max_divisor, divisor: 1, smoothed: None, calm: 0, skip: START_SECONDS, slices: 1, max_slices: 1 }
+    }
+
+    /// Lets it pause the scheduler-switch program (off-CPU modes, a pausable program).
+    pub(crate) fn allow_pauses(&mut self) {
+        self.max_slices = MAX_SLICES;
+    }
+
+    /// The scheduler-switch program's time slices in force (1: always attached).
+    pub(crate) fn slices(&self) -> u32 {
+        self.slices
+    }
+
+    /// Whether a cut should pause rather than lower the share further.
+    fn cut_by_pausing(&self) -> bool {
+        self.max_slices > 1 && self.slices < self.max_slices && self.divisor >= PAUSE_FROM_DIVISOR.min(self.max_divisor)
+    }
+
+    /// Applies a change of either knob.
+    fn changed(&mut self) {
+        self.smoothed = None;
+        self.skip = 1;
     }
 
     /// The divisor in force.
@@ -76,24 +116,39 @@ impl Controller {
         let share = 1.0 / self.divisor as f64;
         let wanted_share = if smoothed > self.budget {
             self.calm = 0;
+            if self.cut_by_pausing() {
+                // The program's time falls with its attached share (1/n): aim as a cut does.
+                let wanted = (self.slices as f64 * smoothed / (AIM * self.budget)).ceil();
+                self.slices = (wanted as u32).clamp(self.slices + 1, self.max_slices);
+                self.changed();
+                return self.divisor;
+            }
             share * (AIM * self.budget / smoothed)
-        } else if smoothed < RAISE_BELOW * self.budget && self.divisor > 1 {
+        } else if smoothed < RAISE_BELOW * self.budget && (self.divisor > 1 || self.slices > 1) {
             self.calm += 1;
             if self.calm < CALM_SECONDS {
                 return self.divisor;
             }
             self.calm = 0;
             let factor = if smoothed > 0.0 { (AIM * self.budget / smoothed).min(MAX_RAISE) } else { MAX_RAISE };
+            if self.slices > 1 {
+                self.slices = ((self.slices as f64 / factor).floor() as u32).clamp(1, self.slices - 1);
+                self.changed();
+                return self.divisor;
+            }
             share * factor
         } else {
             self.calm = 0;
             return self.divisor;
         };
-        let divisor = divisor_for(wanted_share, self.max_divisor);
+        let mut divisor = divisor_for(wanted_share, self.max_divisor);
+        if self.max_slices > 1 && self.divisor < PAUSE_FROM_DIVISOR {
+            // Pauses take the cut from there on (a fixed cost does not fall with the share).
+            divisor = divisor.min(PAUSE_FROM_DIVISOR);
+        }
         if divisor != self.divisor {
             self.divisor = divisor;
-            self.smoothed = None;
-            self.skip = 1;
+            self.changed();
         }
         self.divisor
     }
@@ -209,6 +264,51 @@ mod tests {
         assert_eq!(c.step(f64::NAN), 1);
         assert_eq!(c.step(-1.0), 1);
         assert_eq!(c.step(f64::INFINITY), 1);
+    }
+
+    /// A model with the scheduler-switch program's fixed cost: `fixed` percent falls with
+    /// the attached share only, `per_share` with both knobs.
+    fn cost_paused(fixed: f64, per_share: f64, c: &Controller) -> f64 {
+        (fixed + per_share / c.divisor() as f64) / c.slices() as f64
+    }
+
+    /// A fixed cost over the budget: the divisor stops at `PAUSE_FROM_DIVISOR` and pauses
+    /// take the rest, settling under the budget; when the storm ends the pauses are given
+    /// back first, then the share.
+    #[test]
+    fn pauses_take_a_fixed_cost_the_share_cannot() {
+        let mut c = Controller::new(2.0, 1000);
+        c.allow_pauses();
+        let mut seen = Vec::new();
+        for _ in 0..120 {
+            let m = cost_paused(6.0, 40.0, &c);
+            c.step(m);
+            seen.push((c.divisor(), c.slices()));
+        }
+        let (d, n) = *seen.last().unwrap();
+        assert_eq!(d, PAUSE_FROM_DIVISOR, "{seen:?}");
+        assert!(n > 1 && n < MAX_SLICES, "{seen:?}");
+        assert!(seen.iter().all(|&(d, _)| d <= PAUSE_FROM_DIVISOR), "the divisor never went past the pause point: {seen:?}");
+        assert!(cost_paused(6.0, 40.0, &c) <= 2.0, "{seen:?}");
+        assert!(seen[60..].windows(2).all(|w| w[0] == w[1]), "settled: {seen:?}");
+        // The storm ends.
+        for _ in 0..200 {
+            let m = cost_paused(0.05, 0.5, &c);
+            c.step(m);
+        }
+        assert_eq!((c.divisor(), c.slices()), (1, 1));
+    }
+
+    /// Without pauses allowed nothing changes: the divisor alone, to the floor.
+    #[test]
+    fn no_pauses_unless_allowed() {
+        let mut c = Controller::new(2.0, 1000);
+        for _ in 0..120 {
+            let m = cost_paused(6.0, 40.0, &c);
+            c.step(m);
+        }
+        assert_eq!(c.slices(), 1);
+        assert_eq!(c.divisor(), 1000);
     }
 
     #[test]

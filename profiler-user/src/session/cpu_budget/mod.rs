@@ -11,6 +11,12 @@
 //! reads never block and it is neither the drain thread nor the worker, so a worker
 //! falling behind is measured, not waited for.
 //!
+//! In the off-CPU modes the scheduler-switch program's call on every context switch is a
+//! fixed cost the divisor does not lower; past `controller::PAUSE_FROM_DIVISOR` the
+//! controller pauses the program instead (attached one time slice in `n` of each second, at a
+//! random offset, with a drain before each pause: `kernel::switch_gate`), and a walked
+//! switch-out weighs `n` times more.
+//!
 //! What is measured and chosen is kept in [`BudgetState`] for `--stats` and the profiles'
 //! metadata (the effective rate: min, time-weighted mean, last; in the off-CPU modes the
 //! share of context switches walked: last, time-weighted mean).
@@ -25,6 +31,11 @@ use std::{
 };
 
 use crate::kernel::loader::SampleShare;
+use crate::kernel::switch_gate::SwitchGate;
+
+/// How long the scheduler-switch program drains before a pause: it walks no new switch-out,
+/// and waits shorter than this that began in its slice end before it.
+pub(crate) const DRAIN: Duration = Duration::from_millis(20);
 
 /// How often pyperch's CPU is measured and the share chosen.
 pub(crate) const TICK: Duration = Duration::from_secs(1);
@@ -43,7 +54,7 @@ struct RateAccumulator {
 }
 
 impl RateAccumulator {
-    /// `seconds` at effective rate `hz`, with one event in `divisor` kept.
+    /// `seconds` at effective rate `hz`, with one context switch in `divisor` walked.
     fn add(&mut self, hz: f64, divisor: u32, seconds: f64) {
         self.seconds += seconds;
         self.hz_seconds += hz * seconds;
@@ -92,6 +103,8 @@ pub struct BudgetState {
     pub peak_percent: f64,
     /// The divisor in force and how often it changed.
     pub divisor: u32,
+    /// The scheduler-switch program's time slices in force (1: always attached).
+    pub slices: u32,
     pub changes: u32,
     /// Failed writes of the kernel's share (the divisor then stays what it was).
     pub write_errors: u32,
@@ -111,6 +124,7 @@ impl BudgetState {
             bpf_ns: 0,
             peak_percent: 0.0,
             divisor: 1,
+            slices: 1,
             changes: 0,
             write_errors: 0,
             whole: RateAccumulator::default(),
@@ -122,8 +136,8 @@ impl BudgetState {
         self.rate_hz as f64 / divisor.max(1) as f64
     }
 
-    /// Accounts one measured span: `divisor` was in force during it.
-    fn account(&mut self, wall_ns: u64, threads_ns: u64, bpf_ns: u64, divisor: u32) {
+    /// Accounts one measured span: `divisor` and `slices` were in force during it.
+    fn account(&mut self, wall_ns: u64, threads_ns: u64, bpf_ns: u64, divisor: u32, slices: u32) {
         self.wall_ns += wall_ns;
         self.threads_ns += threads_ns;
         self.bpf_ns += bpf_ns;
@@ -135,8 +149,14 @@ impl BudgetState {
             }
         }
         let (hz, seconds) = (self.hz(divisor), wall_ns as f64 / 1e9);
-        self.whole.add(hz, divisor, seconds);
-        self.interval.add(hz, divisor, seconds);
+        let switch_divisor = divisor.max(1).saturating_mul(slices.max(1));
+        self.whole.add(hz, switch_divisor, seconds);
+        self.interval.add(hz, switch_divisor, seconds);
+    }
+
+    /// One context switch in this many is walked now: the divisor times the time slices.
+    fn switch_divisor(&self) -> u32 {
+        self.divisor.max(1).saturating_mul(self.slices.max(1))
     }
 
     /// pyperch's mean CPU over the measured time, percent of one CPU.
@@ -152,7 +172,7 @@ impl BudgetState {
     /// The share of context switches walked over the whole run (`None` outside the off-CPU
     /// modes).
     pub fn switch_share(&self) -> Option<SwitchShare> {
-        self.switches.then(|| self.whole.switch_share(self.divisor))
+        self.switches.then(|| self.whole.switch_share(self.switch_divisor()))
     }
 
     /// The facts since the last call (the agent's interval), and a fresh start.
@@ -160,7 +180,7 @@ impl BudgetState {
         let facts = BudgetFacts {
             max_cpu_percent: self.budget_percent,
             rate: self.interval.summary(self.hz(self.divisor)),
-            switches: self.switches.then(|| self.interval.switch_share(self.divisor)),
+            switches: self.switches.then(|| self.interval.switch_share(self.switch_divisor())),
         };
         self.interval = RateAccumulator::default();
         facts
@@ -200,7 +220,12 @@ impl BudgetState {
             ),
         ];
         if let Some(sw) = self.switch_share() {
-            lines.push(format!("CPU budget: context switches walked {} (the same share as the samples)", sw.describe()));
+            let pauses = if self.slices > 1 {
+                format!("; the scheduler-switch program attached one second in {} last, its cost on every switch being over the budget", self.slices)
+            } else {
+                String::new()
+            };
+            lines.push(format!("CPU budget: context switches walked {} (the samples' share, times the program's time slices{pauses})", sw.describe()));
         }
         lines
     }
@@ -217,6 +242,11 @@ fn fmt_percent(p: f64) -> String {
 pub(crate) struct Prepared {
     controller: controller::Controller,
     share: SampleShare,
+    /// The scheduler-switch program's attachment, when it may be paused.
+    gate: Option<Arc<SwitchGate>>,
+    /// Random offsets of the attached slices (xorshift; the profile's unbiasedness needs
+    /// them independent of the workload's period, not of an adversary).
+    random: u64,
     meter: meter::Meter,
     state: Arc<Mutex<BudgetState>>,
 }
@@ -237,7 +267,59 @@ impl Prepared {
         if share.set(1).is_err() {
             lock(&state).write_errors += 1;
         }
-        Prepared { controller: controller::Controller::new(budget_percent, rate_hz), share, meter, state }
+        let random = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64) | 1) ^ u64::from(std::process::id());
+        Prepared { controller: controller::Controller::new(budget_percent, rate_hz), share, gate: None, random: random.max(1), meter, state }
+    }
+
+    /// Lets the budget pause the scheduler-switch program (attached already).
+    pub(crate) fn set_switch_gate(&mut self, gate: Arc<SwitchGate>) {
+        self.controller.allow_pauses();
+        self.gate = Some(gate);
+    }
+
+    /// A random fraction in [0, 1).
+    fn next_random(&mut self) -> f64 {
+        let mut x = self.random;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.random = x;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Waits one tick, running the scheduler-switch program's time slice if it is paused
+    /// (see `kernel::switch_gate`); true when asked to stop.
+    fn tick(&mut self, stopped: &mpsc::Receiver<()>) -> bool {
+        let wait = |d: Duration| !matches!(stopped.recv_timeout(d), Err(mpsc::RecvTimeoutError::Timeout));
+        let slices = self.controller.slices();
+        let Some(gate) = self.gate.clone() else { return wait(TICK) };
+        if slices <= 1 {
+            let _ = self.share.set_switch_slices(1);
+            if let Err(e) = gate.open() {
+                log::warn!("CPU budget: could not attach the scheduler-switch program again: {e}");
+            }
+            return wait(TICK);
+        }
+        let window = TICK / slices;
+        let rest = TICK.saturating_sub(window + DRAIN);
+        let before = rest.mul_f64(self.next_random());
+        if wait(before) {
+            return true;
+        }
+        // The weight first, so that the first walks weigh right.
+        let _ = self.share.set_switch_slices(slices);
+        if let Err(e) = gate.open() {
+            log::warn!("CPU budget: could not attach the scheduler-switch program again: {e}");
+        }
+        if wait(window) {
+            return true;
+        }
+        let _ = self.share.set_switch_slices(profiler_common::share_slot::DRAINING);
+        if wait(DRAIN) {
+            return true;
+        }
+        gate.close();
+        wait(rest.saturating_sub(before))
     }
 
     /// What is measured and chosen, readable while the thread runs.
@@ -256,14 +338,15 @@ impl Prepared {
         let mut last = self.meter.read();
         let mut at = Instant::now();
         loop {
-            let stop = !matches!(stopped.recv_timeout(TICK), Err(mpsc::RecvTimeoutError::Timeout));
+            let slices = self.controller.slices();
+            let stop = self.tick(stopped);
             let (now, reading) = (Instant::now(), self.meter.read());
             let wall_ns = u64::try_from(now.duration_since(at).as_nanos()).unwrap_or(u64::MAX);
             let threads_ns = reading.threads_ns.saturating_sub(last.threads_ns);
             let bpf_ns = reading.bpf_ns.saturating_sub(last.bpf_ns);
             (last, at) = (reading, now);
             let in_force = self.controller.divisor();
-            lock(&self.state).account(wall_ns, threads_ns, bpf_ns, in_force);
+            lock(&self.state).account(wall_ns, threads_ns, bpf_ns, in_force, slices);
             if stop {
                 return;
             }
@@ -272,6 +355,13 @@ impl Prepared {
             }
             let percent = (threads_ns + bpf_ns) as f64 * 100.0 / wall_ns as f64;
             let next = self.controller.step(percent);
+            let next_slices = self.controller.slices();
+            if next_slices != slices {
+                let mut state = lock(&self.state);
+                state.slices = next_slices;
+                state.changes += 1;
+                log::debug!("CPU budget: {percent:.2}% measured, scheduler-switch program attached one second in {next_slices}");
+            }
             if next != in_force {
                 let written = self.share.set(next);
                 let mut state = lock(&self.state);
@@ -329,6 +419,13 @@ impl SessionBudget {
         self.prepared = Some(prepared);
     }
 
+    /// Lets the prepared budget pause the scheduler-switch program.
+    pub(crate) fn set_switch_gate(&mut self, gate: Arc<SwitchGate>) {
+        if let Some(p) = &mut self.prepared {
+            p.set_switch_gate(gate);
+        }
+    }
+
     /// Starts the prepared budget's thread (the loop's start, after the privilege drop).
     pub(crate) fn start(&mut self) -> std::io::Result<()> {
         if let Some(p) = self.prepared.take() {
@@ -381,8 +478,8 @@ mod tests {
     #[test]
     fn effective_rate_is_time_weighted() {
         let mut s = BudgetState::new(2.0, 1000, true, false);
-        s.account(1_000_000_000, 1, 0, 1);
-        s.account(3_000_000_000, 1, 0, 4);
+        s.account(1_000_000_000, 1, 0, 1, 1);
+        s.account(3_000_000_000, 1, 0, 4, 1);
         s.divisor = 4;
         let r = s.rate();
         assert_eq!(r.min_hz, 250.0);
@@ -390,7 +487,7 @@ mod tests {
         assert!((r.mean_hz - (1000.0 + 3.0 * 250.0) / 4.0).abs() < 1e-9);
         // The agent's interval starts afresh.
         assert_eq!(s.take_interval().rate.mean_hz, r.mean_hz);
-        s.account(1_000_000_000, 1, 0, 4);
+        s.account(1_000_000_000, 1, 0, 4, 1);
         assert_eq!(s.take_interval().rate, RateSummary { min_hz: 250.0, mean_hz: 250.0, last_hz: 250.0 });
         // CPU mode: no share of context switches is stated.
         assert_eq!(s.facts().switches, None);
@@ -404,8 +501,8 @@ mod tests {
     fn switch_share_is_time_weighted() {
         let mut s = BudgetState::new(2.0, 99, true, true);
         assert_eq!(s.facts().switches, Some(SwitchShare { last_one_in: 1, mean_share: 1.0 }), "nothing measured yet");
-        s.account(1_000_000_000, 1, 0, 1);
-        s.account(3_000_000_000, 1, 0, 4);
+        s.account(1_000_000_000, 1, 0, 1, 1);
+        s.account(3_000_000_000, 1, 0, 4, 1);
         s.divisor = 4;
         let sw = s.facts().switches.expect("off-CPU mode");
         assert_eq!(sw.last_one_in, 4);
@@ -413,12 +510,12 @@ mod tests {
         let lines = s.report();
         assert!(lines.iter().any(|l| l.contains("context switches walked 1 in 4 last, mean share 43.75%")), "{lines:?}");
         assert_eq!(s.take_interval().switches, Some(sw));
-        s.account(2_000_000_000, 1, 0, 4);
+        s.account(2_000_000_000, 1, 0, 4, 1);
         let interval = s.take_interval().switches.expect("off-CPU mode");
         assert!((interval.mean_share - 0.25).abs() < 1e-12, "{interval:?}");
         // The divisor 0 the kernel reads as 1 is never a division by zero.
         let mut z = BudgetState::new(2.0, 99, true, true);
-        z.account(1_000_000_000, 1, 0, 0);
+        z.account(1_000_000_000, 1, 0, 0, 1);
         z.divisor = 0;
         assert_eq!(z.facts().switches, Some(SwitchShare { last_one_in: 1, mean_share: 1.0 }));
     }
@@ -426,7 +523,7 @@ mod tests {
     #[test]
     fn cpu_is_threads_plus_kernel_programs() {
         let mut s = BudgetState::new(2.0, 99, true, false);
-        s.account(2_000_000_000, 30_000_000, 10_000_000, 1);
+        s.account(2_000_000_000, 30_000_000, 10_000_000, 1, 1);
         assert!((s.mean_percent() - 2.0).abs() < 1e-9);
         assert!((s.peak_percent - 2.0).abs() < 1e-9);
         let lines = s.report();
