@@ -16,8 +16,14 @@
 //!   did not run in between; if it ran unseen, the kernel drops it at its switch-in
 //!   (`counter::OFF_CPU_END_MISSED`, by the thread's arrivals count), and userspace checks the
 //!   same count (`/proc/PID/task/TID/schedstat`) before it charges a wait that spans a pause
-//!   ([`SwitchGate::paused_since`]). So waits longer than the drain that end in a pause are
-//!   lost (under-counted), never charged with time the thread ran.
+//!   ([`SwitchGate::paused_since`]). So a wait longer than the drain that ends in a pause is
+//!   lost, never charged with time the thread ran;
+//! - and the waits that are kept stand for the lost ones: each second is a slot ([`Slot`])
+//!   whose walk window starts at an offset drawn uniformly, so the chance that a wait which
+//!   began in a walk window ends while the program is attached is known from its start, its
+//!   end and the slots' log; a kept wait's time is divided by that chance
+//!   ([`SwitchGate::end_weight`], Horvitz-Thompson), so long waits are not under-counted
+//!   (only noisier).
 //!
 //! The link is this module's own (`BPF_RAW_TRACEPOINT_OPEN` on the program's descriptor):
 //! closing it detaches the program, from whichever thread holds the gate.
@@ -64,7 +70,74 @@ pub struct SwitchGate {
     pause_began_ns: AtomicU64,
     /// Pauses begun.
     pauses: AtomicU64,
+    /// The latest slots, oldest first (at most [`SLOTS_KEPT`]).
+    slots: Mutex<std::collections::VecDeque<Slot>>,
 }
+
+/// Slots kept: a wait's end weight needs only the slot of its end, and of its start when it
+/// is the same, so a few seconds would do; a minute leaves room for a slow reader.
+const SLOTS_KEPT: usize = 64;
+
+/// One slot of the budget's schedule (a second, `span_ns`): with `slices` above 1 the
+/// program walks switch-outs from a uniformly drawn offset in `[0, span - window - drain]`
+/// for `window_ns`, drains for `drain_ns` (still attached, walking none), and is detached for
+/// the rest; with `slices` 1 it is attached all along.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Slot {
+    /// Kernel monotonic clock.
+    pub start_ns: u64,
+    pub span_ns: u64,
+    pub slices: u32,
+    pub window_ns: u64,
+    pub drain_ns: u64,
+}
+
+impl Slot {
+    fn contains(&self, t: u64) -> bool {
+        t >= self.start_ns && t - self.start_ns < self.span_ns
+    }
+
+    /// The range the walk window's offset is drawn from: `[0, range]`.
+    fn range(&self) -> f64 {
+        self.span_ns.saturating_sub(self.window_ns + self.drain_ns) as f64
+    }
+}
+
+/// The chance that a wait from `s` to `e` (kernel monotonic ns) whose start was walked ended
+/// while the program was attached, given the slots of its start (`start`, when it is the
+/// slot of its end) and of its end (`end`): see the module docs. `None` when the design gives
+/// it no chance (the schedule's own timing slipped): no weight is applied then.
+fn end_chance(start: Option<&Slot>, end: &Slot, s: u64, e: u64) -> Option<f64> {
+    if end.slices <= 1 {
+        return Some(1.0);
+    }
+    let (w, drain, range) = (end.window_ns as f64, end.drain_ns as f64, end.range());
+    if range <= 0.0 {
+        return Some(1.0);
+    }
+    let e1 = e.saturating_sub(end.start_ns) as f64;
+    // The offsets `o` for which `e` lies in the attached part `[o, o + w + drain]`.
+    let ends_attached = (e1 - w - drain, e1);
+    let (lo, hi) = match start {
+        // Same slot: given that `s` was in the walk window, `o` is uniform on
+        // `[s1 - w, s1] ∩ [0, range]`.
+        Some(slot) if slot == end => {
+            let s1 = s.saturating_sub(end.start_ns) as f64;
+            ((s1 - w).max(0.0), s1.min(range))
+        }
+        _ => (0.0, range),
+    };
+    if hi <= lo {
+        return None;
+    }
+    let covered = (hi.min(ends_attached.1) - lo.max(ends_attached.0)).max(0.0);
+    let chance = covered / (hi - lo);
+    (chance > 0.0).then_some(chance)
+}
+
+/// The most a wait's time is multiplied by (a wait that ended right at a slot's edge has a
+/// small chance; the cap bounds the noise it adds).
+const MAX_END_WEIGHT: f64 = 1000.0;
 
 impl SwitchGate {
     /// A gate over the program behind `program` (a descriptor of its own), not attached.
@@ -76,6 +149,7 @@ impl SwitchGate {
             paused_ns: AtomicU64::new(0),
             pause_began_ns: AtomicU64::new(0),
             pauses: AtomicU64::new(0),
+            slots: Mutex::new(std::collections::VecDeque::new()),
         }
     }
 
@@ -137,6 +211,28 @@ impl SwitchGate {
         self.last_pause_end_ns.load(Ordering::Acquire) >= since_ns.max(1)
     }
 
+    /// Notes the slot that begins (the budget's thread, at each second).
+    pub fn begin_slot(&self, slot: Slot) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if slots.len() >= SLOTS_KEPT {
+            slots.pop_front();
+        }
+        slots.push_back(slot);
+    }
+
+    /// What the time of a wait from `s` to `e` (kernel monotonic ns), whose switch-out was
+    /// walked and whose switch-in was seen, is multiplied by: 1 ÷ the chance that it ended
+    /// while the program was attached (1 when no pause could have hidden its end).
+    pub fn end_weight(&self, s: u64, e: u64) -> f64 {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(end) = slots.iter().rev().find(|slot| slot.contains(e)) else { return 1.0 };
+        let start = slots.iter().rev().find(|slot| slot.contains(s));
+        match end_chance(start, end, s, e) {
+            Some(chance) => (1.0 / chance).min(MAX_END_WEIGHT),
+            None => 1.0,
+        }
+    }
+
     /// Pauses begun, and the time spent paused up to `now_ns`.
     pub fn pauses(&self, now_ns: u64) -> (u64, u64) {
         let began = self.pause_began_ns.load(Ordering::Relaxed);
@@ -173,6 +269,47 @@ mod tests {
         // This thread has run at least once.
         let tid = unsafe { libc::gettid() } as u32;
         assert!(thread_arrivals(std::process::id(), tid).is_some_and(|n| n >= 1));
+    }
+
+    const MS: u64 = 1_000_000;
+
+    fn slot(start_ns: u64, slices: u32) -> Slot {
+        Slot { start_ns, span_ns: 1000 * MS, slices, window_ns: 1000 * MS / slices as u64, drain_ns: 20 * MS }
+    }
+
+    /// The end weight is 1 ÷ the chance, over the drawn offsets, that a wait whose start was
+    /// walked ends attached; checked against a simulation of the draw.
+    #[test]
+    fn end_weight_matches_the_schedule() {
+        let gate = SwitchGate::new(std::fs::File::open("/dev/null").expect("null").into());
+        // Unknown slots, or a slot attached all along: no weight.
+        assert_eq!(gate.end_weight(5, 10), 1.0);
+        gate.begin_slot(slot(0, 1));
+        gate.begin_slot(slot(1000 * MS, 5));
+        gate.begin_slot(slot(2000 * MS, 5));
+        assert_eq!(gate.end_weight(10 * MS, 900 * MS), 1.0, "ends in a slot attached all along");
+        // Shorter than the drain, same slot: always ends attached.
+        assert!((gate.end_weight(1400 * MS, 1415 * MS) - 1.0).abs() < 1e-9);
+        // Ends in another slot, mid-range: (w + drain) / range = 220 / 780.
+        let w = gate.end_weight(1400 * MS, 2500 * MS);
+        assert!((w - 780.0 / 220.0).abs() < 1e-6, "{w}");
+        // Simulate the draw for a same-slot wait of 150 ms starting at 400 ms.
+        let (s1, e1) = (400.0, 550.0);
+        let (mut walked, mut kept) = (0u64, 0u64);
+        for i in 0..78_000u64 {
+            let o = i as f64 / 100.0; // uniform over [0, 780)
+            if o <= s1 && s1 <= o + 200.0 {
+                walked += 1;
+                if e1 <= o + 220.0 {
+                    kept += 1;
+                }
+            }
+        }
+        let simulated = walked as f64 / kept as f64;
+        let w = gate.end_weight(1400 * MS, 1550 * MS);
+        assert!((w - simulated).abs() / simulated < 0.01, "{w} vs {simulated}");
+        // A wait that could not have been walked by the design: no weight, not infinity.
+        assert_eq!(gate.end_weight(1995 * MS, 1999 * MS), 1.0);
     }
 
     /// A pause is seen by every wait that began before its end, not by later ones.

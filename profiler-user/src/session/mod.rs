@@ -718,7 +718,13 @@ impl Session {
                 let leaf = off_cpu_leaf(interval.reason);
                 self.add_short_off_cpu(header.tgid, header.generation, header.tid, interval.short_ns);
                 let value = if from_kernel {
-                    self.charged.remaining(header.tid, interval.switched_out_ns, interval.off_ns)
+                    let rest = self.charged.remaining(header.tid, interval.switched_out_ns, interval.off_ns);
+                    // An ended wait that pauses could have hidden stands for those they hid
+                    // (`kernel::switch_gate`; 1 without pauses).
+                    let end_weight = self.kernel.switch_gate().map_or(1.0, |g| {
+                        g.end_weight(interval.switched_out_ns, interval.switched_out_ns.saturating_add(interval.off_ns))
+                    });
+                    if end_weight > 1.0 { (rest as f64 * end_weight).round() as u64 } else { rest }
                 } else {
                     interval.off_ns
                 };

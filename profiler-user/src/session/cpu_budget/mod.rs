@@ -293,6 +293,14 @@ impl Prepared {
         let wait = |d: Duration| !matches!(stopped.recv_timeout(d), Err(mpsc::RecvTimeoutError::Timeout));
         let slices = self.controller.slices();
         let Some(gate) = self.gate.clone() else { return wait(TICK) };
+        let span_ns = TICK.as_nanos() as u64;
+        gate.begin_slot(crate::kernel::switch_gate::Slot {
+            start_ns: crate::kernel::loader::monotonic_ns(),
+            span_ns,
+            slices: slices.max(1),
+            window_ns: span_ns / u64::from(slices.max(1)),
+            drain_ns: DRAIN.as_nanos() as u64,
+        });
         if slices <= 1 {
             let _ = self.share.set_switch_slices(1);
             if let Err(e) = gate.open() {
@@ -300,6 +308,9 @@ impl Prepared {
             }
             return wait(TICK);
         }
+        // Detached from the slot's start to its window, as the end weights assume (after a
+        // second attached all along it still is).
+        gate.close();
         let window = TICK / slices;
         let rest = TICK.saturating_sub(window + DRAIN);
         let before = rest.mul_f64(self.next_random());
