@@ -245,17 +245,23 @@ fn budget_holds_pyperch_cpu_in_a_switch_storm() {
 ///   the budget + 10 % (before pauses: 6.7 % at this storm, and 43 % unbudgeted);
 /// - `--stats` says the program was paused, and names the time slices in force;
 /// - wait_a's and wait_b's shares within 2 points of the unbudgeted run's, and the total
-///   stands for as much time (within 10 %): the pauses' weights keep the profile unbiased
-///   for waits shorter than the drain, as these are.
+///   stands for as much time (within 10 %): the pauses' weights keep the profile unbiased;
+/// - beside the storm, 100 threads sleep 100 ms at a time in `wait_long`: waits longer than
+///   the drain, which a pause can hide the end of. Their share stays within 2 points of the
+///   unbudgeted run's (the kept ones are weighed by the chance that their end was seen;
+///   without that weight they came out 30 % short).
 #[test]
 fn budget_holds_in_the_issues_switch_storm_by_pausing_the_switch_program() {
     const STORM_THREADS: &str = "500";
     const STORM_SLEEP: &str = "0.0005";
+    const LONG_THREADS: &str = "100";
+    const LONG_SLEEP: &str = "0.1";
     let Some(py) = first_python(&["3.12", "3.11", "sid-3.14", "3.10"]) else {
         skip("no CPython 3.10-3.12 or sid 3.14");
         return;
     };
-    let mut w = Workload::spawn(&py, "switch_storm.py", &[STORM_THREADS, "300", STORM_SLEEP]).unwrap_or_else(|e| panic!("{e:#}"));
+    let mut w = Workload::spawn(&py, "switch_storm.py", &[STORM_THREADS, "300", STORM_SLEEP, LONG_THREADS, LONG_SLEEP])
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let pid = w.pid.to_string();
     let free_run = RecordRun::start(&["--pid", &pid, "--mode", "wall"]);
     let budget = BUDGET.to_string();
@@ -283,17 +289,21 @@ fn budget_holds_in_the_issues_switch_storm_by_pausing_the_switch_program() {
     let per_second = switches1.saturating_sub(switches0) as f64 / window;
     let (a, b, total) = function_shares(&budgeted, w.pid, "wait_a", "wait_b");
     let (free_a, free_b, free_total) = function_shares(&free, w.pid, "wait_a", "wait_b");
+    let (long, _, _) = function_shares(&budgeted, w.pid, "wait_long", "wait_long");
+    let (free_long, _, _) = function_shares(&free, w.pid, "wait_long", "wait_long");
     let stats = &budgeted.run.stderr;
     let walked = stats.lines().find(|l| l.contains("context switches walked")).unwrap_or("").trim().to_string();
     let paused = stats.lines().find(|l| l.contains("scheduler-switch program paused")).unwrap_or("").trim().to_string();
     note(format!(
-        "{}: {per_second:.0} voluntary switches/s; pyperch {percent:.2}% of one CPU over {window:.1} s (threads {threads:.3} s, BPF {bpf:.3} s), budget {BUDGET}%; {walked}; {paused}; wait_a {:.1}% / wait_b {:.1}% budgeted ({:.1} s) vs {:.1}% / {:.1}% unbudgeted ({:.1} s)",
+        "{}: {per_second:.0} voluntary switches/s; pyperch {percent:.2}% of one CPU over {window:.1} s (threads {threads:.3} s, BPF {bpf:.3} s), budget {BUDGET}%; {walked}; {paused}; wait_a {:.1}% / wait_b {:.1}% / wait_long {:.1}% budgeted ({:.1} s) vs {:.1}% / {:.1}% / {:.1}% unbudgeted ({:.1} s)",
         py.describe(),
         a * 100.0,
         b * 100.0,
+        long * 100.0,
         total as f64 / 1e9,
         free_a * 100.0,
         free_b * 100.0,
+        free_long * 100.0,
         free_total as f64 / 1e9,
     ));
 
@@ -304,7 +314,7 @@ fn budget_holds_in_the_issues_switch_storm_by_pausing_the_switch_program() {
         percent <= BUDGET * 1.1,
         "pyperch used {percent:.2}% of one CPU (threads {threads:.3} s + BPF {bpf:.3} s over {window:.1} s) at {per_second:.0} switches/s, over the budget of {BUDGET}% + 10 %{d}"
     );
-    for (name, budgeted_share, free_share) in [("wait_a", a, free_a), ("wait_b", b, free_b)] {
+    for (name, budgeted_share, free_share) in [("wait_a", a, free_a), ("wait_b", b, free_b), ("wait_long", long, free_long)] {
         assert!(
             (budgeted_share - free_share).abs() <= 0.02,
             "{name}: {:.1}% of the budgeted profile vs {:.1}% unbudgeted, more than 2 points apart{d}",
@@ -314,5 +324,5 @@ fn budget_holds_in_the_issues_switch_storm_by_pausing_the_switch_program() {
     }
     let worth = total as f64 / free_total.max(1) as f64;
     assert!((0.9..=1.1).contains(&worth), "the budgeted profile stands for {total} ns, the unbudgeted one holds {free_total}{d}");
-    assert!(free_a > 0.5 && free_b > 0.1, "the unbudgeted profile does not show the workload's split{}", free.diag_pid(w.pid));
+    assert!(free_a > 0.4 && free_b > 0.1 && free_long > 0.1, "the unbudgeted profile does not show the workload's split{}", free.diag_pid(w.pid));
 }

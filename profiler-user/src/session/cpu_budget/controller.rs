@@ -19,7 +19,9 @@
 //!   raises `n` instead, and a raise lowers `n` first: the divisor is unbiased for waits of any
 //!   length, pauses lose waits longer than the drain that end in one, so pauses are the last
 //!   resort and the first given back. A cut from below never takes the divisor past
-//!   `PAUSE_FROM_DIVISOR` at once.
+//!   `PAUSE_FROM_DIVISOR` at once; and a divisor cut that lowered the cost by less than half
+//!   of what a cost proportional to the share would have lost shows the cost is mostly that
+//!   fixed part: the next cuts pause at once, whatever the divisor (until the load falls).
 
 /// The effective rate's floor: the divisor never exceeds rate ÷ this.
 pub(crate) const FLOOR_HZ: u64 = 1;
@@ -62,6 +64,11 @@ pub(crate) struct Controller {
     /// it cannot be paused).
     slices: u32,
     max_slices: u32,
+    /// The last divisor cut not judged yet: the smoothed cost before it, the divisors from
+    /// and to.
+    divisor_cut: Option<(f64, u32, u32)>,
+    /// A divisor cut barely lowered the cost: it is mostly fixed, pauses take the cuts.
+    fixed_cost: bool,
 }
 
 impl Controller {
@@ -69,7 +76,7 @@ impl Controller {
     /// every sample kept.
     pub(crate) fn new(budget_percent: f64, rate_hz: u64) -> Self {
         let max_divisor = u32::try_from((rate_hz / FLOOR_HZ).max(1)).unwrap_or(u32::MAX).min(profiler_common::sample_flags::MAX_WEIGHT);
-        Controller { budget: budget_percent, max_divisor, divisor: 1, smoothed: None, calm: 0, skip: START_SECONDS, slices: 1, max_slices: 1 }
+        Controller { budget: budget_percent, max_divisor, divisor: 1, smoothed: None, calm: 0, skip: START_SECONDS, slices: 1, max_slices: 1, divisor_cut: None, fixed_cost: false }
     }
 
     /// Lets it pause the scheduler-switch program (off-CPU modes, a pausable program).
@@ -84,7 +91,9 @@ impl Controller {
 
     /// Whether a cut should pause rather than lower the share further.
     fn cut_by_pausing(&self) -> bool {
-        self.max_slices > 1 && self.slices < self.max_slices && self.divisor >= PAUSE_FROM_DIVISOR.min(self.max_divisor)
+        self.max_slices > 1
+            && self.slices < self.max_slices
+            && (self.fixed_cost || self.divisor >= PAUSE_FROM_DIVISOR.min(self.max_divisor))
     }
 
     /// Applies a change of either knob.
@@ -113,6 +122,13 @@ impl Controller {
             None => measured_percent,
         };
         self.smoothed = Some(smoothed);
+        if let Some((before, from, to)) = self.divisor_cut.take() {
+            // What a cost proportional to the share would have lost, against what was lost.
+            let expected = before * (1.0 - from as f64 / to as f64);
+            if before - smoothed < 0.5 * expected {
+                self.fixed_cost = true;
+            }
+        }
         let share = 1.0 / self.divisor as f64;
         let wanted_share = if smoothed > self.budget {
             self.calm = 0;
@@ -132,8 +148,14 @@ impl Controller {
             self.calm = 0;
             let factor = if smoothed > 0.0 { (AIM * self.budget / smoothed).min(MAX_RAISE) } else { MAX_RAISE };
             if self.slices > 1 {
-                self.slices = ((self.slices as f64 / factor).floor() as u32).clamp(1, self.slices - 1);
-                self.changed();
+                // The fewest slices whose cost (proportional to the attached share) stays
+                // at the aim: none fewer if that is these.
+                let _ = factor;
+                let wanted = (self.slices as f64 * smoothed / (AIM * self.budget)).ceil().max(1.0) as u32;
+                if wanted < self.slices {
+                    self.slices = wanted.max(self.slices / 2).max(1);
+                    self.changed();
+                }
                 return self.divisor;
             }
             share * factor
@@ -147,6 +169,12 @@ impl Controller {
             divisor = divisor.min(PAUSE_FROM_DIVISOR);
         }
         if divisor != self.divisor {
+            if divisor > self.divisor {
+                self.divisor_cut = Some((smoothed, self.divisor, divisor));
+            } else {
+                // The load fell: whether its cost is fixed is to be seen again.
+                self.fixed_cost = false;
+            }
             self.divisor = divisor;
             self.changed();
         }
@@ -297,6 +325,24 @@ mod tests {
             c.step(m);
         }
         assert_eq!((c.divisor(), c.slices()), (1, 1));
+    }
+
+    /// A cost mostly fixed (a non-Python switch storm: the program's early exit on every
+    /// switch): the first divisor cut barely helps, so pauses take over at once, without
+    /// walking the divisor up to `PAUSE_FROM_DIVISOR` first.
+    #[test]
+    fn a_fixed_cost_is_paused_without_waiting_for_the_divisor() {
+        let mut c = Controller::new(2.0, 1000);
+        c.allow_pauses();
+        let mut seen = Vec::new();
+        for _ in 0..60 {
+            let m = cost_paused(2.4, 0.4, &c);
+            c.step(m);
+            seen.push((c.divisor(), c.slices()));
+        }
+        assert!(seen[..10].iter().any(|&(_, n)| n > 1), "paused within 10 s: {seen:?}");
+        assert!(seen.iter().all(|&(d, _)| d <= 4), "the divisor stayed low: {seen:?}");
+        assert!(cost_paused(2.4, 0.4, &c) <= 2.0, "{seen:?}");
     }
 
     /// Without pauses allowed nothing changes: the divisor alone, to the floor.
