@@ -81,6 +81,10 @@ impl ChargedParts {
     }
 }
 
+/// At most this many threads' arrivals counts (`/proc/PID/task/TID/schedstat`, one short
+/// line each) are read in one pass over the pending waits (a period's end, the end).
+const MAX_ARRIVALS_READS: u32 = 4096;
+
 impl Session {
     /// At the end of a period (`now_ns`, kernel monotonic clock): charges every pending
     /// interval of at least `--min-off-cpu` so far, from where it was last charged up to
@@ -93,6 +97,7 @@ impl Session {
             return;
         }
         let mut live = HashSet::new();
+        let mut reads = MAX_ARRIVALS_READS;
         let pending = self.kernel.pending_off_cpu();
         if self.blocked.enabled() {
             let first_switches: HashMap<u32, ThreadSwitch> = pending.iter().map(|(tid, s, _)| (*tid, *s)).collect();
@@ -114,7 +119,7 @@ impl Session {
             // that still holds this switch-out after the record was read proves the record
             // is this interval's.
             let still = self.kernel.thread_switch(tid).is_some_and(|s| s.switched_out_ns == out);
-            if !self.wait_unbroken(&state, tid) {
+            if !self.wait_unbroken(&state, tid, &mut reads) {
                 // It may have run unseen during a pause: not charged now (if it did not, its
                 // switch-in sends it whole; if it did, the kernel drops it there).
                 continue;
@@ -152,13 +157,14 @@ impl Session {
             return;
         }
         let pending = self.kernel.pending_off_cpu();
+        let mut reads = MAX_ARRIVALS_READS;
         let first_switches: HashMap<u32, ThreadSwitch> = pending.iter().map(|(tid, s, _)| (*tid, *s)).collect();
         self.charge_blocked_at_start(end_ns, &first_switches, true);
         for (tid, state, record) in pending {
             let mut short = state.short_ns;
             let out = state.switched_out_ns;
             let length = end_ns.saturating_sub(out);
-            if out != 0 && !self.wait_unbroken(&state, tid) {
+            if out != 0 && !self.wait_unbroken(&state, tid, &mut reads) {
                 // It ran unseen during a pause: its end is unknown, and no time is charged.
                 self.off_cpu_paused_dropped += 1;
                 self.charged.forget(tid, out);
@@ -186,10 +192,18 @@ impl Session {
     /// Whether thread `tid`'s pending interval (`state`) is still one wait now: no pause of
     /// the scheduler-switch program since it began, or the thread has not arrived on a CPU
     /// since (its arrivals count, read after the caller's time was taken, is the one kept at
-    /// its switch-out). See `kernel::switch_gate`.
-    fn wait_unbroken(&self, state: &ThreadSwitch, tid: u32) -> bool {
+    /// its switch-out). See `kernel::switch_gate`. `reads`: the schedstat reads this pass may
+    /// still make; past them a wait across a pause is not proven (not charged).
+    fn wait_unbroken(&self, state: &ThreadSwitch, tid: u32, reads: &mut u32) -> bool {
         let paused = self.kernel.switch_gate().is_some_and(|g| g.paused_since(state.switched_out_ns));
-        !paused || crate::kernel::switch_gate::thread_arrivals(state.tgid, tid) == Some(state.arrivals)
+        if !paused {
+            return true;
+        }
+        if *reads == 0 {
+            return false;
+        }
+        *reads -= 1;
+        crate::kernel::switch_gate::thread_arrivals(state.tgid, tid) == Some(state.arrivals)
     }
 
     /// Charges the waits of threads blocked since before their registration (see
