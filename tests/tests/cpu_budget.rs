@@ -118,24 +118,13 @@ fn budget_holds_pyperch_cpu_with_500_busy_threads() {
     let requested: f64 = RATE.parse().expect("rate");
     assert!(min_hz < requested && last_hz < requested, "the budget never lowered the rate: {rate:?}{d}");
     assert!(last_hz >= 1.0, "below the 1 Hz floor: {rate:?}{d}");
-    assert!(
-        percent <= BUDGET * 1.1,
-        "pyperch used {percent:.2}% of one CPU (threads {threads:.3} s + BPF {bpf:.3} s over {window:.1} s), over the budget of {BUDGET}% + 10 %{d}"
-    );
+    assert_within_budget(percent, threads, bpf, window, "", &d);
     // The skipped samples are stood for by the kept ones: the shares are the unbudgeted
     // recording's (each of tens of thousands of samples: a standard error far below a point).
-    for (name, budgeted_share, free_share) in [("leaf_a", a, free_a), ("leaf_b", b, free_b)] {
-        assert!(
-            (budgeted_share - free_share).abs() <= 0.02,
-            "{name}: {:.1}% of the budgeted profile vs {:.1}% unbudgeted, more than 2 points apart{d}",
-            budgeted_share * 100.0,
-            free_share * 100.0
-        );
-    }
+    assert_shares_close(&[("leaf_a", a, free_a), ("leaf_b", b, free_b)], &d);
     // And the kept samples stand for as many as were taken beside them (the two recordings
     // start and end a little apart: 10 %).
-    let worth = total as f64 / free_total.max(1) as f64;
-    assert!((0.9..=1.1).contains(&worth), "the budgeted profile stands for {total} samples, the unbudgeted one holds {free_total}{d}");
+    assert_stands_for(total, free_total, "samples", &d);
     assert!(free_a > 0.5 && free_b > 0.1, "the unbudgeted profile does not show the workload's split{}", free.diag_pid(w.pid));
 }
 
@@ -193,20 +182,9 @@ fn budget_holds_pyperch_cpu_in_a_switch_storm() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no share of context switches walked in --stats{d}"));
     assert!(last_one_in > 1, "the budget never lowered the share of context switches walked: {walked}{d}");
-    assert!(
-        percent <= BUDGET * 1.1,
-        "pyperch used {percent:.2}% of one CPU (threads {threads:.3} s + BPF {bpf:.3} s over {window:.1} s) at {per_second:.0} switches/s, over the budget of {BUDGET}% + 10 %{d}"
-    );
-    for (name, budgeted_share, free_share) in [("wait_a", a, free_a), ("wait_b", b, free_b)] {
-        assert!(
-            (budgeted_share - free_share).abs() <= 0.02,
-            "{name}: {:.1}% of the budgeted profile vs {:.1}% unbudgeted, more than 2 points apart{d}",
-            budgeted_share * 100.0,
-            free_share * 100.0
-        );
-    }
-    let worth = total as f64 / free_total.max(1) as f64;
-    assert!((0.9..=1.1).contains(&worth), "the budgeted profile stands for {total} ns, the unbudgeted one holds {free_total}{d}");
+    assert_within_budget(percent, threads, bpf, window, &format!(" at {per_second:.0} switches/s"), &d);
+    assert_shares_close(&[("wait_a", a, free_a), ("wait_b", b, free_b)], &d);
+    assert_stands_for(total, free_total, "ns", &d);
     assert!(free_a > 0.5 && free_b > 0.1, "the unbudgeted profile does not show the workload's split{}", free.diag_pid(w.pid));
 }
 
@@ -263,20 +241,9 @@ fn budget_holds_in_the_issues_switch_storm_by_pausing_the_switch_program() {
     assert!(bpf > 0.0, "no BPF run time seen in pyperch's programs' fdinfo: are the kernel's statistics on?{d}");
     assert!(!paused.is_empty() && !paused.contains(": 0 pauses"), "--stats does not say the scheduler-switch program was paused: {paused:?}{d}");
     assert!(walked.contains("attached one second in"), "--stats does not name the program's time slices: {walked:?}{d}");
-    assert!(
-        percent <= BUDGET * 1.1,
-        "pyperch used {percent:.2}% of one CPU (threads {threads:.3} s + BPF {bpf:.3} s over {window:.1} s) at {per_second:.0} switches/s, over the budget of {BUDGET}% + 10 %{d}"
-    );
-    for (name, budgeted_share, free_share) in [("wait_a", a, free_a), ("wait_b", b, free_b), ("wait_long", long, free_long)] {
-        assert!(
-            (budgeted_share - free_share).abs() <= 0.02,
-            "{name}: {:.1}% of the budgeted profile vs {:.1}% unbudgeted, more than 2 points apart{d}",
-            budgeted_share * 100.0,
-            free_share * 100.0
-        );
-    }
-    let worth = total as f64 / free_total.max(1) as f64;
-    assert!((0.9..=1.1).contains(&worth), "the budgeted profile stands for {total} ns, the unbudgeted one holds {free_total}{d}");
+    assert_within_budget(percent, threads, bpf, window, &format!(" at {per_second:.0} switches/s"), &d);
+    assert_shares_close(&[("wait_a", a, free_a), ("wait_b", b, free_b), ("wait_long", long, free_long)], &d);
+    assert_stands_for(total, free_total, "ns", &d);
     assert!(free_a > 0.4 && free_b > 0.1 && free_long > 0.1, "the unbudgeted profile does not show the workload's split{}", free.diag_pid(w.pid));
 }
 
@@ -328,4 +295,33 @@ fn switch_storm_runs(py: &Python, args: &[&str]) -> SwitchStorm {
         bpf,
         window,
     }
+}
+
+/// Each (function, budgeted share, unbudgeted share) within 2 points: the walks and samples
+/// kept stand for those skipped.
+fn assert_shares_close(shares: &[(&str, f64, f64)], d: &str) {
+    for &(name, budgeted_share, free_share) in shares {
+        assert!(
+            (budgeted_share - free_share).abs() <= 0.02,
+            "{name}: {:.1}% of the budgeted profile vs {:.1}% unbudgeted, more than 2 points apart{d}",
+            budgeted_share * 100.0,
+            free_share * 100.0
+        );
+    }
+}
+
+/// pyperch's CPU over the window (`percent` of one CPU: `threads` + `bpf` seconds over
+/// `window`) within the budget + 10 %.
+fn assert_within_budget(percent: f64, threads: f64, bpf: f64, window: f64, at: &str, d: &str) {
+    assert!(
+        percent <= BUDGET * 1.1,
+        "pyperch used {percent:.2}% of one CPU (threads {threads:.3} s + BPF {bpf:.3} s over {window:.1} s){at}, over the budget of {BUDGET}% + 10 %{d}"
+    );
+}
+
+/// The budgeted profile's total stands for as much as the unbudgeted one beside it holds
+/// (the two recordings start and end a little apart: 10 %).
+fn assert_stands_for(total: u64, free_total: u64, unit: &str, d: &str) {
+    let worth = total as f64 / free_total.max(1) as f64;
+    assert!((0.9..=1.1).contains(&worth), "the budgeted profile stands for {total} {unit}, the unbudgeted one holds {free_total}{d}");
 }
