@@ -4,6 +4,7 @@
 //! only (per-task perf events, for `--pid` and a launched command); `switch_gate`: the
 //! scheduler-switch program's attachment, which `--max-cpu` may pause.
 
+pub mod clock;
 pub mod loader;
 pub mod switch_gate;
 pub mod thread_events;

@@ -179,7 +179,7 @@ impl SwitchGate {
         // SAFETY: the kernel returned a new descriptor, owned by nobody else.
         link.link = Some(unsafe { OwnedFd::from_raw_fd(fd as i32) });
         let began = self.pause_began_ns.swap(0, Ordering::Relaxed);
-        let now = crate::kernel::loader::monotonic_ns();
+        let now = crate::kernel::clock::monotonic_ns();
         if began != 0 {
             self.paused_ns.fetch_add(now.saturating_sub(began), Ordering::Relaxed);
             self.last_pause_end_ns.store(now, Ordering::Release);
@@ -193,7 +193,7 @@ impl SwitchGate {
         if link.link.take().is_some() && !link.retired {
             // Marked paused before anyone can read a pending interval begun before it.
             self.last_pause_end_ns.store(u64::MAX, Ordering::Release);
-            self.pause_began_ns.store(crate::kernel::loader::monotonic_ns(), Ordering::Relaxed);
+            self.pause_began_ns.store(crate::kernel::clock::monotonic_ns(), Ordering::Relaxed);
             self.pauses.fetch_add(1, Ordering::Relaxed);
         }
     }
