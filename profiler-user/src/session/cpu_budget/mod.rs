@@ -149,14 +149,13 @@ impl BudgetState {
             }
         }
         let (hz, seconds) = (self.hz(divisor), wall_ns as f64 / 1e9);
-        let switch_divisor = divisor.max(1).saturating_mul(slices.max(1));
-        self.whole.add(hz, switch_divisor, seconds);
-        self.interval.add(hz, switch_divisor, seconds);
+        self.whole.add(hz, switch_divisor(divisor, slices), seconds);
+        self.interval.add(hz, switch_divisor(divisor, slices), seconds);
     }
 
-    /// One context switch in this many is walked now: the divisor times the time slices.
+    /// One context switch in this many is walked now.
     fn switch_divisor(&self) -> u32 {
-        self.divisor.max(1).saturating_mul(self.slices.max(1))
+        switch_divisor(self.divisor, self.slices)
     }
 
     /// pyperch's mean CPU over the measured time, percent of one CPU.
@@ -229,6 +228,12 @@ impl BudgetState {
         }
         lines
     }
+}
+
+/// One context switch in this many is walked: the divisor times the switch program's time
+/// slices.
+fn switch_divisor(divisor: u32, slices: u32) -> u32 {
+    divisor.max(1).saturating_mul(slices.max(1))
 }
 
 /// A percentage without needless decimals (`2`, `0.5`).
