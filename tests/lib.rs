@@ -1064,6 +1064,26 @@ impl RecordRun {
         sampling_began(self.pid(), timeout)
     }
 
+    /// Waits (up to `timeout`) until pyperch runs its drain thread (`pyperch-drain`), which
+    /// its loop starts once the processes named with `--pid` are inspected and registered:
+    /// from then on their samples are kept. (`wait_until_sampling` is earlier: the perf events
+    /// are open before the processes are inspected, which under load takes seconds for a
+    /// score of them.) Returns whether it was seen.
+    pub fn wait_until_registered(&self, timeout: Duration) -> bool {
+        let pid = self.pid();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if has_thread_named(pid, "pyperch-drain") {
+                return true;
+            }
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return false;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     /// Waits (up to `timeout`) until pyperch holds the BPF link of its scheduler-switch
     /// program (`tp_name: sched_switch` in the link's fdinfo) and runs its drain thread
     /// (`pyperch-drain`). `--mode wall/off-cpu` attach that program before the privilege drop,

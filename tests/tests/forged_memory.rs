@@ -149,11 +149,16 @@ fn forged(label: &str) {
     let started = Instant::now();
     let run = RecordRun::start(&args);
     assert!(run.wait_until_sampling(Duration::from_secs(30)), "{}: pyperch never started sampling", py.describe());
-    // The benign process's CPU time is measured over a window inside sampling: sampling began
-    // before `cpu_before` (its perf events are open), and `--duration` counts from the
-    // recording loop's start, later still. The window must not run to pyperch's exit: after
-    // sampling stops pyperch still symbolizes and writes its output (seconds under CI's load)
-    // while the process spins on unsampled.
+    let events_open = Instant::now();
+    assert!(run.wait_until_registered(Duration::from_secs(30)), "{}: pyperch never started its loop", py.describe());
+    // The benign process's CPU time is measured over a window inside sampling: its samples are
+    // kept from its registration, before the loop's drain thread starts (waited for above).
+    // The perf events open earlier, before 20 processes are inspected: a window begun there
+    // once found the benign process a fifth short of its expected samples in CI. `--duration`
+    // counts from the loop's start, just before `cpu_before`. The window must not run to
+    // pyperch's exit: after sampling stops pyperch still symbolizes and writes its output
+    // (seconds under CI's load) while the process spins on unsampled.
+    let inspecting = events_open.elapsed();
     let window_start = Instant::now();
     let cpu_before = cpu_seconds(benign.pid).expect("the benign process's CPU time");
     let window_end = window_start + Duration::from_secs(DURATION_SECS) - Duration::from_millis(250);
@@ -222,10 +227,11 @@ fn forged(label: &str) {
     let mine = rec.profile.for_pid(benign.pid);
     let right = mine.with_leaf("leaf_blue");
     note(format!(
-        "{}: benign {right} samples in leaf_blue of {} ({:.0} expected from {cpu:.2} s CPU in a window of sampling); forged: {}",
+        "{}: benign {right} samples in leaf_blue of {} ({:.0} expected from {cpu:.2} s CPU in a window of sampling; the processes were inspected {:.2} s after the perf events opened); forged: {}",
         py.describe(),
         mine.total(),
         expected,
+        inspecting.as_secs_f64(),
         summary.join(", ")
     ));
     assert!(expected >= 100.0, "{}: the benign process ran only {cpu:.2} s of CPU{d}", py.describe());
