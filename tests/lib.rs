@@ -448,6 +448,13 @@ pub fn namespaced_python_and_cgroups() -> Option<(Python, Cgroups)> {
     }
 }
 
+/// Where `cargo xtask test` installs the pinned server packages (aiohttp, uvicorn, waitress,
+/// ...) inside the sid rootfs for `py` (xtask's `server_packages_dir`), as the interpreter sees
+/// it: put it on `PYTHONPATH`.
+pub fn server_packages_dir(py: &Python) -> String {
+    format!("/opt/pyperch-servers/python{}.{}", py.major, py.minor)
+}
+
 pub fn first_python(labels: &[&str]) -> Option<Python> {
     let found = labels.iter().find_map(|l| python_quiet(l));
     if found.is_none() {

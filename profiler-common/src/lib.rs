@@ -540,6 +540,11 @@ pub struct ThreadSwitch {
     /// (the scheduler-switch program may be detached for a while, `--max-cpu`'s pauses).
     /// 0 when the kernel's BTF did not give the field.
     pub arrivals: u64,
+    /// With `first_in_ns`: the thread's arrivals on a CPU just before that switch-in (the
+    /// count does not include it yet). Equal to a count userspace read after the registration,
+    /// it proves the thread did not run between that read and this switch-in, even across a
+    /// pause of the program. 0 when the kernel's BTF did not give the field.
+    pub first_in_arrivals: u64,
 }
 
 /// Outcome of one kernel walk.

@@ -396,7 +396,13 @@ fn switch_in(next: *const u8) -> (u32, bool, u64) {
 /// (`first_in_ns`), for userspace to charge from the registration on (see
 /// `profiler-user/src/session/blocked_at_start.rs`); one insert, once per thread.
 fn charge_interval(info: &profiler_common::ProcessInfo, tgid: u32, tid: u32, next: *const u8) {
-    let first_switch_in = || ThreadSwitch { tgid, generation: info.generation, first_in_ns: now(), ..ThreadSwitch::default() };
+    let first_switch_in = || ThreadSwitch {
+        tgid,
+        generation: info.generation,
+        first_in_ns: now(),
+        first_in_arrivals: arrivals(next),
+        ..ThreadSwitch::default()
+    };
     let Some(thread) = thread_entry(tid) else {
         if let Some(thread) = thread_entry_or_new(tid) {
             thread.state = first_switch_in();

@@ -32,12 +32,6 @@ use std::{
 
 use pyperch_tests::*;
 
-/// Where `cargo xtask test` installs the servers inside the sid rootfs (xtask's
-/// `server_packages_dir`).
-fn packages_dir(py: &Python) -> String {
-    format!("/opt/pyperch-servers/python{}.{}", py.major, py.minor)
-}
-
 /// Loop machinery that a logical stack must not show.
 const MACHINERY: [&str; 6] = ["run_forever", "_run_once", "run_until_complete", "Handle._run", "Runner.run", "run_app"];
 
@@ -290,7 +284,7 @@ fn server_under_load(label: &str, app: App) {
     let Some(py) = python(label) else { return };
     // The packages as the server sees them, and where they are on the host.
     let (packages, on_host) = match (&py.rootfs, label) {
-        (Some(rootfs), _) => (packages_dir(&py), rootfs.join(packages_dir(&py).trim_start_matches('/'))),
+        (Some(rootfs), _) => (server_packages_dir(&py), rootfs.join(server_packages_dir(&py).trim_start_matches('/'))),
         (None, FT_3_14) => match std::env::var_os("PYPERCH_FT_SERVER_PACKAGES").filter(|v| !v.is_empty()) {
             Some(dir) => (PathBuf::from(&dir).to_string_lossy().into_owned(), PathBuf::from(dir)),
             None => return skip("PYPERCH_FT_SERVER_PACKAGES is not set (`cargo xtask test` installs the servers' cp314t wheels where PYPERCH_FT_PYTHON is set)"),

@@ -118,7 +118,7 @@ fn budget_holds_pyperch_cpu_with_500_busy_threads() {
     let requested: f64 = RATE.parse().expect("rate");
     assert!(min_hz < requested && last_hz < requested, "the budget never lowered the rate: {rate:?}{d}");
     assert!(last_hz >= 1.0, "below the 1 Hz floor: {rate:?}{d}");
-    assert_within_budget(percent, threads, bpf, window, "", &d);
+    assert_within_budget(BUDGET, percent, threads, bpf, window, "", &d);
     // The skipped samples are stood for by the kept ones: the shares are the unbudgeted
     // recording's (each of tens of thousands of samples: a standard error far below a point).
     assert_shares_close(&[("leaf_a", a, free_a), ("leaf_b", b, free_b)], &d);
@@ -155,7 +155,7 @@ fn budget_holds_pyperch_cpu_in_a_switch_storm() {
         skip("no CPython 3.10-3.12 or sid 3.14");
         return;
     };
-    let SwitchStorm { w, budgeted, free, threads, bpf, window, percent, per_second } =
+    let (w, BudgetRuns { budgeted, free, threads, bpf, window, percent, per_second }) =
         switch_storm_runs(&py, &[STORM_THREADS, "300", STORM_SLEEP]);
     let d = budgeted.diag_pid(w.pid);
     let threads_n: f64 = STORM_THREADS.parse().expect("threads");
@@ -175,14 +175,9 @@ fn budget_holds_pyperch_cpu_in_a_switch_storm() {
     ));
 
     assert!(bpf > 0.0, "no BPF run time seen in pyperch's programs' fdinfo: are the kernel's statistics on?{d}");
-    let last_one_in: u32 = walked
-        .split("1 in ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no share of context switches walked in --stats{d}"));
+    let (last_one_in, _) = walked_share(&walked, &d);
     assert!(last_one_in > 1, "the budget never lowered the share of context switches walked: {walked}{d}");
-    assert_within_budget(percent, threads, bpf, window, &format!(" at {per_second:.0} switches/s"), &d);
+    assert_within_budget(BUDGET, percent, threads, bpf, window, &format!(" at {per_second:.0} switches/s"), &d);
     assert_shares_close(&[("wait_a", a, free_a), ("wait_b", b, free_b)], &d);
     assert_stands_for(total, free_total, "ns", &d);
     assert!(free_a > 0.5 && free_b > 0.1, "the unbudgeted profile does not show the workload's split{}", free.diag_pid(w.pid));
@@ -215,7 +210,7 @@ fn budget_holds_in_the_issues_switch_storm_by_pausing_the_switch_program() {
         skip("no CPython 3.10-3.12 or sid 3.14");
         return;
     };
-    let SwitchStorm { w, budgeted, free, threads, bpf, window, percent, per_second } =
+    let (w, BudgetRuns { budgeted, free, threads, bpf, window, percent, per_second }) =
         switch_storm_runs(&py, &[STORM_THREADS, "300", STORM_SLEEP, LONG_THREADS, LONG_SLEEP]);
     let d = budgeted.diag_pid(w.pid);
     let (a, b, total) = function_shares(&budgeted, w.pid, "wait_a", "wait_b");
@@ -241,18 +236,106 @@ fn budget_holds_in_the_issues_switch_storm_by_pausing_the_switch_program() {
     assert!(bpf > 0.0, "no BPF run time seen in pyperch's programs' fdinfo: are the kernel's statistics on?{d}");
     assert!(!paused.is_empty() && !paused.contains(": 0 pauses"), "--stats does not say the scheduler-switch program was paused: {paused:?}{d}");
     assert!(walked.contains("attached one second in"), "--stats does not name the program's time slices: {walked:?}{d}");
-    assert_within_budget(percent, threads, bpf, window, &format!(" at {per_second:.0} switches/s"), &d);
+    assert_within_budget(BUDGET, percent, threads, bpf, window, &format!(" at {per_second:.0} switches/s"), &d);
     assert_shares_close(&[("wait_a", a, free_a), ("wait_b", b, free_b), ("wait_long", long, free_long)], &d);
     assert_stands_for(total, free_total, "ns", &d);
     assert!(free_a > 0.4 && free_b > 0.1 && free_long > 0.1, "the unbudgeted profile does not show the workload's split{}", free.diag_pid(w.pid));
 }
 
-/// `workloads/switch_storm.py ARGS` recorded `--mode wall --pid` with `--max-cpu` BUDGET
-/// (and `--stats`) beside an unbudgeted `--mode wall` pyperch on the same process, both ended
-/// with Ctrl-C after SETTLE and WINDOW; the budgeted pyperch's CPU over the window, measured
-/// from outside, and the process's voluntary switches in it.
-struct SwitchStorm {
-    w: Workload,
+/// Outside truth for the off-CPU budget: a real threaded server from PyPI, waitress 3.0.2 (the
+/// pinned server packages `cargo xtask test` installs into the sid rootfs), serving a WSGI app
+/// (`workloads/server_waitress.py`: 16 worker threads; each request runs `cpu_work`, 0.3 ms of
+/// pure Python, or `io_wait`, a 1 ms sleep) under local load (`workloads/server_load.py`, 16
+/// keep-alive connections), as users run it. Measured here: about 30,000 context switches a
+/// second in the server, 55,000 on the host. Recorded `--mode wall --pid` with `--max-cpu`
+/// beside an unbudgeted `--mode wall` pyperch ([`budget_runs`]), at two budgets:
+/// - 2 %: walking every switch costs about 5 %, so only a share of them is walked (1 in 8
+///   to 11);
+/// - 1 %: the scheduler-switch program's call on every switch of the host is itself about
+///   0.7 %, so the program is paused as well (attached one second in 2).
+///
+/// Checked at each: pyperch's CPU over the window within the budget + 10 %; `--stats` says the
+/// budget bit (a share below 1; at 1 %, pauses); the shares of `cpu_work`, `io_wait` and the
+/// idle workers' wait (waitress's `handler_thread` in `Condition.wait`) within 2 points of the
+/// unbudgeted run's; the total stands for as much time (within 10 %).
+///
+/// This case found a bias our own storms had not: a thread blocked from before the recording
+/// to its end (here the workload's `threading.Timer`, 17 s of 306) was dropped once a pause had
+/// come, its wait no longer proven. Its arrivals count, read with its stack and read again at
+/// the end, now proves it (`blocked_at_start::proven_across_pauses`): the budgeted total went
+/// from 5-8 % short to within 1 %.
+fn waitress_under_budget(budget: f64, paused: bool) {
+    let Some(py) = python("sid-3.14") else { return };
+    let Some(rootfs) = py.rootfs.clone() else { return skip(format!("{} is not run under chroot", py.describe())) };
+    let packages = server_packages_dir(&py);
+    if !rootfs.join(packages.trim_start_matches('/')).join("waitress").is_dir() {
+        return skip(format!("{} has no waitress (installed by `cargo xtask test`)", rootfs.join(packages.trim_start_matches('/')).display()));
+    }
+    let env = [("PYTHONPATH", packages.as_str())];
+    let mut server = Workload::spawn_env(&py, "server_waitress.py", &["16", "120"], &env).unwrap_or_else(|e| panic!("{e:#}"));
+    let port = server.ready_fields().get("port").cloned().unwrap_or_else(|| panic!("no port in {:?}", server.ready));
+    let mut load = Workload::spawn(&py, "server_load.py", &[&port, "16", "120"]).unwrap_or_else(|e| panic!("{e:#}"));
+    let BudgetRuns { budgeted, free, threads, bpf, window, percent, per_second } = budget_runs(server.pid, budget);
+    load.terminate();
+    let load_done = load.stdout_lines().join(" | ");
+    server.terminate();
+    let d = format!("{}\n--- load: {load_done}", budgeted.diag_pid(server.pid));
+    let shares = |rec: &Recording| {
+        let p = rec.profile.for_pid(server.pid);
+        let total = p.total();
+        let share = |f: &str| if total == 0 { 0.0 } else { p.count(|s| s.has_function(f)) as f64 / total as f64 };
+        let idle = if total == 0 { 0.0 } else { p.count(|s| s.has_function("handler_thread") && s.has_function("Condition.wait")) as f64 / total as f64 };
+        (share("cpu_work"), share("io_wait"), idle, total)
+    };
+    let (cpu, io, idle, total) = shares(&budgeted);
+    let (free_cpu, free_io, free_idle, free_total) = shares(&free);
+    let stats = &budgeted.run.stderr;
+    let walked = stats.lines().find(|l| l.contains("context switches walked")).unwrap_or("").trim().to_string();
+    let pauses = stats.lines().find(|l| l.contains("scheduler-switch program paused")).unwrap_or("").trim().to_string();
+    note(format!(
+        "{} waitress, --max-cpu {budget}: {per_second:.0} voluntary switches/s in the server; pyperch {percent:.2}% of one CPU over {window:.1} s (threads {threads:.3} s, BPF {bpf:.3} s); {walked}; {pauses}; cpu_work {:.1}% / io_wait {:.1}% / idle workers {:.1}% budgeted ({:.1} s) vs {:.1}% / {:.1}% / {:.1}% unbudgeted ({:.1} s); load: {load_done}",
+        py.describe(),
+        cpu * 100.0,
+        io * 100.0,
+        idle * 100.0,
+        total as f64 / 1e9,
+        free_cpu * 100.0,
+        free_io * 100.0,
+        free_idle * 100.0,
+        free_total as f64 / 1e9,
+    ));
+
+    assert!(bpf > 0.0, "no BPF run time seen in pyperch's programs' fdinfo: are the kernel's statistics on?{d}");
+    assert!(
+        free_cpu > 0.005 && free_io > 0.01 && free_idle > 0.2,
+        "the unbudgeted profile does not show the server's work, waits and idle workers{}",
+        free.diag_pid(server.pid)
+    );
+    let (_, mean_share) = walked_share(&walked, &d);
+    assert!(mean_share < 0.9, "the budget barely lowered the share of context switches walked: {walked}{d}");
+    if paused {
+        assert!(!pauses.is_empty() && !pauses.contains(": 0 pauses"), "--stats does not say the scheduler-switch program was paused: {pauses:?}{d}");
+    }
+    assert_within_budget(budget, percent, threads, bpf, window, &format!(" at {per_second:.0} switches/s"), &d);
+    assert_shares_close(&[("cpu_work", cpu, free_cpu), ("io_wait", io, free_io), ("idle workers", idle, free_idle)], &d);
+    assert_stands_for(total, free_total, "ns", &d);
+}
+
+#[test]
+fn budget_holds_on_a_waitress_server_under_load_by_a_share_of_walks() {
+    waitress_under_budget(BUDGET, false);
+}
+
+#[test]
+fn budget_holds_on_a_waitress_server_under_load_by_pausing_the_switch_program() {
+    waitress_under_budget(1.0, true);
+}
+
+/// A process recorded `--mode wall --pid` with `--max-cpu BUDGET` (and `--stats`) beside an
+/// unbudgeted `--mode wall` pyperch on the same process, both ended with Ctrl-C after SETTLE
+/// and WINDOW; the budgeted pyperch's CPU over the window, measured from outside, and the
+/// process's voluntary switches in it.
+struct BudgetRuns {
     budgeted: Recording,
     free: Recording,
     threads: f64,
@@ -262,38 +345,56 @@ struct SwitchStorm {
     per_second: f64,
 }
 
-fn switch_storm_runs(py: &Python, args: &[&str]) -> SwitchStorm {
-    let mut w = Workload::spawn(py, "switch_storm.py", args).unwrap_or_else(|e| panic!("{e:#}"));
-    let pid = w.pid.to_string();
-    let free_run = RecordRun::start(&["--pid", &pid, "--mode", "wall"]);
-    let budget = BUDGET.to_string();
-    let run = RecordRun::start(&["--pid", &pid, "--mode", "wall", "--max-cpu", &budget, "--stats"]);
+fn budget_runs(pid: u32, budget: f64) -> BudgetRuns {
+    let target = pid.to_string();
+    let free_run = RecordRun::start(&["--pid", &target, "--mode", "wall"]);
+    let budget = budget.to_string();
+    let run = RecordRun::start(&["--pid", &target, "--mode", "wall", "--max-cpu", &budget, "--stats"]);
     assert!(free_run.wait_until_switch_hooked(Duration::from_secs(60)), "the unbudgeted pyperch did not hook context switches");
     assert!(run.wait_until_switch_hooked(Duration::from_secs(60)), "pyperch did not hook context switches");
     let pyperch = run.pid();
     std::thread::sleep(SETTLE);
     let (threads0, bpf0) = pyperch_cpu(pyperch);
-    let switches0 = voluntary_switches(w.pid);
+    let switches0 = voluntary_switches(pid);
     let started = std::time::Instant::now();
     std::thread::sleep(WINDOW);
     let (threads1, bpf1) = pyperch_cpu(pyperch);
-    let switches1 = voluntary_switches(w.pid);
+    let switches1 = voluntary_switches(pid);
     let window = started.elapsed().as_secs_f64();
     let budgeted = run.interrupt();
     let free = free_run.interrupt();
-    w.terminate();
     budgeted.assert_ok();
     free.assert_ok();
     let (threads, bpf) = (threads1 - threads0, bpf1 - bpf0);
-    SwitchStorm {
+    BudgetRuns {
         percent: (threads + bpf) * 100.0 / window,
         per_second: switches1.saturating_sub(switches0) as f64 / window,
-        w,
         budgeted,
         free,
         threads,
         bpf,
         window,
+    }
+}
+
+/// `workloads/switch_storm.py ARGS` under [`budget_runs`] at [`BUDGET`]; the workload has
+/// ended.
+fn switch_storm_runs(py: &Python, args: &[&str]) -> (Workload, BudgetRuns) {
+    let mut w = Workload::spawn(py, "switch_storm.py", args).unwrap_or_else(|e| panic!("{e:#}"));
+    let runs = budget_runs(w.pid, BUDGET);
+    w.terminate();
+    (w, runs)
+}
+
+/// `--stats`'s `context switches walked 1 in N last, mean share S%` line → (N, S as a
+/// fraction).
+fn walked_share(walked: &str, d: &str) -> (u32, f64) {
+    let field = |after: &str, end: char| walked.split(after).nth(1).and_then(|r| r.split(end).next()).map(str::trim);
+    let last = field("1 in ", ' ').and_then(|n| n.parse().ok());
+    let mean = field("mean share ", '%').and_then(|n| n.parse::<f64>().ok());
+    match (last, mean) {
+        (Some(last), Some(mean)) => (last, mean / 100.0),
+        _ => panic!("no share of context switches walked in --stats: {walked:?}{d}"),
     }
 }
 
@@ -311,11 +412,11 @@ fn assert_shares_close(shares: &[(&str, f64, f64)], d: &str) {
 }
 
 /// pyperch's CPU over the window (`percent` of one CPU: `threads` + `bpf` seconds over
-/// `window`) within the budget + 10 %.
-fn assert_within_budget(percent: f64, threads: f64, bpf: f64, window: f64, at: &str, d: &str) {
+/// `window`) within `budget` + 10 %.
+fn assert_within_budget(budget: f64, percent: f64, threads: f64, bpf: f64, window: f64, at: &str, d: &str) {
     assert!(
-        percent <= BUDGET * 1.1,
-        "pyperch used {percent:.2}% of one CPU (threads {threads:.3} s + BPF {bpf:.3} s over {window:.1} s){at}, over the budget of {BUDGET}% + 10 %{d}"
+        percent <= budget * 1.1,
+        "pyperch used {percent:.2}% of one CPU (threads {threads:.3} s + BPF {bpf:.3} s over {window:.1} s){at}, over the budget of {budget}% + 10 %{d}"
     );
 }
 

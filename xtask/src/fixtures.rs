@@ -458,15 +458,17 @@ pub(crate) fn setup_viewers(p: &Paths) {
 }
 
 // ---------------------------------------------------------------------------------------
-// test fixtures: real asyncio servers for the sid pythons (tests/tests/async_servers.rs)
+// test fixtures: real servers for the sid pythons (tests/tests/async_servers.rs,
+// tests/tests/cpu_budget.rs)
 // ---------------------------------------------------------------------------------------
 
-/// The PyPI releases tests/tests/async_servers.rs runs as real servers (aiohttp; uvicorn
-/// with Starlette) and every dependency they import on 3.14/3.15, each pinned, installed
-/// without dependency resolution so that nothing unpinned comes in. Every one has a cp314
-/// and a cp315 wheel (or a pure one), so the C extensions (aiohttp's HTTP parser, multidict,
-/// yarl, frozenlist, propcache) are the ones users get. Move the pins together.
-pub(crate) const SERVER_PACKAGES: [&str; 15] = [
+/// The PyPI releases the tests run as real servers (async_servers.rs: aiohttp; uvicorn with
+/// Starlette. cpu_budget.rs: waitress, a threaded WSGI server, pure Python) and every
+/// dependency they import on 3.14/3.15, each pinned, installed without dependency resolution
+/// so that nothing unpinned comes in. Every one has a cp314 and a cp315 wheel (or a pure
+/// one), so the C extensions (aiohttp's HTTP parser, multidict, yarl, frozenlist, propcache)
+/// are the ones users get. Move the pins together.
+pub(crate) const SERVER_PACKAGES: [&str; 16] = [
     "aiohttp==3.14.5",
     "aiohappyeyeballs==2.7.1",
     "aiosignal==1.4.0",
@@ -482,6 +484,7 @@ pub(crate) const SERVER_PACKAGES: [&str; 15] = [
     "starlette==1.10.0",
     "anyio==4.16.0",
     "typing_extensions==4.16.0",
+    "waitress==3.0.2",
 ];
 
 /// The sid interpreters the servers are installed for (asyncio task stacks need 3.14+).
@@ -520,7 +523,7 @@ pub(crate) fn setup_server_packages(p: &Paths, rootfs: Option<&Path>) {
         }
         step(format!(
             "server packages for sid {python}: installing {} (and their pinned dependencies) into {}",
-            SERVER_PACKAGES.iter().filter(|s| ["aiohttp", "uvicorn", "starlette"].iter().any(|n| s.starts_with(&format!("{n}==")))).copied().collect::<Vec<_>>().join(", "),
+            SERVER_PACKAGES.iter().filter(|s| ["aiohttp", "uvicorn", "starlette", "waitress"].iter().any(|n| s.starts_with(&format!("{n}==")))).copied().collect::<Vec<_>>().join(", "),
             dir.display()
         ));
         if let Err(err) = install_server_packages(&pip_python, rootfs, python, &dir, &pins) {
@@ -538,7 +541,7 @@ fn servers_importable(rootfs: &Path, python: &str, guest: &str) -> bool {
 
 /// Whether the interpreter `cmd` runs imports the servers with `PYTHONPATH=FROM`.
 fn imports_servers(mut cmd: Command, from: &Path) -> bool {
-    cmd.args(["-c", "import aiohttp.web, uvicorn, starlette.applications, anyio"])
+    cmd.args(["-c", "import aiohttp.web, uvicorn, starlette.applications, anyio, waitress"])
         .env("PYTHONPATH", from)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .stdout(Stdio::null())
@@ -593,7 +596,7 @@ pub(crate) fn setup_ft_server_packages(p: &Paths) -> Option<PathBuf> {
         }
         pip_install_servers(&pip_python, "3.14", "cp314t", &tmp, "python3.14t")?;
         if !importable(&tmp) {
-            bail!("{} cannot import aiohttp, uvicorn and starlette from {}", exe.display(), tmp.display());
+            bail!("{} cannot import aiohttp, uvicorn, starlette and waitress from {}", exe.display(), tmp.display());
         }
         fs::write(tmp.join(SERVER_PINS_FILE), &pins).with_context(|| format!("cannot write into {}", tmp.display()))?;
         if dir.exists() {
@@ -634,7 +637,7 @@ fn install_server_packages(pip_python: &Path, rootfs: &Path, python: &str, dir: 
         pip_install_servers(pip_python, version, &abi, &tmp, python)?;
         let guest_tmp = Path::new("/").join(tmp.strip_prefix(rootfs).context("the packages directory is outside the rootfs")?);
         if !servers_importable(rootfs, python, &guest_tmp.to_string_lossy()) {
-            bail!("sid {python} cannot import aiohttp, uvicorn and starlette from {}", tmp.display());
+            bail!("sid {python} cannot import aiohttp, uvicorn, starlette and waitress from {}", tmp.display());
         }
         fs::write(tmp.join(SERVER_PINS_FILE), pins).with_context(|| format!("cannot write into {}", tmp.display()))?;
         if dir.exists() {

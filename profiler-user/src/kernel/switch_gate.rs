@@ -72,6 +72,44 @@ pub struct SwitchGate {
     pauses: AtomicU64,
     /// The latest slots, oldest first (at most [`SLOTS_KEPT`]).
     slots: Mutex<std::collections::VecDeque<Slot>>,
+    /// The latest pauses, for [`SwitchGate::paused_within`].
+    pause_log: Mutex<PauseLog>,
+}
+
+/// Pauses kept: an hour of one a second. A query older than the log is answered "paused"
+/// (not known).
+const PAUSES_KEPT: usize = 3600;
+
+/// The latest pauses, oldest first, as (began, ended) in kernel monotonic ns (`u64::MAX`:
+/// under way). `began` is read before the program is detached and `ended` after it is
+/// attached again, so each holds the whole pause.
+#[derive(Debug, Default)]
+struct PauseLog {
+    pauses: std::collections::VecDeque<(u64, u64)>,
+    /// The end of the latest pause no longer kept (0: none was dropped).
+    forgotten_until: u64,
+}
+
+impl PauseLog {
+    fn began(&mut self, at: u64) {
+        if self.pauses.len() >= PAUSES_KEPT {
+            if let Some((_, ended)) = self.pauses.pop_front() {
+                self.forgotten_until = ended;
+            }
+        }
+        self.pauses.push_back((at, u64::MAX));
+    }
+
+    fn ended(&mut self, at: u64) {
+        if let Some(last) = self.pauses.back_mut() {
+            last.1 = at;
+        }
+    }
+
+    /// See [`SwitchGate::paused_within`].
+    fn within(&self, a: u64, b: u64) -> bool {
+        self.forgotten_until >= a.max(1) || self.pauses.iter().any(|&(began, ended)| began <= b && ended >= a)
+    }
 }
 
 /// Slots kept: a wait's end weight needs only the slot of its end, and of its start when it
@@ -150,6 +188,7 @@ impl SwitchGate {
             pause_began_ns: AtomicU64::new(0),
             pauses: AtomicU64::new(0),
             slots: Mutex::new(std::collections::VecDeque::new()),
+            pause_log: Mutex::new(PauseLog::default()),
         }
     }
 
@@ -181,6 +220,7 @@ impl SwitchGate {
         let began = self.pause_began_ns.swap(0, Ordering::Relaxed);
         let now = crate::kernel::clock::monotonic_ns();
         if began != 0 {
+            self.log().ended(now);
             self.paused_ns.fetch_add(now.saturating_sub(began), Ordering::Relaxed);
             self.last_pause_end_ns.store(now, Ordering::Release);
         }
@@ -190,7 +230,9 @@ impl SwitchGate {
     /// Detaches the program (nothing if detached): a pause begins once this returns.
     pub fn close(&self) {
         let mut link = self.lock();
+        let before = crate::kernel::clock::monotonic_ns();
         if link.link.take().is_some() && !link.retired {
+            self.log().began(before);
             // Marked paused before anyone can read a pending interval begun before it.
             self.last_pause_end_ns.store(u64::MAX, Ordering::Release);
             self.pause_began_ns.store(crate::kernel::clock::monotonic_ns(), Ordering::Relaxed);
@@ -209,6 +251,16 @@ impl SwitchGate {
     /// clock): a pause ended after it, or one is under way.
     pub fn paused_since(&self, since_ns: u64) -> bool {
         self.last_pause_end_ns.load(Ordering::Acquire) >= since_ns.max(1)
+    }
+
+    /// Whether the program was detached at any time from `a` to `b` (kernel monotonic ns), or
+    /// may have been (the log no longer reaches back to `a`).
+    pub fn paused_within(&self, a: u64, b: u64) -> bool {
+        self.log().within(a, b)
+    }
+
+    fn log(&self) -> std::sync::MutexGuard<'_, PauseLog> {
+        self.pause_log.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Notes the slot that begins (the budget's thread, at each second).
@@ -269,6 +321,26 @@ mod tests {
         // This thread has run at least once.
         let tid = unsafe { libc::gettid() } as u32;
         assert!(thread_arrivals(std::process::id(), tid).is_some_and(|n| n >= 1));
+    }
+
+    #[test]
+    fn pauses_within_a_span() {
+        let mut log = PauseLog::default();
+        assert!(!log.within(5, 10));
+        log.began(20);
+        assert!(log.within(5, 25), "under way");
+        assert!(log.within(30, 40), "under way, after its start");
+        assert!(!log.within(5, 19));
+        log.ended(30);
+        assert!(log.within(30, 40) && log.within(25, 26) && log.within(0, 20));
+        assert!(!log.within(31, 40) && !log.within(5, 19));
+        // Older than the log: not known, so paused.
+        for t in 0..PAUSES_KEPT as u64 {
+            log.began(100 + 10 * t);
+            log.ended(105 + 10 * t);
+        }
+        assert!(log.within(21, 22), "the first pause was forgotten");
+        assert!(!log.within(106 + 10 * (PAUSES_KEPT as u64 - 1), u64::MAX - 1));
     }
 
     const MS: u64 = 1_000_000;

@@ -66,6 +66,10 @@ pub(crate) struct ThreadRead {
     pub(crate) runnable: bool,
     /// Root first; `None`: not read consistently.
     pub(crate) frames: Option<Vec<Frame>>,
+    /// Its arrivals on a CPU (`schedstat`), read before its stack; `None`: not read. The same
+    /// count later proves it has not run since, across pauses of the scheduler-switch program
+    /// ([`proven_across_pauses`]).
+    pub(crate) arrivals: Option<u64>,
 }
 
 /// The threads of one process, read after its registration.
@@ -166,6 +170,28 @@ impl FirstSwitch {
     }
 }
 
+/// Whether what the kernel saw of `thread` (`first`, and `entry`'s count at that switch-in)
+/// still tells its wait exactly when the scheduler-switch program was paused since the
+/// registration; `arrivals_now`: the thread's count read now, after the caller's time (asked
+/// for only when no switch was seen). The snapshot itself must have been read with the
+/// program attached (the caller checks), so a run before the read was seen.
+///
+/// - a switch-in seen: the thread did not run between its count's read and that switch-in if
+///   the kernel's count there is the same;
+/// - no switch seen: it has not run since its count's read if the count now is the same;
+/// - a switch-out seen: nothing is charged anyway.
+///
+/// Not proven (dropped, counted as `Paused`): a count not read, or another count.
+pub(crate) fn proven_across_pauses(thread: &ThreadRead, first: FirstSwitch, first_in_arrivals: u64, arrivals_now: impl FnOnce() -> Option<u64>) -> bool {
+    match (first, thread.arrivals) {
+        (FirstSwitch::Out, _) => true,
+        (_, None) => false,
+        // 0: the kernel had no count (no BTF offset).
+        (FirstSwitch::In(_), Some(read)) => first_in_arrivals != 0 && first_in_arrivals == read,
+        (FirstSwitch::None, Some(read)) => arrivals_now() == Some(read),
+    }
+}
+
 /// Why a wait at the start was not charged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Dropped {
@@ -175,8 +201,8 @@ pub(crate) enum Dropped {
     NotRead,
     /// It ended before the recording did.
     Ended,
-    /// The scheduler-switch program was paused since the registration (`--max-cpu`): a
-    /// switch may have gone unseen, so no first switch proves the wait.
+    /// The scheduler-switch program was paused while the snapshot was read, or the thread ran
+    /// unseen during a later pause (`--max-cpu`; see [`proven_across_pauses`]).
     Paused,
 }
 
@@ -214,8 +240,18 @@ pub(crate) fn verdict(registered_ns: u64, taken_ns: u64, end_ns: u64, thread: &T
     }
 }
 
-/// Reads every thread of `process` (its stack and state), for a snapshot.
+/// Threads whose arrivals a snapshot reads, at most (one short `schedstat` read each); the
+/// others' waits are not proven across a pause.
+const MAX_ARRIVALS_READ: usize = 4096;
+
+/// Reads every thread of `process` (its arrivals, then its stack and state), for a snapshot.
 fn read_threads(process: &PythonProcess) -> Option<Vec<ThreadRead>> {
+    let arrivals: std::collections::HashMap<u32, u64> = thread_stacks::proc_threads::task_ids(process.pid)
+        .unwrap_or_default()
+        .into_iter()
+        .take(MAX_ARRIVALS_READ)
+        .filter_map(|tid| Some((tid, crate::kernel::switch_gate::thread_arrivals(process.pid, tid)?)))
+        .collect();
     let dumped = thread_stacks::dump_inspected(process, DumpOptions::default()).ok()?;
     let threads = dumped
         .threads
@@ -223,7 +259,7 @@ fn read_threads(process: &PythonProcess) -> Option<Vec<ThreadRead>> {
         .filter(|t| t.python)
         .filter_map(|t| {
             let start_time = thread_stacks::proc_threads::task_start(process.pid, t.tid)?;
-            Some(ThreadRead { tid: t.tid, start_time, runnable: t.kernel.state == "R", frames: t.stack })
+            Some(ThreadRead { tid: t.tid, start_time, runnable: t.kernel.state == "R", frames: t.stack, arrivals: arrivals.get(&t.tid).copied() })
         })
         .collect();
     Some(threads)
@@ -423,7 +459,7 @@ mod tests {
 
     fn thread(runnable: bool, frames: Option<usize>) -> ThreadRead {
         let frame = Frame { function: "f".into(), file: "f.py".into(), line: Some(1), first_line: 1, locals: None };
-        ThreadRead { tid: 7, start_time: 1, runnable, frames: frames.map(|n| vec![frame; n]) }
+        ThreadRead { tid: 7, start_time: 1, runnable, frames: frames.map(|n| vec![frame; n]), arrivals: Some(40) }
     }
 
     const R: u64 = 1_000;
@@ -499,6 +535,24 @@ mod tests {
         assert_eq!(step(R, S, E, &open(Some(2), S + 10), FirstSwitch::None, false, false), Step::Close(None));
         // Woke before its snapshot was read: dropped whatever the period.
         assert_eq!(step(R, S, E, &open(Some(2), R), FirstSwitch::In(S), true, false), Step::Close(Some(Dropped::WokeBeforeRead)));
+    }
+
+    #[test]
+    fn across_pauses_the_arrivals_count_proves_a_wait() {
+        let t = thread(false, Some(2));
+        // No switch seen: the count now must be the one read before the stack.
+        assert!(proven_across_pauses(&t, FirstSwitch::None, 0, || Some(40)));
+        assert!(!proven_across_pauses(&t, FirstSwitch::None, 0, || Some(41)), "ran unseen in a pause");
+        assert!(!proven_across_pauses(&t, FirstSwitch::None, 0, || None), "gone, or no read left");
+        // A switch-in seen: the kernel's count there must be the same.
+        assert!(proven_across_pauses(&t, FirstSwitch::In(S + 5), 40, || panic!("not read")));
+        assert!(!proven_across_pauses(&t, FirstSwitch::In(S + 5), 42, || None));
+        assert!(!proven_across_pauses(&t, FirstSwitch::In(S + 5), 0, || None), "no count in the kernel");
+        // Running first: nothing to charge, nothing to prove.
+        assert!(proven_across_pauses(&t, FirstSwitch::Out, 0, || None));
+        // No count read with the snapshot: never proven.
+        let unread = ThreadRead { arrivals: None, ..t };
+        assert!(!proven_across_pauses(&unread, FirstSwitch::None, 0, || Some(40)));
     }
 
     #[test]

@@ -101,7 +101,7 @@ impl Session {
         let pending = self.kernel.pending_off_cpu();
         if self.blocked.enabled() {
             let first_switches: HashMap<u32, ThreadSwitch> = pending.iter().map(|(tid, s, _)| (*tid, *s)).collect();
-            self.charge_blocked_at_start(now_ns, &first_switches, false);
+            self.charge_blocked_at_start(now_ns, &first_switches, false, &mut reads);
         }
         for (tid, state, record) in pending {
             let out = state.switched_out_ns;
@@ -159,7 +159,7 @@ impl Session {
         let pending = self.kernel.pending_off_cpu();
         let mut reads = MAX_ARRIVALS_READS;
         let first_switches: HashMap<u32, ThreadSwitch> = pending.iter().map(|(tid, s, _)| (*tid, *s)).collect();
-        self.charge_blocked_at_start(end_ns, &first_switches, true);
+        self.charge_blocked_at_start(end_ns, &first_switches, true, &mut reads);
         for (tid, state, record) in pending {
             let mut short = state.short_ns;
             let out = state.switched_out_ns;
@@ -209,7 +209,7 @@ impl Session {
     /// Charges the waits of threads blocked since before their registration (see
     /// `blocked_at_start`) up to `now_ns`, given the kernel's per-thread entries by tid (read
     /// after `now_ns` was taken); `last`: the recording ends, every thread is closed.
-    fn charge_blocked_at_start(&mut self, now_ns: u64, kernel: &HashMap<u32, profiler_common::ThreadSwitch>, last: bool) {
+    fn charge_blocked_at_start(&mut self, now_ns: u64, kernel: &HashMap<u32, profiler_common::ThreadSwitch>, last: bool, reads: &mut u32) {
         use blocked_at_start::{FirstSwitch, Step, step};
         self.blocked.receive(last);
         let mut open = std::mem::take(&mut self.blocked.open);
@@ -217,17 +217,29 @@ impl Session {
             let process_gone = !self.targets.get(&snapshot.pid).is_some_and(|t| t.generation == snapshot.generation);
             let mut threads = std::mem::take(&mut snapshot.threads);
             // A pause of the scheduler-switch program since the registration: a switch may
-            // have gone unseen, so none of these waits is proven any more (what was charged
-            // before the pause stands).
-            let paused = self.kernel.switch_gate().is_some_and(|g| g.paused_since(snapshot.registered_ns));
+            // have gone unseen. While the snapshot was read, nothing proves these waits (what
+            // was charged before stands); after it, each thread's arrivals count does.
+            let gate = self.kernel.switch_gate();
+            let paused = gate.is_some_and(|g| g.paused_since(snapshot.registered_ns));
+            let paused_while_read = paused && gate.is_some_and(|g| g.paused_within(snapshot.registered_ns, snapshot.taken_ns));
             threads.retain_mut(|thread| {
-                if paused {
+                let entry = kernel.get(&thread.read.tid);
+                let first = FirstSwitch::of(entry, snapshot.pid, snapshot.generation);
+                let unproven = paused_while_read
+                    || (paused
+                        && !blocked_at_start::proven_across_pauses(&thread.read, first, entry.map_or(0, |e| e.first_in_arrivals), || {
+                            if *reads == 0 {
+                                return None;
+                            }
+                            *reads -= 1;
+                            crate::kernel::switch_gate::thread_arrivals(snapshot.pid, thread.read.tid)
+                        }));
+                if unproven {
                     if thread.charged_until <= snapshot.registered_ns {
                         self.blocked.count_dropped(blocked_at_start::Dropped::Paused);
                     }
                     return false;
                 }
-                let first = FirstSwitch::of(kernel.get(&thread.read.tid), snapshot.pid, snapshot.generation);
                 // Only a thread with no switch seen can have ended unseen (its entry freed).
                 let alive = first != FirstSwitch::None
                     || crate::target::thread_stacks::proc_threads::task_start(snapshot.pid, thread.read.tid) == Some(thread.read.start_time);
