@@ -40,6 +40,17 @@ pub(crate) const DRAIN: Duration = Duration::from_millis(20);
 /// How often pyperch's CPU is measured and the share chosen.
 pub(crate) const TICK: Duration = Duration::from_secs(1);
 
+/// What the scheduler-switch program does in a part of a slot (see `Prepared::tick`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Detached: sees nothing.
+    Detached,
+    /// Attached, walking its share of switch-outs.
+    Walk,
+    /// Attached, ending waits, walking none (before a pause).
+    Drain,
+}
+
 pub use crate::sample::aggregate::{BudgetFacts, RateSummary, SwitchShare};
 
 /// Time-weighted effective rates and shares.
@@ -313,29 +324,41 @@ impl Prepared {
             }
             return wait(TICK);
         }
-        // Detached from the slot's start to its window, as the end weights assume (after a
-        // second attached all along it still is).
-        gate.close();
+        // The attached part, `window + DRAIN` from a uniform offset, taken around the slot's
+        // end (`Slot`); the phases in time order. Each sets the program's state at its start
+        // (so a slot that begins detached detaches, even after one attached all along).
         let window = TICK / slices;
-        let rest = TICK.saturating_sub(window + DRAIN);
-        let before = rest.mul_f64(self.next_random());
-        if wait(before) {
-            return true;
+        let offset = TICK.mul_f64(self.next_random());
+        let mut phases = Vec::with_capacity(5);
+        if offset + window + DRAIN <= TICK {
+            phases.extend([(Phase::Detached, offset), (Phase::Walk, window), (Phase::Drain, DRAIN)]);
+            phases.push((Phase::Detached, TICK - offset - window - DRAIN));
+        } else {
+            let head = offset + window + DRAIN - TICK;
+            let walk_head = (offset + window).saturating_sub(TICK);
+            phases.extend([(Phase::Walk, walk_head), (Phase::Drain, head - walk_head)]);
+            phases.extend([(Phase::Detached, offset - head), (Phase::Walk, TICK - offset)]);
         }
-        // The weight first, so that the first walks weigh right.
-        let _ = self.share.set_switch_slices(slices);
-        if let Err(e) = gate.open() {
-            log::warn!("CPU budget: could not attach the scheduler-switch program again: {e}");
+        for (phase, length) in phases {
+            if length.is_zero() {
+                continue;
+            }
+            match phase {
+                Phase::Detached => gate.close(),
+                Phase::Walk | Phase::Drain => {
+                    // The weight first, so that the first walks weigh right.
+                    let slices = if phase == Phase::Walk { slices } else { profiler_common::share_slot::DRAINING };
+                    let _ = self.share.set_switch_slices(slices);
+                    if let Err(e) = gate.open() {
+                        log::warn!("CPU budget: could not attach the scheduler-switch program again: {e}");
+                    }
+                }
+            }
+            if wait(length) {
+                return true;
+            }
         }
-        if wait(window) {
-            return true;
-        }
-        let _ = self.share.set_switch_slices(profiler_common::share_slot::DRAINING);
-        if wait(DRAIN) {
-            return true;
-        }
-        gate.close();
-        wait(rest.saturating_sub(before))
+        false
     }
 
     /// What is measured and chosen, readable while the thread runs.
