@@ -4,8 +4,10 @@
 //! broken process can make any of that block for ever (a file on a FUSE mount that never
 //! answers, a mapping whose page faults never complete). Such work runs on a thread of its
 //! own; the caller waits at most the budget and then goes on without it. A thread that is
-//! still runnable at the end of its budget is slow, not blocked (a loaded machine): it gets
-//! up to `SLOW_BUDGET_FACTOR` budgets before it counts as overrun. A thread that
+//! still runnable at the end of its budget, or that keeps arriving on a CPU between waits
+//! (reads from a disk slowed by a loaded machine), is slow, not blocked: it gets up to
+//! `SLOW_BUDGET_FACTOR` budgets before it counts as overrun, as long as no `PROGRESS_WINDOW`
+//! (or budget, if shorter) passes without it running. A thread that
 //! overran stays blocked in the kernel until whatever it waits for answers (threads cannot
 //! be cancelled), so at most `MAX_OVERRUNNING_PER_PROCESS` of them may exist at once for
 //! work on one process (`run_for`, `start_for`): beyond that, more work on that process is
@@ -33,6 +35,9 @@ pub(crate) const MAX_OVERRUNNING_PER_PROCESS: usize = 2;
 const SLOW_BUDGET_FACTOR: u32 = 8;
 /// How often a slow thread's state is checked once its budget has passed.
 const SLOW_CHECK: Duration = Duration::from_millis(50);
+/// A slow thread caught waiting is still waited for if it arrived on a CPU within this long:
+/// a thread blocked for good (a file that never answers) does not arrive again.
+const PROGRESS_WINDOW: Duration = Duration::from_millis(500);
 
 /// Why budgeted work gave no result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -208,9 +213,22 @@ impl<T> Started<T> {
             Err(mpsc::RecvTimeoutError::Disconnected) => return self.give_up(),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
-        // Still at work: wait on while it is runnable (slow), give up once it waits.
-        while self.started.elapsed() < budget * SLOW_BUDGET_FACTOR && crate::target::memory::deadline::thread_is_runnable(self.tid.load(Ordering::Relaxed)) {
-            match self.receive.recv_timeout(SLOW_CHECK) {
+        // Still at work: wait on while it is runnable or runs now and then (slow), give up
+        // once it has waited a whole `PROGRESS_WINDOW` without running.
+        use crate::target::memory::deadline::{thread_arrivals, thread_is_runnable};
+        let tid = || self.tid.load(Ordering::Relaxed);
+        // Short budgets (tests, quick looks) give up as soon.
+        let window = PROGRESS_WINDOW.min(budget);
+        let (mut arrivals, mut moved_at) = (thread_arrivals(tid()), Instant::now());
+        while self.started.elapsed() < budget * SLOW_BUDGET_FACTOR {
+            let now = thread_arrivals(tid());
+            if now.is_some() && now != arrivals {
+                (arrivals, moved_at) = (now, Instant::now());
+            }
+            if !thread_is_runnable(tid()) && moved_at.elapsed() >= window {
+                break;
+            }
+            match self.receive.recv_timeout(SLOW_CHECK.min(window)) {
                 Ok(result) => return self.finish(result),
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -244,6 +262,21 @@ impl<T> Started<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Mostly waiting, as a thread reading from a slow disk, but back on a CPU every few
+    /// milliseconds: slow, not blocked, so it is waited for past its budget.
+    #[test]
+    fn a_thread_that_keeps_running_now_and_then_is_waited_for() {
+        let budgeted = Budgeted::default();
+        let r = budgeted.run(Duration::from_millis(100), || {
+            for _ in 0..60 {
+                thread::sleep(Duration::from_millis(5));
+            }
+            9
+        });
+        assert_eq!(r, Ok(9));
+        assert_eq!(budgeted.blocked(), 0);
+    }
 
     #[test]
     fn results_within_budget_and_overruns_bounded() {

@@ -410,9 +410,33 @@ pub(crate) fn thread_is_runnable(tid: i32) -> bool {
     stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()).is_some_and(|state| state == "R")
 }
 
+/// How many times our own thread `tid` has arrived on a CPU (`schedstat`'s third field):
+/// a count that moves shows a thread at work, even one caught waiting (a read from a slow
+/// disk), where a thread stuck on a file that never answers does not arrive again. `None`
+/// when it cannot be read (0 for a thread not started yet).
+pub(crate) fn thread_arrivals(tid: i32) -> Option<u64> {
+    use std::io::Read;
+    if tid <= 0 {
+        return Some(0);
+    }
+    let file = std::fs::File::open(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    let mut text = String::new();
+    file.take(256).read_to_string(&mut text).ok()?;
+    text.split_ascii_whitespace().nth(2)?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_thread_arrivals_are_read() {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        assert!(thread_arrivals(tid).is_some_and(|n| n >= 1));
+        assert_eq!(thread_arrivals(0), Some(0));
+        assert_eq!(thread_arrivals(i32::MAX), None);
+    }
 
     /// A guarded thread reads through its reader like any other; a process in quarantine is
     /// refused from every thread until released.
