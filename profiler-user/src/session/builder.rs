@@ -281,6 +281,13 @@ pub(crate) fn check_pids_exist(pids: &[u32]) -> Result<(), SessionError> {
     }
 }
 
+/// Time given to inspecting each process named with `--pid`, before sampling starts. Longer
+/// than discovery's [`INSPECT_BUDGET`]: the user named it, pyperch has nothing else to do yet,
+/// and a process with hundreds of busy threads leaves pyperch's looking thread a small share
+/// of the CPUs (CI: 200 busy threads, side by side with another test, outlasted 1.5 s). A
+/// file that never answers still ends the start with that sentence, after this long.
+const EXPLICIT_INSPECT_BUDGET: Duration = Duration::from_secs(10);
+
 /// Explicit PIDs must exist, be Python and pass the filters; those whose interpreter is
 /// not initialised yet are registered later by the session's scans.
 /// Inspects each of `pids` with a time budget. Runs helper threads that may outlive it (a
@@ -295,14 +302,14 @@ pub(crate) fn inspect_pids(pids: &[u32], filter: &ProcessFilter) -> Result<Vec<P
         let budgeted = Budgeted::default();
         let checked_filter = filter.clone();
         let inspected = budgeted
-            .run_for(pid, INSPECT_BUDGET, move || {
+            .run_for(pid, EXPLICIT_INSPECT_BUDGET, move || {
                 (checked_filter.is_empty() || checked_filter.matches(pid)).then(|| discovery::inspect(pid))
             })
             .map_err(|_| SessionError::Inspect {
                 pid,
                 message: format!(
-                    "its /proc entries or mapped files did not answer within {:.1} s",
-                    INSPECT_BUDGET.as_secs_f64()
+                    "its /proc entries or mapped files did not answer within {:.0} s",
+                    EXPLICIT_INSPECT_BUDGET.as_secs_f64()
                 ),
             })?;
         let Some(inspected) = inspected else {
