@@ -296,35 +296,15 @@ impl SwitchGate {
     }
 }
 
-/// Thread `tid` of `pid`'s arrivals on a CPU (`sched_info.pcount`, the third field of
+/// Thread `tid` of `pid`'s arrivals on a CPU (`sched_info.pcount`, from
 /// `/proc/PID/task/TID/schedstat`), `None` when it cannot be read (the thread is gone).
-/// Bounded: the file is one short line.
 pub fn thread_arrivals(pid: u32, tid: u32) -> Option<u64> {
-    use std::io::Read;
-    let file = std::fs::File::open(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
-    let mut text = String::new();
-    file.take(256).read_to_string(&mut text).ok()?;
-    arrivals_of(&text)
-}
-
-/// The arrivals field of a schedstat line.
-fn arrivals_of(schedstat: &str) -> Option<u64> {
-    schedstat.split_ascii_whitespace().nth(2)?.parse().ok()
+    crate::target::memory::deadline::task_arrivals(&pid.to_string(), tid)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn arrivals_from_schedstat() {
-        assert_eq!(arrivals_of("245089 0 17\n"), Some(17));
-        assert_eq!(arrivals_of("245089 0\n"), None);
-        assert_eq!(arrivals_of("a b c"), None);
-        // This thread has run at least once.
-        let tid = unsafe { libc::gettid() } as u32;
-        assert!(thread_arrivals(std::process::id(), tid).is_some_and(|n| n >= 1));
-    }
 
     #[test]
     fn pauses_within_a_span() {

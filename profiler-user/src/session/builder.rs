@@ -22,7 +22,7 @@
 use std::{path::PathBuf, process::Child, time::Duration};
 
 use super::{
-    Budgeted, DISCOVERY_INTERVAL, INSPECT_BUDGET, LAUNCH_DISCOVERY_INTERVAL, LoopControl, LoopEnd, Scope, Session,
+    Budgeted, DISCOVERY_INTERVAL, LAUNCH_DISCOVERY_INTERVAL, LoopControl, LoopEnd, Scope, Session,
     error::{MAX_RATE, SessionError},
     event_loop::PeriodicHook,
     exit_watch::ExitWatch,
@@ -282,9 +282,9 @@ pub(crate) fn check_pids_exist(pids: &[u32]) -> Result<(), SessionError> {
 }
 
 /// Time given to inspecting each process named with `--pid`, before sampling starts. Longer
-/// than discovery's [`INSPECT_BUDGET`]: the user named it, pyperch has nothing else to do yet,
-/// and a process with hundreds of busy threads leaves pyperch's looking thread a small share
-/// of the CPUs (CI: 200 busy threads, side by side with another test, outlasted 1.5 s). A
+/// than discovery's [`INSPECT_BUDGET`](super::INSPECT_BUDGET): the user named it, pyperch
+/// has nothing else to do yet, and a process with hundreds of busy threads leaves pyperch's
+/// looking thread a small share of the CPUs (CI: 200 busy threads, side by side with another test, outlasted 1.5 s). A
 /// file that never answers still ends the start with that sentence, after this long.
 const EXPLICIT_INSPECT_BUDGET: Duration = Duration::from_secs(10);
 

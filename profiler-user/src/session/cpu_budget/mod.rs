@@ -329,16 +329,13 @@ impl Prepared {
         // (so a slot that begins detached detaches, even after one attached all along).
         let window = TICK / slices;
         let offset = TICK.mul_f64(self.next_random());
-        let mut phases = Vec::with_capacity(5);
-        if offset + window + DRAIN <= TICK {
-            phases.extend([(Phase::Detached, offset), (Phase::Walk, window), (Phase::Drain, DRAIN)]);
-            phases.push((Phase::Detached, TICK - offset - window - DRAIN));
+        let phases = if offset + window + DRAIN <= TICK {
+            [(Phase::Detached, offset), (Phase::Walk, window), (Phase::Drain, DRAIN), (Phase::Detached, TICK - offset - window - DRAIN)]
         } else {
             let head = offset + window + DRAIN - TICK;
             let walk_head = (offset + window).saturating_sub(TICK);
-            phases.extend([(Phase::Walk, walk_head), (Phase::Drain, head - walk_head)]);
-            phases.extend([(Phase::Detached, offset - head), (Phase::Walk, TICK - offset)]);
-        }
+            [(Phase::Walk, walk_head), (Phase::Drain, head - walk_head), (Phase::Detached, offset - head), (Phase::Walk, TICK - offset)]
+        };
         for (phase, length) in phases {
             if length.is_zero() {
                 continue;

@@ -415,14 +415,28 @@ pub(crate) fn thread_is_runnable(tid: i32) -> bool {
 /// disk), where a thread stuck on a file that never answers does not arrive again. `None`
 /// when it cannot be read (0 for a thread not started yet).
 pub(crate) fn thread_arrivals(tid: i32) -> Option<u64> {
-    use std::io::Read;
     if tid <= 0 {
         return Some(0);
     }
-    let file = std::fs::File::open(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    task_arrivals("self", tid as u32)
+}
+
+/// Thread `tid`'s arrivals on a CPU (`sched_info.pcount`, the third field of
+/// `/proc/<proc>/task/TID/schedstat`; `proc` a pid, or `self` for pyperch's own threads),
+/// `None` when it cannot be read (the thread is gone). Bounded: at most 256 bytes, of a file
+/// that is one short line. The one reader of that count (`kernel::switch_gate` reads targets'
+/// threads with it).
+pub(crate) fn task_arrivals(proc: &str, tid: u32) -> Option<u64> {
+    use std::io::Read;
+    let file = std::fs::File::open(format!("/proc/{proc}/task/{tid}/schedstat")).ok()?;
     let mut text = String::new();
     file.take(256).read_to_string(&mut text).ok()?;
-    text.split_ascii_whitespace().nth(2)?.parse().ok()
+    arrivals_of(&text)
+}
+
+/// The arrivals field of a schedstat line.
+fn arrivals_of(schedstat: &str) -> Option<u64> {
+    schedstat.split_ascii_whitespace().nth(2)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -436,6 +450,10 @@ mod tests {
         assert!(thread_arrivals(tid).is_some_and(|n| n >= 1));
         assert_eq!(thread_arrivals(0), Some(0));
         assert_eq!(thread_arrivals(i32::MAX), None);
+        assert!(task_arrivals(&std::process::id().to_string(), tid as u32).is_some_and(|n| n >= 1));
+        assert_eq!(arrivals_of("245089 0 17\n"), Some(17));
+        assert_eq!(arrivals_of("245089 0\n"), None);
+        assert_eq!(arrivals_of("a b c"), None);
     }
 
     /// A guarded thread reads through its reader like any other; a process in quarantine is
